@@ -1,0 +1,67 @@
+/*
+ * alloc_plan.cu — the allocator's host-planned steps: the host has already decided every
+ * page (it owns the free lists); these kernels expand a compact plan into out_cache_loc
+ * and the req_to_token rows in one launch.
+ *
+ * Extend payload (uint32 words): n descriptors of KVC_PLAN_EXTEND_DESC_WORDS, then the
+ * page list (pages_at), then prefix slots to copy into rows (prefix_at).
+ * Grid: x = request, y = token tile of tokens_per_block.
+ * Decode payload: (row, position, slot) per request; one thread per request.
+ */
+#include "common.cuh"
+
+#ifndef KVC_PAGE_SIZE
+#define KVC_PAGE_SIZE p.h.page_size
+#endif
+
+struct kvc_plan_extend_params {
+  kvc_p_plan_extend h;
+  uint32_t words[KVC_INLINE_WORDS];
+};
+
+extern "C" __global__ void __launch_bounds__(256) kvc_plan_extend(const __grid_constant__ kvc_plan_extend_params p) {
+  const uint32_t *w = p.h.staged ? kvc_ptr<const uint32_t *>(p.h.staged) : p.words;
+  const int r = blockIdx.x;
+  if (r >= p.h.n) return;
+  const int32_t *d = reinterpret_cast<const int32_t *>(w + (size_t)r * KVC_PLAN_EXTEND_DESC_WORDS);
+  const int32_t row = d[0], pre = d[1], seq = d[2], last = d[3], o = d[4], pb = d[5], psrc = d[6];
+  const int64_t ps = KVC_PAGE_SIZE;
+  const int64_t ceil_pre = (pre + ps - 1) / ps * ps;
+  const uint32_t *pages = w + p.h.pages_at + pb;
+  int32_t *dst = (p.h.table && row >= 0) ? kvc_ptr<int32_t *>(p.h.table) + (int64_t)row * p.h.row_stride : nullptr;
+  int64_t *out = p.h.out ? kvc_ptr<int64_t *>(p.h.out) : nullptr;
+  const int64_t t0 = (int64_t)blockIdx.y * p.h.tokens_per_block;
+  const int64_t t1 = t0 + p.h.tokens_per_block;
+  /* new tokens t: positions pre + t */
+  for (int64_t t = t0 + threadIdx.x; t < t1 && pre + t < seq; t += blockDim.x) {
+    const int64_t pos = pre + t;
+    int64_t slot;
+    if (pos < ceil_pre) {
+      slot = last + 1 + t;
+    } else {
+      const int64_t k = pos - ceil_pre;
+      slot = (int64_t)pages[k / ps] * ps + k % ps;
+    }
+    if (out) out[o + t] = slot;
+    if (dst) dst[pos] = (int32_t)slot;
+  }
+  /* prefix copy: positions t in [0, pre) */
+  if (dst && psrc >= 0) {
+    const int32_t *src = reinterpret_cast<const int32_t *>(w + p.h.prefix_at + psrc);
+    for (int64_t t = t0 + threadIdx.x; t < t1 && t < pre; t += blockDim.x) dst[t] = src[t];
+  }
+}
+
+struct kvc_plan_decode_params {
+  kvc_p_plan_decode h;
+  uint32_t words[KVC_INLINE_WORDS];
+};
+
+extern "C" __global__ void __launch_bounds__(256) kvc_plan_decode(const __grid_constant__ kvc_plan_decode_params p) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= p.h.n) return;
+  const uint32_t *w = p.h.staged ? kvc_ptr<const uint32_t *>(p.h.staged) : p.words;
+  const int32_t row = (int32_t)w[3 * i], pos = (int32_t)w[3 * i + 1], slot = (int32_t)w[3 * i + 2];
+  if (p.h.out) kvc_ptr<int64_t *>(p.h.out)[i] = slot;
+  if (p.h.table && row >= 0) kvc_ptr<int32_t *>(p.h.table)[(int64_t)row * p.h.row_stride + pos] = slot;
+}

@@ -1,0 +1,56 @@
+/*
+ * util.c — core init, logging, hashing and the clock.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "core.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static atomic_uint_fast64_t next_context_id = 1;
+
+void kvc__core_init(kvc__core *core, const kvc_context_config *config) {
+  memset(core, 0, sizeof *core);
+  core->magic = KVC__CONTEXT_MAGIC;
+  core->id = atomic_fetch_add(&next_context_id, 1);
+  if (config) core->host_allocator = config->host_allocator;
+  kvc__options_load(&core->options);
+  if (config && (config->flags & KVC_CONTEXT_CHECK)) core->options.check = true;
+  if (config && (config->flags & KVC_CONTEXT_NO_DISK_CACHE)) core->options.no_disk_cache = true;
+  if (config && config->cache_dir) {
+    size_t n = strlen(config->cache_dir);
+    if (n < sizeof core->options.cache_dir) memcpy(core->options.cache_dir, config->cache_dir, n + 1);
+  }
+  core->fault.host_alloc_fail_at = core->fault.device_alloc_fail_at = -1;
+  core->fault.launch_fail_at = core->fault.compile_fail_at = -1;
+}
+
+void kvc__log(const kvc_context *ctx, int level, const char *fmt, ...) {
+  int threshold = ctx ? kvc__core_of(ctx)->options.log_level : KVC_LOG_WARN;
+  if (level > threshold) return;
+  static const char *names[] = {"error", "warning", "info", "debug"};
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "kvcache: %s: ", names[level < 0 ? 0 : level > 3 ? 3 : level]);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+uint64_t kvc__hash(uint64_t seed, const void *data, size_t bytes) {
+  const unsigned char *p = data;
+  uint64_t h = seed;
+  for (size_t i = 0; i < bytes; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+double kvc__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

@@ -1,0 +1,117 @@
+/*
+ * device.h — the device seam: the only interface through which upper layers touch
+ * memory, copies and kernels. Two implementations: host.c (plain memory, C reference
+ * kernels, synchronous) and cuda.c (libcuda via dlopen, NVRTC-compiled kernels).
+ * Nothing above src/device/ includes cuda.h.
+ *
+ * Conventions: every function returns kvc_status and records an error on failure;
+ * pointers "dev" are backend memory; no function here synchronizes a stream except
+ * kvc__dev_sync and the documented staging back-pressure.
+ */
+#ifndef KVC_DEVICE_H
+#define KVC_DEVICE_H
+
+#include "../core/core.h"
+
+/* --- Memory ------------------------------------------------------------------------ */
+
+/** bytes > 0; *out 256-byte aligned. Goes through the context's device allocator. */
+kvc_status kvc__dev_alloc(kvc_context *ctx, size_t bytes, void **out);
+/** p may be NULL. */
+void kvc__dev_free(kvc_context *ctx, void *p);
+kvc_status kvc__dev_pinned_alloc(kvc_context *ctx, size_t bytes, void **out);
+void kvc__dev_pinned_free(kvc_context *ctx, void *p);
+kvc_status kvc__dev_memset(kvc_context *ctx, void *dst, uint8_t value, size_t bytes, kvc_stream s);
+kvc_status kvc__dev_h2d(kvc_context *ctx, void *dst, const void *src, size_t bytes, kvc_stream s);
+kvc_status kvc__dev_d2h(kvc_context *ctx, void *dst, const void *src, size_t bytes, kvc_stream s);
+kvc_status kvc__dev_d2d(kvc_context *ctx, void *dst, const void *src, size_t bytes, kvc_stream s);
+kvc_status kvc__dev_sync(kvc_context *ctx, kvc_stream s);
+
+/* --- Kernels ----------------------------------------------------------------------- */
+
+/** C reference of a kernel: runs the whole grid on the host from the same params. */
+typedef void (*kvc__host_kernel)(const void *params);
+
+/** A kernel of kernels/<file>: its extern "C" entry name, and its host twin. */
+typedef struct kvc__kernel_def {
+  const char *name;
+  const char *file;
+  kvc__host_kernel host;
+} kvc__kernel_def;
+
+/** Compile-time specialisation: -D<name>=<value> pairs (at most 8), in a fixed order. */
+typedef struct kvc__spec {
+  int count;
+  struct {
+    const char *name;
+    int64_t value;
+  } def[8];
+} kvc__spec;
+
+/** A resolved kernel: compiled and loaded for this context (or the host twin). Owned by
+ *  the context's kernel cache; valid for the context's life. */
+typedef struct kvc__kfunc kvc__kfunc;
+
+typedef struct kvc__dim3 {
+  unsigned x, y, z;
+} kvc__dim3;
+
+/** Looks up (compiling or loading from disk on first use) the kernel for `spec`.
+ *  Thread-safe. May take ~100 ms the first time (NVRTC); microseconds after. */
+kvc_status kvc__kernel_get(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *spec,
+                           const kvc__kfunc **out);
+
+/** Launches `f` with one by-value parameter struct (the kernel's only argument).
+ *  params_bytes <= kvc__max_param_bytes(ctx). Host backend: runs the twin now. */
+kvc_status kvc__kernel_launch(kvc_context *ctx, const kvc__kfunc *f, kvc__dim3 grid,
+                              kvc__dim3 block, unsigned smem_bytes, kvc_stream stream,
+                              const void *params, size_t params_bytes);
+
+/** Largest kernel parameter struct the driver accepts (32764 on CUDA >= 12.1, else 4096;
+ *  unbounded on the host backend). */
+size_t kvc__max_param_bytes(const kvc_context *ctx);
+
+/** Number of multiprocessors (1 on the host backend): sizes persistent grids. */
+int kvc__num_sms(const kvc_context *ctx);
+
+/* --- Staging of per-call payloads too large for kernel parameters ------------------ */
+
+/** Reserves `bytes` (rounded to 256) of pinned host memory mirrored by device memory.
+ *  The caller fills *host, then calls kvc__staging_upload (async H2D on `stream`), then
+ *  launches the kernel that reads *dev, then kvc__staging_fence on the same stream: the
+ *  region is reused only after that point completes. Back-pressure (a wait) happens only
+ *  when the ring is full of in-flight work. Host backend: *dev == *host. Not thread-safe
+ *  per context beyond the context lock; pairs must not interleave on one thread. */
+kvc_status kvc__staging_reserve(kvc_context *ctx, size_t bytes, void **host, void **dev);
+kvc_status kvc__staging_upload(kvc_context *ctx, kvc_stream stream);
+kvc_status kvc__staging_fence(kvc_context *ctx, kvc_stream stream);
+/** Gives up a reservation before anything was queued on it (error paths). */
+void kvc__staging_cancel(kvc_context *ctx);
+
+/* --- Embedded kernel sources (generated at build time) ----------------------------- */
+
+typedef struct kvc__embedded_file {
+  const char *name;
+  const char *text;
+} kvc__embedded_file;
+extern const kvc__embedded_file kvc__embedded_files[];
+extern const size_t kvc__embedded_count;
+const char *kvc__embedded_find(const char *name);
+
+/* --- NVRTC (usable without a context) ---------------------------------------------- */
+
+/** Loads NVRTC once (reusing one already in the process, then libnvrtc.so.13/.12/.so,
+ *  or KVC_NVRTC_LIB). KVC_ERR_NO_DEVICE when not found. */
+kvc_status kvc__nvrtc_load(const kvc_context *ctx_for_errors, const char *override_path);
+int kvc__nvrtc_version(void);
+
+/** Compiles kernels/<file> (all headers of kernels/ available) with `options` for `sm`.
+ *  *image is a cubin (or PTX when *is_ptx), malloc'd; free with free(). */
+kvc_status kvc__nvrtc_compile(const kvc_context *ctx, const char *file, const char *const *options,
+                              int num_options, int sm, bool dump_on_error, void **image,
+                              size_t *image_bytes, bool *is_ptx);
+
+/** Formats spec as -D options into buf; returns the number of options (pointers into buf). */
+int kvc__spec_options(const kvc__spec *spec, char *buf, size_t cap, const char **opts, int max_opts);
+
+#endif /* KVC_DEVICE_H */

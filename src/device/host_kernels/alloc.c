@@ -1,0 +1,83 @@
+/* C reference of kernels/alloc_fill.cu and kernels/alloc_plan.cu. */
+#include "host_kernels.h"
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void kvc_host_alloc_extend_fill(const void *params) {
+  const kvc_p_extend_fill *p = params;
+  const int64_t ps = p->page_size;
+  const int64_t *free_pages = KVC_HPTR(const int64_t *, p->free_pages);
+  int64_t *out = KVC_HPTR(int64_t *, p->out);
+  int64_t o = 0, s0 = 0;
+  for (int64_t r = 0; r < p->n; r++) {
+    int64_t pre = kvc_host_load_index(p->prefix_lens, r, p->lens_i64);
+    int64_t seq = kvc_host_load_index(p->seq_lens, r, p->lens_i64);
+    if (!(seq > pre && pre >= 0)) continue;
+    int64_t last = KVC_HPTR(const int64_t *, p->last_loc)[r];
+    int64_t ceil_pre = ceil_div(pre, ps) * ps;
+    for (int64_t t = 0; pre + t < seq; t++) {
+      int64_t pos = pre + t, slot;
+      if (pos < ceil_pre) {
+        slot = last + 1 + t;
+      } else {
+        int64_t k = pos - ceil_pre, idx = s0 + k / ps;
+        slot = idx < p->num_free_pages ? free_pages[idx] * ps + k % ps : 0;
+      }
+      out[o + t] = slot;
+    }
+    o += seq - pre;
+    s0 += ceil_div(seq, ps) - ceil_div(pre, ps);
+  }
+}
+
+void kvc_host_alloc_decode_fill(const void *params) {
+  const kvc_p_decode_fill *p = params;
+  const int64_t ps = p->page_size;
+  int64_t used = 0;
+  for (int64_t i = 0; i < p->n; i++) {
+    int64_t seq = kvc_host_load_index(p->seq_lens, i, p->lens_i64);
+    int64_t slot;
+    if (seq >= 1 && (seq - 1) % ps == 0) {
+      int64_t idx = used++;
+      slot = idx < p->num_free_pages ? KVC_HPTR(const int64_t *, p->free_pages)[idx] * ps : 0;
+    } else {
+      slot = kvc_host_load_index(p->last_loc, i, p->last_i64) + 1;
+    }
+    KVC_HPTR(int64_t *, p->out)[i] = slot;
+  }
+}
+
+void kvc_host_plan_extend(const void *params) {
+  const kvc_p_plan_extend *p = params;
+  const uint32_t *w = p->staged ? KVC_HPTR(const uint32_t *, p->staged) : KVC_INLINE_PAYLOAD(p);
+  const int64_t ps = p->page_size;
+  for (int r = 0; r < p->n; r++) {
+    const int32_t *d = (const int32_t *)(const void *)(w + (size_t)r * KVC_PLAN_EXTEND_DESC_WORDS);
+    int32_t row = d[0], pre = d[1], seq = d[2], last = d[3], o = d[4], pb = d[5], psrc = d[6];
+    int64_t ceil_pre = ceil_div(pre, ps) * ps;
+    const uint32_t *pages = w + p->pages_at + pb;
+    int32_t *dst = (p->table && row >= 0) ? KVC_HPTR(int32_t *, p->table) + (int64_t)row * p->row_stride : NULL;
+    int64_t *out = p->out ? KVC_HPTR(int64_t *, p->out) : NULL;
+    for (int64_t t = 0; pre + t < seq; t++) {
+      int64_t pos = pre + t, slot;
+      if (pos < ceil_pre) slot = last + 1 + t;
+      else slot = (int64_t)pages[(pos - ceil_pre) / ps] * ps + (pos - ceil_pre) % ps;
+      if (out) out[o + t] = slot;
+      if (dst) dst[pos] = (int32_t)slot;
+    }
+    if (dst && psrc >= 0) {
+      const int32_t *src = (const int32_t *)(const void *)(w + p->prefix_at + psrc);
+      for (int64_t t = 0; t < pre; t++) dst[t] = src[t];
+    }
+  }
+}
+
+void kvc_host_plan_decode(const void *params) {
+  const kvc_p_plan_decode *p = params;
+  const uint32_t *w = p->staged ? KVC_HPTR(const uint32_t *, p->staged) : KVC_INLINE_PAYLOAD(p);
+  for (int i = 0; i < p->n; i++) {
+    int32_t row = (int32_t)w[3 * i], pos = (int32_t)w[3 * i + 1], slot = (int32_t)w[3 * i + 2];
+    if (p->out) KVC_HPTR(int64_t *, p->out)[i] = slot;
+    if (p->table && row >= 0) KVC_HPTR(int32_t *, p->table)[(int64_t)row * p->row_stride + pos] = slot;
+  }
+}

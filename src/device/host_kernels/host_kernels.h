@@ -1,0 +1,32 @@
+/*
+ * host_kernels.h — the C reference of every CUDA kernel in kernels/. Each takes the same
+ * parameter block (header struct followed by any inline payload) and runs the whole
+ * grid sequentially. They are the host backend and the oracle of the GPU tests, so they
+ * are written for clarity, with the same bounds rules as the kernels.
+ */
+#ifndef KVC_HOST_KERNELS_H
+#define KVC_HOST_KERNELS_H
+
+#include "kvc_abi.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVC_HPTR(type, addr) ((type)(uintptr_t)(addr))
+
+static inline int64_t kvc_host_load_index(uint64_t base, int64_t i, int is64) {
+  return is64 ? KVC_HPTR(const int64_t *, base)[i] : (int64_t)KVC_HPTR(const int32_t *, base)[i];
+}
+
+/* The inline payload that follows a header struct in a parameter block. */
+#define KVC_INLINE_PAYLOAD(hdr) ((const uint32_t *)(const void *)((const char *)(hdr) + sizeof(*(hdr))))
+
+void kvc_host_get_last_loc(const void *params);
+void kvc_host_write_req_to_token(const void *params);
+void kvc_host_row_write(const void *params);
+void kvc_host_alloc_extend_fill(const void *params);
+void kvc_host_alloc_decode_fill(const void *params);
+void kvc_host_plan_extend(const void *params);
+void kvc_host_plan_decode(const void *params);
+
+#endif

@@ -1,0 +1,13 @@
+/* abi_check.c — the parameter structs must have the same layout in C and CUDA: 8-byte
+ * multiples with no hidden padding the CUDA compiler could lay out differently. */
+#include "kvc_abi.h"
+
+#define KVC_ABI_ASSERT(T, bytes) _Static_assert(sizeof(T) == (bytes), #T " layout changed")
+KVC_ABI_ASSERT(kvc_p_get_last_loc, 64);
+KVC_ABI_ASSERT(kvc_p_write_req_to_token, 80);
+KVC_ABI_ASSERT(kvc_p_extend_fill, 72);
+KVC_ABI_ASSERT(kvc_p_decode_fill, 64);
+KVC_ABI_ASSERT(kvc_plan_extend_desc, 32);
+KVC_ABI_ASSERT(kvc_p_plan_extend, 56);
+KVC_ABI_ASSERT(kvc_p_plan_decode, 40);
+KVC_ABI_ASSERT(kvc_p_row_write, 32);

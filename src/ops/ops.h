@@ -1,0 +1,57 @@
+/*
+ * ops.h — level 1: the kernel definitions and the launch helpers the pools build on.
+ */
+#ifndef KVC_OPS_H
+#define KVC_OPS_H
+
+#include "../device/device.h"
+#include "kvc_abi.h"
+
+extern const kvc__kernel_def kvc__k_get_last_loc;
+extern const kvc__kernel_def kvc__k_write_req_to_token;
+extern const kvc__kernel_def kvc__k_row_write;
+extern const kvc__kernel_def kvc__k_extend_fill;
+extern const kvc__kernel_def kvc__k_decode_fill;
+extern const kvc__kernel_def kvc__k_plan_extend;
+extern const kvc__kernel_def kvc__k_plan_decode;
+
+/* --- Planned launches: a header struct followed by a uint32 payload ----------------- */
+
+/* Scratch an object owns for building inline parameter blocks (one per writer). */
+#define KVC__PARAM_SCRATCH_BYTES 32768
+
+typedef struct kvc__plan {
+  unsigned char *scratch; /* object-owned, KVC__PARAM_SCRATCH_BYTES, 8-aligned */
+  size_t header_bytes;
+  size_t words;
+  int variant;          /* 0 small inline, 1 large inline, 2 staged */
+  uint32_t *payload;    /* where the caller writes the payload */
+  uint64_t staged_dev;  /* device address of the payload when staged, else 0 */
+} kvc__plan;
+
+/** Chooses inline (small/large) or staged for `words` payload words after a header of
+ *  `header_bytes` (a multiple of 8) and returns where to write the payload. When staged,
+ *  the context's staging lock is held until kvc__plan_launch or kvc__plan_cancel. */
+kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch,
+                           size_t header_bytes, size_t words);
+/** Copies `header` (its `staged` field already set from plan->staged_dev) in front of the
+ *  payload and launches `def` with the variant's spec (plus extra defines), then fences
+ *  the staging region. `kcache` (3 entries per extra-spec value, may be NULL) memoises
+ *  the kernel lookups. */
+kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def,
+                            const kvc__spec *extra, const kvc__kfunc **kcache, kvc__dim3 grid,
+                            kvc__dim3 block, kvc_stream stream, const void *header);
+void kvc__plan_cancel(kvc_context *ctx, kvc__plan *plan);
+
+/** Writes n host slots (int32) into table[offset ...] with one launch: the row write used
+ *  by kvc_req_to_token_pool_write. */
+kvc_status kvc__row_write(kvc_context *ctx, unsigned char *scratch, const kvc__kfunc **kcache,
+                          int32_t *table, int64_t offset, const int32_t *slots, size_t n,
+                          kvc_stream stream);
+
+static inline kvc__dim3 kvc__dim(unsigned x, unsigned y, unsigned z) {
+  kvc__dim3 d = {x, y, z};
+  return d;
+}
+
+#endif

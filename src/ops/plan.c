@@ -1,0 +1,79 @@
+/*
+ * plan.c — launches whose per-call data is a payload of uint32 words.
+ *
+ * Small payloads travel inside the kernel's parameter block (no upload: one driver call,
+ * ~3 us of host time on an H200), in one of two compiled capacities so a 2-request step
+ * does not copy 32 KB of parameters. Larger payloads go through the pinned staging ring
+ * (one async H2D copy + the launch + an event). CUDA graphs would freeze inline
+ * parameters, which is why these launches are documented as not capturable.
+ */
+#include "ops.h"
+
+#include <string.h>
+
+static const size_t variant_words[2] = {KVC_INLINE_SMALL, KVC_INLINE_LARGE};
+
+kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch,
+                           size_t header_bytes, size_t words) {
+  memset(plan, 0, sizeof *plan);
+  plan->scratch = scratch;
+  plan->header_bytes = header_bytes;
+  plan->words = words;
+  size_t max = kvc__max_param_bytes(ctx);
+  for (int v = 0; v < 2; v++) {
+    size_t bytes = header_bytes + 4 * variant_words[v];
+    if (words <= variant_words[v] && bytes <= max && bytes <= KVC__PARAM_SCRATCH_BYTES) {
+      plan->variant = v;
+      plan->payload = (uint32_t *)(void *)(scratch + header_bytes);
+      return KVC_OK;
+    }
+  }
+  plan->variant = 2;
+  void *host, *dev;
+  KVC_FORWARD(kvc__staging_reserve(ctx, words * 4, &host, &dev));
+  plan->payload = host;
+  plan->staged_dev = (uint64_t)(uintptr_t)dev;
+  return KVC_OK;
+}
+
+void kvc__plan_cancel(kvc_context *ctx, kvc__plan *plan) {
+  if (plan->variant == 2) kvc__staging_cancel(ctx);
+  plan->variant = -1;
+}
+
+kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def,
+                            const kvc__spec *extra, const kvc__kfunc **kcache, kvc__dim3 grid,
+                            kvc__dim3 block, kvc_stream stream, const void *header) {
+  const int v = plan->variant == 2 ? 0 : plan->variant; /* staged uses the small block */
+  kvc_status st = KVC_OK;
+  const kvc__kfunc *f = kcache ? kcache[v] : NULL;
+  if (!f) {
+    kvc__spec spec = extra ? *extra : (kvc__spec){0};
+    spec.def[spec.count].name = "KVC_INLINE_WORDS";
+    spec.def[spec.count].value = (int64_t)variant_words[v];
+    spec.count++;
+    KVC_CHECK_GOTO(kvc__kernel_get(ctx, def, &spec, &f), st, done);
+    if (kcache) kcache[v] = f;
+  }
+  memcpy(plan->scratch, header, plan->header_bytes);
+  if (plan->variant == 2) KVC_CHECK_GOTO(kvc__staging_upload(ctx, stream), st, done);
+  /* The host twin reads the staged payload directly; CUDA copies the whole block. */
+  size_t bytes = plan->header_bytes + 4 * variant_words[v];
+  st = kvc__kernel_launch(ctx, f, grid, block, 0, stream, plan->scratch, bytes);
+done:
+  if (plan->variant == 2) KVC_CLEANUP_KEEP_FIRST(kvc__staging_fence(ctx, stream), st);
+  plan->variant = -1;
+  return st;
+}
+
+kvc_status kvc__row_write(kvc_context *ctx, unsigned char *scratch, const kvc__kfunc **kcache,
+                          int32_t *table, int64_t offset, const int32_t *slots, size_t n,
+                          kvc_stream stream) {
+  if (!n) return KVC_OK;
+  kvc__plan plan;
+  KVC_FORWARD(kvc__plan_begin(ctx, &plan, scratch, sizeof(kvc_p_row_write), n));
+  memcpy(plan.payload, slots, n * 4);
+  kvc_p_row_write h = {(uint64_t)(uintptr_t)table, plan.staged_dev, offset, (int32_t)n, 0};
+  return kvc__plan_launch(ctx, &plan, &kvc__k_row_write, NULL, kcache,
+                          kvc__dim((unsigned)((n + 255) / 256), 1, 1), kvc__dim(256, 1, 1), stream, &h);
+}

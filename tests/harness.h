@@ -1,0 +1,87 @@
+/*
+ * harness.h — what every test file shares: the backend-parameterised runner, device
+ * buffer helpers and a seeded RNG.
+ *
+ * Each test executable is registered twice with CTest: NAME_host runs its tests on the
+ * host backend; NAME_cuda runs the same bodies on the CUDA backend, or exits 77 (CTest:
+ * skipped, never passed) when no GPU is usable.
+ */
+#ifndef KVC_TEST_HARNESS_H
+#define KVC_TEST_HARNESS_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kvcache.h"
+
+#define KVT_SKIP 77
+
+/* The context of the running group (one per executable run). */
+extern kvc_context *kvt_ctx;
+/* A second, host-backend context for differential tests (NULL when kvt_ctx is host). */
+extern kvc_context *kvt_host;
+/* "host" or "cuda". */
+extern const char *kvt_backend_name;
+
+/* Runs `tests` as group "<suite>/<backend>". argv[1] = host | cuda (default host).
+ * host_only / cuda_only tests call kvt_require_cuda() / kvt_require_host(). */
+int kvt_main(int argc, char **argv, const char *suite, const struct CMUnitTest *tests, size_t n);
+#define KVT_MAIN(suite, tests)                                                             \
+  int main(int argc, char **argv) {                                                         \
+    return kvt_main(argc, argv, suite, tests, sizeof(tests) / sizeof((tests)[0]));          \
+  }
+
+/* Skips the current test unless the backend is CUDA (differential tests). */
+void kvt_require_cuda(void);
+
+#define KVT_OK(expr)                                                                        \
+  do {                                                                                      \
+    kvc_status kvt_st_ = (expr);                                                            \
+    if (kvt_st_ != KVC_OK)                                                                  \
+      fail_msg("%s -> %s: %s", #expr, kvc_status_name(kvt_st_), kvc_last_error(kvt_ctx));   \
+  } while (0)
+
+#define KVT_STATUS(expr, want)                                                              \
+  do {                                                                                      \
+    kvc_status kvt_st_ = (expr);                                                            \
+    if (kvt_st_ != (want))                                                                  \
+      fail_msg("%s -> %s, expected %s (%s)", #expr, kvc_status_name(kvt_st_),              \
+               kvc_status_name(want), kvc_last_error(kvt_ctx));                             \
+  } while (0)
+
+/* Device buffers of the running backend (fail the test on error). */
+void *kvt_dev_alloc(size_t bytes);
+void kvt_dev_free(void *p);
+void kvt_h2d(void *dst, const void *src, size_t bytes);
+void kvt_d2h(void *dst, const void *src, size_t bytes);
+void kvt_poison(void *dev, size_t bytes); /* fills with 0xA5 */
+/* Same, on an explicit context. */
+void *kvt_alloc_on(kvc_context *ctx, size_t bytes);
+void kvt_h2d_on(kvc_context *ctx, void *dst, const void *src, size_t bytes);
+void kvt_d2h_on(kvc_context *ctx, void *dst, const void *src, size_t bytes);
+
+/* Seeded RNG: seed from KVT_SEED or the clock, printed once per run. */
+uint64_t kvt_seed(void);
+typedef struct kvt_rng {
+  uint64_t s;
+} kvt_rng;
+static inline uint64_t kvt_next(kvt_rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+/* Uniform in [lo, hi]. */
+static inline int64_t kvt_range(kvt_rng *r, int64_t lo, int64_t hi) {
+  return lo + (int64_t)(kvt_next(r) % (uint64_t)(hi - lo + 1));
+}
+static inline float kvt_uniform(kvt_rng *r) { return (float)(kvt_next(r) >> 40) / (float)(1 << 24); }
+
+#endif
