@@ -566,7 +566,229 @@ KVC_API kvc_status kvc_allocator_clear(kvc_allocator *alloc);
 KVC_API kvc_status kvc_allocator_check(const kvc_allocator *alloc);
 
 
-/* @@KVC_KV_POOLS@@ */
+/* ===================================================================================
+ * Level 2 — KV pools: device buffers for keys and values
+ *
+ * One device allocation per pool (through the context's device allocator), carved into
+ * per-layer regions, zero-filled at create. Row r of every region belongs to token slot
+ * r; buffers have size + page_size rows (page 0 is padding). Layer ids are global:
+ * layer_id - start_layer indexes the pool's layers (pipeline stages own a range).
+ * Writes (set_kv, set_mla_kv, set_index_k, move) are one kernel launch each, read only
+ * device pointers and values and are graph-capturable. Single writer per pool; readers
+ * may use the buffers concurrently on their own streams.
+ * =================================================================================== */
+
+typedef struct kvc_kv_pool kvc_kv_pool;
+
+typedef enum kvc_kv_pool_kind {
+  KVC_KV_MHA = 0,      /* K and V per layer (SGLang MHATokenToKVPool) */
+  KVC_KV_MHA_NOOP = 1, /* capacity accounting only, placeholder buffers (NoOpMHA...) */
+  KVC_KV_MHA_FP4 = 2,  /* packed e2m1 K/V + one scale byte per 16 values (MHA...FP4) */
+  KVC_KV_MLA = 3,      /* one latent row per slot: kv_lora_rank + qk_rope_head_dim */
+  KVC_KV_MLA_FP4 = 4,  /* MLA rows packed e2m1 + scale bytes */
+  KVC_KV_NSA = 5       /* MLA (fp8: 656-byte rows) + per-layer index-K pages */
+} kvc_kv_pool_kind;
+
+typedef struct kvc_kv_pool_config {
+  size_t struct_size;
+  uint32_t version;
+  kvc_kv_pool_kind kind;
+  int64_t size;          /* token slots (>= 1); buffers hold size + page_size rows */
+  int32_t page_size;     /* >= 1 (NSA: 64) */
+  kvc_dtype dtype;       /* element type seen by attention: F32/F16/BF16/FP8_E4M3/FP8_E5M2;
+                            FP4 kinds: the dtype of written/read values (BF16/F16/F32);
+                            NSA: FP8_E4M3 selects the 656-byte quantized rows */
+  int32_t layer_num;     /* layers owned by this pool (>= 1) */
+  int32_t start_layer;   /* global id of the first owned layer (default 0) */
+  int32_t head_num;      /* MHA kinds */
+  int32_t head_dim;      /* MHA kinds */
+  int32_t v_head_dim;    /* MHA: 0 = head_dim */
+  int32_t kv_lora_rank;  /* MLA kinds (e.g. 512) */
+  int32_t qk_rope_head_dim; /* MLA kinds (e.g. 64) */
+  int32_t index_head_dim;   /* NSA: must be 128 (0 = 128) */
+  int64_t index_buf_size;   /* NSA: tokens of index-K storage (0 = size) */
+  uint32_t flags;           /* reserved, 0 */
+  int32_t pad_;
+  uint64_t reserved_[8];
+} kvc_kv_pool_config;
+
+#define KVC_KV_POOL_CONFIG_INIT \
+  { sizeof(kvc_kv_pool_config), KVC_VERSION_NUMBER, KVC_KV_MHA, 0, 1, KVC_DTYPE_BF16, 0, 0, \
+    0, 0, 0, 0, 0, 0, 0, 0u, 0, {0} }
+
+/** kvc_kv_pool_create() : allocates and zero-fills every buffer (one device allocation),
+ *  compiles the pool's kernels for its row sizes (NVRTC, cached), then synchronizes once.
+ *  @return KVC_ERR_INVALID_ARGUMENT for inconsistent geometry (sizes, dims, dtype not
+ *  allowed for the kind, sizes whose byte counts overflow), KVC_ERR_DEVICE_OOM,
+ *  KVC_ERR_NVRTC. Not capturable. */
+KVC_API kvc_status kvc_kv_pool_create(kvc_context *ctx, const kvc_kv_pool_config *config,
+                                      kvc_kv_pool **out);
+KVC_API void kvc_kv_pool_destroy(kvc_kv_pool *pool);
+/** kvc_kv_pool_clear() : zero-fills every buffer on `stream` (capacity unchanged). */
+KVC_API kvc_status kvc_kv_pool_clear(kvc_kv_pool *pool, kvc_stream stream);
+
+/** kvc_kv_pool_size_bytes() : bytes of K-side and V-side storage (MLA/NSA: all in k,
+ *  index pages included; NoOp: 0, 0), as SGLang's get_kv_size_bytes. */
+KVC_API kvc_status kvc_kv_pool_size_bytes(const kvc_kv_pool *pool, size_t *k_bytes, size_t *v_bytes);
+
+/** kvc_kv_pool_set_kv() : SGLang set_kv_buffer. For i < n:
+ *  K[layer][loc[i]] = k[i], V[layer][loc[i]] = v[i] (MLA kinds: the whole row from k; v
+ *  ignored). Source rows are `src_dtype` with row strides k_stride / v_stride in elements
+ *  (0 = contiguous). If src_dtype equals the pool dtype the bytes are copied; if the pool
+ *  is fp8 and the source bf16/f16/f32, values are divided by the scale (k_scale_device,
+ *  a device float, when non-NULL, else k_scale; 1.0 = none), clamped to the finite fp8
+ *  range and rounded to nearest even — fused in the same launch, inputs never modified.
+ *  FP4 pools quantize (e2m1 + per-16 scale bytes). One launch for K and V together.
+ *  Slots outside [0, size + page_size) are skipped (never written). n == 0: no launch.
+ *  @return KVC_ERR_UNSUPPORTED on a NoOp pool or a src/pool dtype pair with no
+ *  conversion, KVC_ERR_INVALID_ARGUMENT for a layer outside the pool or NULL pointers. */
+KVC_API kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc,
+                                      kvc_index_type loc_type, size_t n, const void *k,
+                                      const void *v, kvc_dtype src_dtype, int64_t k_stride,
+                                      int64_t v_stride, const float *k_scale_device,
+                                      float k_scale, const float *v_scale_device, float v_scale,
+                                      kvc_stream stream);
+
+/** kvc_kv_pool_move() : SGLang move_kv_cache: for every layer and every region of the
+ *  pool (K, V, scales, latent rows, index keys), row tgt[i] = row src[i], for all i < n,
+ *  in ONE launch. All sources are read before any target of the same (buffer, byte tile)
+ *  is written, so overlapping src/tgt sets behave as one simultaneous copy (duplicate
+ *  targets: one unspecified winner). V rows wider than K rows are copied in full.
+ *  Out-of-range slots are skipped. Capturable. */
+KVC_API kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *src_loc,
+                                    kvc_index_type loc_type, size_t n, kvc_stream stream);
+
+/** kvc_kv_pool_gather_kv() : reads rows loc[i] of one layer into dense k_out / v_out
+ *  (n rows each) converted to out_dtype; FP4 pools dequantize only these rows (never a
+ *  whole layer). MLA kinds: the whole latent row into k_out (v_out may be NULL). */
+KVC_API kvc_status kvc_kv_pool_gather_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc,
+                                         kvc_index_type loc_type, size_t n, void *k_out,
+                                         void *v_out, kvc_dtype out_dtype, kvc_stream stream);
+
+/** kvc_kv_pool_set_mla_kv() : MLA/NSA: row loc[i] = [nope[i] (kv_lora_rank) | rope[i]
+ *  (qk_rope_head_dim)], converted from src_dtype (NSA fp8: quantized per 128 values
+ *  into the 656-byte layout; an all-zero tile stores scale 0 and zero codes). Strides in
+ *  elements (0 = contiguous). One launch. */
+KVC_API kvc_status kvc_kv_pool_set_mla_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc,
+                                          kvc_index_type loc_type, size_t n, const void *nope,
+                                          const void *rope, kvc_dtype src_dtype,
+                                          int64_t nope_stride, int64_t rope_stride,
+                                          kvc_stream stream);
+
+/** kvc_kv_pool_get_mla_kv() : MLA/NSA: rows loc[i] split into nope_out (n x kv_lora_rank)
+ *  and rope_out (n x qk_rope_head_dim), converted to out_dtype (NSA fp8 rows are
+ *  dequantized). No power-of-two restriction. */
+KVC_API kvc_status kvc_kv_pool_get_mla_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc,
+                                          kvc_index_type loc_type, size_t n, void *nope_out,
+                                          void *rope_out, kvc_dtype out_dtype, kvc_stream stream);
+
+/** kvc_nsa_set_index_k() : NSA SetKAndS: for i < n, the 128 fp8 key bytes of row i of
+ *  index_k (row stride 128 bytes) and scale[i] (float) go to token loc[i] of the layer's
+ *  index pages (page loc/ps, keys then scales within a page). loc is int64 or int32. */
+KVC_API kvc_status kvc_nsa_set_index_k(kvc_kv_pool *pool, int32_t layer_id, const void *loc,
+                                       kvc_index_type loc_type, size_t n, const uint8_t *index_k,
+                                       const float *scale, kvc_stream stream);
+/** kvc_nsa_get_index_k() : GetK/GetS for one sequence of seq_len tokens whose pages are
+ *  page_indices[ceil(seq_len/ps)] (device int32): out_k (seq_len x 128 bytes) and/or
+ *  out_scale (seq_len x 4 bytes), either may be NULL. Lengths are run-time values: no
+ *  recompilation per length. */
+KVC_API kvc_status kvc_nsa_get_index_k(kvc_kv_pool *pool, int32_t layer_id, int64_t seq_len,
+                                       const int32_t *page_indices, uint8_t *out_k,
+                                       uint8_t *out_scale, kvc_stream stream);
+/** kvc_nsa_get_index_k_batch() : GetKAndS for a batch: page table (batch x table_width,
+ *  device int32, row-major), seq_lens (device int32), outputs packed by sequence
+ *  (seq_len_sum rows). max_seq_len bounds the grid. */
+KVC_API kvc_status kvc_nsa_get_index_k_batch(kvc_kv_pool *pool, int32_t layer_id, size_t batch,
+                                             const int32_t *page_table, int64_t table_width,
+                                             const int32_t *seq_lens, int64_t seq_len_sum,
+                                             int64_t max_seq_len, uint8_t *out_k,
+                                             uint8_t *out_scale, kvc_stream stream);
+
+/* --- Descriptors, DLPack, transfer registration ------------------------------------ */
+
+typedef enum kvc_region_kind {
+  KVC_REGION_K = 0,        /* MHA keys (FP4: packed data) */
+  KVC_REGION_V = 1,        /* MHA values */
+  KVC_REGION_K_SCALE = 2,  /* FP4 scale bytes of K */
+  KVC_REGION_V_SCALE = 3,  /* FP4 scale bytes of V */
+  KVC_REGION_KV = 4,       /* MLA/NSA latent rows (FP4: packed data) */
+  KVC_REGION_KV_SCALE = 5, /* MLA FP4 scale bytes */
+  KVC_REGION_INDEX_K = 6   /* NSA index-K pages */
+} kvc_region_kind;
+
+/** One buffer of a pool: a region of one layer. Shapes/strides in elements of dtype. */
+typedef struct kvc_buffer_desc {
+  size_t struct_size;
+  uint32_t version;
+  kvc_region_kind region;
+  int32_t layer_id; /* global layer id */
+  kvc_dtype dtype;  /* real element type (fp8 reported as fp8; FP4 packed as FP4_E2M1) */
+  int32_t ndim;
+  int32_t device;   /* CUDA ordinal, -1 for host memory */
+  void *data;
+  int64_t shape[4];
+  int64_t strides[4];
+  int64_t bytes_per_token; /* bytes of one row (slot) */
+  int64_t bytes_per_page;  /* bytes_per_token x page_size (index-K: one page row) */
+  int64_t total_bytes;
+  uint64_t reserved_[4];
+} kvc_buffer_desc;
+
+/** kvc_kv_pool_num_buffers() : how many (region, layer) buffers the pool has. */
+KVC_API int32_t kvc_kv_pool_num_buffers(const kvc_kv_pool *pool);
+/** kvc_kv_pool_describe() : buffer `index` (0 .. num_buffers-1; order: for each region
+ *  kind in enum order, layers ascending). `out->struct_size` must be set by the caller. */
+KVC_API kvc_status kvc_kv_pool_describe(const kvc_kv_pool *pool, int32_t index, kvc_buffer_desc *out);
+/** kvc_kv_pool_buffer() : the buffer of `region` for global `layer_id`.
+ *  @return KVC_ERR_INVALID_ARGUMENT if the pool has no such buffer. */
+KVC_API kvc_status kvc_kv_pool_buffer(const kvc_kv_pool *pool, kvc_region_kind region,
+                                      int32_t layer_id, kvc_buffer_desc *out);
+
+/** kvc_kv_pool_export_dlpack() : a DLPack DLManagedTensor (returned as void *, layout of
+ *  dlpack.h v0.8) viewing the buffer without a copy. The caller owns the returned tensor
+ *  and must call its deleter (which frees only the wrapper); the memory stays owned by the
+ *  pool, so the tensor must not outlive it. fp8 and fp4 buffers export with DLPack's
+ *  float8/float4 type codes (dlpack >= 1.1), or as uint8 when `as_bytes` is non-zero. */
+KVC_API kvc_status kvc_kv_pool_export_dlpack(const kvc_kv_pool *pool, kvc_region_kind region,
+                                             int32_t layer_id, int as_bytes, void **out_tensor);
+
+/** SGLang get_contiguous_buf_infos entry: one registered memory range. */
+typedef struct kvc_contiguous_info {
+  void *base;
+  size_t bytes;
+  size_t bytes_per_page;
+} kvc_contiguous_info;
+/** kvc_kv_pool_contiguous_infos() : transfer-registration view: MHA: K layers then V
+ *  layers (then FP4 scales); MLA: one per layer; NSA: KV layers then index-K layers.
+ *  Writes at most `cap` entries, the total count to *count. */
+KVC_API kvc_status kvc_kv_pool_contiguous_infos(const kvc_kv_pool *pool, kvc_contiguous_info *out,
+                                                size_t cap, size_t *count);
+
+/* --- Host offload ------------------------------------------------------------------ */
+
+/** kvc_kv_pool_host_copy_bytes() : bytes kvc_kv_pool_copy_to_host needs for n slots
+ *  (all layers, all regions; NSA index pages for the pages the slots cover). */
+KVC_API kvc_status kvc_kv_pool_host_copy_bytes(const kvc_kv_pool *pool, size_t n, size_t *bytes);
+/** kvc_kv_pool_copy_to_host() : gathers rows loc[i] (device index vector) of every layer
+ *  and region into `host` (pinned memory from kvc_host_pinned_alloc on the CUDA backend),
+ *  in ONE kernel launch on `stream` that writes host memory directly; no device-wide
+ *  synchronize. The data is valid once the stream reaches that point. Layout: for each
+ *  buffer in describe() order, n rows. NSA index pages: requires page-aligned,
+ *  page-contiguous runs of loc (as SGLang), copies the covered pages. */
+KVC_API kvc_status kvc_kv_pool_copy_to_host(kvc_kv_pool *pool, const void *loc,
+                                            kvc_index_type loc_type, size_t n, void *host,
+                                            kvc_stream stream);
+/** kvc_kv_pool_copy_from_host() : the inverse scatter, one launch. */
+KVC_API kvc_status kvc_kv_pool_copy_from_host(kvc_kv_pool *pool, const void *loc,
+                                              kvc_index_type loc_type, size_t n,
+                                              const void *host, kvc_stream stream);
+
+
+/* ===================================================================================
+ * Level 2 — hybrid models: Mamba state pool
+ * =================================================================================== */
+
+/* @@KVC_HYBRID@@ */
 
 #ifdef __cplusplus
 }
