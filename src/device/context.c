@@ -50,6 +50,7 @@ kvc_status kvc_context_create(const kvc_context_config *config, kvc_context **ou
   ctx->max_param_bytes = (size_t)1 << 30;
   ctx->num_sms = 1;
   pthread_mutex_init(&ctx->lock, NULL);
+  pthread_mutex_init(&ctx->staging_lock, NULL);
   kvc__options_print(&ctx->core.options, ctx->core.options.log_level);
 
   kvc_backend want = cfg.backend;
@@ -79,6 +80,7 @@ fail: {
   kvc__kcache_destroy(ctx);
   kvc__cuda_context_fini(ctx);
   pthread_mutex_destroy(&ctx->lock);
+  pthread_mutex_destroy(&ctx->staging_lock);
   if (cfg.host_allocator.free) cfg.host_allocator.free(cfg.host_allocator.opaque, ctx);
   else free(ctx);
   return kvc__error(NULL, st, "kvc_context_create", "%s", msg);
@@ -93,6 +95,7 @@ void kvc_context_destroy(kvc_context *ctx) {
   kvc__kcache_destroy(ctx);
   kvc__cuda_context_fini(ctx);
   pthread_mutex_destroy(&ctx->lock);
+  pthread_mutex_destroy(&ctx->staging_lock);
   ctx->core.magic = 0;
   if (ha.free) ha.free(ha.opaque, ctx);
   else free(ctx);

@@ -35,7 +35,8 @@ struct kvc_context {
   kvc_backend backend;
   int device;
   kvc_device_allocator device_allocator;
-  pthread_mutex_t lock; /* kernel cache and staging */
+  pthread_mutex_t lock;         /* kernel cache */
+  pthread_mutex_t staging_lock; /* staging ring, held from reserve to fence/cancel */
   kvc__kcache *kcache;
   kvc__cuda_ctx *cuda; /* NULL on the host backend */
   kvc__staging staging;

@@ -80,8 +80,9 @@ int kvc__num_sms(const kvc_context *ctx);
  *  The caller fills *host, then calls kvc__staging_upload (async H2D on `stream`), then
  *  launches the kernel that reads *dev, then kvc__staging_fence on the same stream: the
  *  region is reused only after that point completes. Back-pressure (a wait) happens only
- *  when the ring is full of in-flight work. Host backend: *dev == *host. Not thread-safe
- *  per context beyond the context lock; pairs must not interleave on one thread. */
+ *  when the ring is full of in-flight work. Host backend: *dev == *host. Reservations are serialised by the
+ *  context's staging lock (separate from the kernel-cache lock, so kernel lookups may
+ *  happen while a reservation is held); pairs must not nest on one thread. */
 kvc_status kvc__staging_reserve(kvc_context *ctx, size_t bytes, void **host, void **dev);
 kvc_status kvc__staging_upload(kvc_context *ctx, kvc_stream stream);
 kvc_status kvc__staging_fence(kvc_context *ctx, kvc_stream stream);

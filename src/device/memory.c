@@ -96,7 +96,7 @@ void kvc__host_staging_fini(kvc_context *ctx) {
 }
 
 kvc_status kvc__staging_reserve(kvc_context *ctx, size_t bytes, void **host, void **dev) {
-  pthread_mutex_lock(&ctx->lock);
+  pthread_mutex_lock(&ctx->staging_lock);
   kvc_status st;
   if (on_cuda(ctx)) {
     st = kvc__cuda_staging_reserve(ctx, bytes, host, dev);
@@ -109,7 +109,7 @@ kvc_status kvc__staging_reserve(kvc_context *ctx, size_t bytes, void **host, voi
     }
     *host = *dev = ctx->staging.host;
   }
-  if (st != KVC_OK) pthread_mutex_unlock(&ctx->lock);
+  if (st != KVC_OK) pthread_mutex_unlock(&ctx->staging_lock);
   return st;
 }
 
@@ -119,13 +119,13 @@ kvc_status kvc__staging_upload(kvc_context *ctx, kvc_stream stream) {
 
 kvc_status kvc__staging_fence(kvc_context *ctx, kvc_stream stream) {
   kvc_status st = on_cuda(ctx) ? kvc__cuda_staging_fence(ctx, stream) : KVC_OK;
-  pthread_mutex_unlock(&ctx->lock);
+  pthread_mutex_unlock(&ctx->staging_lock);
   return st;
 }
 
 void kvc__staging_cancel(kvc_context *ctx) {
   ctx->staging.reserved_bytes = 0;
-  pthread_mutex_unlock(&ctx->lock);
+  pthread_mutex_unlock(&ctx->staging_lock);
 }
 
 /* --- Public helpers ---------------------------------------------------------------- */

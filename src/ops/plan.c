@@ -48,10 +48,6 @@ kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel
   kvc_status st = KVC_OK;
   const kvc__kfunc *f = kcache ? kcache[v] : NULL;
   if (!f) {
-    /* The staged plan holds the context lock, which kvc__kernel_get takes too. */
-    KVC_FAIL_GOTO(plan->variant == 2, ctx, st, KVC_ERR_INTERNAL, done,
-                  "staged plan of %s without a resolved kernel (resolve variant 0 before kvc__plan_begin)",
-                  def->name);
     kvc__spec spec = extra ? *extra : (kvc__spec){0};
     spec.def[spec.count].name = "KVC_INLINE_WORDS";
     spec.def[spec.count].value = (int64_t)variant_words[v];
@@ -74,14 +70,6 @@ kvc_status kvc__row_write(kvc_context *ctx, unsigned char *scratch, const kvc__k
                           int32_t *table, int64_t offset, const int32_t *slots, size_t n,
                           kvc_stream stream) {
   if (!n) return KVC_OK;
-  /* A staged plan holds the context lock until the launch, and kvc__kernel_get takes
-   * the same (non-recursive) lock: resolve the staged variant's kernel beforehand. */
-  const kvc__kfunc *local[3] = {NULL, NULL, NULL};
-  if (!kcache) kcache = local;
-  if (!kcache[0] && n > KVC_INLINE_LARGE) {
-    kvc__spec spec = {1, {{"KVC_INLINE_WORDS", KVC_INLINE_SMALL}}};
-    KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_row_write, &spec, &kcache[0]));
-  }
   kvc__plan plan;
   KVC_FORWARD(kvc__plan_begin(ctx, &plan, scratch, sizeof(kvc_p_row_write), n));
   memcpy(plan.payload, slots, n * 4);
