@@ -290,7 +290,7 @@ kvc_status kvc_kv_pool_describe(const kvc_kv_pool *pool, int32_t index, kvc_buff
 
 kvc_status kvc_kv_pool_buffer(const kvc_kv_pool *pool, kvc_region_kind region, int32_t layer_id,
                               kvc_buffer_desc *out) {
-  int32_t l;
+  int32_t l = 0;
   KVC_FORWARD(kvc__kv_pool_layer(pool, __func__, layer_id, &l));
   KVC_RETURN_IF(!out, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
   KVC_RETURN_IF(out->struct_size < offsetof(kvc_buffer_desc, reserved_) || out->struct_size > sizeof *out,
