@@ -10,6 +10,10 @@
  */
 #include "common.cuh"
 
+#ifndef KVC_INLINE_WORDS
+#define KVC_INLINE_WORDS 2
+#endif
+
 #ifndef KVC_PAGE_SIZE
 #define KVC_PAGE_SIZE p.h.page_size
 #endif

@@ -11,6 +11,11 @@
  */
 #include "common.cuh"
 
+/* Modules built for the other kernels of this file need no inline payload. */
+#ifndef KVC_INLINE_WORDS
+#define KVC_INLINE_WORDS 2
+#endif
+
 extern "C" __global__ void __launch_bounds__(256) kvc_get_last_loc(const __grid_constant__ kvc_p_get_last_loc p) {
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= p.n) return;

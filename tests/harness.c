@@ -56,7 +56,10 @@ void kvt_poison(void *dev, size_t bytes) {
 }
 
 int kvt_main(int argc, char **argv, const char *suite, const struct CMUnitTest *tests, size_t n) {
-  const char *backend = argc > 1 ? argv[1] : "host";
+  /* No argument: KVC_BACKEND decides (the GPU scripts run binaries bare with
+   * KVC_BACKEND=cuda), else host. */
+  const char *env = getenv("KVC_BACKEND");
+  const char *backend = argc > 1 ? argv[1] : (env && !strcmp(env, "cuda") ? "cuda" : "host");
   kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
   if (!strcmp(backend, "cuda")) {
     cfg.backend = KVC_BACKEND_CUDA;

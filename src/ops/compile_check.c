@@ -14,6 +14,7 @@ typedef struct compile_case {
 } compile_case;
 
 static const compile_case cases[] = {
+    {"req_to_token.cu", {NULL}},
     {"req_to_token.cu", {"-DKVC_INLINE_WORDS=1000", NULL}},
     {"req_to_token.cu", {"-DKVC_INLINE_WORDS=8000", NULL}},
     {"alloc_fill.cu", {NULL}},
