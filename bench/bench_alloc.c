@@ -1,0 +1,279 @@
+/*
+ * bench_alloc.c — host microseconds per scheduler call of the level-2 allocator, next to
+ * a naive version of the same step measured in the same run.
+ *
+ *   decode  : alloc_decode + req_to_token write (one planned launch)  vs  host plan +
+ *             4 uploads + the level-1 write_req_to_token launch (SGLang's shape)
+ *   extend  : alloc_extend + write (one launch)  vs  the same allocation + one row-write
+ *             launch per request
+ *   free    : kvc_allocator_free of a 4096-token request  vs  qsort+unique of the page
+ *             ids first (what a sort-based free costs)
+ *
+ * Every repetition measures the same situation: allocations are rolled back with
+ * backup/restore (untimed), frees are re-allocated (untimed). Median and p99 over many
+ * repetitions after a warm-up. Usage: kvc_bench_alloc [--quick] [--host] [--csv FILE]
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvcache.h"
+
+static kvc_context *ctx;
+static int reps = 3000, warm = 300;
+static FILE *csv;
+
+#define CHECK(call)                                                                         \
+  do {                                                                                      \
+    kvc_status st_ = (call);                                                                \
+    if (st_ != KVC_OK) {                                                                    \
+      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, kvc_status_name(st_), \
+              kvc_last_error(ctx));                                                         \
+      exit(1);                                                                              \
+    }                                                                                       \
+  } while (0)
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+static int cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static int cmp64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static void report(const char *name, const char *variant, int batch, int ps, double *t, int n) {
+  qsort(t, (size_t)n, sizeof *t, cmpd);
+  double med = t[n / 2], p99 = t[(int)((double)n * 0.99)];
+  printf("%-8s %-34s %6d %5d %10.2f %10.2f\n", name, variant, batch, ps, med, p99);
+  if (csv) fprintf(csv, "%s,%s,%d,%d,%.3f,%.3f,%d\n", name, variant, batch, ps, med, p99, n);
+}
+
+/* --- decode ------------------------------------------------------------------------- */
+
+static void bench_decode(int bs, int ps) {
+  kvc_req_to_token_pool_config pc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  pc.size = bs;
+  pc.max_context_len = 1024;
+  kvc_req_to_token_pool *pool;
+  CHECK(kvc_req_to_token_pool_create(ctx, &pc, &pool));
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = KVC_ALLOCATOR_PAGED;
+  ac.page_size = ps;
+  ac.size = (int64_t)bs * 1024 + 64 * ps;
+  kvc_allocator *a;
+  CHECK(kvc_allocator_create(ctx, &ac, &a));
+  int32_t *rows = calloc((size_t)bs, 4);
+  int64_t *pre = calloc((size_t)bs, 8), *seq = calloc((size_t)bs, 8), *out = calloc((size_t)bs, 8);
+  CHECK(kvc_req_to_token_pool_alloc(pool, (size_t)bs, rows));
+  /* Prompts of varied lengths so that about 1 in ps requests opens a page per step. */
+  for (int i = 0; i < bs; i++) seq[i] = 100 + (i * 37) % 400;
+  int64_t total = 0;
+  for (int i = 0; i < bs; i++) total += seq[i];
+  int64_t *tmp = malloc((size_t)total * 8), *dev_out, *dev_rows, *dev_pre, *dev_seq, *dev_loc;
+  CHECK(kvc_memory_alloc(ctx, (size_t)total * 8, (void **)&dev_out));
+  CHECK(kvc_memory_alloc(ctx, (size_t)bs * 8, (void **)&dev_rows));
+  CHECK(kvc_memory_alloc(ctx, (size_t)bs * 8, (void **)&dev_pre));
+  CHECK(kvc_memory_alloc(ctx, (size_t)bs * 8, (void **)&dev_seq));
+  CHECK(kvc_memory_alloc(ctx, (size_t)bs * 8, (void **)&dev_loc));
+  CHECK(kvc_allocator_alloc_extend(a, (size_t)bs, pre, seq, NULL, pool, rows, NULL, tmp, NULL, NULL));
+  /* step: one new token each; requests whose prompt fills its last page open a page */
+  for (int i = 0; i < bs; i++) seq[i] += 1;
+  int64_t *rows64 = malloc((size_t)bs * 8);
+  int64_t *last = malloc((size_t)bs * 8);
+  for (int i = 0; i < bs; i++) {
+    rows64[i] = rows[i], pre[i] = seq[i] - 1;
+    last[i] = kvc_req_to_token_pool_row(pool, rows[i])[seq[i] - 2];
+  }
+  double *t = malloc(sizeof(double) * (size_t)(reps + warm));
+  for (int variant = 0; variant < 2; variant++) {
+    for (int r = 0; r < reps + warm; r++) {
+      kvc_allocator_state s;
+      CHECK(kvc_allocator_backup_state(a, &s));
+      double t0 = now_us();
+      if (variant == 0) {
+        CHECK(kvc_allocator_alloc_decode(a, (size_t)bs, seq, NULL, pool, rows, out, dev_out, NULL));
+      } else {
+        CHECK(kvc_allocator_alloc_decode(a, (size_t)bs, seq, last, NULL, NULL, out, NULL, NULL));
+        CHECK(kvc_memcpy_h2d(ctx, dev_rows, rows64, (size_t)bs * 8, NULL));
+        CHECK(kvc_memcpy_h2d(ctx, dev_pre, pre, (size_t)bs * 8, NULL));
+        CHECK(kvc_memcpy_h2d(ctx, dev_seq, seq, (size_t)bs * 8, NULL));
+        CHECK(kvc_memcpy_h2d(ctx, dev_loc, out, (size_t)bs * 8, NULL));
+        CHECK(kvc_write_req_to_token(ctx, kvc_req_to_token_pool_table(pool), bs + 1, 1024, dev_rows, KVC_INDEX_I64,
+                                     NULL, dev_pre, dev_seq, KVC_INDEX_I64, dev_loc, (size_t)bs, NULL));
+      }
+      double t1 = now_us();
+      if (r >= warm) t[r - warm] = t1 - t0;
+      CHECK(kvc_allocator_restore_state(a, &s));
+    }
+    report("decode", variant ? "naive: 4 uploads + r2t launch" : "alloc_decode (1 planned launch)", bs, ps, t, reps);
+  }
+  CHECK(kvc_stream_synchronize(ctx, NULL));
+  kvc_memory_free(ctx, dev_out);
+  kvc_memory_free(ctx, dev_rows);
+  kvc_memory_free(ctx, dev_pre);
+  kvc_memory_free(ctx, dev_seq);
+  kvc_memory_free(ctx, dev_loc);
+  free(t);
+  free(rows64);
+  free(last);
+  free(tmp);
+  free(rows);
+  free(pre);
+  free(seq);
+  free(out);
+  kvc_allocator_destroy(a);
+  kvc_req_to_token_pool_destroy(pool);
+}
+
+/* --- extend ------------------------------------------------------------------------- */
+
+static void bench_extend(int bs, int len, int ps) {
+  kvc_req_to_token_pool_config pc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  pc.size = bs;
+  pc.max_context_len = len;
+  kvc_req_to_token_pool *pool;
+  CHECK(kvc_req_to_token_pool_create(ctx, &pc, &pool));
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = KVC_ALLOCATOR_PAGED;
+  ac.page_size = ps;
+  ac.size = (int64_t)bs * len * 2;
+  kvc_allocator *a;
+  CHECK(kvc_allocator_create(ctx, &ac, &a));
+  int32_t *rows = calloc((size_t)bs, 4);
+  int64_t *pre = calloc((size_t)bs, 8), *seq = calloc((size_t)bs, 8), *out = calloc((size_t)bs * (size_t)len, 8);
+  int64_t *dev_out;
+  CHECK(kvc_memory_alloc(ctx, (size_t)bs * (size_t)len * 8, (void **)&dev_out));
+  CHECK(kvc_req_to_token_pool_alloc(pool, (size_t)bs, rows));
+  for (int i = 0; i < bs; i++) seq[i] = len;
+  double *t = malloc(sizeof(double) * (size_t)(reps + warm));
+  for (int variant = 0; variant < 2; variant++) {
+    for (int r = 0; r < reps + warm; r++) {
+      kvc_allocator_state s;
+      CHECK(kvc_allocator_backup_state(a, &s));
+      double t0 = now_us();
+      if (variant == 0) {
+        CHECK(kvc_allocator_alloc_extend(a, (size_t)bs, pre, seq, NULL, pool, rows, NULL, out, dev_out, NULL));
+      } else {
+        CHECK(kvc_allocator_alloc_extend(a, (size_t)bs, pre, seq, NULL, NULL, NULL, NULL, out, NULL, NULL));
+        for (int i = 0; i < bs; i++)
+          CHECK(kvc_req_to_token_pool_write(pool, rows[i], 0, out + (size_t)i * (size_t)len, (size_t)len, NULL));
+      }
+      double t1 = now_us();
+      if (r >= warm) t[r - warm] = t1 - t0;
+      CHECK(kvc_allocator_restore_state(a, &s));
+    }
+    char name[32];
+    snprintf(name, sizeof name, "extend%d", len);
+    report(name, variant ? "naive: one row launch per request" : "alloc_extend (1 planned launch)", bs, ps, t, reps);
+  }
+  CHECK(kvc_stream_synchronize(ctx, NULL));
+  kvc_memory_free(ctx, dev_out);
+  free(t);
+  free(rows);
+  free(pre);
+  free(seq);
+  free(out);
+  kvc_allocator_destroy(a);
+  kvc_req_to_token_pool_destroy(pool);
+}
+
+/* --- free --------------------------------------------------------------------------- */
+
+static void bench_free(kvc_allocator_kind kind, int ps) {
+  const int n = 4096;
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = kind;
+  ac.page_size = ps;
+  ac.size = 1 << 20;
+  kvc_allocator *a;
+  CHECK(kvc_allocator_create(ctx, &ac, &a));
+  int64_t *slots = malloc((size_t)n * 8), *cp = malloc((size_t)n * 8), *pg = malloc((size_t)n * 8);
+  int64_t *junk = malloc((size_t)n * 8);
+  /* Other requests' pages behind it in the free list; the request's own row lists its
+   * pages in descending order (LIFO reuse makes rows non-ascending), so the free must
+   * really sort. */
+  CHECK(kvc_allocator_alloc(a, 8 * ps, junk));
+  CHECK(kvc_allocator_alloc(a, n, slots));
+  CHECK(kvc_allocator_free(a, junk, (size_t)(8 * ps)));
+  const int np = n / ps;
+  double *t = malloc(sizeof(double) * (size_t)(reps + warm));
+  for (int variant = 0; variant < 2; variant++) {
+    for (int r = 0; r < reps + warm; r++) {
+      for (int j = 0; j < np; j++) memcpy(cp + (size_t)j * ps, slots + (size_t)(np - 1 - j) * ps, (size_t)ps * 8);
+      double t0 = now_us();
+      if (variant == 0) {
+        CHECK(kvc_allocator_free(a, cp, (size_t)n));
+      } else {
+        for (int i = 0; i < n; i++) pg[i] = cp[i] / ps;
+        qsort(pg, (size_t)n, 8, cmp64);
+        int k = 0;
+        for (int i = 0; i < n; i++)
+          if (i == 0 || pg[i] != pg[k - 1]) pg[k++] = pg[i];
+        for (int i = 0; i < k; i++) pg[i] *= ps;
+        CHECK(kvc_allocator_free(a, pg, (size_t)k));
+      }
+      double t1 = now_us();
+      if (r >= warm) t[r - warm] = t1 - t0;
+      /* Same situation again: the freed pages are at the front (PAGED) and come back. */
+      if (kind == KVC_ALLOCATOR_TOKEN) {
+        CHECK(kvc_allocator_clear(a));
+        CHECK(kvc_allocator_alloc(a, n, slots));
+      } else {
+        CHECK(kvc_allocator_alloc(a, n, slots));
+      }
+    }
+    report("free4096", variant ? "naive: qsort+unique, then free" : (kind == KVC_ALLOCATOR_TOKEN ? "free (token, FIFO)" : "free (paged, checked)"), 1, ps, t, reps);
+  }
+  free(t);
+  free(slots);
+  free(cp);
+  free(pg);
+  free(junk);
+  kvc_allocator_destroy(a);
+}
+
+int main(int argc, char **argv) {
+  kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
+  const char *csv_path = NULL;
+  int quick = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) quick = 1;
+    else if (!strcmp(argv[i], "--host")) cfg.backend = KVC_BACKEND_HOST;
+    else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
+    else {
+      fprintf(stderr, "usage: %s [--quick] [--host] [--csv FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (quick) reps = 200, warm = 20;
+  CHECK(kvc_context_create(&cfg, &ctx));
+  if (csv_path && !(csv = fopen(csv_path, "w"))) {
+    perror(csv_path);
+    return 1;
+  }
+  if (csv) fprintf(csv, "case,variant,batch,page_size,median_us,p99_us,reps\n");
+  printf("backend %s, %d repetitions after %d warm-up (host microseconds per call)\n",
+         kvc_context_backend(ctx) == KVC_BACKEND_CUDA ? "cuda" : "host", reps, warm);
+  printf("%-8s %-34s %6s %5s %10s %10s\n", "case", "variant", "batch", "ps", "median_us", "p99_us");
+  const int batches[4] = {1, 64, 256, 1024}, pss[2] = {16, 64};
+  for (int p = 0; p < 2; p++)
+    for (int b = 0; b < 4; b++) bench_decode(batches[b], pss[p]);
+  bench_extend(16, 512, 16);
+  bench_extend(64, 256, 16);
+  bench_free(KVC_ALLOCATOR_PAGED, 16);
+  bench_free(KVC_ALLOCATOR_PAGED, 64);
+  bench_free(KVC_ALLOCATOR_TOKEN, 1);
+  if (csv) fclose(csv);
+  kvc_context_destroy(ctx);
+  return 0;
+}

@@ -1,0 +1,429 @@
+/*
+ * allocator.c — SGLang's TokenToKVPoolAllocator (TOKEN kind) and
+ * PagedTokenToKVPoolAllocator (PAGED kind) on host metadata: create, alloc(n), frees,
+ * free groups, need_sort merging, backup/restore, clear, stats. The batch calls
+ * (alloc_extend / alloc_decode) are in allocator_plan.c; the ring and page states in
+ * free_list.c.
+ *
+ * Every mutating call validates all of its input first and only then mutates, so an
+ * error leaves the allocator byte-for-byte as it was. Marks set while validating (the
+ * MARK bit of a page state) are always cleared before returning.
+ *
+ * Free groups (spec 4.1, 6.13) are recorded in one array of num_pages entries:
+ *
+ *   group[]:  [ free() pages, first-seen order ->      <- free_segment() pages ]
+ *              0 .. group_free_n-1                     num_pages-group_seg_n .. num_pages-1
+ *
+ * a page is recorded at most once per group (PAGED free() dedups; anything else
+ * recorded twice is misuse), so the two ends never meet.
+ */
+#include "pool.h"
+
+#include <string.h>
+
+#define ALLOC_ENTRY(a)                                                                      \
+  do {                                                                                      \
+    if (!(a) || (a)->magic != KVC__ALLOCATOR_MAGIC)                                         \
+      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
+                        "alloc is NULL or not a live kvc_allocator");                       \
+  } while (0)
+
+/* --- Shared internals -------------------------------------------------------------- */
+
+kvc_status kvc__alloc_finish(kvc_allocator *a, const char *fn, kvc_status st) {
+  if (st != KVC_OK || !a->check) return st;
+  return kvc__fl_audit(a, fn);
+}
+
+kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n) {
+  if (n <= a->batch_cap) return KVC_OK;
+  size_t cap = KVC__MAX(n, 2 * a->batch_cap);
+  if (cap < 64) cap = 64;
+  size_t bytes;
+  if (!kvc__mul_size(cap, sizeof(int64_t), &bytes))
+    return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "batch of %zu requests is too large", n);
+  int64_t *last = kvc__malloc(a->ctx, bytes), *pages = kvc__malloc(a->ctx, bytes);
+  if (!last || !pages) {
+    kvc__free(a->ctx, last);
+    kvc__free(a->ctx, pages);
+    return kvc__error(a->ctx, KVC_ERR_HOST_OOM, fn, "per-batch work space for %zu requests", n);
+  }
+  kvc__free(a->ctx, a->b_last);
+  kvc__free(a->ctx, a->b_pages);
+  a->b_last = last;
+  a->b_pages = pages;
+  a->batch_cap = cap;
+  return KVC_OK;
+}
+
+kvc_status kvc__plan_prefetch(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *extra,
+                              const kvc__kfunc **kcache) {
+  /* Same spec as kvc__plan_launch builds for variant 0 (the one staged plans use). */
+  kvc__spec spec = extra ? *extra : (kvc__spec){0};
+  spec.def[spec.count].name = "KVC_INLINE_WORDS";
+  spec.def[spec.count].value = KVC_INLINE_SMALL;
+  spec.count++;
+  return kvc__kernel_get(ctx, def, &spec, &kcache[0]);
+}
+
+/* --- Create / destroy -------------------------------------------------------------- */
+
+static void alloc_free_all(kvc_context *ctx, kvc_allocator *a) {
+  kvc__free(ctx, a->ring.buf);
+  kvc__free(ctx, a->state);
+  kvc__free(ctx, a->deferred);
+  kvc__free(ctx, a->group);
+  kvc__free(ctx, a->saved);
+  kvc__free(ctx, a->tmp_a);
+  kvc__free(ctx, a->tmp_b);
+  kvc__free(ctx, a->b_last);
+  kvc__free(ctx, a->b_pages);
+  kvc__free(ctx, a->scratch);
+  kvc__free(ctx, a);
+}
+
+kvc_status kvc_allocator_create(kvc_context *ctx, const kvc_allocator_config *config, kvc_allocator **out) {
+  KVC_RETURN_IF(!ctx || !config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "ctx, config and out must be non-NULL");
+  KVC_RETURN_IF(config->struct_size < offsetof(kvc_allocator_config, reserved_), ctx, KVC_ERR_VERSION,
+                "config->struct_size %zu is too small (use KVC_ALLOCATOR_CONFIG_INIT)", config->struct_size);
+  kvc_allocator_config c;
+  memset(&c, 0, sizeof c);
+  memcpy(&c, config, KVC__MIN(config->struct_size, sizeof c));
+  KVC_RETURN_IF(c.kind != KVC_ALLOCATOR_TOKEN && c.kind != KVC_ALLOCATOR_PAGED, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "kind %d is not TOKEN or PAGED", (int)c.kind);
+  KVC_RETURN_IF(c.page_size < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "page_size %d must be >= 1", c.page_size);
+  KVC_RETURN_IF(c.kind == KVC_ALLOCATOR_TOKEN && c.page_size != 1, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "page_size %d: the TOKEN kind has page_size 1", c.page_size);
+  KVC_RETURN_IF(c.flags & ~(uint32_t)KVC_ALLOCATOR_NEED_SORT, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "unknown flags 0x%x", c.flags);
+  KVC_RETURN_IF(c.size < c.page_size, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "size %lld must hold at least one page of %d", (long long)c.size, c.page_size);
+  /* Slot ids (page 0 included) must fit the int32 req_to_token table. */
+  KVC_RETURN_IF(c.size > (int64_t)INT32_MAX - c.page_size, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "size %lld + page_size %d must be < 2^31", (long long)c.size, c.page_size);
+
+  kvc_status st = KVC_OK;
+  kvc_allocator *a = kvc__calloc(ctx, 1, sizeof *a);
+  KVC_RETURN_IF(!a, ctx, KVC_ERR_HOST_OOM, "allocator struct");
+  a->ctx = ctx;
+  a->kind = c.kind;
+  a->ps = c.page_size;
+  a->need_sort = (c.flags & KVC_ALLOCATOR_NEED_SORT) != 0;
+  a->check = kvc_context_check_mode(ctx) != 0;
+  a->num_pages = c.size / c.page_size;
+  a->ps_shift = (c.page_size & (c.page_size - 1)) ? -1 : __builtin_ctz((unsigned)c.page_size);
+  a->sort_bits = 0;
+  while (a->sort_bits < 32 && ((uint64_t)a->num_pages >> a->sort_bits)) a->sort_bits++;
+  uint64_t cap = 1;
+  while (cap < (uint64_t)a->num_pages) cap <<= 1;
+  a->ring.mask = cap - 1;
+  const size_t np = (size_t)a->num_pages, w = sizeof(uint32_t);
+  a->ring.buf = kvc__malloc(ctx, (size_t)cap * w);
+  a->state = kvc__malloc(ctx, np + 1);
+  a->deferred = kvc__malloc(ctx, np * w);
+  a->group = kvc__malloc(ctx, np * w);
+  a->saved = kvc__malloc(ctx, np * w);
+  a->tmp_a = kvc__malloc(ctx, np * w);
+  a->tmp_b = kvc__malloc(ctx, np * w);
+  a->scratch = kvc__malloc(ctx, KVC__PARAM_SCRATCH_BYTES);
+  KVC_FAIL_GOTO(!a->ring.buf || !a->state || !a->deferred || !a->group || !a->saved || !a->tmp_a || !a->tmp_b ||
+                    !a->scratch,
+                ctx, st, KVC_ERR_HOST_OOM, fail, "host metadata for %lld pages", (long long)a->num_pages);
+  KVC_CHECK_GOTO(kvc__alloc_batch_reserve(a, __func__, 64), st, fail);
+  kvc__fl_reset(a);
+  a->magic = KVC__ALLOCATOR_MAGIC;
+  *out = a;
+  return KVC_OK;
+fail:
+  alloc_free_all(ctx, a);
+  return st;
+}
+
+void kvc_allocator_destroy(kvc_allocator *a) {
+  if (!a || a->magic != KVC__ALLOCATOR_MAGIC) return;
+  a->magic = KVC__DEAD_MAGIC;
+  alloc_free_all(a->ctx, a);
+}
+
+/* --- Queries ------------------------------------------------------------------------ */
+
+int64_t kvc_allocator_available_size(const kvc_allocator *a) {
+  if (!a || a->magic != KVC__ALLOCATOR_MAGIC) return 0;
+  return (a->ring.count + a->deferred_count) * a->ps;
+}
+
+int64_t kvc_allocator_size(const kvc_allocator *a) {
+  return (a && a->magic == KVC__ALLOCATOR_MAGIC) ? a->num_pages * a->ps : 0;
+}
+
+int32_t kvc_allocator_page_size(const kvc_allocator *a) {
+  return (a && a->magic == KVC__ALLOCATOR_MAGIC) ? a->ps : 0;
+}
+
+kvc_status kvc_allocator_get_stats(const kvc_allocator *a, kvc_allocator_stats *out) {
+  ALLOC_ENTRY(a);
+  KVC_RETURN_IF(!out, a->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
+  out->num_pages = a->num_pages;
+  out->free_pages = a->ring.count;
+  out->deferred_pages = a->deferred_count;
+  out->held_pages = a->num_pages - a->ring.count - a->deferred_count;
+  out->group_pending = a->group_free_n + a->group_seg_n;
+  out->merges = a->merges;
+  return KVC_OK;
+}
+
+kvc_status kvc_allocator_check(const kvc_allocator *a) {
+  ALLOC_ENTRY(a);
+  return kvc__fl_audit(a, __func__);
+}
+
+/* --- alloc(n) ----------------------------------------------------------------------- */
+
+kvc_status kvc_allocator_alloc(kvc_allocator *a, int64_t n, int64_t *out_slots) {
+  ALLOC_ENTRY(a);
+  KVC_RETURN_IF(n < 0, a->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %lld is negative", (long long)n);
+  if (n == 0) return KVC_OK;
+  KVC_RETURN_IF(!out_slots, a->ctx, KVC_ERR_INVALID_ARGUMENT, "out_slots is NULL for n = %lld", (long long)n);
+  const int64_t ps = a->ps;
+  KVC_RETURN_IF(n % ps != 0, a->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %lld is not a multiple of page_size %lld",
+                (long long)n, (long long)ps);
+  const int64_t np = n / ps;
+  if (np > a->ring.count) kvc__fl_merge(a);
+  if (np > a->ring.count)
+    return kvc__alloc_finish(a, __func__,
+                             kvc__error(a->ctx, KVC_ERR_OUT_OF_SLOTS, __func__, "%lld pages needed, %lld free",
+                                        (long long)np, (long long)a->ring.count));
+  for (int64_t i = 0; i < np; i++) {
+    int64_t base = (int64_t)kvc__ring_at(&a->ring, i) * ps;
+    for (int64_t k = 0; k < ps; k++) out_slots[i * ps + k] = base + k;
+  }
+  kvc__fl_pop(a, np);
+  return kvc__alloc_finish(a, __func__, KVC_OK);
+}
+
+/* --- Frees -------------------------------------------------------------------------- */
+
+static void unmark(kvc_allocator *a, const uint32_t *pages, int64_t n) {
+  for (int64_t i = 0; i < n; i++) a->state[pages[i]] &= (uint8_t)~KVC__PG_MARK;
+}
+
+/* Page of one freed slot, or 0 with a MISUSE recorded (padding page or out of range). */
+static uint32_t checked_page(kvc_allocator *a, const char *fn, const char *what, size_t i, int64_t slot,
+                             kvc_status *st) {
+  const int64_t ps = a->ps;
+  if (slot < ps || slot >= (a->num_pages + 1) * ps) {
+    *st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "%s[%zu] = %lld is %s", what, i, (long long)slot,
+                     (slot >= 0 && slot < ps) ? "in the padding page 0" : "out of range");
+    return 0;
+  }
+  return (uint32_t)(slot / ps);
+}
+
+static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slots, size_t n) {
+  if (n == 0) return KVC_OK;
+  if (!slots) return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "slots is NULL for n = %zu", n);
+  const bool paged = a->kind == KVC_ALLOCATOR_PAGED;
+  uint32_t *v = a->tmp_a;
+  int64_t k = 0;
+  kvc_status st = KVC_OK;
+  const int64_t ps = a->ps, slot_span = a->num_pages * ps;
+  const int shift = a->ps_shift;
+  uint32_t prev = 0;
+  for (size_t i = 0; i < n; i++) {
+    const int64_t slot = slots[i];
+    uint32_t p;
+    if ((uint64_t)(slot - ps) >= (uint64_t)slot_span) { /* page 0, negative or past the end */
+      checked_page(a, fn, "slots", i, slot, &st);
+      break;
+    }
+    p = (uint32_t)(shift >= 0 ? slot >> shift : slot / ps);
+    if (paged && p == prev) continue; /* the common case: the next slot of the same page */
+    prev = p;
+    uint8_t s = a->state[p];
+    if (s & KVC__PG_MARK) {
+      if (paged) continue; /* several slots of one page: released once */
+      st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld is listed twice", i, (long long)slots[i]);
+      break;
+    }
+    if (paged && (s & KVC__PG_GFREE)) continue; /* already recorded by this group: dedup */
+    if ((s & KVC__PG_STATE) != KVC__PG_HELD || (s & (KVC__PG_GFREE | KVC__PG_GSEG))) {
+      st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld: %s %u is %s (double free?)", i,
+                      (long long)slots[i], paged ? "page" : "slot", p,
+                      (s & (KVC__PG_GFREE | KVC__PG_GSEG)) ? "already freed in this group" : "not held");
+      break;
+    }
+    a->state[p] = (uint8_t)(s | KVC__PG_MARK);
+    v[k++] = p;
+  }
+  unmark(a, v, k);
+  if (st != KVC_OK) return st;
+  a->epoch++;
+  if (a->in_group) {
+    for (int64_t i = 0; i < k; i++) {
+      a->state[v[i]] |= KVC__PG_GFREE;
+      a->group[a->group_free_n++] = v[i];
+    }
+  } else {
+    if (paged) kvc__fl_sort(a, v, k);
+    kvc__fl_release(a, v, k);
+  }
+  return kvc__alloc_finish(a, fn, KVC_OK);
+}
+
+kvc_status kvc_allocator_free(kvc_allocator *a, const int64_t *slots, size_t n) {
+  ALLOC_ENTRY(a);
+  return free_impl(a, __func__, slots, n);
+}
+
+kvc_status kvc_allocator_free_segment(kvc_allocator *a, const int64_t *slots, size_t n, int64_t start_pos) {
+  ALLOC_ENTRY(a);
+  KVC_RETURN_IF(start_pos < 0 || start_pos % a->ps != 0, a->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "start_pos %lld is not a non-negative multiple of page_size %d", (long long)start_pos, a->ps);
+  if (a->kind == KVC_ALLOCATOR_TOKEN) {
+    /* SGLang's base free_segment: after the alignment assert it is plain free(). */
+    return free_impl(a, __func__, slots, n);
+  }
+  if (n == 0) return KVC_OK;
+  KVC_RETURN_IF(!slots, a->ctx, KVC_ERR_INVALID_ARGUMENT, "slots is NULL for n = %zu", n);
+  const size_t ps = (size_t)a->ps;
+  uint32_t *v = a->tmp_a;
+  int64_t k = 0;
+  kvc_status st = KVC_OK;
+  for (size_t c = 0; c < n && st == KVC_OK; c += ps) {
+    uint32_t p = checked_page(a, __func__, "slots", c, slots[c], &st);
+    if (!p) break;
+    /* A row's tokens inside one page are consecutive, so every slot of the chunk must
+     * lie in the representative's page; anything else is not a row segment. */
+    size_t end = KVC__MIN(n, c + ps);
+    for (size_t j = c + 1; j < end; j++) {
+      if (slots[j] < 0 || slots[j] / (int64_t)ps != (int64_t)p) {
+        st = kvc__error(a->ctx, KVC_ERR_MISUSE, __func__,
+                        "slots[%zu] = %lld is not in page %u of slots[%zu]: not a page-aligned row segment", j,
+                        (long long)slots[j], p, c);
+        break;
+      }
+    }
+    if (st != KVC_OK) break;
+    uint8_t s = a->state[p];
+    if ((s & KVC__PG_MARK) || (s & KVC__PG_STATE) != KVC__PG_HELD || (s & (KVC__PG_GFREE | KVC__PG_GSEG))) {
+      st = kvc__error(a->ctx, KVC_ERR_MISUSE, __func__, "slots[%zu] = %lld: page %u is %s", c, (long long)slots[c], p,
+                      (s & KVC__PG_MARK) ? "listed twice in this segment"
+                      : (s & (KVC__PG_GFREE | KVC__PG_GSEG)) ? "already freed in this group"
+                                                              : "not held (double free?)");
+      break;
+    }
+    a->state[p] = (uint8_t)(s | KVC__PG_MARK);
+    v[k++] = p;
+  }
+  unmark(a, v, k);
+  if (st != KVC_OK) return st;
+  a->epoch++;
+  if (a->in_group) {
+    for (int64_t i = 0; i < k; i++) {
+      a->state[v[i]] |= KVC__PG_GSEG;
+      a->group[a->num_pages - 1 - a->group_seg_n++] = v[i];
+    }
+  } else {
+    kvc__fl_release(a, v, k);
+  }
+  return kvc__alloc_finish(a, __func__, KVC_OK);
+}
+
+/* --- Groups ------------------------------------------------------------------------- */
+
+kvc_status kvc_allocator_free_group_begin(kvc_allocator *a) {
+  ALLOC_ENTRY(a);
+  KVC_RETURN_IF(a->in_group, a->ctx, KVC_ERR_MISUSE, "a free group is already open (groups do not nest)");
+  a->in_group = true;
+  a->group_free_n = a->group_seg_n = 0;
+  a->epoch++;
+  return kvc__alloc_finish(a, __func__, KVC_OK);
+}
+
+kvc_status kvc_allocator_free_group_end(kvc_allocator *a) {
+  ALLOC_ENTRY(a);
+  KVC_RETURN_IF(!a->in_group, a->ctx, KVC_ERR_MISUSE, "no free group is open");
+  a->epoch++;
+  a->in_group = false;
+  uint32_t *g = a->group;
+  const int64_t nf = a->group_free_n, ns = a->group_seg_n;
+  a->group_free_n = a->group_seg_n = 0;
+  for (int64_t i = 0; i < nf; i++) a->state[g[i]] &= (uint8_t)~KVC__PG_GFREE;
+  /* One free() over the concatenation: PAGED sorts (unique already), TOKEN keeps order. */
+  if (a->kind == KVC_ALLOCATOR_PAGED) kvc__fl_sort(a, g, nf);
+  kvc__fl_release(a, g, nf);
+  if (ns) {
+    uint32_t *v = a->tmp_a;
+    for (int64_t i = 0; i < ns; i++) {
+      v[i] = g[a->num_pages - 1 - i];
+      a->state[v[i]] &= (uint8_t)~KVC__PG_GSEG;
+    }
+    kvc__fl_release(a, v, ns);
+  }
+  return kvc__alloc_finish(a, __func__, KVC_OK);
+}
+
+kvc_status kvc_allocator_merge_and_sort_free(kvc_allocator *a) {
+  ALLOC_ENTRY(a);
+  kvc__fl_merge(a);
+  return kvc__alloc_finish(a, __func__, KVC_OK);
+}
+
+/* --- Backup / restore --------------------------------------------------------------- */
+
+static uint64_t alloc_tag(const kvc_allocator *a) { return KVC__ALLOCATOR_MAGIC ^ (uint64_t)(uintptr_t)a; }
+
+kvc_status kvc_allocator_backup_state(kvc_allocator *a, kvc_allocator_state *out) {
+  ALLOC_ENTRY(a);
+  KVC_RETURN_IF(!out, a->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
+  a->backup_serial++;
+  a->backup_live = true;
+  a->backup_saved = false;
+  a->b_head = a->ring.head;
+  a->b_count = a->ring.count;
+  a->b_deferred = a->deferred_count;
+  a->b_epoch = a->epoch;
+  out->opaque_[0] = alloc_tag(a);
+  out->opaque_[1] = a->backup_serial;
+  out->opaque_[2] = a->b_head;
+  out->opaque_[3] = (uint64_t)a->b_count;
+  return KVC_OK;
+}
+
+kvc_status kvc_allocator_restore_state(kvc_allocator *a, const kvc_allocator_state *state) {
+  ALLOC_ENTRY(a);
+  KVC_RETURN_IF(!state, a->ctx, KVC_ERR_INVALID_ARGUMENT, "state is NULL");
+  KVC_RETURN_IF(state->opaque_[0] != alloc_tag(a), a->ctx, KVC_ERR_MISUSE, "state was not taken from this allocator");
+  KVC_RETURN_IF(!a->backup_live || state->opaque_[1] != a->backup_serial, a->ctx, KVC_ERR_MISUSE,
+                "state is not the live snapshot (a later backup or a clear replaced it)");
+  KVC_RETURN_IF(a->epoch != a->b_epoch, a->ctx, KVC_ERR_MISUSE,
+                "a free, free group or clear happened since the backup; restoring would lose those frees");
+  kvc__ring *r = &a->ring;
+  if (a->backup_saved) {
+    /* A merge rewrote the ring: rebuild the backup's lists from the saved image. Pages
+     * not in it were held at the backup and still are (no free since). */
+    memcpy(r->buf, a->saved, (size_t)a->b_count * sizeof(uint32_t));
+    memcpy(a->deferred, a->saved + a->b_count, (size_t)a->b_deferred * sizeof(uint32_t));
+    for (int64_t i = 0; i < a->b_count; i++) a->state[a->saved[i]] = KVC__PG_FREE;
+    for (int64_t i = 0; i < a->b_deferred; i++) a->state[a->deferred[i]] = KVC__PG_DEFERRED;
+    r->head = 0;
+    a->deferred_count = a->b_deferred;
+    a->b_head = 0;
+    a->backup_saved = false;
+  } else {
+    /* Only pops happened: the popped ids are still in the buffer in front of head. */
+    for (uint64_t h = a->b_head; h != r->head; h++) a->state[r->buf[h & r->mask]] = KVC__PG_FREE;
+    r->head = a->b_head;
+  }
+  r->count = a->b_count;
+  return kvc__alloc_finish(a, __func__, KVC_OK);
+}
+
+kvc_status kvc_allocator_clear(kvc_allocator *a) {
+  ALLOC_ENTRY(a);
+  kvc__fl_reset(a);
+  a->epoch++;
+  a->backup_live = false;
+  a->backup_saved = false;
+  return kvc__alloc_finish(a, __func__, KVC_OK);
+}

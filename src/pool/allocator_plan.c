@@ -1,0 +1,340 @@
+/*
+ * allocator_plan.c — alloc_extend / alloc_decode: the host decides every slot, the
+ * device gets one launch.
+ *
+ *   validate all requests ──> page need (exact, host) ──> merge trigger (SGLang's) ──>
+ *   shortage? OUT_OF_SLOTS, nothing launched ──> plan payload from a peek at the ring
+ *   ──> ONE launch (out_cache_loc + req_to_token rows) ──> commit: pop pages, out_host,
+ *   req pool mirror
+ *
+ * SGLang launches its kernel first and checks capacity afterwards (its kernel may read
+ * past the free list); here the host checks first, so a failure changes nothing. The
+ * host state is committed only after the launch was accepted, so a launch error also
+ * leaves the allocator unchanged.
+ *
+ * Extend payload (uint32 words, see kernels/alloc_plan.cu):
+ *
+ *   [ desc 0 | desc 1 | ... | desc n-1 ][ page list: the popped pages in free-list order ]
+ *   [ prefix slots of the requests that copy a prefix, int32 ]
+ *
+ * Request i takes free-list entries [S_i, S_i + n_i) (spec 6.8): its full new pages in
+ * list order, then its partial last page. The kernel needs only the request's own run,
+ * so the descriptor carries S_i (page_begin) and O_i (out_offset) — no in-kernel scans.
+ * The TOKEN kind uses the same kernel with page size 1 and the slots as the page list.
+ */
+#include "pool.h"
+
+#include <string.h>
+
+#define TOKENS_PER_BLOCK 1024
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+#define ALLOC_ENTRY(a)                                                                      \
+  do {                                                                                      \
+    if (!(a) || (a)->magic != KVC__ALLOCATOR_MAGIC)                                         \
+      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
+                        "alloc is NULL or not a live kvc_allocator");                       \
+  } while (0)
+
+/* The page of `last` must be held by the caller (not free, deferred or freed in the open
+ * group) and its in-page offset must be the one of token position `pos` (spec 6.6). */
+static kvc_status check_last_loc(kvc_allocator *a, const char *fn, size_t i, int64_t last, int64_t pos) {
+  const int64_t ps = a->ps;
+  if (last < ps || last >= (a->num_pages + 1) * ps)
+    return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "request %zu: last_loc %lld is out of range [%lld, %lld)",
+                      i, (long long)last, (long long)ps, (long long)((a->num_pages + 1) * ps));
+  if (last % ps != pos % ps)
+    return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn,
+                      "request %zu: last_loc %lld sits at in-page offset %lld, token %lld needs offset %lld", i,
+                      (long long)last, (long long)(last % ps), (long long)pos, (long long)(pos % ps));
+  uint8_t s = a->state[last / ps];
+  if ((s & KVC__PG_STATE) != KVC__PG_HELD || (s & (KVC__PG_GFREE | KVC__PG_GSEG)))
+    return kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "request %zu: last_loc %lld is in page %lld, which is not held", i,
+                      (long long)last, (long long)(last / ps));
+  return KVC_OK;
+}
+
+/* Validates a request's row: held by the pool and not listed earlier in the batch. */
+static kvc_status check_row(kvc_allocator *a, const char *fn, kvc_req_to_token_pool *rp, size_t i, int32_t row) {
+  if (!kvc__req_pool_row_held(rp, row))
+    return kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "req_rows[%zu] = %d is not a held row of req_pool", i, row);
+  if (rp->rowflag[row] & KVC__ROW_MARK)
+    return kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "req_rows[%zu] = %d is listed twice", i, row);
+  rp->rowflag[row] |= KVC__ROW_MARK;
+  return KVC_OK;
+}
+
+/* last_locs may be NULL only when a req_pool mirror can supply them, or when no
+ * request continues a partial page (then no last_loc is read at all). */
+static kvc_status no_last_loc(kvc_allocator *a, const char *fn, size_t i) {
+  return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn,
+                    "request %zu continues a partial page but last_locs is NULL and there is no req_pool", i);
+}
+
+static void unmark_rows(kvc_req_to_token_pool *rp, const int32_t *rows, size_t n) {
+  for (size_t j = 0; j < n; j++) rp->rowflag[rows[j]] &= (uint8_t)~KVC__ROW_MARK;
+}
+
+static kvc_status check_common(kvc_allocator *a, const char *fn, size_t bs, kvc_req_to_token_pool *rp,
+                               const int32_t *req_rows) {
+  KVC_FORWARD(kvc__alloc_batch_reserve(a, fn, bs));
+  if (bs > (size_t)1 << 24) return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "batch_size %zu > 2^24", bs);
+  if (rp) {
+    KVC_FORWARD(kvc__req_pool_check_handle(a->ctx, fn, rp));
+    if (!req_rows) return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "req_rows is NULL with a req_pool");
+  }
+  return KVC_OK;
+}
+
+/* Copies n ring entries starting at front index `from` (ring order) to dst. */
+static void ring_copy(const kvc__ring *r, int64_t from, int64_t n, uint32_t *dst) {
+  uint64_t pos = (r->head + (uint64_t)from) & r->mask;
+  uint64_t first = KVC__MIN((uint64_t)n, r->mask + 1 - pos);
+  memcpy(dst, r->buf + pos, (size_t)first * sizeof *dst);
+  if ((uint64_t)n > first) memcpy(dst + first, r->buf, (size_t)((uint64_t)n - first) * sizeof *dst);
+}
+
+/* --- alloc_extend ------------------------------------------------------------------- */
+
+kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t *prefix_lens,
+                                      const int64_t *seq_lens, const int64_t *last_locs,
+                                      kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                      const int64_t *const *prefix_slots, int64_t *out_host,
+                                      int64_t *out_device, kvc_stream stream) {
+  ALLOC_ENTRY(a);
+  kvc_context *ctx = a->ctx;
+  if (bs == 0) return KVC_OK;
+  KVC_RETURN_IF(!prefix_lens || !seq_lens, ctx, KVC_ERR_INVALID_ARGUMENT, "prefix_lens and seq_lens must be non-NULL");
+  KVC_RETURN_IF(prefix_slots && !rp, ctx, KVC_ERR_INVALID_ARGUMENT, "prefix_slots needs a req_pool to write into");
+  KVC_FORWARD(check_common(a, __func__, bs, rp, req_rows));
+  const bool paged = a->kind == KVC_ALLOCATOR_PAGED;
+  const int64_t ps = a->ps;
+  const int64_t width = rp ? rp->width : INT32_MAX;
+  int64_t total_tokens = 0, total_pages = 0, prefix_words = 0, max_len = 1;
+  kvc_status st = KVC_OK;
+  size_t marked = 0;
+  for (size_t i = 0; i < bs && st == KVC_OK; i++) {
+    const int64_t p = prefix_lens[i], s = seq_lens[i];
+    if (p < 0 || s < p) {
+      st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, __func__,
+                      "request %zu: prefix_len %lld, seq_len %lld (need 0 <= prefix_len <= seq_len)", i, (long long)p,
+                      (long long)s);
+      break;
+    }
+    if (s > width) {
+      st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "request %zu: seq_len %lld exceeds the row width %lld", i,
+                      (long long)s, (long long)width);
+      break;
+    }
+    int32_t row = -1;
+    if (rp) {
+      row = req_rows[i];
+      if ((st = check_row(a, __func__, rp, i, row)) != KVC_OK) break;
+      marked++;
+    }
+    const int64_t *pre = (prefix_slots && p > 0) ? prefix_slots[i] : NULL;
+    if (pre) {
+      for (int64_t t = 0; t < p; t++)
+        if (pre[t] < 0 || pre[t] > INT32_MAX) {
+          st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "prefix_slots[%zu][%lld] = %lld is out of [0, 2^31)",
+                          i, (long long)t, (long long)pre[t]);
+          break;
+        }
+      if (st != KVC_OK) break;
+      prefix_words += p;
+      max_len = KVC__MAX(max_len, p);
+    }
+    int64_t last = -1;
+    if (paged && p % ps != 0 && s > p) {
+      if (!last_locs && !rp) {
+        st = no_last_loc(a, __func__, i);
+        break;
+      }
+      last = last_locs ? last_locs[i] : pre ? pre[p - 1] : kvc__req_pool_mirror_row(rp, row)[p - 1];
+      if ((st = check_last_loc(a, __func__, i, last, p - 1)) != KVC_OK) break;
+    }
+    a->b_last[i] = last;
+    a->b_pages[i] = paged ? ceil_div(s, ps) - ceil_div(p, ps) : s - p;
+    total_pages += a->b_pages[i];
+    total_tokens += s - p;
+    max_len = KVC__MAX(max_len, s - p);
+  }
+  if (rp) unmark_rows(rp, req_rows, marked);
+  if (st != KVC_OK) return st;
+  KVC_RETURN_IF(total_tokens > INT32_MAX || prefix_words > INT32_MAX, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "%lld new tokens / %lld prefix slots in one batch exceed 2^31", (long long)total_tokens,
+                (long long)prefix_words);
+
+  /* SGLang's trigger (spec 14): paged uses a cheap upper bound and may merge early. */
+  kvc__ring *r = &a->ring;
+  if (paged ? (total_tokens / ps + (int64_t)bs + 1 > r->count) : (total_tokens > r->count)) kvc__fl_merge(a);
+  if (total_pages > r->count)
+    return kvc__alloc_finish(a, __func__,
+                             kvc__error(ctx, KVC_ERR_OUT_OF_SLOTS, __func__, "%lld %s needed, %lld free",
+                                        (long long)total_pages, paged ? "pages" : "slots", (long long)r->count));
+
+  if (rp || out_device) {
+    kvc__spec extra = {1, {{"KVC_PAGE_SIZE", ps}}};
+    if (!a->k_extend[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_plan_extend, &extra, a->k_extend));
+    const size_t desc_words = (size_t)bs * KVC_PLAN_EXTEND_DESC_WORDS;
+    const size_t words = desc_words + (size_t)total_pages + (size_t)prefix_words;
+    kvc__plan plan;
+    KVC_FORWARD(kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_extend), words));
+    uint32_t *w = plan.payload;
+    uint32_t *pages = w + desc_words;
+    int32_t *pre_area = (int32_t *)(void *)(pages + total_pages);
+    int64_t o = 0, pb = 0, pw = 0;
+    for (size_t i = 0; i < bs; i++) {
+      const int64_t p = prefix_lens[i], s = seq_lens[i];
+      const int64_t *pre = (prefix_slots && p > 0) ? prefix_slots[i] : NULL;
+      int32_t *d = (int32_t *)(void *)(w + i * KVC_PLAN_EXTEND_DESC_WORDS);
+      d[0] = rp ? req_rows[i] : -1;
+      d[1] = (int32_t)p;
+      d[2] = (int32_t)s;
+      d[3] = (int32_t)a->b_last[i];
+      d[4] = (int32_t)o;
+      d[5] = (int32_t)pb;
+      d[6] = pre ? (int32_t)pw : -1;
+      d[7] = 0;
+      if (pre) {
+        for (int64_t t = 0; t < p; t++) pre_area[pw + t] = (int32_t)pre[t];
+        pw += p;
+      }
+      o += s - p;
+      pb += a->b_pages[i];
+    }
+    if (total_pages) ring_copy(r, 0, total_pages, pages);
+    kvc_p_plan_extend h;
+    memset(&h, 0, sizeof h);
+    h.table = rp ? (uint64_t)(uintptr_t)rp->table : 0;
+    h.out = (uint64_t)(uintptr_t)out_device;
+    h.staged = plan.staged_dev;
+    h.row_stride = rp ? rp->width : 0;
+    h.n = (int32_t)bs;
+    h.page_size = (int32_t)ps;
+    h.pages_at = (int32_t)desc_words;
+    h.prefix_at = (int32_t)(desc_words + (size_t)total_pages);
+    h.tokens_per_block = TOKENS_PER_BLOCK;
+    unsigned tiles = (unsigned)ceil_div(max_len, TOKENS_PER_BLOCK);
+    KVC_FORWARD(kvc__plan_launch(ctx, &plan, &kvc__k_plan_extend, &extra, a->k_extend,
+                                 kvc__dim((unsigned)bs, tiles, 1), kvc__dim(256, 1, 1), stream, &h));
+  }
+
+  /* Commit: the same slots the kernel computes, for out_host and the mirror. */
+  int64_t o = 0, pb = 0;
+  for (size_t i = 0; i < bs; i++) {
+    const int64_t p = prefix_lens[i], s = seq_lens[i];
+    int32_t *mrow = rp ? kvc__req_pool_mirror_row(rp, req_rows[i]) : NULL;
+    const int64_t *pre = (prefix_slots && p > 0) ? prefix_slots[i] : NULL;
+    if (pre)
+      for (int64_t t = 0; t < p; t++) mrow[t] = (int32_t)pre[t];
+    int64_t *out = out_host ? out_host + o - p : NULL; /* indexed by position */
+    int64_t pos = p;
+    const int64_t part1_end = KVC__MIN(s, ceil_div(p, ps) * ps);
+    for (int64_t slot = a->b_last[i] + 1; pos < part1_end; pos++, slot++) {
+      if (out) out[pos] = slot;
+      if (mrow) mrow[pos] = (int32_t)slot;
+    }
+    for (int64_t k = pb; pos < s; k++) {
+      const int64_t base = (int64_t)kvc__ring_at(r, k) * ps;
+      const int64_t e = KVC__MIN(s - pos, ps);
+      if (out)
+        for (int64_t j = 0; j < e; j++) out[pos + j] = base + j;
+      if (mrow)
+        for (int64_t j = 0; j < e; j++) mrow[pos + j] = (int32_t)(base + j);
+      pos += e;
+    }
+    o += s - p;
+    pb += a->b_pages[i];
+  }
+  kvc__fl_pop(a, total_pages);
+  return kvc__alloc_finish(a, __func__, KVC_OK);
+}
+
+/* --- alloc_decode ------------------------------------------------------------------- */
+
+kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t *seq_lens,
+                                      const int64_t *last_locs, kvc_req_to_token_pool *rp,
+                                      const int32_t *req_rows, int64_t *out_host, int64_t *out_device,
+                                      kvc_stream stream) {
+  ALLOC_ENTRY(a);
+  kvc_context *ctx = a->ctx;
+  if (bs == 0) return KVC_OK;
+  KVC_RETURN_IF(!seq_lens, ctx, KVC_ERR_INVALID_ARGUMENT, "seq_lens is NULL");
+  KVC_FORWARD(check_common(a, __func__, bs, rp, req_rows));
+  const bool paged = a->kind == KVC_ALLOCATOR_PAGED;
+  const int64_t ps = a->ps;
+  const int64_t width = rp ? rp->width : INT32_MAX;
+  int64_t need = 0;
+  kvc_status st = KVC_OK;
+  size_t marked = 0;
+  for (size_t i = 0; i < bs; i++) {
+    const int64_t s = seq_lens[i];
+    if (s < 1 || s > width) {
+      st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "request %zu: seq_len %lld is out of [1, %lld]", i,
+                      (long long)s, (long long)width);
+      break;
+    }
+    int32_t row = -1;
+    if (rp) {
+      row = req_rows[i];
+      if ((st = check_row(a, __func__, rp, i, row)) != KVC_OK) break;
+      marked++;
+    }
+    /* A new page iff (s-1) % ps == 0 — also for ps == 1, where SGLang's page counter
+     * (seq % ps == 1) says 0 (spec 15.1 item 4); the TOKEN kind always takes a slot. */
+    const bool fresh = !paged || (s - 1) % ps == 0;
+    int64_t last = -1;
+    if (!fresh) {
+      if (!last_locs && !rp) {
+        st = no_last_loc(a, __func__, i);
+        break;
+      }
+      last = last_locs ? last_locs[i] : kvc__req_pool_mirror_row(rp, row)[s - 2];
+      if ((st = check_last_loc(a, __func__, i, last, s - 2)) != KVC_OK) break;
+    }
+    a->b_last[i] = last;
+    a->b_pages[i] = fresh;
+    need += fresh;
+  }
+  if (rp) unmark_rows(rp, req_rows, marked);
+  if (st != KVC_OK) return st;
+
+  kvc__ring *r = &a->ring;
+  if ((int64_t)bs > r->count) kvc__fl_merge(a);
+  if (need > r->count)
+    return kvc__alloc_finish(a, __func__,
+                             kvc__error(ctx, KVC_ERR_OUT_OF_SLOTS, __func__, "%lld %s needed, %lld free", (long long)need,
+                                        paged ? "pages" : "slots", (long long)r->count));
+  /* b_last becomes the new slot of each request. */
+  for (size_t i = 0, k = 0; i < bs; i++)
+    a->b_last[i] = a->b_pages[i] ? (int64_t)kvc__ring_at(r, (int64_t)k++) * ps : a->b_last[i] + 1;
+
+  if (rp || out_device) {
+    if (!a->k_decode[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_plan_decode, NULL, a->k_decode));
+    kvc__plan plan;
+    KVC_FORWARD(kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode), 3 * bs));
+    uint32_t *w = plan.payload;
+    for (size_t i = 0; i < bs; i++) {
+      w[3 * i] = rp ? (uint32_t)req_rows[i] : UINT32_MAX; /* -1: no table write */
+      w[3 * i + 1] = (uint32_t)(seq_lens[i] - 1);
+      w[3 * i + 2] = (uint32_t)a->b_last[i];
+    }
+    kvc_p_plan_decode h;
+    memset(&h, 0, sizeof h);
+    h.table = rp ? (uint64_t)(uintptr_t)rp->table : 0;
+    h.out = (uint64_t)(uintptr_t)out_device;
+    h.staged = plan.staged_dev;
+    h.row_stride = rp ? rp->width : 0;
+    h.n = (int32_t)bs;
+    KVC_FORWARD(kvc__plan_launch(ctx, &plan, &kvc__k_plan_decode, NULL, a->k_decode,
+                                 kvc__dim((unsigned)((bs + 255) / 256), 1, 1), kvc__dim(256, 1, 1), stream, &h));
+  }
+
+  if (out_host) memcpy(out_host, a->b_last, bs * sizeof(int64_t));
+  if (rp)
+    for (size_t i = 0; i < bs; i++) kvc__req_pool_mirror_row(rp, req_rows[i])[seq_lens[i] - 1] = (int32_t)a->b_last[i];
+  kvc__fl_pop(a, need);
+  return kvc__alloc_finish(a, __func__, KVC_OK);
+}

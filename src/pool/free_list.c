@@ -1,0 +1,205 @@
+/*
+ * free_list.c — the allocator's host free list: a double-ended ring of page ids plus one
+ * state byte per page.
+ *
+ *   ring (uint32 page ids, power-of-two capacity >= num_pages)
+ *
+ *        push_front (PAGED free:                pop_front (every alloc)
+ *        released ++ free_pages)                     |
+ *              v                                     v
+ *      ... [ . . . | p7 p3 p9 p5 ... p42 | . . . ] ...
+ *                    ^head               ^head+count  <- push_back (TOKEN free: FIFO)
+ *
+ *   state[page]:  FREE ----pop----> HELD ---free (need_sort)---> DEFERRED
+ *                  ^ ^               |  \                            |
+ *                  | +--free/release-+   +-- +GFREE/+GSEG marks      |
+ *                  |                          while an open group    |
+ *                  +-------------- merge_and_sort_free --------------+
+ *                 page 0 is RESERVED forever.
+ *
+ * Why a state byte: SGLang never validates frees (a double free silently duplicates a
+ * page in the list). One byte per page makes every free checkable in O(n) before any
+ * mutation, and gives O(num_pages) audits in check mode.
+ *
+ * Why these orders: they decide which slot each request gets, and must match SGLang
+ * exactly (spec 14): pop from the front; TOKEN frees append in call order; PAGED frees
+ * prepend their pages in ascending order; need_sort defers, then merges everything into
+ * one ascending list.
+ */
+#include "pool.h"
+
+#include <string.h>
+
+/* --- Reset / pop / release --------------------------------------------------------- */
+
+void kvc__fl_reset(kvc_allocator *a) {
+  for (int64_t i = 0; i < a->num_pages; i++) a->ring.buf[i] = (uint32_t)(i + 1);
+  a->ring.head = 0;
+  a->ring.count = a->num_pages;
+  memset(a->state, KVC__PG_FREE, (size_t)a->num_pages + 1);
+  a->state[0] = KVC__PG_RESERVED;
+  a->deferred_count = 0;
+  a->in_group = false;
+  a->group_free_n = a->group_seg_n = 0;
+}
+
+void kvc__fl_pop(kvc_allocator *a, int64_t n) {
+  for (int64_t i = 0; i < n; i++) a->state[kvc__ring_at(&a->ring, i)] = KVC__PG_HELD;
+  a->ring.head += (uint64_t)n;
+  a->ring.count -= n;
+}
+
+void kvc__fl_release(kvc_allocator *a, const uint32_t *pages, int64_t n) {
+  if (a->need_sort) {
+    for (int64_t i = 0; i < n; i++) {
+      a->state[pages[i]] = KVC__PG_DEFERRED;
+      a->deferred[a->deferred_count++] = pages[i];
+    }
+    return;
+  }
+  kvc__ring *r = &a->ring;
+  if (a->kind == KVC_ALLOCATOR_PAGED) {
+    /* released ++ free_pages: push the last first so pages[0] ends up at the front. */
+    for (int64_t i = n - 1; i >= 0; i--) {
+      a->state[pages[i]] = KVC__PG_FREE;
+      r->head--;
+      r->buf[r->head & r->mask] = pages[i];
+    }
+  } else {
+    for (int64_t i = 0; i < n; i++) {
+      a->state[pages[i]] = KVC__PG_FREE;
+      r->buf[(r->head + (uint64_t)r->count + (uint64_t)i) & r->mask] = pages[i];
+    }
+  }
+  r->count += n;
+}
+
+/* --- Sorting ------------------------------------------------------------------------ */
+
+/* LSD radix sort on 8-bit digits, only as many passes as page ids have bytes (3 for up
+ * to 16M pages). Short or already-sorted inputs (a request's pages usually are) skip it. */
+void kvc__fl_sort(kvc_allocator *a, uint32_t *v, int64_t n) {
+  if (n < 2) return;
+  int64_t i = 1;
+  while (i < n && v[i - 1] < v[i]) i++;
+  if (i == n) return;
+  if (n <= 48) {
+    for (; i < n; i++) {
+      uint32_t x = v[i];
+      int64_t j = i;
+      while (j > 0 && v[j - 1] > x) v[j] = v[j - 1], j--;
+      v[j] = x;
+    }
+    return;
+  }
+  uint32_t *src = v, *dst = a->tmp_b;
+  for (int shift = 0; shift < a->sort_bits; shift += 8) {
+    uint32_t cnt[256];
+    memset(cnt, 0, sizeof cnt);
+    for (i = 0; i < n; i++) cnt[(src[i] >> shift) & 255u]++;
+    uint32_t sum = 0;
+    for (int d = 0; d < 256; d++) {
+      uint32_t c = cnt[d];
+      cnt[d] = sum;
+      sum += c;
+    }
+    for (i = 0; i < n; i++) dst[cnt[(src[i] >> shift) & 255u]++] = src[i];
+    uint32_t *t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != v) memcpy(v, src, (size_t)n * sizeof *v);
+}
+
+/* --- Merge -------------------------------------------------------------------------- */
+
+void kvc__fl_merge(kvc_allocator *a) {
+  if (a->deferred_count == 0) return;
+  kvc__ring *r = &a->ring;
+  if (a->backup_live && !a->backup_saved && a->epoch == a->b_epoch) {
+    /* No free happened since the backup, so its ring image is still intact behind the
+     * entries popped since (pops only move head) and the side list is the backup's. */
+    for (int64_t i = 0; i < a->b_count; i++) a->saved[i] = r->buf[(a->b_head + (uint64_t)i) & r->mask];
+    memcpy(a->saved + a->b_count, a->deferred, (size_t)a->deferred_count * sizeof(uint32_t));
+    a->backup_saved = true;
+  }
+  int64_t total = r->count + a->deferred_count;
+  if (total * 8 >= a->num_pages) {
+    /* Dense: the sorted union is a scan of the state bytes. */
+    int64_t k = 0;
+    for (int64_t p = 1; p <= a->num_pages; p++) {
+      uint8_t s = a->state[p];
+      if (s == KVC__PG_FREE || s == KVC__PG_DEFERRED) {
+        r->buf[k++] = (uint32_t)p;
+        a->state[p] = KVC__PG_FREE;
+      }
+    }
+  } else {
+    uint32_t *v = a->tmp_a;
+    for (int64_t i = 0; i < r->count; i++) v[i] = kvc__ring_at(r, i);
+    for (int64_t i = 0; i < a->deferred_count; i++) {
+      v[r->count + i] = a->deferred[i];
+      a->state[a->deferred[i]] = KVC__PG_FREE;
+    }
+    kvc__fl_sort(a, v, total);
+    memcpy(r->buf, v, (size_t)total * sizeof *v);
+  }
+  r->head = 0;
+  r->count = total;
+  a->deferred_count = 0;
+  a->merges++;
+}
+
+/* --- Audit -------------------------------------------------------------------------- */
+
+kvc_status kvc__fl_audit(const kvc_allocator *a, const char *fn) {
+  kvc_context *ctx = a->ctx;
+  const kvc__ring *r = &a->ring;
+  if (a->state[0] != KVC__PG_RESERVED)
+    return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: page 0 has state %u", a->state[0]);
+  if (r->count < 0 || r->count > a->num_pages || a->deferred_count < 0 ||
+      r->count + a->deferred_count > a->num_pages)
+    return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: counts free %lld deferred %lld of %lld pages",
+                      (long long)r->count, (long long)a->deferred_count, (long long)a->num_pages);
+  int64_t n_free = 0, n_def = 0, n_gfree = 0, n_gseg = 0;
+  for (int64_t p = 1; p <= a->num_pages; p++) {
+    uint8_t s = a->state[p];
+    if (s & KVC__PG_MARK) return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: page %lld left marked", (long long)p);
+    if ((s & (KVC__PG_GFREE | KVC__PG_GSEG)) && ((s & KVC__PG_STATE) != KVC__PG_HELD || !a->in_group))
+      return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: page %lld has a stale group mark", (long long)p);
+    n_free += (s & KVC__PG_STATE) == KVC__PG_FREE;
+    n_def += (s & KVC__PG_STATE) == KVC__PG_DEFERRED;
+    n_gfree += (s & KVC__PG_GFREE) != 0;
+    n_gseg += (s & KVC__PG_GSEG) != 0;
+    if ((s & KVC__PG_STATE) == KVC__PG_RESERVED)
+      return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: page %lld reserved", (long long)p);
+  }
+  if (n_free != r->count || n_def != a->deferred_count)
+    return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: %lld FREE states vs %lld in the list, %lld DEFERRED vs %lld",
+                      (long long)n_free, (long long)r->count, (long long)n_def, (long long)a->deferred_count);
+  if (a->kind == KVC_ALLOCATOR_PAGED ? (n_gfree != a->group_free_n || n_gseg != a->group_seg_n)
+                                     : (n_gfree != a->group_free_n || n_gseg != 0))
+    return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: group marks %lld/%lld vs records %lld/%lld",
+                      (long long)n_gfree, (long long)n_gseg, (long long)a->group_free_n,
+                      (long long)a->group_seg_n);
+  /* Uniqueness: every entry must be FREE, and the number of FREE pages equals the list
+   * length, so a duplicate would leave some FREE page out: count distinct via tmp mark. */
+  uint8_t *seen = kvc__calloc(ctx, (size_t)a->num_pages + 1, 1);
+  if (!seen) return kvc__error(ctx, KVC_ERR_HOST_OOM, fn, "check: %lld bytes", (long long)a->num_pages + 1);
+  kvc_status st = KVC_OK;
+  for (int64_t i = 0; i < r->count && st == KVC_OK; i++) {
+    uint32_t p = kvc__ring_at(r, i);
+    if (p < 1 || p > a->num_pages || a->state[p] != KVC__PG_FREE || seen[p])
+      st = kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: free list entry %lld = page %u is %s", (long long)i, p,
+                      (p < 1 || p > a->num_pages) ? "out of range" : seen[p] ? "a duplicate" : "not FREE");
+    else seen[p] = 1;
+  }
+  for (int64_t i = 0; i < a->deferred_count && st == KVC_OK; i++) {
+    uint32_t p = a->deferred[i];
+    if (p < 1 || p > a->num_pages || a->state[p] != KVC__PG_DEFERRED || seen[p])
+      st = kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: deferred entry %lld = page %u is bad", (long long)i, p);
+    else seen[p] = 1;
+  }
+  kvc__free(ctx, seen);
+  return st;
+}

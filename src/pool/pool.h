@@ -1,0 +1,154 @@
+/*
+ * pool.h — internal layout of the level-2 objects (req_to_token pool, token/paged
+ * allocator) shared by the src/pool/ sources. Nothing outside src/pool/ (and white-box tests)
+ * should include it.
+ *
+ * Both objects keep their metadata on the host; the device only receives what the host
+ * decided, through one planned launch per call (src/ops/plan.c).
+ */
+#ifndef KVC_POOL_H
+#define KVC_POOL_H
+
+#include "../ops/ops.h"
+
+#include <stdbool.h>
+
+#define KVC__REQ_POOL_MAGIC 0x6b76632d72747021ull  /* "kvc-rtp!" */
+#define KVC__ALLOCATOR_MAGIC 0x6b76632d616c6321ull /* "kvc-alc!" */
+#define KVC__DEAD_MAGIC 0x6465616464656164ull
+
+/* --- Request-to-token pool ---------------------------------------------------------- */
+
+/* Per-row flags in `rowflag`. MARK is transient: set while one call checks a batch for
+ * duplicate rows, always cleared before that call returns. */
+#define KVC__ROW_HELD 0x1u
+#define KVC__ROW_MARK 0x2u
+
+struct kvc_req_to_token_pool {
+  uint64_t magic;
+  kvc_context *ctx;
+  int32_t size;  /* usable rows 1..size */
+  int32_t width; /* max_context_len = row stride */
+  int32_t *table;  /* device (size + 1) x width */
+  int32_t *mirror; /* host copy of every entry the library wrote */
+  /* FIFO of free rows: pop at head, push at head + count. */
+  uint32_t *ring;
+  uint32_t mask;
+  uint32_t head;
+  int32_t count;
+  uint8_t *rowflag; /* size + 1 */
+  int32_t *row_buf; /* width int32: narrowed slots for kvc_req_to_token_pool_write */
+  unsigned char *scratch; /* KVC__PARAM_SCRATCH_BYTES parameter block */
+  const kvc__kfunc *k_row[3];
+};
+
+/** Validates a pool handle passed to another object's function `fn`. */
+kvc_status kvc__req_pool_check_handle(const kvc_context *ctx, const char *fn,
+                                      const kvc_req_to_token_pool *pool);
+
+static inline bool kvc__req_pool_row_held(const kvc_req_to_token_pool *p, int64_t row) {
+  return row >= 1 && row <= p->size && (p->rowflag[row] & KVC__ROW_HELD);
+}
+
+static inline int32_t *kvc__req_pool_mirror_row(const kvc_req_to_token_pool *p, int64_t row) {
+  return p->mirror + (size_t)row * (size_t)p->width;
+}
+
+/* --- Allocator: ring of page ids and per-page states ------------------------------- */
+
+/* Page state byte: the low two bits are the state, higher bits are marks. */
+#define KVC__PG_FREE 0x0u     /* in the free ring */
+#define KVC__PG_HELD 0x1u     /* handed out (possibly recorded by an open group) */
+#define KVC__PG_DEFERRED 0x2u /* need_sort side list, not merged yet */
+#define KVC__PG_RESERVED 0x3u /* page 0: padding, never free */
+#define KVC__PG_STATE 0x3u
+#define KVC__PG_GFREE 0x4u /* HELD and recorded by free() inside the open group */
+#define KVC__PG_GSEG 0x8u  /* HELD and recorded by free_segment() inside the open group */
+#define KVC__PG_MARK 0x10u /* transient: seen earlier in the current call */
+
+/* Double-ended ring of uint32 page ids. head is a free-running counter: entry i (from the
+ * front) lives at buf[(head + i) & mask]; push_front decrements head (mod 2^64). */
+typedef struct kvc__ring {
+  uint32_t *buf;
+  uint64_t mask;
+  uint64_t head;
+  int64_t count;
+} kvc__ring;
+
+static inline uint32_t kvc__ring_at(const kvc__ring *r, int64_t i) {
+  return r->buf[(r->head + (uint64_t)i) & r->mask];
+}
+
+struct kvc_allocator {
+  uint64_t magic;
+  kvc_context *ctx;
+  kvc_allocator_kind kind;
+  int32_t ps;
+  int ps_shift; /* log2(ps) when ps is a power of two (divisions on the free path), else -1 */
+  bool need_sort;
+  bool check; /* audit after every mutating call */
+  int64_t num_pages;
+  int sort_bits; /* bits needed to hold any page id (radix passes) */
+
+  kvc__ring ring;
+  uint8_t *state; /* num_pages + 1 */
+  uint32_t *deferred;
+  int64_t deferred_count;
+
+  /* Open free group: free() records grow from group[0] upward, free_segment() records
+   * from group[num_pages - 1] downward; a page is recorded at most once, so they never
+   * meet. */
+  bool in_group;
+  uint32_t *group;
+  int64_t group_free_n, group_seg_n;
+
+  /* Live backup. `epoch` moves on every free, group boundary and clear. */
+  uint64_t epoch;
+  uint64_t backup_serial;
+  bool backup_live;
+  bool backup_saved; /* a merge rewrote the ring: saved[] holds the backup image */
+  uint64_t b_head, b_epoch;
+  int64_t b_count, b_deferred;
+  uint32_t *saved; /* b_count free ids, then b_deferred deferred ids */
+
+  uint64_t merges;
+  uint32_t *tmp_a, *tmp_b; /* num_pages each: unique/sort work space */
+
+  /* Per-batch work space of alloc_extend / alloc_decode, grown rarely. */
+  size_t batch_cap;
+  int64_t *b_last;  /* resolved last_loc (extend) / new slot (decode) per request */
+  int64_t *b_pages; /* pages needed per request (extend) */
+
+  unsigned char *scratch; /* KVC__PARAM_SCRATCH_BYTES parameter block */
+  const kvc__kfunc *k_extend[3], *k_decode[3];
+};
+
+/* --- free_list.c ------------------------------------------------------------------- */
+
+/** Every page free in ascending order, nothing deferred or recorded. */
+void kvc__fl_reset(kvc_allocator *a);
+/** Sorts a[0:n) ascending (distinct page ids) using a->tmp_b; O(n). */
+void kvc__fl_sort(kvc_allocator *a, uint32_t *v, int64_t n);
+/** Folds deferred pages into the ring and sorts it (saving the backup image first when a
+ *  live backup would otherwise lose it). No-op without deferred pages. */
+void kvc__fl_merge(kvc_allocator *a);
+/** Releases pages (HELD, marks cleared): to the side list with need_sort, else to the
+ *  front of the ring keeping their order (PAGED) or the back (TOKEN). */
+void kvc__fl_release(kvc_allocator *a, const uint32_t *pages, int64_t n);
+/** Pops n pages from the front, marking them HELD. */
+void kvc__fl_pop(kvc_allocator *a, int64_t n);
+/** Full audit; KVC_ERR_INTERNAL with a message naming `fn` when violated. */
+kvc_status kvc__fl_audit(const kvc_allocator *a, const char *fn);
+
+/* --- allocator.c ------------------------------------------------------------------- */
+
+/** Check-mode epilogue of a mutating call: passes `st` through, or the audit's failure. */
+kvc_status kvc__alloc_finish(kvc_allocator *a, const char *fn, kvc_status st);
+/** Makes the per-batch arrays hold at least n requests (HOST_OOM, nothing changed). */
+kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n);
+/** Resolves the kernel of variant 0 into kcache before a staged plan: the staging
+ *  reservation holds the context lock, which the kernel lookup also takes. */
+kvc_status kvc__plan_prefetch(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *extra,
+                              const kvc__kfunc **kcache);
+
+#endif /* KVC_POOL_H */

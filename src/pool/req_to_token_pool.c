@@ -1,0 +1,240 @@
+/*
+ * req_to_token_pool.c — SGLang's ReqToTokenPool: which request row holds which token
+ * slots.
+ *
+ *   device table (int32, row-major, stride = max_context_len)      host
+ *   row 0     [ padding: written only by padded CUDA-graph batches ]  mirror: same shape,
+ *   row 1     [ slot slot slot ...                                  ]  what the library
+ *   ...                                                                 wrote, so flows
+ *   row size  [ ...                                                 ]  never read back
+ *
+ *   free rows: FIFO ring  head -> [r_a r_b r_c ...] <- push back
+ *
+ * Rows are reused FIFO exactly as SGLang's `free_slots` list (pop front, append back),
+ * which decides which row a request gets. Unlike SGLang, frees are checked against a
+ * per-row held flag, so a double free or row 0 is an error instead of a duplicate row
+ * in circulation.
+ */
+#include "pool.h"
+
+#include <stddef.h>
+#include <string.h>
+
+/* --- Handle checks ----------------------------------------------------------------- */
+
+kvc_status kvc__req_pool_check_handle(const kvc_context *ctx, const char *fn,
+                                      const kvc_req_to_token_pool *pool) {
+  if (!pool) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "req_pool is NULL");
+  if (pool->magic != KVC__REQ_POOL_MAGIC)
+    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "req_pool is not a live kvc_req_to_token_pool");
+  if (ctx && pool->ctx != ctx)
+    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "req_pool belongs to another context");
+  return KVC_OK;
+}
+
+#define POOL_ENTRY(pool)                                                                    \
+  do {                                                                                      \
+    if (!(pool) || (pool)->magic != KVC__REQ_POOL_MAGIC)                                    \
+      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
+                        "pool is NULL or not a live kvc_req_to_token_pool");                \
+  } while (0)
+
+static kvc_status pool_finish(kvc_req_to_token_pool *p, const char *fn, kvc_status st) {
+  if (st != KVC_OK || !kvc_context_check_mode(p->ctx)) return st;
+  int32_t held = 0;
+  for (int32_t r = 1; r <= p->size; r++) held += (p->rowflag[r] & KVC__ROW_HELD) != 0;
+  if (held + p->count != p->size || (p->rowflag[0] & KVC__ROW_HELD))
+    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d held + %d free != %d rows", held,
+                      p->count, p->size);
+  for (int32_t i = 0; i < p->count; i++) {
+    uint32_t r = p->ring[(p->head + (uint32_t)i) & p->mask];
+    if (r < 1 || r > (uint32_t)p->size || (p->rowflag[r] & (KVC__ROW_HELD | KVC__ROW_MARK)))
+      return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: free list entry %d = row %u is held or bad", i, r);
+  }
+  return KVC_OK;
+}
+
+static void reset_rows(kvc_req_to_token_pool *p) {
+  for (int32_t i = 0; i < p->size; i++) p->ring[i] = (uint32_t)(i + 1);
+  p->head = 0;
+  p->count = p->size;
+  memset(p->rowflag, 0, (size_t)p->size + 1);
+}
+
+/* --- Create / destroy -------------------------------------------------------------- */
+
+kvc_status kvc_req_to_token_pool_create(kvc_context *ctx, const kvc_req_to_token_pool_config *config,
+                                        kvc_req_to_token_pool **out) {
+  KVC_RETURN_IF(!ctx || !config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "ctx, config and out must be non-NULL");
+  KVC_RETURN_IF(config->struct_size < offsetof(kvc_req_to_token_pool_config, reserved_), ctx, KVC_ERR_VERSION,
+                "config->struct_size %zu is too small (use KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT)",
+                config->struct_size);
+  kvc_req_to_token_pool_config c;
+  memset(&c, 0, sizeof c);
+  memcpy(&c, config, KVC__MIN(config->struct_size, sizeof c));
+  KVC_RETURN_IF(c.size < 1 || c.max_context_len < 1, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "size %d and max_context_len %d must be >= 1", c.size, c.max_context_len);
+  KVC_RETURN_IF(c.size > INT32_MAX - 1, ctx, KVC_ERR_INVALID_ARGUMENT, "size %d too large", c.size);
+  size_t entries, bytes;
+  KVC_RETURN_IF(!kvc__mul_size((size_t)c.size + 1, (size_t)c.max_context_len, &entries) ||
+                    !kvc__mul_size(entries, sizeof(int32_t), &bytes),
+                ctx, KVC_ERR_INVALID_ARGUMENT, "table of %d x %d entries overflows", c.size + 1,
+                c.max_context_len);
+
+  kvc_status st = KVC_OK;
+  kvc_req_to_token_pool *p = kvc__calloc(ctx, 1, sizeof *p);
+  KVC_RETURN_IF(!p, ctx, KVC_ERR_HOST_OOM, "pool struct");
+  p->ctx = ctx;
+  p->size = c.size;
+  p->width = c.max_context_len;
+  uint32_t cap = 1;
+  while (cap < (uint32_t)c.size) cap <<= 1;
+  p->mask = cap - 1;
+  p->ring = kvc__malloc(ctx, (size_t)cap * sizeof(uint32_t));
+  p->rowflag = kvc__malloc(ctx, (size_t)c.size + 1);
+  p->row_buf = kvc__malloc(ctx, (size_t)c.max_context_len * sizeof(int32_t));
+  p->scratch = kvc__malloc(ctx, KVC__PARAM_SCRATCH_BYTES);
+  p->mirror = kvc__calloc(ctx, entries, sizeof(int32_t));
+  KVC_FAIL_GOTO(!p->ring || !p->rowflag || !p->row_buf || !p->scratch || !p->mirror, ctx, st, KVC_ERR_HOST_OOM,
+                fail, "host metadata for %d rows x %d", c.size, c.max_context_len);
+  void *table = NULL;
+  KVC_CHECK_GOTO(kvc__dev_alloc(ctx, bytes, &table), st, fail);
+  p->table = table;
+  KVC_CHECK_GOTO(kvc__dev_memset(ctx, p->table, 0, bytes, NULL), st, fail);
+  KVC_CHECK_GOTO(kvc__dev_sync(ctx, NULL), st, fail);
+  reset_rows(p);
+  p->magic = KVC__REQ_POOL_MAGIC;
+  *out = p;
+  return KVC_OK;
+fail:
+  kvc__dev_free(ctx, p->table);
+  kvc__free(ctx, p->mirror);
+  kvc__free(ctx, p->scratch);
+  kvc__free(ctx, p->row_buf);
+  kvc__free(ctx, p->rowflag);
+  kvc__free(ctx, p->ring);
+  kvc__free(ctx, p);
+  return st;
+}
+
+void kvc_req_to_token_pool_destroy(kvc_req_to_token_pool *p) {
+  if (!p || p->magic != KVC__REQ_POOL_MAGIC) return;
+  kvc_context *ctx = p->ctx;
+  p->magic = KVC__DEAD_MAGIC;
+  kvc__dev_free(ctx, p->table);
+  kvc__free(ctx, p->mirror);
+  kvc__free(ctx, p->scratch);
+  kvc__free(ctx, p->row_buf);
+  kvc__free(ctx, p->rowflag);
+  kvc__free(ctx, p->ring);
+  kvc__free(ctx, p);
+}
+
+/* --- Rows -------------------------------------------------------------------------- */
+
+kvc_status kvc_req_to_token_pool_alloc(kvc_req_to_token_pool *p, size_t n, int32_t *rows) {
+  POOL_ENTRY(p);
+  if (n == 0) return KVC_OK;
+  KVC_RETURN_IF(!rows, p->ctx, KVC_ERR_INVALID_ARGUMENT, "rows is NULL for n = %zu", n);
+  /* Validate every kept row (held, listed once) before taking anything. */
+  size_t need = 0, i;
+  kvc_status st = KVC_OK;
+  for (i = 0; i < n; i++) {
+    int32_t r = rows[i];
+    if (r == 0) {
+      need++;
+      continue;
+    }
+    if (r < 0 || r > p->size) {
+      st = kvc__error(p->ctx, KVC_ERR_MISUSE, __func__, "rows[%zu] = %d is out of range [1, %d]", i, r, p->size);
+      break;
+    }
+    if (!(p->rowflag[r] & KVC__ROW_HELD)) {
+      st = kvc__error(p->ctx, KVC_ERR_MISUSE, __func__, "rows[%zu] = %d is not a held row", i, r);
+      break;
+    }
+    if (p->rowflag[r] & KVC__ROW_MARK) {
+      st = kvc__error(p->ctx, KVC_ERR_MISUSE, __func__, "rows[%zu] = %d is listed twice", i, r);
+      break;
+    }
+    p->rowflag[r] |= KVC__ROW_MARK;
+  }
+  for (size_t j = 0; j < i; j++)
+    if (rows[j] > 0) p->rowflag[rows[j]] &= (uint8_t)~KVC__ROW_MARK;
+  if (st != KVC_OK) return st;
+  KVC_RETURN_IF(need > (size_t)p->count, p->ctx, KVC_ERR_OUT_OF_SLOTS, "%zu rows needed, %d free", need, p->count);
+  for (i = 0; i < n; i++) {
+    if (rows[i] != 0) continue;
+    uint32_t r = p->ring[p->head & p->mask];
+    p->head++;
+    p->count--;
+    p->rowflag[r] = KVC__ROW_HELD;
+    rows[i] = (int32_t)r;
+  }
+  return pool_finish(p, __func__, KVC_OK);
+}
+
+kvc_status kvc_req_to_token_pool_free(kvc_req_to_token_pool *p, int32_t row) {
+  POOL_ENTRY(p);
+  KVC_RETURN_IF(row == 0, p->ctx, KVC_ERR_MISUSE, "row 0 is the padding row");
+  KVC_RETURN_IF(row < 0 || row > p->size, p->ctx, KVC_ERR_MISUSE, "row %d is out of range [1, %d]", row, p->size);
+  KVC_RETURN_IF(!(p->rowflag[row] & KVC__ROW_HELD), p->ctx, KVC_ERR_MISUSE, "row %d is not held (double free?)",
+                row);
+  p->rowflag[row] = 0;
+  p->ring[(p->head + (uint32_t)p->count) & p->mask] = (uint32_t)row;
+  p->count++;
+  return pool_finish(p, __func__, KVC_OK);
+}
+
+kvc_status kvc_req_to_token_pool_clear(kvc_req_to_token_pool *p) {
+  POOL_ENTRY(p);
+  reset_rows(p);
+  return pool_finish(p, __func__, KVC_OK);
+}
+
+int32_t kvc_req_to_token_pool_available(const kvc_req_to_token_pool *p) {
+  return (p && p->magic == KVC__REQ_POOL_MAGIC) ? p->count : 0;
+}
+
+int kvc_req_to_token_pool_is_held(const kvc_req_to_token_pool *p, int32_t row) {
+  return (p && p->magic == KVC__REQ_POOL_MAGIC) ? (int)kvc__req_pool_row_held(p, row) : 0;
+}
+
+int32_t *kvc_req_to_token_pool_table(const kvc_req_to_token_pool *p) {
+  return (p && p->magic == KVC__REQ_POOL_MAGIC) ? p->table : NULL;
+}
+
+int32_t kvc_req_to_token_pool_size(const kvc_req_to_token_pool *p) {
+  return (p && p->magic == KVC__REQ_POOL_MAGIC) ? p->size : 0;
+}
+
+int32_t kvc_req_to_token_pool_max_context_len(const kvc_req_to_token_pool *p) {
+  return (p && p->magic == KVC__REQ_POOL_MAGIC) ? p->width : 0;
+}
+
+const int32_t *kvc_req_to_token_pool_row(const kvc_req_to_token_pool *p, int32_t row) {
+  if (!p || p->magic != KVC__REQ_POOL_MAGIC || row < 0 || row > p->size) return NULL;
+  return kvc__req_pool_mirror_row(p, row);
+}
+
+kvc_status kvc_req_to_token_pool_write(kvc_req_to_token_pool *p, int32_t row, int32_t start,
+                                       const int64_t *slots, size_t n, kvc_stream stream) {
+  POOL_ENTRY(p);
+  KVC_RETURN_IF(row < 0 || row > p->size, p->ctx, KVC_ERR_INVALID_ARGUMENT, "row %d is out of range [1, %d]", row,
+                p->size);
+  KVC_RETURN_IF(!kvc__req_pool_row_held(p, row), p->ctx, KVC_ERR_MISUSE, "row %d is not held", row);
+  KVC_RETURN_IF(start < 0 || (uint64_t)start + n > (uint64_t)p->width, p->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "range [%d, %d + %zu) leaves the row of %d positions", start, start, n, p->width);
+  if (n == 0) return KVC_OK;
+  KVC_RETURN_IF(!slots, p->ctx, KVC_ERR_INVALID_ARGUMENT, "slots is NULL for n = %zu", n);
+  for (size_t i = 0; i < n; i++) {
+    KVC_RETURN_IF(slots[i] < 0 || slots[i] > INT32_MAX, p->ctx, KVC_ERR_INVALID_ARGUMENT,
+                  "slots[%zu] = %lld is out of range [0, 2^31)", i, (long long)slots[i]);
+    p->row_buf[i] = (int32_t)slots[i];
+  }
+  if (!p->k_row[0]) KVC_FORWARD(kvc__plan_prefetch(p->ctx, &kvc__k_row_write, NULL, p->k_row));
+  int64_t offset = (int64_t)row * p->width + start;
+  KVC_FORWARD(kvc__row_write(p->ctx, p->scratch, p->k_row, p->table, offset, p->row_buf, n, stream));
+  memcpy(kvc__req_pool_mirror_row(p, row) + start, p->row_buf, n * sizeof(int32_t));
+  return KVC_OK;
+}

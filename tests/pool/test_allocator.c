@@ -1,0 +1,579 @@
+/* test_allocator.c — SGLang's token and paged allocators: exact slot assignment (spec
+ * sections 5, 6, 14), groups, need_sort, backup/restore, and transactional errors. */
+#include "harness.h"
+
+static kvc_allocator *make_alloc(kvc_allocator_kind kind, int64_t size, int32_t ps, uint32_t flags) {
+  kvc_allocator_config c = KVC_ALLOCATOR_CONFIG_INIT;
+  c.kind = kind;
+  c.size = size;
+  c.page_size = ps;
+  c.flags = flags;
+  kvc_allocator *a = NULL;
+  KVT_OK(kvc_allocator_create(kvt_ctx, &c, &a));
+  return a;
+}
+
+static kvc_req_to_token_pool *make_pool(int32_t size, int32_t width) {
+  kvc_req_to_token_pool_config c = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  c.size = size;
+  c.max_context_len = width;
+  kvc_req_to_token_pool *p = NULL;
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &c, &p));
+  return p;
+}
+
+static void expect_slots(const int64_t *got, const int64_t *want, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (got[i] != want[i]) fail_msg("slot %zu: got %lld, want %lld", i, (long long)got[i], (long long)want[i]);
+}
+
+/* Frees the page holding `slot` (one slot is enough: the whole page goes). */
+static void free_page_of(kvc_allocator *a, int64_t slot) { KVT_OK(kvc_allocator_free(a, &slot, 1)); }
+
+static void expect_next_alloc(kvc_allocator *a, const int64_t *want, int64_t n) {
+  int64_t got[256];
+  assert_true(n <= 256);
+  KVT_OK(kvc_allocator_alloc(a, n, got));
+  expect_slots(got, want, (size_t)n);
+}
+
+static void test_create_rejects_bad_config(void **state) {
+  (void)state;
+  kvc_allocator_config c = KVC_ALLOCATOR_CONFIG_INIT;
+  kvc_allocator *a = NULL;
+  c.size = 0;
+  KVT_STATUS(kvc_allocator_create(kvt_ctx, &c, &a), KVC_ERR_INVALID_ARGUMENT);
+  c.size = 16;
+  c.page_size = 4; /* TOKEN must be ps 1 */
+  KVT_STATUS(kvc_allocator_create(kvt_ctx, &c, &a), KVC_ERR_INVALID_ARGUMENT);
+  c.kind = KVC_ALLOCATOR_PAGED;
+  c.size = (int64_t)1 << 31;
+  KVT_STATUS(kvc_allocator_create(kvt_ctx, &c, &a), KVC_ERR_INVALID_ARGUMENT);
+  c.size = 3; /* less than a page */
+  KVT_STATUS(kvc_allocator_create(kvt_ctx, &c, &a), KVC_ERR_INVALID_ARGUMENT);
+  c.size = 18; /* floor: 4 pages */
+  KVT_OK(kvc_allocator_create(kvt_ctx, &c, &a));
+  assert_int_equal(kvc_allocator_size(a), 16);
+  assert_int_equal(kvc_allocator_available_size(a), 16);
+  assert_int_equal(kvc_allocator_page_size(a), 4);
+  kvc_allocator_destroy(a);
+  kvc_allocator_destroy(NULL);
+}
+
+static void test_token_allocator_reuses_fifo(void **state) {
+  (void)state;
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_TOKEN, 8, 1, 0);
+  expect_next_alloc(a, (int64_t[]){1, 2, 3}, 3);
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){2, 1}, 2));
+  expect_next_alloc(a, (int64_t[]){4, 5, 6, 7, 8, 2}, 6);
+  expect_next_alloc(a, (int64_t[]){1}, 1);
+  int64_t x = -7;
+  KVT_STATUS(kvc_allocator_alloc(a, 1, &x), KVC_ERR_OUT_OF_SLOTS);
+  assert_int_equal(x, -7);
+  KVT_OK(kvc_allocator_alloc(a, 0, NULL));
+  KVT_OK(kvc_allocator_check(a));
+  kvc_allocator_destroy(a);
+}
+
+static void test_paged_free_prepends_sorted_unique(void **state) {
+  (void)state;
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 40, 4, 0);
+  int64_t s[20];
+  KVT_OK(kvc_allocator_alloc(a, 20, s)); /* pages 1..5 */
+  for (int i = 0; i < 20; i++) assert_int_equal(s[i], 4 + i);
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){17, 8, 18, 9}, 4)); /* pages {4, 2} -> [2, 4] */
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){5}, 1));             /* page 1 in front */
+  assert_int_equal(kvc_allocator_available_size(a), 40 - 8);
+  expect_next_alloc(a, (int64_t[]){4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27}, 16);
+  KVT_STATUS(kvc_allocator_alloc(a, 6, s), KVC_ERR_INVALID_ARGUMENT); /* SGLang floors */
+  kvc_allocator_destroy(a);
+}
+
+/* Spec 6.8 worked example: F = [7, 3, 9, 5, ...], ps 4. */
+static void test_extend_matches_spec_example(void **state) {
+  (void)state;
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 48, 4, 0);
+  int64_t all[48];
+  KVT_OK(kvc_allocator_alloc(a, 48, all)); /* hold every page */
+  free_page_of(a, 20);                     /* [5] */
+  free_page_of(a, 36);                     /* [9, 5] */
+  free_page_of(a, 12);                     /* [3, 9, 5] */
+  free_page_of(a, 28);                     /* [7, 3, 9, 5] */
+  kvc_req_to_token_pool *p = make_pool(4, 16);
+  int32_t rows[2] = {0, 0};
+  KVT_OK(kvc_req_to_token_pool_alloc(p, 2, rows));
+  const int64_t prefix_a[6] = {4, 5, 6, 7, 8, 9};
+  const int64_t *prefix_slots[2] = {prefix_a, NULL};
+  int64_t pre[2] = {6, 0}, seq[2] = {13, 3}, out[10];
+  int64_t *dev = kvt_dev_alloc(sizeof out);
+  KVT_OK(kvc_allocator_alloc_extend(a, 2, pre, seq, NULL, p, rows, prefix_slots, out, dev, NULL));
+  const int64_t want[10] = {10, 11, 28, 29, 30, 31, 12, 36, 37, 38};
+  expect_slots(out, want, 10);
+  int64_t back[10];
+  kvt_d2h(back, dev, sizeof back);
+  expect_slots(back, want, 10);
+  int32_t table[5 * 16];
+  kvt_d2h(table, kvc_req_to_token_pool_table(p), sizeof table);
+  const int32_t row_a[13] = {4, 5, 6, 7, 8, 9, 10, 11, 28, 29, 30, 31, 12}, row_b[3] = {36, 37, 38};
+  const int32_t *m_a = kvc_req_to_token_pool_row(p, rows[0]), *m_b = kvc_req_to_token_pool_row(p, rows[1]);
+  for (int i = 0; i < 13; i++) {
+    assert_int_equal(table[rows[0] * 16 + i], row_a[i]);
+    assert_int_equal(m_a[i], row_a[i]);
+  }
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(table[rows[1] * 16 + i], row_b[i]);
+    assert_int_equal(m_b[i], row_b[i]);
+  }
+  /* Free list is now [5]. */
+  expect_next_alloc(a, (int64_t[]){20, 21, 22, 23}, 4);
+  kvt_dev_free(dev);
+  kvc_req_to_token_pool_destroy(p);
+  kvc_allocator_destroy(a);
+}
+
+/* The same example with explicit last_locs and no req pool (out_host only). */
+static void test_extend_without_pool(void **state) {
+  (void)state;
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 48, 4, 0);
+  int64_t all[48];
+  KVT_OK(kvc_allocator_alloc(a, 48, all));
+  free_page_of(a, 20);
+  free_page_of(a, 36);
+  free_page_of(a, 12);
+  free_page_of(a, 28);
+  int64_t pre[2] = {6, 0}, seq[2] = {13, 3}, last[2] = {9, -1}, out[10];
+  KVT_STATUS(kvc_allocator_alloc_extend(a, 2, pre, seq, NULL, NULL, NULL, NULL, out, NULL, NULL),
+             KVC_ERR_INVALID_ARGUMENT);
+  KVT_OK(kvc_allocator_alloc_extend(a, 2, pre, seq, last, NULL, NULL, NULL, out, NULL, NULL));
+  expect_slots(out, (int64_t[]){10, 11, 28, 29, 30, 31, 12, 36, 37, 38}, 10);
+  kvc_allocator_destroy(a);
+}
+
+/* Spec 6.9: ps 4, F = [7, 3, ...], new lengths [13, 7, 5], last_locs [x, 25, y]. */
+static void test_decode_matches_spec_example(void **state) {
+  (void)state;
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 40, 4, 0);
+  int64_t all[40];
+  KVT_OK(kvc_allocator_alloc(a, 40, all));
+  free_page_of(a, 12);
+  free_page_of(a, 28);
+  int64_t seq[3] = {13, 7, 5}, last[3] = {0, 25, 0}, out[3];
+  int64_t *dev = kvt_dev_alloc(sizeof out);
+  KVT_OK(kvc_allocator_alloc_decode(a, 3, seq, last, NULL, NULL, out, dev, NULL));
+  expect_slots(out, (int64_t[]){28, 26, 12}, 3);
+  int64_t back[3];
+  kvt_d2h(back, dev, sizeof back);
+  expect_slots(back, (int64_t[]){28, 26, 12}, 3);
+  assert_int_equal(kvc_allocator_available_size(a), 0);
+  kvt_dev_free(dev);
+  kvc_allocator_destroy(a);
+}
+
+/* Page boundaries: prefix ending mid-page, extend ending exactly on a boundary, extend
+ * staying inside the prefix's page, zero-length extend, decode opening a new page. */
+static void test_page_boundaries(void **state) {
+  (void)state;
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 80, 4, 0);
+  kvc_req_to_token_pool *p = make_pool(4, 32);
+  int32_t rows[3] = {0, 0, 0};
+  KVT_OK(kvc_req_to_token_pool_alloc(p, 3, rows));
+  int64_t out[16];
+  int64_t pre1[3] = {0, 0, 0}, seq1[3] = {8, 5, 0};
+  KVT_OK(kvc_allocator_alloc_extend(a, 3, pre1, seq1, NULL, p, rows, NULL, out, NULL, NULL));
+  expect_slots(out, (int64_t[]){4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, 13);
+  int64_t pre2[3] = {8, 5, 0}, seq2[3] = {10, 8, 0};
+  KVT_OK(kvc_allocator_alloc_extend(a, 3, pre2, seq2, NULL, p, rows, NULL, out, NULL, NULL));
+  expect_slots(out, (int64_t[]){20, 21, 17, 18, 19}, 5);
+  int64_t seq3[2] = {11, 9};
+  KVT_OK(kvc_allocator_alloc_decode(a, 2, seq3, NULL, p, rows, out, NULL, NULL));
+  expect_slots(out, (int64_t[]){22, 24}, 2);
+  int64_t seq4[2] = {12, 10};
+  int64_t *dev = kvt_dev_alloc(2 * sizeof(int64_t));
+  KVT_OK(kvc_allocator_alloc_decode(a, 2, seq4, NULL, p, rows, out, dev, NULL));
+  expect_slots(out, (int64_t[]){23, 25}, 2);
+  const int32_t want0[12] = {4, 5, 6, 7, 8, 9, 10, 11, 20, 21, 22, 23};
+  const int32_t want1[10] = {12, 13, 14, 15, 16, 17, 18, 19, 24, 25};
+  int32_t table[5 * 32];
+  kvt_d2h(table, kvc_req_to_token_pool_table(p), sizeof table);
+  const int32_t *m0 = kvc_req_to_token_pool_row(p, rows[0]), *m1 = kvc_req_to_token_pool_row(p, rows[1]);
+  for (int i = 0; i < 12; i++) {
+    assert_int_equal(m0[i], want0[i]);
+    assert_int_equal(table[rows[0] * 32 + i], want0[i]);
+  }
+  for (int i = 0; i < 10; i++) {
+    assert_int_equal(m1[i], want1[i]);
+    assert_int_equal(table[rows[1] * 32 + i], want1[i]);
+  }
+  /* The row's pages as a segment: pages 3, 4 (full), 6 (partial) -> prepended in order. */
+  int64_t seg[10];
+  for (int i = 0; i < 10; i++) seg[i] = m1[i];
+  KVT_OK(kvc_allocator_free_segment(a, seg, 10, 0));
+  expect_next_alloc(a, (int64_t[]){12, 13, 14, 15, 16, 17, 18, 19, 24, 25, 26, 27, 28, 29, 30, 31}, 16);
+  kvt_dev_free(dev);
+  kvc_req_to_token_pool_destroy(p);
+  kvc_allocator_destroy(a);
+}
+
+/* TOKEN kind alloc_extend / alloc_decode = alloc(sum) in request order. */
+static void test_token_kind_extend_and_decode(void **state) {
+  (void)state;
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_TOKEN, 64, 1, 0);
+  kvc_req_to_token_pool *p = make_pool(4, 16);
+  int32_t rows[2] = {0, 0};
+  KVT_OK(kvc_req_to_token_pool_alloc(p, 2, rows));
+  int64_t tmp[3];
+  KVT_OK(kvc_allocator_alloc(a, 3, tmp));
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){3, 1}, 2)); /* free: [4..64, 3, 1] */
+  int64_t pre[2] = {2, 0}, seq[2] = {4, 3}, out[8];
+  const int64_t prefix0[2] = {2, 5};
+  const int64_t *ps[2] = {prefix0, NULL};
+  KVT_OK(kvc_allocator_alloc_extend(a, 2, pre, seq, NULL, p, rows, ps, out, NULL, NULL));
+  expect_slots(out, (int64_t[]){4, 5, 6, 7, 8}, 5);
+  int64_t seq2[2] = {5, 4};
+  KVT_OK(kvc_allocator_alloc_decode(a, 2, seq2, NULL, p, rows, out, NULL, NULL));
+  expect_slots(out, (int64_t[]){9, 10}, 2);
+  const int32_t *m0 = kvc_req_to_token_pool_row(p, rows[0]);
+  const int32_t w0[5] = {2, 5, 4, 5, 9};
+  for (int i = 0; i < 5; i++) assert_int_equal(m0[i], w0[i]);
+  kvc_req_to_token_pool_destroy(p);
+  kvc_allocator_destroy(a);
+}
+
+static void test_need_sort_merge_triggers(void **state) {
+  (void)state;
+  /* Early alloc_extend trigger: 2//2 + 1 + 1 = 3 > len(free) = 2 merges although one
+   * page would do. */
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 20, 2, KVC_ALLOCATOR_NEED_SORT);
+  int64_t s[16], out[4];
+  KVT_OK(kvc_allocator_alloc(a, 16, s)); /* pages 1..8, free [9, 10] */
+  free_page_of(a, 10);                   /* deferred [5] */
+  free_page_of(a, 6);                    /* deferred [5, 3] */
+  kvc_allocator_stats st;
+  KVT_OK(kvc_allocator_get_stats(a, &st));
+  assert_int_equal(st.deferred_pages, 2);
+  assert_int_equal(st.free_pages, 2);
+  assert_int_equal(kvc_allocator_available_size(a), 8);
+  int64_t pre[1] = {0}, seq[1] = {2}, last[1] = {-1};
+  KVT_OK(kvc_allocator_alloc_extend(a, 1, pre, seq, last, NULL, NULL, NULL, out, NULL, NULL));
+  expect_slots(out, (int64_t[]){6, 7}, 2); /* page 3, not 9 */
+  KVT_OK(kvc_allocator_get_stats(a, &st));
+  assert_int_equal(st.merges, 1);
+  assert_int_equal(st.deferred_pages, 0);
+  /* free [5, 9, 10]; decode trigger bs > len(free) only. */
+  free_page_of(a, 2); /* deferred [1] */
+  int64_t dseq[2] = {1, 1}, dlast[2] = {-1, -1};
+  KVT_OK(kvc_allocator_alloc_decode(a, 2, dseq, dlast, NULL, NULL, out, NULL, NULL));
+  expect_slots(out, (int64_t[]){10, 18}, 2); /* no merge: 2 <= 3 */
+  int64_t dseq3[3] = {1, 1, 1}, dlast3[3] = {-1, -1, -1};
+  /* free [10->gone]: free list [20/2=10], deferred [1]: 3 > 1 merges -> [1, 10] -> 2 pages only */
+  KVT_STATUS(kvc_allocator_alloc_decode(a, 3, dseq3, dlast3, NULL, NULL, out, NULL, NULL), KVC_ERR_OUT_OF_SLOTS);
+  KVT_OK(kvc_allocator_get_stats(a, &st));
+  assert_int_equal(st.merges, 2); /* the merge SGLang does before failing is kept */
+  assert_int_equal(st.free_pages, 2);
+  expect_next_alloc(a, (int64_t[]){2, 3, 20, 21}, 4);
+  kvc_allocator_destroy(a);
+
+  /* alloc(n) trigger for the TOKEN kind: n > len(free). */
+  a = make_alloc(KVC_ALLOCATOR_TOKEN, 6, 1, KVC_ALLOCATOR_NEED_SORT);
+  KVT_OK(kvc_allocator_alloc(a, 4, s));
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){4, 2}, 2)); /* deferred, free [5, 6] */
+  expect_next_alloc(a, (int64_t[]){5}, 1);           /* no merge */
+  expect_next_alloc(a, (int64_t[]){2, 4}, 2);        /* 2 > 1: merge -> [2, 4, 6] */
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){1}, 1));
+  KVT_OK(kvc_allocator_merge_and_sort_free(a));
+  expect_next_alloc(a, (int64_t[]){1, 6}, 2);
+  kvc_allocator_destroy(a);
+}
+
+static void test_free_groups_paged(void **state) {
+  (void)state;
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 20, 2, 0);
+  int64_t s[20];
+  KVT_OK(kvc_allocator_alloc(a, 20, s));
+  KVT_STATUS(kvc_allocator_free_group_end(a), KVC_ERR_MISUSE);
+  KVT_OK(kvc_allocator_free_group_begin(a));
+  KVT_STATUS(kvc_allocator_free_group_begin(a), KVC_ERR_MISUSE);
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){2, 3, 8}, 3)); /* pages 1, 4 */
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){9, 6}, 2));    /* pages 4 (dedup), 3 */
+  KVT_OK(kvc_allocator_free_segment(a, (int64_t[]){14, 15, 10, 11}, 4, 0)); /* reps 7, 5 */
+  KVT_STATUS(kvc_allocator_free_segment(a, (int64_t[]){10, 11}, 2, 0), KVC_ERR_MISUSE); /* page 5 again */
+  KVT_STATUS(kvc_allocator_free_segment(a, (int64_t[]){2}, 1, 0), KVC_ERR_MISUSE);      /* page 1 by free */
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){16, 14}, 2), KVC_ERR_MISUSE);          /* page 7 by segment */
+  kvc_allocator_stats st;
+  KVT_OK(kvc_allocator_get_stats(a, &st));
+  assert_int_equal(st.group_pending, 5);
+  assert_int_equal(st.held_pages, 10);
+  assert_int_equal(st.free_pages, 0);
+  KVT_OK(kvc_allocator_free_group_end(a));
+  /* free_pages = [7, 5] ++ [1, 3, 4] */
+  expect_next_alloc(a, (int64_t[]){14, 15, 10, 11, 2, 3, 6, 7, 8, 9}, 10);
+  KVT_OK(kvc_allocator_check(a));
+  /* empty group */
+  KVT_OK(kvc_allocator_free_group_begin(a));
+  KVT_OK(kvc_allocator_free_group_end(a));
+  kvc_allocator_destroy(a);
+}
+
+static void test_free_groups_token(void **state) {
+  (void)state;
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_TOKEN, 8, 1, 0);
+  int64_t s[8];
+  KVT_OK(kvc_allocator_alloc(a, 8, s));
+  KVT_OK(kvc_allocator_free_group_begin(a));
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){5, 2}, 2));
+  KVT_OK(kvc_allocator_free_segment(a, (int64_t[]){7}, 1, 3));
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){2}, 1), KVC_ERR_MISUSE);
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){3, 3}, 2), KVC_ERR_MISUSE);
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){1}, 1));
+  assert_int_equal(kvc_allocator_available_size(a), 0);
+  KVT_OK(kvc_allocator_free_group_end(a));
+  expect_next_alloc(a, (int64_t[]){5, 2, 7, 1}, 4);
+  kvc_allocator_destroy(a);
+}
+
+static void test_free_segment_strides(void **state) {
+  (void)state;
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 40, 4, 0);
+  int64_t s[40];
+  KVT_OK(kvc_allocator_alloc(a, 40, s));
+  /* A row [page 9 | page 2 | 2 slots of page 6] */
+  int64_t seg[10] = {36, 37, 38, 39, 8, 9, 10, 11, 24, 25};
+  KVT_STATUS(kvc_allocator_free_segment(a, seg, 10, 2), KVC_ERR_INVALID_ARGUMENT);
+  int64_t bad[5] = {36, 37, 8, 39, 8};
+  KVT_STATUS(kvc_allocator_free_segment(a, bad, 5, 0), KVC_ERR_MISUSE);
+  KVT_OK(kvc_allocator_free_segment(a, seg, 10, 4));
+  expect_next_alloc(a, (int64_t[]){36, 37, 38, 39, 8, 9, 10, 11, 24, 25, 26, 27}, 12);
+  kvc_allocator_destroy(a);
+}
+
+static void test_backup_restore(void **state) {
+  (void)state;
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 32, 4, 0);
+  int64_t s[32], t[32];
+  KVT_OK(kvc_allocator_alloc(a, 8, s));
+  kvc_allocator_state b;
+  KVT_OK(kvc_allocator_backup_state(a, &b));
+  KVT_OK(kvc_allocator_alloc(a, 12, s));
+  KVT_OK(kvc_allocator_restore_state(a, &b));
+  KVT_OK(kvc_allocator_alloc(a, 12, t));
+  expect_slots(t, s, 12);
+  KVT_OK(kvc_allocator_restore_state(a, &b)); /* still live */
+  free_page_of(a, 4);
+  KVT_STATUS(kvc_allocator_restore_state(a, &b), KVC_ERR_MISUSE);
+  kvc_allocator_state b2;
+  KVT_OK(kvc_allocator_backup_state(a, &b2));
+  KVT_STATUS(kvc_allocator_restore_state(a, &b), KVC_ERR_MISUSE); /* replaced */
+  KVT_OK(kvc_allocator_free_group_begin(a));
+  KVT_STATUS(kvc_allocator_restore_state(a, &b2), KVC_ERR_MISUSE);
+  KVT_OK(kvc_allocator_free_group_end(a));
+  kvc_allocator_destroy(a);
+
+  /* Restore across a need_sort merge gives back the exact pre-backup lists. */
+  a = make_alloc(KVC_ALLOCATOR_PAGED, 32, 4, KVC_ALLOCATOR_NEED_SORT);
+  KVT_OK(kvc_allocator_alloc(a, 24, s));  /* pages 1..6, free [7, 8] */
+  free_page_of(a, 20);                    /* deferred [5] */
+  free_page_of(a, 8);                     /* deferred [5, 2] */
+  KVT_OK(kvc_allocator_backup_state(a, &b));
+  expect_next_alloc(a, (int64_t[]){28, 29, 30, 31}, 4); /* page 7, no merge */
+  expect_next_alloc(a, (int64_t[]){8, 9, 10, 11, 20, 21, 22, 23}, 8); /* merge: [2, 5, 8] */
+  KVT_OK(kvc_allocator_restore_state(a, &b));
+  kvc_allocator_stats st;
+  KVT_OK(kvc_allocator_get_stats(a, &st));
+  assert_int_equal(st.free_pages, 2);
+  assert_int_equal(st.deferred_pages, 2);
+  KVT_OK(kvc_allocator_check(a));
+  expect_next_alloc(a, (int64_t[]){28, 29, 30, 31}, 4);
+  expect_next_alloc(a, (int64_t[]){8, 9, 10, 11, 20, 21, 22, 23}, 8);
+  KVT_OK(kvc_allocator_clear(a));
+  KVT_STATUS(kvc_allocator_restore_state(a, &b), KVC_ERR_MISUSE);
+  expect_next_alloc(a, (int64_t[]){4, 5, 6, 7}, 4);
+  kvc_allocator_destroy(a);
+}
+
+/* Two allocators built the same way; misuse on one must leave it identical to the other. */
+static void assert_same(kvc_allocator *x, kvc_allocator *y) {
+  kvc_allocator_stats sx, sy;
+  KVT_OK(kvc_allocator_get_stats(x, &sx));
+  KVT_OK(kvc_allocator_get_stats(y, &sy));
+  assert_memory_equal(&sx, &sy, sizeof sx);
+  KVT_OK(kvc_allocator_check(x));
+}
+
+static void run_misuse(kvc_allocator_kind kind, int32_t ps) {
+  const int64_t size = 16 * ps;
+  kvc_allocator *x = make_alloc(kind, size, ps, 0), *y = make_alloc(kind, size, ps, 0);
+  kvc_req_to_token_pool *p = make_pool(4, 64);
+  int32_t rows[2] = {0, 0};
+  KVT_OK(kvc_req_to_token_pool_alloc(p, 2, rows));
+  int64_t pre[2] = {0, 0}, seq[2] = {3 * ps + 1, 2}, out[128];
+  KVT_OK(kvc_allocator_alloc_extend(x, 2, pre, seq, NULL, p, rows, NULL, out, NULL, NULL));
+  KVT_OK(kvc_allocator_alloc_extend(y, 2, pre, seq, NULL, NULL, NULL, NULL, out, NULL, NULL));
+  KVT_OK(kvc_allocator_free(x, &out[0], 1));
+  KVT_OK(kvc_allocator_free(y, &out[0], 1));
+  const int64_t freed = out[0], held = out[ps];
+  assert_same(x, y);
+  KVT_STATUS(kvc_allocator_free(x, (int64_t[]){0}, 1), KVC_ERR_MISUSE);
+  KVT_STATUS(kvc_allocator_free(x, (int64_t[]){ps - 1}, 1), KVC_ERR_MISUSE);
+  KVT_STATUS(kvc_allocator_free(x, (int64_t[]){size + ps}, 1), KVC_ERR_MISUSE);
+  KVT_STATUS(kvc_allocator_free(x, (int64_t[]){-3}, 1), KVC_ERR_MISUSE);
+  KVT_STATUS(kvc_allocator_free(x, (int64_t[]){held, freed}, 2), KVC_ERR_MISUSE);
+  KVT_STATUS(kvc_allocator_free(x, (int64_t[]){held, 0}, 2), KVC_ERR_MISUSE);
+  if (kind == KVC_ALLOCATOR_TOKEN) KVT_STATUS(kvc_allocator_free(x, (int64_t[]){held, held}, 2), KVC_ERR_MISUSE);
+  KVT_STATUS(kvc_allocator_free(x, NULL, 1), KVC_ERR_INVALID_ARGUMENT);
+  KVT_STATUS(kvc_allocator_free_segment(x, (int64_t[]){held, freed}, 2, 0), KVC_ERR_MISUSE);
+  if (ps > 1) {
+    KVT_STATUS(kvc_allocator_free_segment(x, (int64_t[]){held}, 1, 1), KVC_ERR_INVALID_ARGUMENT);
+    KVT_STATUS(kvc_allocator_alloc(x, ps + 1, out), KVC_ERR_INVALID_ARGUMENT);
+  }
+  KVT_STATUS(kvc_allocator_alloc(x, -1, out), KVC_ERR_INVALID_ARGUMENT);
+  assert_same(x, y);
+  /* Batch calls: every request validated before anything moves. */
+  int64_t p2[2] = {0, 5}, s2[2] = {4, 3};
+  KVT_STATUS(kvc_allocator_alloc_extend(x, 2, p2, s2, NULL, p, rows, NULL, out, NULL, NULL), KVC_ERR_INVALID_ARGUMENT);
+  int64_t s3[2] = {4, 65};
+  KVT_STATUS(kvc_allocator_alloc_extend(x, 2, pre, s3, NULL, p, rows, NULL, out, NULL, NULL), KVC_ERR_INVALID_ARGUMENT);
+  int32_t dup[2] = {rows[0], rows[0]}, unheld[2] = {rows[0], 3};
+  KVT_STATUS(kvc_allocator_alloc_extend(x, 2, pre, seq, NULL, p, dup, NULL, out, NULL, NULL), KVC_ERR_MISUSE);
+  KVT_STATUS(kvc_allocator_alloc_extend(x, 2, pre, seq, NULL, p, unheld, NULL, out, NULL, NULL), KVC_ERR_MISUSE);
+  const int64_t bad_prefix[1] = {-2};
+  const int64_t *pslots[2] = {bad_prefix, NULL};
+  int64_t p4[2] = {1, 0};
+  KVT_STATUS(kvc_allocator_alloc_extend(x, 2, p4, seq, NULL, p, rows, pslots, out, NULL, NULL),
+             KVC_ERR_INVALID_ARGUMENT);
+  int64_t ds[2] = {0, 1};
+  KVT_STATUS(kvc_allocator_alloc_decode(x, 2, ds, NULL, p, rows, out, NULL, NULL), KVC_ERR_INVALID_ARGUMENT);
+  if (kind == KVC_ALLOCATOR_PAGED && ps > 2) {
+    /* last_loc checks: wrong in-page offset, in a free page */
+    int64_t lp[1] = {2}, ls[1] = {3}, wrong_off[1] = {held + 2}, in_free[1] = {freed + 1};
+    KVT_STATUS(kvc_allocator_alloc_extend(x, 1, lp, ls, wrong_off, NULL, NULL, NULL, out, NULL, NULL),
+               KVC_ERR_INVALID_ARGUMENT);
+    KVT_STATUS(kvc_allocator_alloc_extend(x, 1, lp, ls, in_free, NULL, NULL, NULL, out, NULL, NULL), KVC_ERR_MISUSE);
+    int64_t dl[1] = {held + 2}, dseq[1] = {3};
+    KVT_STATUS(kvc_allocator_alloc_decode(x, 1, dseq, dl, NULL, NULL, out, NULL, NULL), KVC_ERR_INVALID_ARGUMENT);
+  }
+  KVT_STATUS(kvc_allocator_free_group_end(x), KVC_ERR_MISUSE);
+  kvc_allocator_state bogus = {{1, 2, 3, 4}};
+  KVT_STATUS(kvc_allocator_restore_state(x, &bogus), KVC_ERR_MISUSE);
+  assert_same(x, y);
+  /* Rows were not consumed or left marked either. */
+  KVT_OK(kvc_allocator_alloc_extend(x, 2, pre, seq, NULL, p, rows, NULL, out, NULL, NULL));
+  int64_t out2[128];
+  KVT_OK(kvc_allocator_alloc_extend(y, 2, pre, seq, NULL, NULL, NULL, NULL, out2, NULL, NULL));
+  expect_slots(out, out2, (size_t)(seq[0] + seq[1]));
+  int64_t rest = kvc_allocator_available_size(x);
+  assert_int_equal(rest, kvc_allocator_available_size(y));
+  int64_t *all_x = malloc(sizeof(int64_t) * (size_t)rest), *all_y = malloc(sizeof(int64_t) * (size_t)rest);
+  KVT_OK(kvc_allocator_alloc(x, rest, all_x));
+  KVT_OK(kvc_allocator_alloc(y, rest, all_y));
+  expect_slots(all_x, all_y, (size_t)rest);
+  free(all_x);
+  free(all_y);
+  kvc_req_to_token_pool_destroy(p);
+  kvc_allocator_destroy(x);
+  kvc_allocator_destroy(y);
+}
+
+static void test_misuse_changes_nothing(void **state) {
+  (void)state;
+  run_misuse(KVC_ALLOCATOR_TOKEN, 1);
+  run_misuse(KVC_ALLOCATOR_PAGED, 1);
+  run_misuse(KVC_ALLOCATOR_PAGED, 4);
+  run_misuse(KVC_ALLOCATOR_PAGED, 16);
+}
+
+static void test_out_of_slots_changes_nothing(void **state) {
+  (void)state;
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 16, 4, 0);
+  kvc_req_to_token_pool *p = make_pool(2, 32);
+  int32_t rows[2] = {0, 0};
+  KVT_OK(kvc_req_to_token_pool_alloc(p, 2, rows));
+  int64_t pre[2] = {0, 0}, seq[2] = {5, 2}, out[32];
+  KVT_OK(kvc_allocator_alloc_extend(a, 2, pre, seq, NULL, p, rows, NULL, out, NULL, NULL)); /* 3 pages */
+  int32_t before[3 * 32], after[3 * 32], mirror[32];
+  kvt_d2h(before, kvc_req_to_token_pool_table(p), sizeof before);
+  memcpy(mirror, kvc_req_to_token_pool_row(p, rows[0]), sizeof mirror);
+  kvc_allocator_stats s0, s1;
+  KVT_OK(kvc_allocator_get_stats(a, &s0));
+  int64_t pre2[2] = {5, 2}, seq2[2] = {13, 3}; /* needs 2 pages, 1 left */
+  for (int i = 0; i < 32; i++) out[i] = -9;
+  KVT_STATUS(kvc_allocator_alloc_extend(a, 2, pre2, seq2, NULL, p, rows, NULL, out, NULL, NULL), KVC_ERR_OUT_OF_SLOTS);
+  int64_t dseq[2] = {6, 3};
+  KVT_OK(kvc_allocator_alloc_decode(a, 2, dseq, NULL, p, rows, out, NULL, NULL)); /* no page needed */
+  int64_t dseq2[2] = {7, 5};
+  int64_t *dev = kvt_dev_alloc(2 * sizeof(int64_t));
+  KVT_OK(kvc_allocator_alloc_decode(a, 2, dseq2, NULL, p, rows, out, dev, NULL)); /* 1 page (the last) */
+  kvt_d2h(before, kvc_req_to_token_pool_table(p), sizeof before);
+  KVT_OK(kvc_allocator_get_stats(a, &s0));
+  memcpy(mirror, kvc_req_to_token_pool_row(p, rows[1]), sizeof mirror);
+  int64_t dseq3[2] = {9, 6}; /* 9: (9-1)%4 == 0 needs a page; none left */
+  for (int i = 0; i < 32; i++) out[i] = -9;
+  KVT_STATUS(kvc_allocator_alloc_decode(a, 2, dseq3, NULL, p, rows, out, dev, NULL), KVC_ERR_OUT_OF_SLOTS);
+  assert_int_equal(out[0], -9);
+  kvt_d2h(after, kvc_req_to_token_pool_table(p), sizeof after);
+  assert_memory_equal(before, after, sizeof before);
+  assert_memory_equal(mirror, kvc_req_to_token_pool_row(p, rows[1]), sizeof mirror);
+  KVT_OK(kvc_allocator_get_stats(a, &s1));
+  assert_memory_equal(&s0, &s1, sizeof s0);
+  kvt_dev_free(dev);
+  kvc_req_to_token_pool_destroy(p);
+  kvc_allocator_destroy(a);
+}
+
+/* Batches large enough to go through the staging buffer instead of inline params. */
+static void test_large_batches_staged(void **state) {
+  (void)state;
+  const int n = 600;
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_TOKEN, 400000, 1, 0);
+  kvc_req_to_token_pool *p = make_pool(n, 64);
+  int32_t *rows = calloc((size_t)n, sizeof *rows);
+  KVT_OK(kvc_req_to_token_pool_alloc(p, (size_t)n, rows));
+  int64_t *pre = calloc((size_t)n, 8), *seq = calloc((size_t)n, 8), *out = calloc((size_t)n * 64, 8);
+  int64_t *back = calloc((size_t)n * 64, 8);
+  for (int i = 0; i < n; i++) seq[i] = 1 + i % 40;
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) total += seq[i];
+  int64_t *dev = kvt_dev_alloc((size_t)total * 8);
+  KVT_OK(kvc_allocator_alloc_extend(a, (size_t)n, pre, seq, NULL, p, rows, NULL, out, dev, NULL));
+  for (int64_t i = 0; i < total; i++) assert_int_equal(out[i], 1 + i);
+  kvt_d2h(back, dev, (size_t)total * 8);
+  expect_slots(back, out, (size_t)total);
+  int32_t *table = calloc((size_t)(n + 1) * 64, 4);
+  for (int i = 0; i < n; i++) seq[i]++;
+  KVT_OK(kvc_allocator_alloc_decode(a, (size_t)n, seq, NULL, p, rows, out, dev, NULL));
+  for (int i = 0; i < n; i++) assert_int_equal(out[i], total + 1 + i);
+  kvt_d2h(table, kvc_req_to_token_pool_table(p), (size_t)(n + 1) * 64 * 4);
+  for (int i = 0; i < n; i++) {
+    const int32_t *m = kvc_req_to_token_pool_row(p, rows[i]);
+    for (int j = 0; j < 64; j++) assert_int_equal(table[rows[i] * 64 + j], m[j]);
+    assert_int_equal(m[seq[i] - 1], total + 1 + i);
+  }
+  free(table);
+  kvt_dev_free(dev);
+  free(back);
+  free(out);
+  free(seq);
+  free(pre);
+  free(rows);
+  kvc_req_to_token_pool_destroy(p);
+  kvc_allocator_destroy(a);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_create_rejects_bad_config),
+    cmocka_unit_test(test_token_allocator_reuses_fifo),
+    cmocka_unit_test(test_paged_free_prepends_sorted_unique),
+    cmocka_unit_test(test_extend_matches_spec_example),
+    cmocka_unit_test(test_extend_without_pool),
+    cmocka_unit_test(test_decode_matches_spec_example),
+    cmocka_unit_test(test_page_boundaries),
+    cmocka_unit_test(test_token_kind_extend_and_decode),
+    cmocka_unit_test(test_need_sort_merge_triggers),
+    cmocka_unit_test(test_free_groups_paged),
+    cmocka_unit_test(test_free_groups_token),
+    cmocka_unit_test(test_free_segment_strides),
+    cmocka_unit_test(test_backup_restore),
+    cmocka_unit_test(test_misuse_changes_nothing),
+    cmocka_unit_test(test_out_of_slots_changes_nothing),
+    cmocka_unit_test(test_large_batches_staged),
+};
+KVT_MAIN("allocator", tests)
