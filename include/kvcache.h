@@ -362,6 +362,111 @@ KVC_API kvc_status kvc_alloc_decode_fill(kvc_context *ctx, const void *seq_lens,
                                          int64_t num_free_pages, int64_t page_size, int64_t *out,
                                          size_t n, kvc_stream stream);
 
+/** kvc_store_kv() : SGLang store_cache on buffers the engine owns: for i < n with
+ *  s = loc[i] in [0, num_rows): the k_row_bytes bytes at k + i*k_stride are copied to
+ *  k_cache + s*k_cache_stride, and the v_row_bytes bytes at v + i*v_stride to
+ *  v_cache + s*v_cache_stride, in ONE launch for K and V together (K and V widths may
+ *  differ). A plain byte copy — the same kernel as kvc_kv_pool_set_kv's copy path —
+ *  with 16-byte accesses when every pointer, stride and row length allows (8/4/2/1
+ *  otherwise). Slots outside [0, num_rows) (negative included) are skipped, never
+ *  written (SGLang asserts on the device instead). Duplicate slots: one row wins.
+ *  @param k_cache_stride, v_cache_stride  row strides of the caches in BYTES (0 = row bytes)
+ *  @param k_stride, v_stride              row strides of the inputs in BYTES (0 = row bytes)
+ *  @param v_row_bytes  0 = store K only (v_cache and v may then be NULL)
+ *  @param loc          device vector of n slots (`loc_type`)
+ *  @return KVC_ERR_INVALID_ARGUMENT for NULL pointers with n > 0, row bytes <= 0,
+ *  num_rows <= 0 or a stride smaller than its row. n == 0: no launch. Enqueues on
+ *  `stream`, never synchronizes, graph-capturable; inputs are never modified. */
+KVC_API kvc_status kvc_store_kv(kvc_context *ctx, void *k_cache, void *v_cache, int64_t k_cache_stride,
+                                int64_t v_cache_stride, int64_t num_rows, const void *k, const void *v,
+                                int64_t k_stride, int64_t v_stride, int64_t k_row_bytes,
+                                int64_t v_row_bytes, const void *loc, kvc_index_type loc_type,
+                                size_t n, kvc_stream stream);
+
+/** How an MLA latent-row buffer stores a token's row (SGLang MLATokenToKVPool and its
+ *  FP4 / NSA variants). R = kv_lora_rank, Q = qk_rope_head_dim. */
+typedef enum kvc_mla_format {
+  KVC_MLA_ROWS = 0,   /* one row of R + Q elements of `dtype`: [nope | rope] */
+  KVC_MLA_FP4 = 1,    /* (R+Q)/2 bytes of packed e2m1 (low nibble first) in `data` plus
+                         (R+Q)/16 scale bytes in `scale`; one power-of-two scale per 16
+                         consecutive values of the concatenated row (byte = exponent + 127) */
+  KVC_MLA_NSA_FP8 = 2 /* DeepSeek NSA 656-byte rows (R = 512, Q = 64): bytes [0, 512) nope
+                         as fp8 e4m3 quantized per 128-value tile, [512, 528) the 4 tile
+                         scales (f32), [528, 656) rope as 64 bf16 */
+} kvc_mla_format;
+
+/** An engine-owned MLA buffer of one layer, for kvc_set_mla_kv / kvc_get_mla_kv. Fill
+ *  with KVC_MLA_BUFFER_INIT, then set the fields. */
+typedef struct kvc_mla_buffer {
+  size_t struct_size;     /* sizeof(kvc_mla_buffer) as the caller compiled it */
+  uint32_t version;       /* KVC_VERSION_NUMBER */
+  kvc_mla_format format;
+  void *data;             /* device rows (ROWS: elements of dtype; FP4/NSA: bytes) */
+  void *scale;            /* FP4: device scale rows; otherwise unused */
+  int64_t num_rows;       /* rows of the buffer: slots outside [0, num_rows) are skipped */
+  int64_t row_stride;     /* distance between rows of `data`, in its elements (ROWS: of
+                             dtype; FP4/NSA: bytes). 0 = dense (R+Q, (R+Q)/2, 656) */
+  int64_t scale_stride;   /* FP4: bytes between scale rows; 0 = dense ((R+Q)/16) */
+  kvc_dtype dtype;        /* ROWS: element type (f32, f16, bf16, fp8_e4m3, fp8_e5m2);
+                             FP4 / NSA: ignored */
+  int32_t kv_lora_rank;   /* R >= 1 */
+  int32_t qk_rope_head_dim; /* Q >= 0 */
+  int32_t pad_;
+  uint64_t reserved_[4];  /* must be zero */
+} kvc_mla_buffer;
+
+#define KVC_MLA_BUFFER_INIT \
+  { sizeof(kvc_mla_buffer), KVC_VERSION_NUMBER, KVC_MLA_ROWS, NULL, NULL, 0, 0, 0, KVC_DTYPE_BF16, 0, 0, 0, {0} }
+
+/** kvc_set_mla_kv() : SGLang set_mla_kv_buffer (and the NSA fp8 quantizer, and the FP4
+ *  MLA writer) on an engine's own buffer: for i < n with s = loc[i] in [0, num_rows),
+ *  row s = [nope[i] (R values) | rope[i] (Q values)] converted from src_dtype:
+ *    ROWS:    element-wise conversion to buf->dtype (round to nearest even; fp8 targets
+ *             saturate to the finite range, no scale; equal dtypes copy the bits).
+ *    FP4:     each 16-value block of the concatenated row: e = ceil(log2(amax / 6))
+ *             (amax floored at 1e-12), scale byte e + 127, codes = nearest e2m1 of
+ *             x * 2^-e (ties up), as SGLang's FP4 MLA writer.
+ *    NSA_FP8: per 128-value nope tile s = max|y| / 448, codes = fp8_e4m3(y * (1/s))
+ *             (saturating RNE), as SGLang's quantize_k_cache; rope converted to bf16.
+ *             Defined where SGLang is not: an all-zero tile stores scale 0 and zero
+ *             codes (decodes to zeros); zeros in a tile whose 1/s overflows stay zero.
+ *  Slots outside [0, num_rows) are skipped (never written); duplicate slots: one
+ *  unspecified winner per row. No DCP (decode-context-parallel) sharding.
+ *  @param loc          device vector of n slots, int32 or int64 (`loc_type`)
+ *  @param nope         device n x R values of src_dtype, row stride nope_stride elements
+ *                      (0 = R)
+ *  @param rope         device n x Q values of src_dtype, row stride rope_stride elements
+ *                      (0 = Q); may be NULL when Q == 0
+ *  @param src_dtype    f32, f16, bf16, fp8_e4m3 or fp8_e5m2 (bits as stored)
+ *  Accesses are 16 bytes wide when R, Q, the strides and the base addresses allow it, and
+ *  narrower otherwise (any element-aligned address works). FP4 needs `data` 8-byte
+ *  aligned with row_stride % 8 == 0; NSA needs `data` 16-byte aligned with row_stride %
+ *  16 == 0 (KVC_ERR_INVALID_ARGUMENT otherwise).
+ *  One launch on `stream` (none when n == 0), never synchronizes; compiles the kernel for
+ *  (format, dtypes, R, Q, access width) on first use (NVRTC, cached), graph-capturable
+ *  once compiled. Inputs are never modified.
+ *  @return KVC_ERR_INVALID_ARGUMENT for NULL pointers with n > 0, bad dims or strides, an
+ *  unknown format or dtype, NSA with R != 512 / Q != 64, FP4 with (R+Q) % 16 != 0;
+ *  KVC_ERR_VERSION for an unknown struct size; KVC_ERR_NVRTC / KVC_ERR_CUDA. */
+KVC_API kvc_status kvc_set_mla_kv(kvc_context *ctx, const kvc_mla_buffer *buf, const void *loc,
+                                  kvc_index_type loc_type, size_t n, const void *nope,
+                                  const void *rope, kvc_dtype src_dtype, int64_t nope_stride,
+                                  int64_t rope_stride, kvc_stream stream);
+
+/** kvc_get_mla_kv() : SGLang get_mla_kv_buffer without its power-of-two restriction and
+ *  with the quantized formats: for i < n, nope_out[i] = the first R values and
+ *  rope_out[i] = the last Q values of row loc[i], converted to out_dtype (FP4 and NSA
+ *  rows are dequantized: e2m1 x 2^(byte-127), fp8 code x tile scale, rope bf16; ROWS of
+ *  an equal dtype are copied bit for bit). Rows whose slot is outside [0, num_rows) read
+ *  as zeros. Either output may be NULL (that part is neither read nor written). Strides
+ *  as in kvc_set_mla_kv, in elements of out_dtype (0 = dense). out_dtype: f32, f16,
+ *  bf16, fp8_e4m3, fp8_e5m2. One launch, never synchronizes, graph-capturable once
+ *  compiled; same return values as kvc_set_mla_kv. */
+KVC_API kvc_status kvc_get_mla_kv(kvc_context *ctx, const kvc_mla_buffer *buf, const void *loc,
+                                  kvc_index_type loc_type, size_t n, void *nope_out,
+                                  void *rope_out, kvc_dtype out_dtype, int64_t nope_stride,
+                                  int64_t rope_stride, kvc_stream stream);
+
 
 /* ===================================================================================
  * Level 2 — request-to-token pool and token/paged allocators
@@ -489,15 +594,19 @@ KVC_API kvc_status kvc_allocator_alloc(kvc_allocator *alloc, int64_t n, int64_t 
  *  for the TOKEN kind the same as alloc(sum of extend lengths) split in request order).
  *  For request i: prefix_lens[i] tokens already present, seq_lens[i] after the step.
  *  last_locs[i] = slot of token prefix-1 (or -1 when the prefix is empty); when
- *  last_locs is NULL they are read from req_pool's host mirror (req_pool required).
+ *  last_locs is NULL they are read from prefix_slots[i] or req_pool's host mirror (a
+ *  req_pool is required only if some request continues a partial page).
  *  With req_pool (and req_rows, rows held by the requests), the same launch also writes
  *  row[prefix : seq) = the new slots and, where prefix_slots && prefix_slots[i],
  *  row[0 : prefix) = prefix_slots[i][0 : prefix) (host int64, e.g. a radix-cache match);
  *  the host mirror is updated too. out_host (may be NULL) receives the slots,
  *  concatenated in request order; out_device (may be NULL) likewise on the device (int64).
- *  @return KVC_ERR_OUT_OF_SLOTS when not enough pages (nothing changed; checked before
- *  anything is launched), KVC_ERR_INVALID_ARGUMENT for seq < prefix, lengths past the
- *  row width, or a last_loc whose in-page offset contradicts its prefix length. */
+ *  @return KVC_ERR_OUT_OF_SLOTS when not enough pages (no page or row changes; checked
+ *  before anything is launched; a need_sort merge that SGLang's trigger fires before the
+ *  shortage is kept, as in SGLang, so later calls get SGLang's slots),
+ *  KVC_ERR_INVALID_ARGUMENT for seq < prefix, lengths past the row width, or a last_loc
+ *  whose in-page offset contradicts its prefix length; KVC_ERR_MISUSE for a row that is
+ *  not held or listed twice, or a last_loc in a page that is not held. */
 KVC_API kvc_status kvc_allocator_alloc_extend(kvc_allocator *alloc, size_t batch_size,
                                               const int64_t *prefix_lens, const int64_t *seq_lens,
                                               const int64_t *last_locs,
@@ -510,7 +619,9 @@ KVC_API kvc_status kvc_allocator_alloc_extend(kvc_allocator *alloc, size_t batch
 /** kvc_allocator_alloc_decode() : one new token per request (SGLang alloc_decode).
  *  seq_lens[i] is the length after the new token; last_locs[i] the slot of token
  *  seq-2 (NULL = from req_pool's mirror). The new slot is last_loc + 1 unless the token
- *  opens a new page ((seq-1) % ps == 0), which takes the next free page in batch order.
+ *  opens a new page ((seq-1) % ps == 0), which takes the next free page in batch order
+ *  (also right for ps == 1, where SGLang's page count has a quirk; the TOKEN kind takes
+ *  one slot per request from the front).
  *  With req_pool, row[seq-1] = new slot in the same launch. Outputs as alloc_extend.
  *  @return as kvc_allocator_alloc_extend. */
 KVC_API kvc_status kvc_allocator_alloc_decode(kvc_allocator *alloc, size_t batch_size,
@@ -713,7 +824,11 @@ typedef enum kvc_region_kind {
   KVC_REGION_V_SCALE = 3,  /* FP4 scale bytes of V */
   KVC_REGION_KV = 4,       /* MLA/NSA latent rows (FP4: packed data) */
   KVC_REGION_KV_SCALE = 5, /* MLA FP4 scale bytes */
-  KVC_REGION_INDEX_K = 6   /* NSA index-K pages */
+  KVC_REGION_INDEX_K = 6,  /* NSA index-K pages */
+  KVC_REGION_MAMBA_CONV = 7,              /* Mamba conv state tensor (kvc_mamba_pool) */
+  KVC_REGION_MAMBA_TEMPORAL = 8,          /* Mamba temporal (SSM) state tensor */
+  KVC_REGION_MAMBA_INTERMEDIATE_SSM = 9,  /* speculative per-draft-token SSM states */
+  KVC_REGION_MAMBA_INTERMEDIATE_CONV = 10 /* speculative per-draft-token conv windows */
 } kvc_region_kind;
 
 /** One buffer of a pool: a region of one layer. Shapes/strides in elements of dtype. */
@@ -788,7 +903,854 @@ KVC_API kvc_status kvc_kv_pool_copy_from_host(kvc_kv_pool *pool, const void *loc
  * Level 2 — hybrid models: Mamba state pool
  * =================================================================================== */
 
+/* Mamba (linear-attention) recurrent states of hybrid models (SGLang MambaPool, spec 2).
+ *
+ * One device allocation, zero-filled at create, carved into whole tensors in SGLang's
+ * field order (each 256-byte aligned, row-major, contiguous):
+ *   conv[i]               (L, size + 1, *conv_shape[i])        conv_dtype
+ *   temporal              (L, size + 1, t0, t1, t2)            temporal_dtype
+ *   intermediate_ssm      (L, spec + 1, D, t0, t1, t2)         temporal_dtype  } only when
+ *   intermediate_conv[i]  (L, spec + 1, D, c_i[0], c_i[1])     conv_dtype      } D > 0
+ * L = num_layers, spec = spec_state_size, D = num_draft_tokens. Slot 0 is padding and is
+ * never handed out. "State tensors" are conv[*] and temporal: the ones zeroed on alloc,
+ * copied by copy_from, offloaded and listed in the transfer infos; the speculative
+ * (intermediate) tensors are zeroed only at create, as in SGLang.
+ *
+ * Slot bookkeeping is on the host: a FIFO free list (initially 1..size; alloc takes from
+ * the front, free appends at the back — SGLang's order, spec 14), so ids are decided
+ * without touching the device. Slot lists passed in are host int32 arrays; the ids
+ * travel to the device inside the kernel's parameters (or one staged upload when long),
+ * so each state-changing call is ONE launch over all state tensors and layers. Those
+ * launches are not graph-capturable (their parameters change each call). Single writer
+ * per pool; the tensors may be read concurrently by the model on any stream (ordering is
+ * the caller's business: the library's launches go on the stream you pass). */
+
+typedef struct kvc_mamba_pool kvc_mamba_pool;
+
+#define KVC_MAMBA_MAX_CONV 4 /* conv state shapes per pool */
+
+/** A conv state shape: ndim (1..3) sizes, per slot (the L and slot dims excluded). */
+typedef struct kvc_mamba_shape {
+  int32_t ndim;
+  int32_t pad_;
+  int64_t dims[3];
+} kvc_mamba_shape;
+
+/** Pool flags. */
+#define KVC_MAMBA_POOL_NO_ZERO_ON_ALLOC 0x1u /* alloc/group_begin do not zero the new slots
+                                                (newer SGLang: the engine zeroes them later
+                                                with kvc_mamba_pool_clear_slots) */
+
+typedef struct kvc_mamba_pool_config {
+  size_t struct_size;
+  uint32_t version;
+  int32_t size;       /* state slots (>= 1, < 2^31 - 1); tensors hold size + 1 rows */
+  int32_t num_layers; /* L: Mamba layers (>= 1) */
+  int32_t num_conv;   /* conv state shapes, 1..KVC_MAMBA_MAX_CONV */
+  const int32_t *layer_ids; /* L distinct global layer ids (>= 0), the Mamba layers in pool
+                               order; NULL = 0..L-1. Copied at create. */
+  const kvc_mamba_shape *conv_shapes; /* num_conv shapes. Copied at create. */
+  kvc_dtype conv_dtype;     /* F32 / F16 / BF16 (any valid dtype is stored as bytes) */
+  kvc_dtype temporal_dtype; /* SSM state dtype */
+  int64_t temporal_shape[3]; /* heads, head_dim, state_size (each >= 1) */
+  int32_t spec_state_size;   /* intermediate rows = spec_state_size + 1 (>= 0) */
+  int32_t num_draft_tokens;  /* D: 0 = no speculative buffers; > 0 needs every conv shape
+                                to have ndim >= 2 (only c[0], c[1] are used, as SGLang) */
+  uint32_t flags;            /* KVC_MAMBA_POOL_* */
+  int32_t pad_;
+  uint64_t reserved_[4];     /* must be zero */
+} kvc_mamba_pool_config;
+
+#define KVC_MAMBA_POOL_CONFIG_INIT                                                         \
+  { sizeof(kvc_mamba_pool_config), KVC_VERSION_NUMBER, 0, 0, 0, NULL, NULL,                 \
+    KVC_DTYPE_BF16, KVC_DTYPE_F32, {0, 0, 0}, 0, 0, 0u, 0, {0} }
+
+/** kvc_mamba_pool_config_default() : fills `config` with KVC_MAMBA_POOL_CONFIG_INIT. */
+KVC_API void kvc_mamba_pool_config_default(kvc_mamba_pool_config *config);
+
+/** kvc_mamba_pool_create() : allocates every tensor in one device allocation (through the
+ *  context's device allocator), zero-fills it, resolves (NVRTC-compiles on first use,
+ *  cached) the pool's kernels, then synchronizes the default stream once. Free list
+ *  1..size. The layer-id and shape arrays are copied; the caller keeps its own.
+ *  @return KVC_ERR_INVALID_ARGUMENT for bad sizes, shapes, dtypes, duplicate or negative
+ *  layer ids, byte counts that overflow; KVC_ERR_VERSION for an unknown struct_size or
+ *  major version; KVC_ERR_DEVICE_OOM / KVC_ERR_HOST_OOM; KVC_ERR_NVRTC. *out is written
+ *  only on success. Not capturable. */
+KVC_API kvc_status kvc_mamba_pool_create(kvc_context *ctx, const kvc_mamba_pool_config *config,
+                                         kvc_mamba_pool **out);
+/** kvc_mamba_pool_destroy() : frees the device allocation and host metadata. No work on
+ *  the pool's tensors may be pending. NULL is a no-op. */
+KVC_API void kvc_mamba_pool_destroy(kvc_mamba_pool *pool);
+
+/** kvc_mamba_pool_size() : usable slots (config.size); 0 for an invalid handle. */
+KVC_API int32_t kvc_mamba_pool_size(const kvc_mamba_pool *pool);
+/** kvc_mamba_pool_available() : free slots in the free list (SGLang available_size; ids
+ *  reserved by an open alloc group are not counted). 0 for an invalid handle. */
+KVC_API int32_t kvc_mamba_pool_available(const kvc_mamba_pool *pool);
+/** kvc_mamba_pool_is_held() : 1 if `slot` is handed out, else 0 (also for bad input). */
+KVC_API int kvc_mamba_pool_is_held(const kvc_mamba_pool *pool, int32_t slot);
+
+/** kvc_mamba_pool_alloc() : SGLang MambaPool.alloc(n): the first n free ids, front of
+ *  the FIFO, written to out_slots (host, n entries), and their rows zeroed in every state
+ *  tensor and layer with ONE launch on `stream` (none with NO_ZERO_ON_ALLOC). Inside an
+ *  alloc group, n == 1 hands out the next reserved id instead (already zeroed by
+ *  group_begin; no launch); n > 1 bypasses the reservation, as SGLang. n == 0: no-op.
+ *  @return KVC_ERR_OUT_OF_SLOTS when fewer than n ids are free (nothing changed; SGLang
+ *  returns None); KVC_ERR_CUDA when the launch fails (nothing changed). Not capturable. */
+KVC_API kvc_status kvc_mamba_pool_alloc(kvc_mamba_pool *pool, size_t n, int32_t *out_slots,
+                                        kvc_stream stream);
+/** kvc_mamba_pool_free() : appends slots[0:n) (host) at the back of the free list, in
+ *  order. State is not cleared. n == 0: no-op. No device work.
+ *  @return KVC_ERR_MISUSE (nothing changed) for slot 0, an id outside [1, size], an id not
+ *  currently handed out (double free, or reserved by an open group) or listed twice. */
+KVC_API kvc_status kvc_mamba_pool_free(kvc_mamba_pool *pool, const int32_t *slots, size_t n);
+/** kvc_mamba_pool_alloc_group_begin() : newer SGLang MambaSlotAllocator group: reserves
+ *  the first k free ids (when k are available; otherwise reserves nothing and later
+ *  allocs take the normal path) and zeroes them in one launch on `stream`, so a batch's
+ *  alloc(1) calls cost no launch each. @return KVC_ERR_MISUSE if a group is open. */
+KVC_API kvc_status kvc_mamba_pool_alloc_group_begin(kvc_mamba_pool *pool, size_t k,
+                                                    kvc_stream stream);
+/** kvc_mamba_pool_alloc_group_end() : returns the reserved ids not handed out to the back
+ *  of the free list, in order, and closes the group. @return KVC_ERR_MISUSE if none open. */
+KVC_API kvc_status kvc_mamba_pool_alloc_group_end(kvc_mamba_pool *pool);
+/** kvc_mamba_pool_clear() : every slot free again in order 1..size, any group closed.
+ *  Tensor contents untouched (SGLang clear). No device work. */
+KVC_API kvc_status kvc_mamba_pool_clear(kvc_mamba_pool *pool);
+
+/** kvc_mamba_pool_clear_slots() : zeroes rows slots[0:n) (host ids in [0, size]; held or
+ *  not) of every state tensor and layer in ONE launch on `stream` (newer SGLang
+ *  clear_slots). Speculative tensors untouched. n == 0: no launch. Not capturable.
+ *  @return KVC_ERR_INVALID_ARGUMENT for an id out of range (nothing launched). */
+KVC_API kvc_status kvc_mamba_pool_clear_slots(kvc_mamba_pool *pool, const int32_t *slots,
+                                              size_t n, kvc_stream stream);
+/** kvc_mamba_pool_copy_from() : SGLang copy_from: for every state tensor and layer,
+ *  row dst[i] = row src[i] (host ids in [0, size]), in ONE launch on `stream`. Overlapping
+ *  sets behave as one simultaneous copy (every source read before any target written,
+ *  e.g. a swap works): the host sees the overlap and then launches a variant in which
+ *  each CTA owns a (tensor, layer, byte tile) and stages all n source tiles in shared
+ *  memory before writing; disjoint sets use a plain parallel copy. Pairs with
+ *  src == dst are skipped. Speculative tensors untouched. Not capturable.
+ *  @return KVC_ERR_INVALID_ARGUMENT for ids out of range or a dst listed twice;
+ *  KVC_ERR_UNSUPPORTED for overlapping sets of more than 2048 pairs. */
+KVC_API kvc_status kvc_mamba_pool_copy_from(kvc_mamba_pool *pool, const int32_t *src,
+                                            const int32_t *dst, size_t n, kvc_stream stream);
+/** kvc_mamba_pool_fork_from() : SGLang fork_from: *out_slot = alloc(1), then copy_from(
+ *  src, *out_slot) — one launch in all (the copy overwrites every row the zeroing would
+ *  have written, so the zero launch is elided; the result is the same).
+ *  @return KVC_ERR_OUT_OF_SLOTS (nothing changed; SGLang None), KVC_ERR_INVALID_ARGUMENT
+ *  for src outside [0, size]. */
+KVC_API kvc_status kvc_mamba_pool_fork_from(kvc_mamba_pool *pool, int32_t src, int32_t *out_slot,
+                                            kvc_stream stream);
+
+/** kvc_mamba_pool_layer_index() : global layer id -> index into the pool's layers
+ *  (position in config.layer_ids). @return KVC_ERR_INVALID_ARGUMENT for a layer that is
+ *  not a Mamba layer of this pool (SGLang raises ValueError). */
+KVC_API kvc_status kvc_mamba_pool_layer_index(const kvc_mamba_pool *pool, int32_t layer_id,
+                                              int32_t *index);
+/** kvc_mamba_pool_num_layers() / kvc_mamba_pool_layer_id() : L, and the global id of
+ *  layer index `index` (-1 if out of range). */
+KVC_API int32_t kvc_mamba_pool_num_layers(const kvc_mamba_pool *pool);
+KVC_API int32_t kvc_mamba_pool_layer_id(const kvc_mamba_pool *pool, int32_t index);
+
+/* Descriptors. New region kinds for kvc_buffer_desc: KVC_REGION_MAMBA_CONV (a conv state
+ * tensor), KVC_REGION_MAMBA_TEMPORAL, KVC_REGION_MAMBA_INTERMEDIATE_SSM and
+ * KVC_REGION_MAMBA_INTERMEDIATE_CONV. */
+
+/** A whole Mamba tensor (all layers; up to 6 dims). Shapes/strides in elements. */
+typedef struct kvc_mamba_tensor_desc {
+  size_t struct_size; /* set by the caller */
+  uint32_t version;
+  kvc_region_kind region; /* KVC_REGION_MAMBA_* */
+  int32_t index;          /* conv / intermediate-conv list position (0 otherwise) */
+  kvc_dtype dtype;
+  int32_t ndim;
+  int32_t device; /* CUDA ordinal, -1 for host memory */
+  void *data;
+  int64_t shape[6];   /* (L, rows, ...) */
+  int64_t strides[6]; /* contiguous row-major */
+  int64_t bytes_per_layer;
+  int64_t bytes_per_slot; /* one row of one layer */
+  int64_t total_bytes;
+  int64_t sliceable_dim; /* shape[2]: the TP-sliced dimension (SGLang state dim) */
+  uint64_t reserved_[4];
+} kvc_mamba_tensor_desc;
+
+/** kvc_mamba_pool_num_tensors() : tensors in SGLang field order: num_conv conv, then
+ *  temporal, then (with D > 0) intermediate_ssm and num_conv intermediate conv windows. */
+KVC_API int32_t kvc_mamba_pool_num_tensors(const kvc_mamba_pool *pool);
+/** kvc_mamba_pool_describe_tensor() : tensor `index` in the order above. `out->
+ *  struct_size` must be set by the caller. */
+KVC_API kvc_status kvc_mamba_pool_describe_tensor(const kvc_mamba_pool *pool, int32_t index,
+                                                  kvc_mamba_tensor_desc *out);
+
+/** kvc_mamba_pool_num_buffers() : per-layer buffers of the STATE tensors:
+ *  (num_conv + 1) x L (SGLang mamba2_layer_cache views; intermediates excluded). */
+KVC_API int32_t kvc_mamba_pool_num_buffers(const kvc_mamba_pool *pool);
+/** kvc_mamba_pool_describe() : buffer `index`; order: conv[0] layers ascending, conv[1]
+ *  ..., temporal — the order of the contiguous infos. Shape (size + 1, *state shape),
+ *  ndim <= 4; bytes_per_token = bytes_per_page = bytes of one slot. */
+KVC_API kvc_status kvc_mamba_pool_describe(const kvc_mamba_pool *pool, int32_t index,
+                                           kvc_buffer_desc *out);
+/** kvc_mamba_pool_buffer() : the buffer of `region` (MAMBA_CONV with conv_index, or
+ *  MAMBA_TEMPORAL) at global `layer_id`. @return KVC_ERR_INVALID_ARGUMENT otherwise. */
+KVC_API kvc_status kvc_mamba_pool_buffer(const kvc_mamba_pool *pool, kvc_region_kind region,
+                                         int32_t conv_index, int32_t layer_id,
+                                         kvc_buffer_desc *out);
+/** kvc_mamba_pool_contiguous_infos() : SGLang get_contiguous_buf_infos: per state tensor
+ *  (conv in order, then temporal; intermediates skipped), per layer: (layer base, bytes of
+ *  the layer, bytes of one slot as bytes_per_page). At most `cap` written; the total
+ *  ((num_conv + 1) x L) to *count. */
+KVC_API kvc_status kvc_mamba_pool_contiguous_infos(const kvc_mamba_pool *pool,
+                                                   kvc_contiguous_info *out, size_t cap,
+                                                   size_t *count);
+/** kvc_mamba_pool_state_dims() : SGLang get_state_dim_per_tensor: for each entry of the
+ *  contiguous infos, the size of dimension 2 of its tensor (conv: c[0]; temporal: t0).
+ *  Unlike SGLang, speculative tensors are NOT included, so the list always matches the
+ *  contiguous infos one to one (spec 15.1 quirk 10 fixed). Same cap/count rules. */
+KVC_API kvc_status kvc_mamba_pool_state_dims(const kvc_mamba_pool *pool, int64_t *out,
+                                             size_t cap, size_t *count);
+/** kvc_mamba_pool_memory_bytes() : bytes of the state tensors and of the speculative
+ *  tensors (either pointer may be NULL). */
+KVC_API kvc_status kvc_mamba_pool_memory_bytes(const kvc_mamba_pool *pool, size_t *state_bytes,
+                                               size_t *speculative_bytes);
+
+/** kvc_mamba_pool_host_copy_bytes() : bytes the host buffer of an n-slot offload needs:
+ *  n x (sum over state tensors of L x bytes per slot). */
+KVC_API kvc_status kvc_mamba_pool_host_copy_bytes(const kvc_mamba_pool *pool, size_t n,
+                                                  size_t *bytes);
+/** kvc_mamba_pool_copy_to_host() : SGLang get_cpu_copy without its syncs: gathers rows
+ *  slots[0:n) (host ids in [0, size]) of every state tensor and layer into `host` in ONE
+ *  launch on `stream` that writes the host memory directly (CUDA: `host` must be pinned,
+ *  from kvc_host_pinned_alloc or registered; it is accessed through unified addressing).
+ *  Valid once the stream reaches that point. Layout: for each state tensor (contiguous
+ *  infos order), for each layer, n rows of bytes_per_slot. Not capturable.
+ *  @return KVC_ERR_INVALID_ARGUMENT for NULL host or ids out of range. */
+KVC_API kvc_status kvc_mamba_pool_copy_to_host(kvc_mamba_pool *pool, const int32_t *slots,
+                                               size_t n, void *host, kvc_stream stream);
+/** kvc_mamba_pool_copy_from_host() : the inverse scatter (SGLang load_cpu_copy), one
+ *  launch. `host` must stay unchanged until the stream passes the launch. Duplicate ids:
+ *  one unspecified row wins. */
+KVC_API kvc_status kvc_mamba_pool_copy_from_host(kvc_mamba_pool *pool, const int32_t *slots,
+                                                 size_t n, const void *host,
+                                                 kvc_stream stream);
+
+/** kvc_mamba_pool_check() : O(size) audit of the host metadata (free list entries unique,
+ *  in range and not held; free + held + reserved == size; slot 0 never free). Also run
+ *  after every mutating call in check mode. @return KVC_ERR_INTERNAL when violated. */
+KVC_API kvc_status kvc_mamba_pool_check(const kvc_mamba_pool *pool);
+
 /* @@KVC_HYBRID@@ */
+
+/* ===================================================================================
+ * Level 2 — sliding-window attention (SWA) and hybrid pools
+ * =================================================================================== */
+
+/* --- SWA token allocator (SGLang SWATokenToKVPoolAllocator, spec 7) ---------------- *
+ *
+ * A "full" allocator and an "SWA" allocator (both kvc_allocator objects owned by this
+ * one: TOKEN kind when page_size is 1, else PAGED; NEED_SORT passed through), paired by
+ * the full->SWA mapping: entry f = SWA slot of full slot f, 0 = no SWA peer, length
+ * size_full + page_size + 1, last entry -1 (so a last_loc of -1 translates to -1).
+ * The host array is authoritative (int32); the device copy (int64, the same layout, for
+ * attention kernels and kvc_swa_translate) is written from it with stream-ordered
+ * launches: ONE scatter launch per alloc call for the new pairs, ONE launch per free
+ * call zeroing the released entries. Nothing ever reads the device mapping back.
+ *
+ * Every call is transactional: capacity of BOTH sides and every argument are checked
+ * before anything changes (SGLang leaks one side when alloc_decode fails on the other;
+ * here KVC_ERR_OUT_OF_SLOTS leaves everything as before). SGLang's invariants are
+ * errors: free_swa (ps = 1) of a full slot whose mapping is 0 -> KVC_ERR_MISUSE ("peer
+ * mapped"); free_full of a slot whose mapping is non-zero -> KVC_ERR_MISUSE ("peer
+ * released"); with ps > 1 free_swa skips unmapped entries, as SGLang does.
+ * Same slots in the same order as SGLang for the same calls (spec 14: full side
+ * decided before the SWA side; both with the same lengths).
+ * Allocation/free calls are NOT graph-capturable; kvc_swa_translate is. Single writer.
+ */
+typedef struct kvc_swa_allocator kvc_swa_allocator;
+
+#define KVC_SWA_NEED_SORT 0x1u /* both sub-allocators get KVC_ALLOCATOR_NEED_SORT */
+#define KVC_SWA_PURE 0x2u      /* PureSWATokenToKVPoolAllocator (spec 7.10): every layer is
+                                  SWA; page_size must be 1; ONE token allocator of size_swa
+                                  serves both sides; the mapping is the identity
+                                  [0, 1, ..., size_swa + ps - 1, -1] and never written;
+                                  free/free_swa skip slots <= 0; free_full is a no-op;
+                                  alloc_extend/alloc_decode/tail -> KVC_ERR_UNSUPPORTED */
+
+typedef struct kvc_swa_allocator_config {
+  size_t struct_size;
+  uint32_t version;
+  uint32_t flags;     /* KVC_SWA_* */
+  int64_t size_full;  /* full-attention token slots (ignored with KVC_SWA_PURE) */
+  int64_t size_swa;   /* SWA token slots (ignored in ring mode) */
+  int32_t page_size;  /* >= 1; size + page_size must stay below 2^31 */
+  int32_t ring_size;  /* > 0: per-request SWA ring mode (spec 7.1): SWA capacity is
+                         req rows x ring_cost (ring_cost = ring_size rounded up to pages),
+                         no SWA allocation, the mapping is never written. 0 = off */
+  kvc_req_to_token_pool *req_pool; /* ring mode: its free rows give the SWA capacity
+                                      (borrowed; must outlive the allocator) */
+  uint64_t reserved_[4];
+} kvc_swa_allocator_config;
+
+#define KVC_SWA_ALLOCATOR_CONFIG_INIT \
+  { sizeof(kvc_swa_allocator_config), KVC_VERSION_NUMBER, 0u, 0, 0, 1, 0, NULL, {0} }
+
+/** kvc_swa_allocator_create() : the two sub-allocators (all pages free, ascending), the
+ *  host mapping (zeros, last -1) and its device copy, written once with a synchronous
+ *  upload. @return KVC_ERR_INVALID_ARGUMENT for bad sizes/page size/flags (PURE with
+ *  page_size > 1, ring mode without req_pool), KVC_ERR_HOST_OOM, KVC_ERR_DEVICE_OOM.
+ *  Not capturable. */
+KVC_API kvc_status kvc_swa_allocator_create(kvc_context *ctx, const kvc_swa_allocator_config *config,
+                                            kvc_swa_allocator **out);
+/** kvc_swa_allocator_destroy() : frees both sub-allocators and the mappings. No work
+ *  reading the device mapping may be pending. NULL is a no-op. */
+KVC_API void kvc_swa_allocator_destroy(kvc_swa_allocator *alloc);
+
+/** kvc_swa_allocator_full() / _swa() : the owned sub-allocators, for stats and audits
+ *  (never free or allocate through them: the mapping would go stale). _swa() is NULL in
+ *  ring mode; with PURE both return the same object. */
+KVC_API const kvc_allocator *kvc_swa_allocator_full(const kvc_swa_allocator *alloc);
+KVC_API const kvc_allocator *kvc_swa_allocator_swa(const kvc_swa_allocator *alloc);
+
+/** Sizes (tokens). available = min(full, swa) (ring: full); full_available; swa_available
+ *  (ring: free req rows x ring_cost); size = min(size_full, size_swa). -1 for a bad handle. */
+KVC_API int64_t kvc_swa_allocator_available_size(const kvc_swa_allocator *alloc);
+KVC_API int64_t kvc_swa_allocator_full_available_size(const kvc_swa_allocator *alloc);
+KVC_API int64_t kvc_swa_allocator_swa_available_size(const kvc_swa_allocator *alloc);
+KVC_API int64_t kvc_swa_allocator_size(const kvc_swa_allocator *alloc);
+KVC_API int64_t kvc_swa_allocator_size_full(const kvc_swa_allocator *alloc);
+KVC_API int64_t kvc_swa_allocator_size_swa(const kvc_swa_allocator *alloc);
+KVC_API int32_t kvc_swa_allocator_page_size(const kvc_swa_allocator *alloc);
+/** kvc_swa_allocator_new_pages_available() : 1 when num_full_pages fit the full side and
+ *  (ring mode or) num_swa_pages fit the SWA side, else 0. */
+KVC_API int kvc_swa_allocator_new_pages_available(const kvc_swa_allocator *alloc,
+                                                  int64_t num_full_pages, int64_t num_swa_pages);
+
+/** kvc_swa_allocator_mapping_device() : the device full->SWA mapping (int64, length
+ *  kvc_swa_allocator_mapping_length()), valid for the allocator's life: pass it to
+ *  attention kernels, kvc_swa_translate or kvc_swa_kv_pool_register_allocator. */
+KVC_API const int64_t *kvc_swa_allocator_mapping_device(const kvc_swa_allocator *alloc);
+/** kvc_swa_allocator_mapping_host() : the authoritative host mapping (int32, same length);
+ *  read-only, changes with every alloc/free. */
+KVC_API const int32_t *kvc_swa_allocator_mapping_host(const kvc_swa_allocator *alloc);
+KVC_API int64_t kvc_swa_allocator_mapping_length(const kvc_swa_allocator *alloc);
+
+/** kvc_swa_allocator_translate_host() : out[i] = mapping[full[i]] from the host mapping
+ *  (-1 -> -1; PURE: identity). No device work. @return KVC_ERR_INVALID_ARGUMENT for an
+ *  entry outside [-1, size_full + page_size] (out untouched). */
+KVC_API kvc_status kvc_swa_allocator_translate_host(const kvc_swa_allocator *alloc, const int64_t *full,
+                                                    size_t n, int64_t *out);
+
+/** kvc_swa_translate() : level-1 op (SGLang translate_loc_from_full_to_swa): out[i] =
+ *  mapping[loc[i]] for loc[i] in [0, mapping_len); -1 (and any other out-of-range loc)
+ *  gives -1. `loc` and `out` are device vectors of int32 or int64; out may alias loc
+ *  when both types match. ONE launch on `stream` (none when n == 0), graph-capturable. */
+KVC_API kvc_status kvc_swa_translate(kvc_context *ctx, const int64_t *mapping, int64_t mapping_len,
+                                     const void *loc, kvc_index_type loc_type, void *out,
+                                     kvc_index_type out_type, size_t n, kvc_stream stream);
+/** kvc_swa_allocator_translate() : kvc_swa_translate through the allocator's mapping. */
+KVC_API kvc_status kvc_swa_allocator_translate(const kvc_swa_allocator *alloc, const void *loc,
+                                               kvc_index_type loc_type, void *out,
+                                               kvc_index_type out_type, size_t n, kvc_stream stream);
+
+/** kvc_swa_allocator_alloc() : SGLang alloc(n), page_size 1 only: n full slots (FIFO
+ *  front) and n SWA slots, mapping[f[i]] = w[i] (one launch). out_host (may be NULL):
+ *  the full slots; out_device (int64, may be NULL): the same on the device.
+ *  @return KVC_ERR_OUT_OF_SLOTS when either side is short (nothing changed),
+ *  KVC_ERR_UNSUPPORTED for page_size > 1. */
+KVC_API kvc_status kvc_swa_allocator_alloc(kvc_swa_allocator *alloc, int64_t n, int64_t *out_host,
+                                           int64_t *out_device, kvc_stream stream);
+
+/** kvc_swa_allocator_alloc_extend() : SGLang alloc_extend: arguments as
+ *  kvc_allocator_alloc_extend, which allocates the full side (writing out_cache_loc and
+ *  the req_to_token rows in its launch). The SWA side uses the same lengths with
+ *  last_loc = mapping[full last_loc] (host) and host output only; then one scatter
+ *  launch writes mapping[f] = w. Ring mode: full side only.
+ *  @return KVC_ERR_OUT_OF_SLOTS (both sides checked first; nothing changed),
+ *  KVC_ERR_MISUSE when a request continues a partial page whose last slot has no SWA
+ *  peer (SGLang would write into SWA padding page 0), and the errors of
+ *  kvc_allocator_alloc_extend. On a launch failure both sides are rolled back (the
+ *  req_to_token rows past the prefixes may then hold unused slots). */
+KVC_API kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *alloc, size_t batch_size,
+                                                  const int64_t *prefix_lens, const int64_t *seq_lens,
+                                                  const int64_t *last_locs,
+                                                  kvc_req_to_token_pool *req_pool,
+                                                  const int32_t *req_rows,
+                                                  const int64_t *const *prefix_slots,
+                                                  int64_t *out_host, int64_t *out_device,
+                                                  kvc_stream stream);
+/** kvc_swa_allocator_alloc_decode() : SGLang alloc_decode, both sides or none (see
+ *  kvc_allocator_alloc_decode for the arguments). @return as alloc_extend. */
+KVC_API kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *alloc, size_t batch_size,
+                                                  const int64_t *seq_lens, const int64_t *last_locs,
+                                                  kvc_req_to_token_pool *req_pool,
+                                                  const int32_t *req_rows, int64_t *out_host,
+                                                  int64_t *out_device, kvc_stream stream);
+/** kvc_swa_allocator_alloc_extend_swa_tail() : SGLang alloc_extend_swa_tail (bs 1, spec
+ *  7.5): full slots for the whole extend, SWA slots only for the last swa_tail_len
+ *  tokens, allocated as a fresh sequence (prefix 0, last_loc -1: offsets start at 0 of a
+ *  new page, so they need not mirror the full offsets); mapping[f[e - tail:]] = w, the
+ *  other new full slots stay 0. @return KVC_ERR_INVALID_ARGUMENT unless 0 <= swa_tail_len
+ *  <= seq_len - prefix_len; otherwise as alloc_extend. */
+KVC_API kvc_status kvc_swa_allocator_alloc_extend_swa_tail(
+    kvc_swa_allocator *alloc, int64_t prefix_len, int64_t seq_len, int64_t last_loc,
+    int64_t swa_tail_len, kvc_req_to_token_pool *req_pool, int32_t req_row,
+    const int64_t *prefix_slots, int64_t *out_host, int64_t *out_device, kvc_stream stream);
+
+/** kvc_swa_allocator_free() : free_swa then free_full of the same slots (SGLang order:
+ *  the SWA half reads the mapping). Validated as a whole first. n == 0: no-op.
+ *  @return KVC_ERR_MISUSE for slot 0, out-of-range or not-held slots, and the invariant
+ *  violations above; nothing changed. */
+KVC_API kvc_status kvc_swa_allocator_free(kvc_swa_allocator *alloc, const int64_t *slots, size_t n,
+                                          kvc_stream stream);
+/** kvc_swa_allocator_free_swa() : releases the SWA peers of full slots (window eviction)
+ *  and zeroes their mapping entries (host + one device launch). ps = 1: every slot must
+ *  have a peer ("peer mapped"). ps > 1: every slot of every page touched is cleared and
+ *  its peer released; unmapped entries are skipped. Inside a free group the SWA frees are
+ *  recorded and released (sorted-unique) at kvc_swa_allocator_free_group_end(). */
+KVC_API kvc_status kvc_swa_allocator_free_swa(kvc_swa_allocator *alloc, const int64_t *slots,
+                                              size_t n, kvc_stream stream);
+/** kvc_swa_allocator_free_full() : releases full slots whose SWA peers were already
+ *  released (mapping 0; else KVC_ERR_MISUSE "peer released"). No device work. PURE: no-op. */
+KVC_API kvc_status kvc_swa_allocator_free_full(kvc_swa_allocator *alloc, const int64_t *slots,
+                                               size_t n);
+/** kvc_swa_allocator_free_segment() : free_swa(slots) then the full side's
+ *  kvc_allocator_free_segment(slots, start_pos). PURE: = free. */
+KVC_API kvc_status kvc_swa_allocator_free_segment(kvc_swa_allocator *alloc, const int64_t *slots,
+                                                  size_t n, int64_t start_pos, kvc_stream stream);
+/** kvc_swa_allocator_free_full_segment() : "peer released" guard, then the full side's
+ *  free_segment. No device work. PURE: no-op. */
+KVC_API kvc_status kvc_swa_allocator_free_full_segment(kvc_swa_allocator *alloc,
+                                                       const int64_t *slots, size_t n,
+                                                       int64_t start_pos);
+/** kvc_swa_allocator_free_group_begin() / _end() : spec 7.8. Begin opens a group on both
+ *  sides; end releases the group's SWA frees first, then ends the full side's group.
+ *  @return KVC_ERR_MISUSE for a nested begin or an end without begin. */
+KVC_API kvc_status kvc_swa_allocator_free_group_begin(kvc_swa_allocator *alloc);
+KVC_API kvc_status kvc_swa_allocator_free_group_end(kvc_swa_allocator *alloc);
+/** kvc_swa_allocator_clear() : both sides free again (ascending), groups closed, mapping
+ *  zeroed except its last -1 (host, and one device memset on `stream`). */
+KVC_API kvc_status kvc_swa_allocator_clear(kvc_swa_allocator *alloc, kvc_stream stream);
+/** kvc_swa_allocator_check() : O(size) audit: both sub-allocators, every non-zero mapping
+ *  entry pairs a held full slot with a held SWA slot used by no other entry, the last
+ *  entry is -1. Run after every mutating call in check mode. @return KVC_ERR_INTERNAL. */
+KVC_API kvc_status kvc_swa_allocator_check(const kvc_swa_allocator *alloc);
+
+/* --- SWA KV pool (SGLang SWAKVPool, spec 8) ----------------------------------------- *
+ *
+ * Two MHA kvc_kv_pools owned by this object: the full pool (size_full tokens, one layer
+ * per full layer) and the SWA pool (size_swa tokens, one layer per SWA layer, with its
+ * own head_num/head_dim/v_head_dim). Layers are addressed by GLOBAL id and routed by the
+ * lists in the config. SWA-side operations need the full->SWA mapping: register the SWA
+ * allocator once (kvc_swa_kv_pool_register_allocator). Translation scratch (device int64,
+ * translate_capacity entries) is owned by the pool so set_kv/move never allocate.
+ * Single writer. */
+typedef struct kvc_swa_kv_pool kvc_swa_kv_pool;
+
+typedef struct kvc_swa_kv_pool_config {
+  size_t struct_size;
+  uint32_t version;
+  kvc_dtype dtype;
+  int64_t size_full;  /* tokens of the full pool */
+  int64_t size_swa;   /* tokens of the SWA pool */
+  int32_t page_size;
+  int32_t num_full_layers, num_swa_layers; /* each >= 0, sum >= 1 */
+  int32_t head_num, head_dim, v_head_dim;  /* full layers (v_head_dim 0 = head_dim) */
+  int32_t swa_head_num, swa_head_dim, swa_v_head_dim; /* SWA layers; 0 = the full value */
+  int32_t pad_;
+  const int32_t *full_layer_ids; /* num_full_layers distinct global ids (copied) */
+  const int32_t *swa_layer_ids;  /* num_swa_layers distinct global ids (copied) */
+  int64_t translate_capacity;    /* tokens translated per launch (0 = 65536) */
+  uint64_t reserved_[4];
+} kvc_swa_kv_pool_config;
+
+#define KVC_SWA_KV_POOL_CONFIG_INIT \
+  { sizeof(kvc_swa_kv_pool_config), KVC_VERSION_NUMBER, KVC_DTYPE_BF16, 0, 0, 1, 0, 0, 0, 0, 0, \
+    0, 0, 0, 0, NULL, NULL, 0, {0} }
+
+/** kvc_swa_kv_pool_create() : both pools (zero-filled) and the translation scratch.
+ *  @return KVC_ERR_INVALID_ARGUMENT for bad geometry or a layer id listed twice (in
+ *  either list), and the errors of kvc_kv_pool_create. Not capturable. */
+KVC_API kvc_status kvc_swa_kv_pool_create(kvc_context *ctx, const kvc_swa_kv_pool_config *config,
+                                          kvc_swa_kv_pool **out);
+KVC_API void kvc_swa_kv_pool_destroy(kvc_swa_kv_pool *pool);
+/** kvc_swa_kv_pool_full() / _swa() : the owned pools (NULL when the side has no layers):
+ *  use kvc_kv_pool_describe / contiguous_infos / export_dlpack on them for descriptors
+ *  (SGLang: contiguous infos = the full pool's, state infos = the SWA pool's). Their
+ *  layer ids are LOCAL (0-based) — use kvc_swa_kv_pool_layer() to route. */
+KVC_API kvc_kv_pool *kvc_swa_kv_pool_full(const kvc_swa_kv_pool *pool);
+KVC_API kvc_kv_pool *kvc_swa_kv_pool_swa(const kvc_swa_kv_pool *pool);
+/** kvc_swa_kv_pool_layer() : global layer id -> (*is_swa, *index in that pool).
+ *  @return KVC_ERR_INVALID_ARGUMENT for an unknown layer. */
+KVC_API kvc_status kvc_swa_kv_pool_layer(const kvc_swa_kv_pool *pool, int32_t layer_id, int *is_swa,
+                                         int32_t *index);
+/** kvc_swa_kv_pool_register_allocator() : SGLang register_mapping: the pool keeps a
+ *  reference to the allocator's device and host mappings (borrowed; the allocator must
+ *  outlive its use here). @return KVC_ERR_INVALID_ARGUMENT when its sizes or page size
+ *  do not match the pool. */
+KVC_API kvc_status kvc_swa_kv_pool_register_allocator(kvc_swa_kv_pool *pool,
+                                                      const kvc_swa_allocator *alloc);
+
+/** kvc_swa_kv_pool_set_kv() : set_kv_buffer for a global layer (arguments as
+ *  kvc_kv_pool_set_kv; `loc` holds FULL slots). Full layer: written at loc. SWA layer:
+ *  written at swa_loc when non-NULL (a device vector the caller translated once per
+ *  batch, same type as loc — spec 8.2), else at mapping[loc] computed by one extra
+ *  translate launch into the pool's scratch (chunks of translate_capacity). Entries
+ *  that translate to -1 are skipped; to 0 land in the padding row (SGLang).
+ *  Capturable (device pointers and fixed values only). @return KVC_ERR_MISUSE when an
+ *  SWA layer needs translation and no allocator is registered. */
+KVC_API kvc_status kvc_swa_kv_pool_set_kv(kvc_swa_kv_pool *pool, int32_t layer_id, const void *loc,
+                                          const void *swa_loc, kvc_index_type loc_type, size_t n,
+                                          const void *k, const void *v, kvc_dtype src_dtype,
+                                          int64_t k_stride, int64_t v_stride,
+                                          const float *k_scale_device, float k_scale,
+                                          const float *v_scale_device, float v_scale,
+                                          kvc_stream stream);
+/** kvc_swa_kv_pool_move() : SGLang move_kv_cache: the full pool moves tgt <- src (full
+ *  slots), then both vectors are translated (one launch) and the SWA pool moves the
+ *  translated rows (-1 skipped). Chunks of translate_capacity pairs are moved one after
+ *  the other (overlap is simultaneous only within a chunk, as SGLang). Capturable. */
+KVC_API kvc_status kvc_swa_kv_pool_move(kvc_swa_kv_pool *pool, const void *tgt_loc,
+                                        const void *src_loc, kvc_index_type loc_type, size_t n,
+                                        kvc_stream stream);
+/** kvc_swa_kv_pool_host_copy_bytes() : bytes of the full part and of the SWA part of an
+ *  n-slot offload (the SWA part holds n rows, masked-out rows zero-filled). */
+KVC_API kvc_status kvc_swa_kv_pool_host_copy_bytes(const kvc_swa_kv_pool *pool, size_t n,
+                                                   size_t *full_bytes, size_t *swa_bytes);
+/** kvc_swa_kv_pool_copy_to_host() : SGLang get_cpu_copy without syncs: full rows of the
+ *  host slots loc[0:n) into host_full; swa_mask[i] = (mapping[loc[i]] > 0), computed from
+ *  the HOST mapping; the SWA rows of the masked entries into host_swa (row i; others
+ *  zero-filled). The slot vectors travel in one small launch into the pool's scratch
+ *  (n <= translate_capacity), then one gather launch per pool; pinned host buffers on
+ *  CUDA; valid once `stream` reaches that point. Not capturable. */
+KVC_API kvc_status kvc_swa_kv_pool_copy_to_host(kvc_swa_kv_pool *pool, const int64_t *loc, size_t n,
+                                                void *host_full, void *host_swa, uint8_t *swa_mask,
+                                                kvc_stream stream);
+/** kvc_swa_kv_pool_copy_from_host() : SGLang load_cpu_copy at new slots loc[0:n): full
+ *  rows always; SWA row i only where saved_mask[i] and the new slot has an SWA peer now
+ *  (host mapping). Not capturable. */
+KVC_API kvc_status kvc_swa_kv_pool_copy_from_host(kvc_swa_kv_pool *pool, const int64_t *loc, size_t n,
+                                                  const void *host_full, const void *host_swa,
+                                                  const uint8_t *saved_mask, kvc_stream stream);
+
+/* --- Hybrid req-to-token pool (SGLang HybridReqToTokenPool, spec 3) ------------------ *
+ *
+ * Composes a kvc_req_to_token_pool and a kvc_mamba_pool, both created by the caller and
+ * borrowed (they must outlive this object; do not free rows/slots behind its back while
+ * it tracks them). Per-request state stays with the caller as plain values (row, mamba
+ * slot, ping-pong slots), passed in arrays like kvc_req_to_token_pool_alloc. This object
+ * owns the device req->mamba mapping (int32, size + 1) and, with track buffers, the
+ * ping-pong mapping (int32, (size + 1) x pp), plus their host mirrors; each call writes
+ * the changed rows with ONE launch from the mirrors. Not capturable; single writer. */
+typedef struct kvc_hybrid_req_pool kvc_hybrid_req_pool;
+
+#define KVC_HYBRID_TRACK 0x1u /* enable_mamba_extra_buffer: ping-pong track buffers */
+#define KVC_HYBRID_LAZY 0x2u  /* lazy mode: 1 track slot at alloc, other entries -1 */
+
+typedef struct kvc_hybrid_req_pool_config {
+  size_t struct_size;
+  uint32_t version;
+  uint32_t flags;                   /* KVC_HYBRID_* */
+  int32_t pp;                       /* track width: 2 (overlap schedule) or 1 (0 = 2) */
+  int32_t pad_;
+  kvc_req_to_token_pool *req_pool;  /* borrowed */
+  kvc_mamba_pool *mamba_pool;       /* borrowed */
+  uint64_t reserved_[4];
+} kvc_hybrid_req_pool_config;
+
+#define KVC_HYBRID_REQ_POOL_CONFIG_INIT \
+  { sizeof(kvc_hybrid_req_pool_config), KVC_VERSION_NUMBER, 0u, 0, 0, NULL, NULL, {0} }
+
+/** kvc_hybrid_req_pool_create() : zero-filled device mappings (synchronous upload).
+ *  @return KVC_ERR_INVALID_ARGUMENT for NULL pools, pp not 1/2, LAZY without TRACK. */
+KVC_API kvc_status kvc_hybrid_req_pool_create(kvc_context *ctx, const kvc_hybrid_req_pool_config *config,
+                                              kvc_hybrid_req_pool **out);
+KVC_API void kvc_hybrid_req_pool_destroy(kvc_hybrid_req_pool *pool);
+KVC_API int32_t kvc_hybrid_req_pool_pp(const kvc_hybrid_req_pool *pool);
+
+/** kvc_hybrid_req_pool_alloc() : SGLang alloc(reqs). rows[n], mamba_slots[n] and (with
+ *  TRACK) pp_slots[n * pp] are in/out: rows as kvc_req_to_token_pool_alloc; a mamba slot
+ *  <= 0 receives a new one (a slot > 0 must be held in the Mamba pool and is kept); a
+ *  request whose pp_slots row is all <= 0 gets pp new track slots (LAZY: 1, the rest -1);
+ *  order per request: running slot then its track slots (spec 14). The Mamba slots are
+ *  zeroed by the Mamba pool (one launch) unless it has NO_ZERO_ON_ALLOC; then ONE launch
+ *  writes the mapping rows of all n requests. pp_slots may be NULL without TRACK.
+ *  @return KVC_ERR_OUT_OF_SLOTS when rows or Mamba slots run short — the rows taken are
+ *  rolled back and nothing changes (SGLang asserts); errors of the composed pools. */
+KVC_API kvc_status kvc_hybrid_req_pool_alloc(kvc_hybrid_req_pool *pool, size_t n, int32_t *rows,
+                                             int32_t *mamba_slots, int32_t *pp_slots,
+                                             kvc_stream stream);
+/** kvc_hybrid_req_pool_free_mamba_cache() : SGLang free_mamba_cache(req, keep): frees the
+ *  row's Mamba slot and its track slots from the HOST mirror (no readback): keep = -1
+ *  frees all, else keep must be 0/1 (< pp); pp 2 frees entry 1 - keep, pp 1 frees
+ *  nothing; -1 entries (lazy) are skipped. The freed entries are cleared in the mirrors
+ *  and on the device (one launch). The req row itself is freed with
+ *  kvc_req_to_token_pool_free. @return KVC_ERR_MISUSE when the row has no Mamba slot. */
+KVC_API kvc_status kvc_hybrid_req_pool_free_mamba_cache(kvc_hybrid_req_pool *pool, int32_t row,
+                                                        int32_t keep, kvc_stream stream);
+/** kvc_hybrid_req_pool_set_track_slot() : newer SGLang set_mamba_ping_pong_slot: entry
+ *  `index` of row's track vector = slot (-1 = none; a slot > 0 must be held in the Mamba
+ *  pool); one launch. */
+KVC_API kvc_status kvc_hybrid_req_pool_set_track_slot(kvc_hybrid_req_pool *pool, int32_t row,
+                                                      int32_t index, int32_t slot, kvc_stream stream);
+/** kvc_hybrid_req_pool_mamba_slot() / _track_slots() : host mirror reads (0 / -1 = none). */
+KVC_API int32_t kvc_hybrid_req_pool_mamba_slot(const kvc_hybrid_req_pool *pool, int32_t row);
+KVC_API const int32_t *kvc_hybrid_req_pool_track_slots(const kvc_hybrid_req_pool *pool, int32_t row);
+/** kvc_hybrid_req_pool_mapping() / _track_mapping() : the device mappings (int32; the
+ *  track one (size + 1) x pp row-major, NULL without TRACK). */
+KVC_API const int32_t *kvc_hybrid_req_pool_mapping(const kvc_hybrid_req_pool *pool);
+KVC_API const int32_t *kvc_hybrid_req_pool_track_mapping(const kvc_hybrid_req_pool *pool);
+/** kvc_hybrid_req_pool_get_mamba_indices() : out[i] = mapping[rows[i]] (device gather;
+ *  rows outside [0, size] give 0). One launch, graph-capturable. */
+KVC_API kvc_status kvc_hybrid_req_pool_get_mamba_indices(const kvc_hybrid_req_pool *pool,
+                                                         const void *rows, kvc_index_type rows_type,
+                                                         int32_t *out, size_t n, kvc_stream stream);
+/** kvc_hybrid_req_pool_clear() : clears the req pool and the Mamba pool and zeroes both
+ *  mappings (host; one device memset each). */
+KVC_API kvc_status kvc_hybrid_req_pool_clear(kvc_hybrid_req_pool *pool, kvc_stream stream);
+
+/* --- Hybrid linear KV pool (SGLang HybridLinearKVPool, spec 9.8) --------------------- *
+ * A full-attention kvc_kv_pool (MHA or MLA kinds; owned) over the full-attention layers
+ * only, next to a borrowed Mamba pool. Global layer ids are translated to pool layers;
+ * a non-full layer -> KVC_ERR_INVALID_ARGUMENT (SGLang ValueError). */
+typedef struct kvc_hybrid_kv_pool kvc_hybrid_kv_pool;
+
+typedef struct kvc_hybrid_kv_pool_config {
+  size_t struct_size;
+  uint32_t version;
+  int32_t num_full_layers;
+  const int32_t *full_layer_ids;  /* distinct global ids (copied) */
+  const kvc_kv_pool_config *kv;   /* geometry of the full pool; layer_num/start_layer are
+                                     overridden (num_full_layers, 0) */
+  kvc_mamba_pool *mamba_pool;     /* borrowed, may be NULL */
+  uint64_t reserved_[4];
+} kvc_hybrid_kv_pool_config;
+
+#define KVC_HYBRID_KV_POOL_CONFIG_INIT \
+  { sizeof(kvc_hybrid_kv_pool_config), KVC_VERSION_NUMBER, 0, NULL, NULL, NULL, {0} }
+
+KVC_API kvc_status kvc_hybrid_kv_pool_create(kvc_context *ctx, const kvc_hybrid_kv_pool_config *config,
+                                             kvc_hybrid_kv_pool **out);
+KVC_API void kvc_hybrid_kv_pool_destroy(kvc_hybrid_kv_pool *pool);
+/** kvc_hybrid_kv_pool_full() / _mamba() : the full pool (LOCAL layer ids) and the Mamba
+ *  pool; descriptors: kvc_kv_pool_describe/contiguous_infos on the first (SGLang
+ *  contiguous infos), kvc_mamba_pool_contiguous_infos on the second (state infos). */
+KVC_API kvc_kv_pool *kvc_hybrid_kv_pool_full(const kvc_hybrid_kv_pool *pool);
+KVC_API kvc_mamba_pool *kvc_hybrid_kv_pool_mamba(const kvc_hybrid_kv_pool *pool);
+/** kvc_hybrid_kv_pool_layer() : global id -> full-pool layer (KVC_ERR_INVALID_ARGUMENT). */
+KVC_API kvc_status kvc_hybrid_kv_pool_layer(const kvc_hybrid_kv_pool *pool, int32_t layer_id,
+                                            int32_t *index);
+/** Forwarders with translated layer ids: same contracts as the kvc_kv_pool_* calls. */
+KVC_API kvc_status kvc_hybrid_kv_pool_set_kv(kvc_hybrid_kv_pool *pool, int32_t layer_id, const void *loc,
+                                             kvc_index_type loc_type, size_t n, const void *k,
+                                             const void *v, kvc_dtype src_dtype, int64_t k_stride,
+                                             int64_t v_stride, const float *k_scale_device,
+                                             float k_scale, const float *v_scale_device,
+                                             float v_scale, kvc_stream stream);
+KVC_API kvc_status kvc_hybrid_kv_pool_set_mla_kv(kvc_hybrid_kv_pool *pool, int32_t layer_id,
+                                                 const void *loc, kvc_index_type loc_type, size_t n,
+                                                 const void *nope, const void *rope,
+                                                 kvc_dtype src_dtype, int64_t nope_stride,
+                                                 int64_t rope_stride, kvc_stream stream);
+KVC_API kvc_status kvc_hybrid_kv_pool_gather_kv(kvc_hybrid_kv_pool *pool, int32_t layer_id,
+                                                const void *loc, kvc_index_type loc_type, size_t n,
+                                                void *k_out, void *v_out, kvc_dtype out_dtype,
+                                                kvc_stream stream);
+KVC_API kvc_status kvc_hybrid_kv_pool_get_mla_kv(kvc_hybrid_kv_pool *pool, int32_t layer_id,
+                                                 const void *loc, kvc_index_type loc_type, size_t n,
+                                                 void *nope_out, void *rope_out, kvc_dtype out_dtype,
+                                                 kvc_stream stream);
+/** kvc_hybrid_kv_pool_buffer() : kvc_kv_pool_buffer at a global full-attention layer
+ *  (the descriptor's layer_id is the global id). */
+KVC_API kvc_status kvc_hybrid_kv_pool_buffer(const kvc_hybrid_kv_pool *pool, kvc_region_kind region,
+                                             int32_t layer_id, kvc_buffer_desc *out);
+/** kvc_hybrid_kv_pool_move() : move_kv_cache -> the full pool. */
+KVC_API kvc_status kvc_hybrid_kv_pool_move(kvc_hybrid_kv_pool *pool, const void *tgt_loc,
+                                           const void *src_loc, kvc_index_type loc_type, size_t n,
+                                           kvc_stream stream);
+
+/* @@KVC_SWA@@ */
+
+/* ===================================================================================
+ * Level 3 — scheduler flows (SGLang common.py) and streaming sessions
+ *
+ * The per-step calls a scheduler makes. Each costs at most one upload and one or two
+ * kernel launches, never a readback or a synchronization. A kvc_flow binds a request
+ * pool, a token allocator and a prefix cache (the built-in chunk cache, the session
+ * wrapper, or the engine's own radix cache through kvc_prefix_cache callbacks).
+ * Per-request state lives in kvc_req_state, a public struct the engine embeds in its
+ * request object; flows read and write it. Flows are not graph-capturable.
+ * Single writer: one thread drives a flow and the objects it binds.
+ * =================================================================================== */
+
+typedef struct kvc_flow kvc_flow;
+typedef struct kvc_swa_allocator kvc_swa_allocator;
+typedef struct kvc_hybrid_req_pool kvc_hybrid_req_pool;
+
+#define KVC_REQ_CHUNKED 0x1u           /* chunked prefill in progress (row reused) */
+#define KVC_REQ_SKIP_CACHE_INSERT 0x2u /* do not insert into the prefix cache at release */
+
+/** Per-request state (SGLang Req fields the flows use). Zero-initialise, then set
+ *  seq_len / prefix_len / prefix_slots before each step. Lengths are tokens. */
+typedef struct kvc_req_state {
+  int32_t req_row;      /* request-to-token row, 0 = none (SGLang req_pool_idx None) */
+  int32_t mamba_slot;   /* Mamba state slot, 0 = none */
+  uint32_t flags;       /* KVC_REQ_* */
+  int32_t pad_;
+  int64_t seq_len;      /* tokens after the step being allocated */
+  int64_t prefix_len;   /* tokens whose KV exists at the start of an extend step */
+  const int64_t *prefix_slots; /* host slots of a prefix-cache match to write into the row,
+                                  or NULL when the row already holds the prefix */
+  int64_t kv_committed_len;    /* tokens whose KV is final (flows set it = allocated) */
+  int64_t kv_allocated_len;    /* tokens with KV slots in the row */
+  int64_t cache_protected_len; /* page-aligned prefix owned by the prefix cache */
+  int64_t swa_evict_floor;     /* SWA: never evict below this */
+  int64_t swa_evicted_seqlen;  /* SWA: tokens whose SWA KV is already freed */
+  int64_t encoder_len;         /* encoder-decoder models: offset of decoder positions */
+  uint64_t session_id;         /* streaming session, 0 = none */
+  void *cache_node;            /* prefix-cache handle of the matched node */
+  uint64_t reserved_[4];
+} kvc_req_state;
+
+/** The prefix-cache interface the flows call (SGLang BasePrefixCache subset). Implement it
+ *  for a radix cache; kvc_chunk_cache() returns the built-in no-reuse cache. Callbacks may
+ *  call kvc_flow_free_slots / kvc_flow_row_slots on the flow they are given. NULL
+ *  callbacks mean: is_chunk_cache 0, supports_mamba 0, evict no-op, sizes 0,
+ *  cache_finished_req frees [0, committed), cache_unfinished_req no-op. */
+typedef struct kvc_prefix_cache {
+  void *self;
+  int (*is_chunk_cache)(void *self);
+  int (*supports_mamba)(void *self);
+  /* Free up to the given numbers of full tokens, SWA tokens and Mamba slots. */
+  kvc_status (*evict)(void *self, kvc_flow *flow, int64_t num_tokens, int64_t swa_num_tokens,
+                      int64_t mamba_num);
+  int64_t (*evictable_size)(void *self);
+  int64_t (*protected_size)(void *self);
+  /* Tokens whose KV the cache holds (for conservation: free + held + cached = size). */
+  int64_t (*cached_size)(void *self);
+  /* Take ownership of [0, kv_committed_len) of a finished request (insert or free). May
+   * clear req->req_row to keep the whole row (streaming sessions). */
+  kvc_status (*cache_finished_req)(void *self, kvc_flow *flow, kvc_req_state *req, int is_insert);
+  /* Between chunks of a chunked prefill. */
+  kvc_status (*cache_unfinished_req)(void *self, kvc_flow *flow, kvc_req_state *req);
+  void (*inc_lock_ref)(void *self, void *node);
+  void (*dec_lock_ref)(void *self, void *node);
+} kvc_prefix_cache;
+
+/** kvc_chunk_cache() : the built-in prefix cache without reuse (SGLang ChunkCache). */
+KVC_API kvc_prefix_cache kvc_chunk_cache(void);
+
+typedef struct kvc_flow_config {
+  size_t struct_size;
+  uint32_t version;
+  int32_t page_size;               /* must equal the allocator's */
+  kvc_req_to_token_pool *req_pool; /* required (for hybrid models: the hybrid pool's) */
+  kvc_allocator *allocator;        /* the token/paged allocator, or NULL with swa_allocator */
+  kvc_swa_allocator *swa_allocator; /* SWA models: instead of allocator */
+  kvc_hybrid_req_pool *hybrid_req_pool; /* hybrid (Mamba) models: rows + Mamba slots */
+  kvc_prefix_cache cache;          /* copied; zero = kvc_chunk_cache() */
+  int32_t sliding_window;          /* SWA window in tokens, 0 = no SWA eviction */
+  int32_t swa_drop_page_margin;    /* 1 = SGLang_OPT_SWA_EVICT_DROP_PAGE_MARGIN */
+  int32_t spec_num_steps;          /* speculative decoding: steps (0 = off) */
+  int32_t spec_topk;               /* eagle top-k (0 = 1) */
+  int32_t spec_num_draft_tokens;   /* max draft tokens (0 = none) */
+  int32_t spec_keeps_draft_kv;     /* 1 when the algorithm keeps draft KV */
+  uint64_t reserved_[6];
+} kvc_flow_config;
+
+#define KVC_FLOW_CONFIG_INIT \
+  { sizeof(kvc_flow_config), KVC_VERSION_NUMBER, 1, NULL, NULL, NULL, NULL, {0}, 0, 0, 0, 0, 0, 0, {0} }
+
+/** kvc_flow_create() : binds the objects (not owned: destroy them after the flow). */
+KVC_API kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_flow **out);
+KVC_API void kvc_flow_destroy(kvc_flow *flow);
+
+/** kvc_flow_alloc_for_extend() : SGLang alloc_for_extend for n requests: SWA window
+ *  eviction (when configured), request rows (kept for requests that hold one), eviction
+ *  from the prefix cache, then KV slots and the req_to_token rows (prefix from
+ *  prefix_slots + the new slots) in one launch. out_cache_loc (device int64, sum of
+ *  seq_len - prefix_len entries) receives the new slots in request order. Sets
+ *  kv_allocated_len = kv_committed_len = seq_len on success.
+ *  @return KVC_ERR_OUT_OF_SLOTS (rows taken by this call are given back, nothing else
+ *  changed; the message carries the available/evictable figures), argument errors. */
+KVC_API kvc_status kvc_flow_alloc_for_extend(kvc_flow *flow, kvc_req_state *const *reqs, size_t n,
+                                             int64_t *out_cache_loc, kvc_stream stream);
+
+/** kvc_flow_alloc_for_decode() : SGLang alloc_for_decode: token_per_req new tokens per
+ *  request (1: the decode kernel; more: the extend path, since SGLang's decode kernel
+ *  assumes one), positions offset by encoder_len, one launch (two for encoder-decoder).
+ *  seq_len is the length before the step; on success seq_len, kv_allocated_len and
+ *  kv_committed_len advance by token_per_req. */
+KVC_API kvc_status kvc_flow_alloc_for_decode(kvc_flow *flow, kvc_req_state *const *reqs, size_t n,
+                                             int32_t token_per_req, int64_t *out_cache_loc,
+                                             kvc_stream stream);
+
+/** kvc_flow_release() : SGLang release_kv_cache for n finished requests, in one free
+ *  group: the cache takes [0, committed), the over-allocated tail is freed page-aligned,
+ *  the request row is returned. is_insert as SGLang (ignored for requests with
+ *  KVC_REQ_SKIP_CACHE_INSERT). */
+KVC_API kvc_status kvc_flow_release(kvc_flow *flow, kvc_req_state *const *reqs, size_t n,
+                                    int is_insert);
+
+/** kvc_flow_cache_unfinished() : between chunks of a chunked prefill (SGLang
+ *  maybe_cache_unfinished_req). */
+KVC_API kvc_status kvc_flow_cache_unfinished(kvc_flow *flow, kvc_req_state *req);
+
+/** kvc_flow_evict() : SGLang evict_from_tree_cache(n): asks the cache for n tokens when
+ *  fewer are available (nothing for a chunk cache). */
+KVC_API kvc_status kvc_flow_evict(kvc_flow *flow, int64_t num_tokens);
+
+/** kvc_flow_available() : free tokens of the allocator; evictable / protected / cached
+ *  sizes of the cache (any pointer may be NULL). */
+KVC_API kvc_status kvc_flow_available(const kvc_flow *flow, int64_t *available, int64_t *evictable,
+                                      int64_t *protected_size, int64_t *cached);
+
+/** kvc_flow_free_slots() : frees host slots through the flow's allocator (for prefix-cache
+ *  callbacks). */
+KVC_API kvc_status kvc_flow_free_slots(kvc_flow *flow, const int64_t *slots, size_t n);
+/** kvc_flow_row_slots() : copies row[start:end) of the request-to-token mirror as int64. */
+KVC_API kvc_status kvc_flow_row_slots(const kvc_flow *flow, int32_t row, int64_t start, int64_t end,
+                                      int64_t *out);
+
+/** kvc_flow_alloc_len_per_decode() : SGLang get_alloc_len_per_decode (1 without
+ *  speculative decoding); kvc_flow_extra_context_len(): the req_to_token row headroom
+ *  (SGLang get_req_to_token_extra_context_len). */
+KVC_API int64_t kvc_flow_alloc_len_per_decode(const kvc_flow *flow);
+KVC_API int64_t kvc_flow_extra_context_len(const kvc_flow *flow);
+
+/** kvc_flow_check() : audit: allocator metadata consistent and, with a cache that reports
+ *  cached_size, free + held == size where held counts every live request's allocated
+ *  pages plus the cache's. Returns KVC_ERR_INTERNAL with the figures when violated. */
+KVC_API kvc_status kvc_flow_check(const kvc_flow *flow, kvc_req_state *const *live, size_t n_live);
+
+/* --- Streaming sessions (SGLang SessionAwareCache) --------------------------------- */
+
+typedef struct kvc_session_cache kvc_session_cache;
+
+/** kvc_session_cache_create() : wraps `inner` (copied). Requests with session_id != 0 keep
+ *  their KV (row, slots, Mamba slot) between turns instead of going through `inner`. */
+KVC_API kvc_status kvc_session_cache_create(kvc_context *ctx, const kvc_prefix_cache *inner,
+                                            kvc_session_cache **out);
+KVC_API void kvc_session_cache_destroy(kvc_session_cache *sessions);
+/** kvc_session_cache_as_prefix_cache() : the kvc_prefix_cache to give to a flow. */
+KVC_API kvc_prefix_cache kvc_session_cache_as_prefix_cache(kvc_session_cache *sessions);
+/** kvc_session_cache_match() : SGLang match_prefix for a streaming request: restores the
+ *  session's row and lengths into req (idempotent: a retried chunk gets the same state)
+ *  and sets prefix_len = min(committed, max(num_tokens - 1, 0)), prefix_slots = NULL (the
+ *  row holds them). Returns 1 in *matched when the session held KV, else 0 (use the
+ *  inner cache). */
+KVC_API kvc_status kvc_session_cache_match(kvc_session_cache *sessions, kvc_req_state *req,
+                                           int64_t num_tokens, int *matched);
+/** kvc_session_cache_release() : ends a session: frees its slots above
+ *  cache_protected_len, its row, and its Mamba slot (SGLang forgets the latter). */
+KVC_API kvc_status kvc_session_cache_release(kvc_session_cache *sessions, kvc_flow *flow,
+                                             uint64_t session_id);
+/** kvc_session_cache_held() : tokens (full; SWA variant subtracts the SWA-evicted part)
+ *  and requests held by sessions. Any pointer may be NULL. */
+KVC_API kvc_status kvc_session_cache_held(const kvc_session_cache *sessions, int64_t page_size,
+                                          int64_t *held_tokens, int64_t *held_swa_tokens,
+                                          int64_t *held_reqs);
+/** kvc_session_cache_reset() : drops every session without freeing (pools being cleared). */
+KVC_API void kvc_session_cache_reset(kvc_session_cache *sessions);
 
 #ifdef __cplusplus
 }

@@ -119,4 +119,178 @@ typedef struct kvc_p_row_write {
 #define KVC_INLINE_SMALL 1000
 #define KVC_INLINE_LARGE 8000
 
+/* --- kv_store.cu: KV row scatter/gather with conversion (set_kv, gather_kv, store_kv) -
+ * "dense" = n caller rows indexed by i; "pool" = buffer rows indexed by slot loc[i]. A
+ * store reads dense and writes pool; a gather (KVC_GATHER=1) the reverse. Strides are
+ * bytes. Each thread handles KVC_ROWS_UNROLL(src chunk bytes, dst chunk bytes) chunks of
+ * KVC_G elements, loading all before storing. */
+typedef struct kvc_p_kv_rows {
+  uint64_t k_dense, v_dense;
+  uint64_t k_pool, v_pool;
+  uint64_t k_pool_scale, v_pool_scale; /* FP4: scale rows (one byte per 16 values), else 0 */
+  uint64_t loc;                        /* int32 or int64 [n] */
+  uint64_t k_scale_ptr, v_scale_ptr;   /* store with conversion: device float, or 0 */
+  int64_t n, rows;                     /* slots outside [0, rows) are skipped */
+  int64_t k_dense_stride, v_dense_stride;
+  int64_t k_pool_stride, v_pool_stride;
+  int64_t k_scale_stride, v_scale_stride;
+  float k_scale, v_scale; /* used when the pointer is 0 */
+  int32_t loc_i64, pad_;
+} kvc_p_kv_rows;
+
+#define KVC_KV_ROWS_BLOCK 256
+/* Chunks per thread: about 64 bytes of the wider side in flight per thread, at most 16. */
+#define KVC_ROWS_UNROLL_W(w) ((w) >= 64 ? 1 : (w) <= 4 ? 16 : 64 / (w))
+#define KVC_ROWS_UNROLL(sb, db) KVC_ROWS_UNROLL_W((sb) >= (db) ? (sb) : (db))
+
+/* --- kv_move.cu / kv_offload.cu: segments of a pool -------------------------------- *
+ * A segment is one region kind across all layers: the row of slot s in layer l starts at
+ *   base + l * layer_pitch + (page_size ? (s / page_size) * page_pitch + page_off
+ *                                         + (s % page_size) * slot_pitch
+ *                                       : s * slot_pitch)
+ * and is row_bytes long; slots must satisfy 0 <= s < limit. `vec` (1/2/4/8/16) divides
+ * every address and length of the segment. */
+#define KVC_MAX_SEGS 8
+typedef struct kvc_kv_seg {
+  uint64_t base;
+  int64_t layer_pitch, row_bytes, slot_pitch, page_pitch, page_off, limit;
+  uint64_t host_off; /* offload: byte offset of this segment's rows in the host buffer */
+  int64_t count;     /* offload: rows per layer in the host buffer (n, or pages) */
+  int32_t layers, tiles; /* move: tiles = ceil(row_bytes / KVC_W) */
+  int32_t page_size, vec;
+  int32_t by_page, pad_; /* offload: rows are pages (loc[j * page_size] / page_size) */
+} kvc_kv_seg;
+
+/* kv_move.cu: CTA b owns (segment, layer, byte tile) found from cta_first[]; it moves
+ * locs in chunks of `chunk` (all of them when n <= chunk: one simultaneous copy). */
+typedef struct kvc_p_kv_move {
+  uint64_t tgt, src; /* int32 or int64 [n] */
+  int64_t n;
+  int32_t loc_i64, nseg;
+  int32_t chunk, pad_;
+  int32_t cta_first[KVC_MAX_SEGS + 1];
+  int32_t pad2_;
+  kvc_kv_seg seg[KVC_MAX_SEGS];
+} kvc_p_kv_move;
+
+/* kv_offload.cu: one warp per (segment, layer, row) between the pool and mapped host
+ * memory. dir 0: pool -> host (rows of invalid slots are zero-filled); 1: host -> pool
+ * (invalid slots skipped). */
+typedef struct kvc_p_kv_offload {
+  uint64_t host, loc;
+  int64_t n;
+  int64_t total_rows; /* sum over segments of layers * count */
+  int32_t loc_i64, nseg;
+  int32_t dir, pad_;
+  int64_t row_first[KVC_MAX_SEGS + 1];
+  kvc_kv_seg seg[KVC_MAX_SEGS];
+} kvc_p_kv_offload;
+
+/* --- mla.cu: MLA / MLA-FP4 / NSA latent rows (kvc_set_mla_kv, kvc_get_mla_kv) ------- */
+
+#define KVC_MLA_MODE_ROWS 0 /* [nope | rope] elements of dtype, converted element-wise */
+#define KVC_MLA_MODE_FP4 1  /* packed e2m1 data rows + one scale byte per 16 values */
+#define KVC_MLA_MODE_NSA 2  /* 656-byte rows: 512 e4m3 codes | 4 f32 scales | 64 bf16 */
+
+/* One struct for both directions. set: nope/rope are the sources (src_dt), the buffer
+ * holds dst_dt; get: the buffer holds src_dt (ROWS), nope/rope are outputs in dst_dt.
+ * The CUDA kernels take mode, dtypes, R, Q and the vector group G as compile-time
+ * specialisation (KVC_MODE, KVC_SRC, KVC_DST, KVC_R, KVC_Q, KVC_G); the fields repeat
+ * them for the C twin. */
+typedef struct kvc_p_mla {
+  uint64_t loc;      /* int32 or int64 [n] */
+  uint64_t nope;     /* [n x nope_stride] elements */
+  uint64_t rope;     /* [n x rope_stride] elements (0 when Q == 0; get: 0 = not wanted) */
+  uint64_t kv;       /* rows (FP4: packed data rows) */
+  uint64_t kv_scale; /* FP4 scale rows, else 0 */
+  int64_t n, num_rows;
+  int64_t nope_stride, rope_stride; /* elements of the nope/rope dtype */
+  int64_t kv_stride;                /* ROWS: elements of the row dtype; FP4/NSA: bytes */
+  int64_t scale_stride;             /* FP4 scale row bytes */
+  int32_t loc_i64, mode, src_dt, dst_dt;
+  int32_t R, Q, G, pad_;
+} kvc_p_mla;
+
+/* --- nsa_index.cu: NSA index-K pages (SetKAndS, GetK/GetS/GetKAndS) ---------------- */
+
+/* Page p of a layer's index buffer = row p of page_bytes = ps * (128 + 4) bytes: token t
+ * of the page has its 128 key bytes at t * 128 and its f32 scale at ps * 128 + 4 * t. */
+typedef struct kvc_p_nsa_index_set {
+  uint64_t loc;     /* int32 or int64 [n] */
+  uint64_t index_k; /* uint8 [n x 128] */
+  uint64_t scale;   /* f32 [n] */
+  uint64_t buf;     /* index pages */
+  int64_t n, pages, page_size;
+  int32_t loc_i64;
+  int32_t vec; /* bytes per key access: 16, 4 or 1 (alignment of every key address) */
+} kvc_p_nsa_index_set;
+
+/* GetKAndS; one sequence (GetK/GetS) is seq_lens == 0 with batch 1 and single_len. */
+typedef struct kvc_p_nsa_index_get {
+  uint64_t page_table; /* int32 [batch x table_width] */
+  uint64_t seq_lens;   /* int32 [batch], or 0: one sequence of single_len */
+  uint64_t out_k;      /* uint8 [seq_len_sum x 128], or 0 */
+  uint64_t out_s;      /* uint8 [seq_len_sum x 4], or 0 */
+  uint64_t buf;        /* index pages */
+  int64_t batch, table_width, single_len, seq_len_sum, max_seq_len, pages, page_size;
+  int32_t vec; /* as in kvc_p_nsa_index_set */
+  int32_t pad_;
+} kvc_p_nsa_index_get;
+
+/* --- mamba.cu: Mamba state rows (zero on alloc, copy_from/fork, host offload) ------- *
+ * A segment is one state tensor across its layers: the row of slot s in layer l is at
+ * base + l * layer_pitch + s * row_bytes, row_bytes long. The slot ids (uint32) are the
+ * payload after the header (inline, or staged at `staged`); copy: n src ids then n dst
+ * ids. Work is cut into byte tiles of `tile` bytes; `vec` (16/8/4/2/1) divides every
+ * address, pitch, tile and length (and, offloading, the host buffer and offsets).
+ * kvc_mamba_rows: unit u of segment s (u - unit_first[s]) = ((layer * n) + i) * tiles + t:
+ * one tile of one row; modes zero / copy (disjoint sets) / to host / from host.
+ * kvc_mamba_copy_staged: unit = (layer * tiles + t): the CTA reads tile t of all n
+ * source rows into shared memory, syncs, then writes all n targets (n * tile <=
+ * KVC_MAMBA_STAGE_BYTES), which makes overlapping src/dst sets one simultaneous copy. */
+#define KVC_MAMBA_MAX_SEGS 8
+#define KVC_MAMBA_TILE 16384
+#define KVC_MAMBA_STAGE_BYTES 32768
+#define KVC_MAMBA_BLOCK 256
+#define KVC_MAMBA_ZERO 0
+#define KVC_MAMBA_COPY 1
+#define KVC_MAMBA_TO_HOST 2
+#define KVC_MAMBA_FROM_HOST 3
+typedef struct kvc_mamba_seg {
+  uint64_t base;
+  int64_t layer_pitch, row_bytes;
+  int64_t host_off; /* offload: byte offset of this segment's rows in the host buffer */
+  int32_t layers, tiles;
+} kvc_mamba_seg;
+
+typedef struct kvc_p_mamba_rows {
+  uint64_t staged; /* payload in device memory, or 0 = inline */
+  uint64_t host;   /* offload: host buffer (device-accessible address) */
+  int64_t n;       /* ids (pairs when copying) */
+  int64_t tile;    /* bytes */
+  int64_t slots;   /* rows per layer (size + 1): ids outside [0, slots) are skipped */
+  int32_t mode, nseg;
+  int32_t vec, pad_;
+  int64_t unit_first[KVC_MAMBA_MAX_SEGS + 1];
+  kvc_mamba_seg seg[KVC_MAMBA_MAX_SEGS];
+} kvc_p_mamba_rows; /* followed by the inline payload words */
+
+/* --- swa.cu: full->SWA and hybrid index maps (src/pool/swa_allocator.c ...) -------- */
+#define KVC_SWA_MAP_PAIRS 0 /* payload (idx, val): map[idx] = (int32)val */
+#define KVC_SWA_MAP_RUNS 1  /* payload (idx, val, len): map[idx + j] = val + j */
+#define KVC_SWA_MAP_ZERO 2  /* payload (idx, len): map[idx + j] = 0 */
+typedef struct kvc_p_swa_map_write {
+  uint64_t dst;    /* int32 or int64 [dst_len] */
+  uint64_t staged; /* payload in device memory, or 0 = inline */
+  int64_t dst_len;
+  int32_t mode, count; /* count = items */
+  int32_t dst_i64, pad_;
+} kvc_p_swa_map_write; /* followed by the inline payload words */
+
+typedef struct kvc_p_swa_gather {
+  uint64_t map, in, out; /* map: int32/int64 [map_len]; in, out: int32/int64 [n] */
+  int64_t n, map_len, oob; /* oob: value for in[i] outside [0, map_len) */
+  int32_t map_i64, in_i64, out_i64, pad_;
+} kvc_p_swa_gather;
+
 #endif /* KVC_ABI_H */

@@ -122,11 +122,19 @@ struct kvc__cuda_ctx {
   size_t l2, total_mem;
 };
 
-/* Makes the context's primary context current for this call when another one is. */
+/* Makes the device's primary context current for this call. A thread with no current
+ * context simply gets ours (as the CUDA runtime would do); a thread that has another one
+ * current gets ours pushed for the call and popped after, leaving its state unchanged.
+ * The common cases cost one cuCtxGetCurrent. */
 static kvc_status cu_enter(kvc_context *ctx, bool *pushed, const char *func) {
   CUcontext cur = NULL;
   *pushed = false;
   if (cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx->cuda->pctx) return KVC_OK;
+  if (cur == NULL) {
+    CUresult r = cu.cuCtxSetCurrent(ctx->cuda->pctx);
+    if (r != CUDA_SUCCESS) return cu_fail(ctx, r, func, "cuCtxSetCurrent");
+    return KVC_OK;
+  }
   CUresult r = cu.cuCtxPushCurrent(ctx->cuda->pctx);
   if (r != CUDA_SUCCESS) return cu_fail(ctx, r, func, "cuCtxPushCurrent");
   *pushed = true;

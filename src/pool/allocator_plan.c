@@ -44,11 +44,11 @@ static kvc_status check_last_loc(kvc_allocator *a, const char *fn, size_t i, int
   if (last < ps || last >= (a->num_pages + 1) * ps)
     return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "request %zu: last_loc %lld is out of range [%lld, %lld)",
                       i, (long long)last, (long long)ps, (long long)((a->num_pages + 1) * ps));
-  if (last % ps != pos % ps)
+  if (kvc__pg_mod(a, last) != kvc__pg_mod(a, pos))
     return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn,
                       "request %zu: last_loc %lld sits at in-page offset %lld, token %lld needs offset %lld", i,
                       (long long)last, (long long)(last % ps), (long long)pos, (long long)(pos % ps));
-  uint8_t s = a->state[last / ps];
+  uint8_t s = a->state[kvc__pg_div(a, last)];
   if ((s & KVC__PG_STATE) != KVC__PG_HELD || (s & (KVC__PG_GFREE | KVC__PG_GSEG)))
     return kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "request %zu: last_loc %lld is in page %lld, which is not held", i,
                       (long long)last, (long long)(last / ps));
@@ -146,7 +146,7 @@ kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t
       max_len = KVC__MAX(max_len, p);
     }
     int64_t last = -1;
-    if (paged && p % ps != 0 && s > p) {
+    if (paged && kvc__pg_mod(a, p) != 0 && s > p) {
       if (!last_locs && !rp) {
         st = no_last_loc(a, __func__, i);
         break;
@@ -155,7 +155,7 @@ kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t
       if ((st = check_last_loc(a, __func__, i, last, p - 1)) != KVC_OK) break;
     }
     a->b_last[i] = last;
-    a->b_pages[i] = paged ? ceil_div(s, ps) - ceil_div(p, ps) : s - p;
+    a->b_pages[i] = paged ? kvc__pg_div(a, s + ps - 1) - kvc__pg_div(a, p + ps - 1) : s - p;
     total_pages += a->b_pages[i];
     total_tokens += s - p;
     max_len = KVC__MAX(max_len, s - p);
@@ -284,7 +284,7 @@ kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t
     }
     /* A new page iff (s-1) % ps == 0 — also for ps == 1, where SGLang's page counter
      * (seq % ps == 1) says 0 (spec 15.1 item 4); the TOKEN kind always takes a slot. */
-    const bool fresh = !paged || (s - 1) % ps == 0;
+    const bool fresh = !paged || kvc__pg_mod(a, s - 1) == 0;
     int64_t last = -1;
     if (!fresh) {
       if (!last_locs && !rp) {

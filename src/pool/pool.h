@@ -148,6 +148,15 @@ kvc_status kvc__alloc_finish(kvc_allocator *a, const char *fn, kvc_status st);
 kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n);
 /** Resolves the kernel of variant 0 into kcache before a staged plan: the staging
  *  reservation holds the context lock, which the kernel lookup also takes. */
+/* Page arithmetic without a division when the page size is a power of two (the hot
+ * paths run it per request and per slot). */
+static inline int64_t kvc__pg_div(const kvc_allocator *a, int64_t x) {
+  return a->ps_shift >= 0 ? x >> a->ps_shift : x / a->ps;
+}
+static inline int64_t kvc__pg_mod(const kvc_allocator *a, int64_t x) {
+  return a->ps_shift >= 0 ? x & (a->ps - 1) : x % a->ps;
+}
+
 kvc_status kvc__plan_prefetch(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *extra,
                               const kvc__kfunc **kcache);
 

@@ -29,4 +29,24 @@ void kvc_host_alloc_decode_fill(const void *params);
 void kvc_host_plan_extend(const void *params);
 void kvc_host_plan_decode(const void *params);
 
+
+/* kv_mha.c: KV row store/gather, move, offload. The row kernel's specialisation
+ * (compile-time defines on CUDA) follows its kvc_p_kv_rows in the parameter block. */
+typedef struct kvc_host_kv_spec {
+  int32_t gather, src_dt, dst_dt, g, kch, vch;
+} kvc_host_kv_spec;
+void kvc_host_kv_rows(const void *params);
+void kvc_host_kv_move(const void *params);
+void kvc_host_kv_offload(const void *params);
+void kvc_host_mla_set(const void *params);
+void kvc_host_mla_get(const void *params);
+void kvc_host_nsa_index_set(const void *params);
+void kvc_host_nsa_index_get(const void *params);
+void kvc_host_mamba_rows(const void *params);
+void kvc_host_mamba_copy_staged(const void *params);
+
+/* swa.c: full->SWA / hybrid index maps. */
+void kvc_host_swa_map_write(const void *params);
+void kvc_host_swa_gather(const void *params);
+
 #endif

@@ -1,0 +1,263 @@
+/*
+ * bench_kv.c — bandwidth of the KV row kernels against a plain device-to-device copy of
+ * the same bytes timed in the same run:
+ *   set_kv  Llama-3-8B rows (8 heads x 128 bf16 = 2048 B per K and per V row),
+ *           N = 1, 256, 8192, 65536; bytes = 2 * N * 2048 read and written
+ *   move    32 layers of K and V, N = 64, 1024, 8192; bytes = 64 * N * 2048
+ * plus the host microseconds per set_kv call at N = 256 (median, no synchronisation).
+ *
+ * Timing: `reps` back-to-back launches between two kvc_stream_synchronize calls,
+ * divided by reps (no event API is public); 7 such batches, median. Inputs rotate over
+ * several sets (and layers) so L2 (50 MB on H200) does not hold them. GB/s counts bytes
+ * read + bytes written. --quick: tiny sizes (host backend CI); --csv FILE writes rows.
+ *   usage: kvc_bench_kv [--quick] [--host] [--csv FILE]
+ */
+#define _POSIX_C_SOURCE 199309L
+#include "kvcache.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CHECK(x)                                                                                   \
+  do {                                                                                             \
+    kvc_status st_ = (x);                                                                          \
+    if (st_ != KVC_OK) {                                                                           \
+      fprintf(stderr, "%s:%d %s -> %s: %s\n", __FILE__, __LINE__, #x, kvc_status_name(st_),       \
+              kvc_last_error(ctx));                                                                \
+      exit(1);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return v[n / 2];
+}
+
+static uint64_t rng = 0x1234567;
+static uint64_t next(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+/* n distinct slots in [1, limit] (partial Fisher-Yates over a host permutation). */
+static int64_t *distinct_slots(int64_t n, int64_t limit) {
+  int64_t *perm = malloc((size_t)limit * sizeof *perm);
+  for (int64_t i = 0; i < limit; i++) perm[i] = i + 1;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t j = i + (int64_t)(next() % (uint64_t)(limit - i));
+    int64_t t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  return perm;
+}
+
+static kvc_context *ctx;
+static FILE *csv;
+
+#define BATCHES 7
+#define SETS 4
+
+typedef struct op_ctx {
+  kvc_kv_pool *pool;
+  int layers;
+  void *k[SETS], *v[SETS], *loc[SETS], *loc2[SETS];
+  void *csrc[SETS], *cdst[SETS];
+  size_t n, copy_bytes;
+  int kind; /* 0 set_kv, 1 move, 2 copy */
+} op_ctx;
+
+static void run_op(op_ctx *o, int i) {
+  const int s = i % SETS;
+  if (o->kind == 0)
+    CHECK(kvc_kv_pool_set_kv(o->pool, i % o->layers, o->loc[s], KVC_INDEX_I64, o->n, o->k[s], o->v[s], KVC_DTYPE_BF16, 0, 0,
+                             NULL, 1.0f, NULL, 1.0f, NULL));
+  else if (o->kind == 1)
+    CHECK(kvc_kv_pool_move(o->pool, o->loc2[s], o->loc[s], KVC_INDEX_I64, o->n, NULL));
+  else
+    CHECK(kvc_memcpy_d2d(ctx, o->cdst[s], o->csrc[s], o->copy_bytes, NULL));
+}
+
+/* Median seconds per call. */
+static double time_op(op_ctx *o, int reps) {
+  double t[BATCHES];
+  for (int i = 0; i < 3; i++) run_op(o, i); /* warm-up (compiles) */
+  CHECK(kvc_stream_synchronize(ctx, NULL));
+  for (int b = 0; b < BATCHES; b++) {
+    double t0 = now();
+    for (int i = 0; i < reps; i++) run_op(o, i);
+    CHECK(kvc_stream_synchronize(ctx, NULL));
+    t[b] = (now() - t0) / reps;
+  }
+  return median(t, BATCHES);
+}
+
+static void report(const char *op, size_t n, double bytes, double t_op, double t_copy) {
+  double gbs = bytes / t_op * 1e-9, cgbs = bytes / t_copy * 1e-9;
+  printf("%-8s %8zu %12.0f %10.2f %10.1f %10.1f %8.1f%%\n", op, n, bytes, t_op * 1e6, gbs, cgbs, 100.0 * gbs / cgbs);
+  if (csv) fprintf(csv, "%s,%zu,%.0f,%.3f,%.2f,%.2f,%.2f\n", op, n, bytes, t_op * 1e6, gbs, cgbs, 100.0 * gbs / cgbs);
+}
+
+static void *dev_upload(const void *h, size_t bytes) {
+  void *d;
+  CHECK(kvc_memory_alloc(ctx, bytes, &d));
+  CHECK(kvc_memcpy_h2d(ctx, d, h, bytes, NULL));
+  CHECK(kvc_stream_synchronize(ctx, NULL));
+  return d;
+}
+
+int main(int argc, char **argv) {
+  int quick = 0, host = 0;
+  const char *csv_path = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) quick = 1;
+    else if (!strcmp(argv[i], "--host")) host = 1;
+    else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
+    else {
+      fprintf(stderr, "usage: %s [--quick] [--host] [--csv FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  kvc_context_config cc = KVC_CONTEXT_CONFIG_INIT;
+  if (host) cc.backend = KVC_BACKEND_HOST;
+  CHECK(kvc_context_create(&cc, &ctx));
+  const int cuda = kvc_context_backend(ctx) == KVC_BACKEND_CUDA;
+  if (!cuda) quick = 1;
+  if (csv_path) {
+    csv = fopen(csv_path, "w");
+    if (!csv) return 1;
+    fprintf(csv, "op,n,bytes,us,gbps,copy_gbps,pct_of_copy\n");
+  }
+  printf("backend %s%s\n", cuda ? "cuda" : "host", quick ? " (quick)" : "");
+  printf("%-8s %8s %12s %10s %10s %10s %9s\n", "op", "N", "bytes(R+W)", "us/call", "GB/s", "copyGB/s", "of copy");
+
+  const int64_t row = 2048; /* 8 x 128 bf16 */
+  /* --- set_kv --------------------------------------------------------------------- */
+  {
+    const size_t ns_full[] = {1, 256, 8192, 65536}, ns_quick[] = {1, 256};
+    const size_t *ns = quick ? ns_quick : ns_full;
+    const int nn = quick ? 2 : 4;
+    const int64_t size = quick ? 1024 : 262144;
+    const int layers = quick ? 1 : 4;
+    kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
+    c.dtype = KVC_DTYPE_BF16;
+    c.head_num = 8;
+    c.head_dim = 128;
+    c.size = size;
+    c.layer_num = layers;
+    kvc_kv_pool *pool;
+    CHECK(kvc_kv_pool_create(ctx, &c, &pool));
+    for (int a = 0; a < nn; a++) {
+      op_ctx o;
+      memset(&o, 0, sizeof o);
+      o.pool = pool;
+      o.layers = layers;
+      o.n = ns[a];
+      o.copy_bytes = 2 * o.n * (size_t)row;
+      uint8_t *junk = calloc(1, o.n * (size_t)row);
+      for (int s = 0; s < SETS; s++) {
+        int64_t *sl = distinct_slots((int64_t)o.n, size);
+        o.loc[s] = dev_upload(sl, o.n * 8);
+        free(sl);
+        o.k[s] = dev_upload(junk, o.n * (size_t)row);
+        o.v[s] = dev_upload(junk, o.n * (size_t)row);
+        CHECK(kvc_memory_alloc(ctx, o.copy_bytes, &o.csrc[s]));
+        CHECK(kvc_memory_alloc(ctx, o.copy_bytes, &o.cdst[s]));
+      }
+      free(junk);
+      const int reps = quick ? 20 : (o.n >= 8192 ? 50 : 500);
+      o.kind = 0;
+      double t_op = time_op(&o, reps);
+      o.kind = 2;
+      double t_copy = time_op(&o, reps);
+      report("set_kv", o.n, 2.0 * (double)o.copy_bytes, t_op, t_copy);
+      if (o.n == 256) {
+        /* host cost per call: launches only, no synchronisation inside the timing */
+        o.kind = 0;
+        double t[BATCHES];
+        const int calls = quick ? 50 : 200;
+        for (int b = 0; b < BATCHES; b++) {
+          CHECK(kvc_stream_synchronize(ctx, NULL));
+          double t0 = now();
+          for (int i = 0; i < calls; i++) run_op(&o, i);
+          t[b] = (now() - t0) / calls;
+        }
+        CHECK(kvc_stream_synchronize(ctx, NULL));
+        double us = median(t, BATCHES) * 1e6;
+        printf("set_kv host time per call at N=256: %.2f us (median of %d x %d calls)\n", us, BATCHES, calls);
+        if (csv) fprintf(csv, "set_kv_host_us,256,0,%.3f,0,0,0\n", us);
+      }
+      for (int s = 0; s < SETS; s++) {
+        kvc_memory_free(ctx, o.loc[s]);
+        kvc_memory_free(ctx, o.k[s]);
+        kvc_memory_free(ctx, o.v[s]);
+        kvc_memory_free(ctx, o.csrc[s]);
+        kvc_memory_free(ctx, o.cdst[s]);
+      }
+    }
+    kvc_kv_pool_destroy(pool);
+  }
+  /* --- move ----------------------------------------------------------------------- */
+  {
+    const size_t ns_full[] = {64, 1024, 8192}, ns_quick[] = {64};
+    const size_t *ns = quick ? ns_quick : ns_full;
+    const int nn = quick ? 1 : 3;
+    const int layers = quick ? 2 : 32;
+    const int64_t size = quick ? 512 : 32768;
+    kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
+    c.dtype = KVC_DTYPE_BF16;
+    c.head_num = 8;
+    c.head_dim = 128;
+    c.size = size;
+    c.layer_num = layers;
+    kvc_kv_pool *pool;
+    CHECK(kvc_kv_pool_create(ctx, &c, &pool));
+    for (int a = 0; a < nn; a++) {
+      op_ctx o;
+      memset(&o, 0, sizeof o);
+      o.pool = pool;
+      o.layers = layers;
+      o.n = ns[a];
+      o.copy_bytes = (size_t)(2 * layers) * o.n * (size_t)row;
+      for (int s = 0; s < SETS; s++) {
+        int64_t *sl = distinct_slots(2 * (int64_t)o.n, size); /* disjoint src / tgt */
+        o.loc[s] = dev_upload(sl, o.n * 8);
+        o.loc2[s] = dev_upload(sl + o.n, o.n * 8);
+        free(sl);
+        CHECK(kvc_memory_alloc(ctx, o.copy_bytes, &o.csrc[s]));
+        CHECK(kvc_memory_alloc(ctx, o.copy_bytes, &o.cdst[s]));
+      }
+      const int reps = quick ? 5 : (o.n >= 8192 ? 10 : 50);
+      o.kind = 1;
+      double t_op = time_op(&o, reps);
+      o.kind = 2;
+      double t_copy = time_op(&o, reps);
+      report("move", o.n, 2.0 * (double)o.copy_bytes, t_op, t_copy);
+      for (int s = 0; s < SETS; s++) {
+        kvc_memory_free(ctx, o.loc[s]);
+        kvc_memory_free(ctx, o.loc2[s]);
+        kvc_memory_free(ctx, o.csrc[s]);
+        kvc_memory_free(ctx, o.cdst[s]);
+      }
+    }
+    kvc_kv_pool_destroy(pool);
+  }
+  if (csv) fclose(csv);
+  kvc_context_destroy(ctx);
+  return 0;
+}

@@ -1,0 +1,158 @@
+/*
+ * mamba.cu — Mamba state rows of kvc_mamba_pool, all state tensors and layers per launch.
+ *
+ *   kvc_mamba_rows         zero rows / copy rows (disjoint sets) / gather to host /
+ *                          scatter from host; one CTA-iteration = one byte tile of one row
+ *   kvc_mamba_copy_staged  copy with overlapping src/dst sets: a CTA owns (tensor, layer,
+ *                          tile), stages the tile of every source row in shared memory,
+ *                          syncs, then writes every target: all reads before any write
+ *
+ *   unit layout of kvc_mamba_rows within a segment (tiles of one row are adjacent, so
+ *   consecutive CTAs stream consecutive bytes):
+ *     u = ((layer * n) + i) * tiles + t      -> rows base + layer*pitch + id_i*row_bytes
+ *
+ * Accesses are KVC_MAMBA_VEC = `vec` bytes wide (16 when every address and length allows it); each
+ * thread keeps 4 loads in flight before
+ * storing (4 accesses per pass). Slot ids come from the parameter block (uniform per CTA: constant-bank
+ * broadcast) or from a staged device buffer. Ids outside [0, slots) are skipped.
+ */
+#include "common.cuh"
+
+/* Access width in bytes: a compile-time specialisation (one variant per width actually
+ * used), because a run-time switch over all widths makes ptxas keep the worst case's
+ * registers and spill. Must equal the `vec` field. */
+#ifndef KVC_MAMBA_VEC
+#define KVC_MAMBA_VEC 16
+#endif
+
+struct kvc_mamba_params {
+  kvc_p_mamba_rows h;
+  uint32_t words[KVC_INLINE_WORDS];
+};
+
+template <int V> struct kvc_vt;
+template <> struct kvc_vt<16> { typedef uint4 T; };
+template <> struct kvc_vt<8> { typedef uint2 T; };
+template <> struct kvc_vt<4> { typedef unsigned int T; };
+template <> struct kvc_vt<2> { typedef unsigned short T; };
+template <> struct kvc_vt<1> { typedef unsigned char T; };
+
+template <typename T> KVC_DEVICE T kvc_zero_v();
+template <> KVC_DEVICE uint4 kvc_zero_v<uint4>() { return make_uint4(0u, 0u, 0u, 0u); }
+template <> KVC_DEVICE uint2 kvc_zero_v<uint2>() { return make_uint2(0u, 0u); }
+template <> KVC_DEVICE unsigned int kvc_zero_v<unsigned int>() { return 0u; }
+template <> KVC_DEVICE unsigned short kvc_zero_v<unsigned short>() { return 0; }
+template <> KVC_DEVICE unsigned char kvc_zero_v<unsigned char>() { return 0; }
+
+KVC_DEVICE int kvc_mamba_seg_of(const kvc_p_mamba_rows &h, int64_t u) {
+  int s = 0;
+  while (s + 1 < h.nseg && u >= h.unit_first[s + 1]) s++;
+  return s;
+}
+
+template <int V> KVC_DEVICE void kvc_mamba_rows_impl(const kvc_mamba_params &p) {
+  typedef typename kvc_vt<V>::T T;
+  enum { PER = 4 }; /* 64 bytes in flight per thread at V = 16 (a 16 KB tile per pass) */
+  const kvc_p_mamba_rows &h = p.h;
+  const uint32_t *ids = h.staged ? kvc_ptr<const uint32_t *>(h.staged) : p.words;
+  const int64_t total = h.unit_first[h.nseg];
+  for (int64_t u = blockIdx.x; u < total; u += gridDim.x) {
+    const int s = kvc_mamba_seg_of(h, u);
+    const kvc_mamba_seg &g = h.seg[s];
+    const int64_t v = u - h.unit_first[s];
+    const int64_t t = v % g.tiles;
+    const int64_t row = v / g.tiles; /* layer * n + i */
+    const int64_t i = row % h.n, layer = row / h.n;
+    const int64_t off = t * h.tile;
+    int64_t len = g.row_bytes - off;
+    if (len > h.tile) len = h.tile;
+    const int64_t cnt = len / V;
+    const int64_t layer_base = (int64_t)g.base + layer * g.layer_pitch;
+    if (h.mode == KVC_MAMBA_ZERO) {
+      const int64_t id = ids[i];
+      if (id < 0 || id >= h.slots) continue;
+      T *dst = reinterpret_cast<T *>(layer_base + id * g.row_bytes + off);
+      for (int64_t k = threadIdx.x; k < cnt; k += KVC_MAMBA_BLOCK) dst[k] = kvc_zero_v<T>();
+      continue;
+    }
+    const T *src;
+    T *dst;
+    if (h.mode == KVC_MAMBA_COPY) {
+      const int64_t a = ids[i], b = ids[h.n + i];
+      if (a < 0 || a >= h.slots || b < 0 || b >= h.slots) continue;
+      src = reinterpret_cast<const T *>(layer_base + a * g.row_bytes + off);
+      dst = reinterpret_cast<T *>(layer_base + b * g.row_bytes + off);
+    } else {
+      const int64_t id = ids[i];
+      if (id < 0 || id >= h.slots) continue;
+      const int64_t host_row = (int64_t)h.host + g.host_off + row * g.row_bytes + off;
+      const int64_t pool_row = layer_base + id * g.row_bytes + off;
+      if (h.mode == KVC_MAMBA_TO_HOST) {
+        src = reinterpret_cast<const T *>(pool_row);
+        dst = reinterpret_cast<T *>(host_row);
+      } else {
+        src = reinterpret_cast<const T *>(host_row);
+        dst = reinterpret_cast<T *>(pool_row);
+      }
+    }
+    /* Loads of a pass first (PER in flight per thread), then its stores. */
+    for (int64_t base = threadIdx.x; base < cnt; base += (int64_t)PER * KVC_MAMBA_BLOCK) {
+      T r[PER];
+#pragma unroll
+      for (int k = 0; k < PER; k++) {
+        const int64_t e = base + (int64_t)k * KVC_MAMBA_BLOCK;
+        if (e < cnt) r[k] = src[e];
+      }
+#pragma unroll
+      for (int k = 0; k < PER; k++) {
+        const int64_t e = base + (int64_t)k * KVC_MAMBA_BLOCK;
+        if (e < cnt) dst[e] = r[k];
+      }
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(KVC_MAMBA_BLOCK)
+    kvc_mamba_rows(const __grid_constant__ kvc_mamba_params p) {
+  kvc_mamba_rows_impl<KVC_MAMBA_VEC>(p);
+}
+
+template <int V> KVC_DEVICE void kvc_mamba_staged_impl(const kvc_mamba_params &p, unsigned char *stage) {
+  typedef typename kvc_vt<V>::T T;
+  const kvc_p_mamba_rows &h = p.h;
+  const uint32_t *ids = h.staged ? kvc_ptr<const uint32_t *>(h.staged) : p.words;
+  const int64_t total = h.unit_first[h.nseg];
+  T *buf = reinterpret_cast<T *>(stage);
+  const int64_t per_row = h.tile / V; /* staging stride per pair, in T */
+  for (int64_t u = blockIdx.x; u < total; u += gridDim.x) {
+    const int s = kvc_mamba_seg_of(h, u);
+    const kvc_mamba_seg &g = h.seg[s];
+    const int64_t v = u - h.unit_first[s];
+    const int64_t t = v % g.tiles, layer = v / g.tiles;
+    const int64_t off = t * h.tile;
+    int64_t len = g.row_bytes - off;
+    if (len > h.tile) len = h.tile;
+    const int64_t cnt = len / V;
+    const int64_t layer_base = (int64_t)g.base + layer * g.layer_pitch;
+    for (int64_t i = 0; i < h.n; i++) {
+      const int64_t a = ids[i];
+      if (a < 0 || a >= h.slots) continue;
+      const T *src = reinterpret_cast<const T *>(layer_base + a * g.row_bytes + off);
+      for (int64_t k = threadIdx.x; k < cnt; k += KVC_MAMBA_BLOCK) buf[i * per_row + k] = src[k];
+    }
+    __syncthreads();
+    for (int64_t i = 0; i < h.n; i++) {
+      const int64_t a = ids[i], b = ids[h.n + i];
+      if (a < 0 || a >= h.slots || b < 0 || b >= h.slots) continue;
+      T *dst = reinterpret_cast<T *>(layer_base + b * g.row_bytes + off);
+      for (int64_t k = threadIdx.x; k < cnt; k += KVC_MAMBA_BLOCK) dst[k] = buf[i * per_row + k];
+    }
+    __syncthreads(); /* the next unit reuses the stage */
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(KVC_MAMBA_BLOCK)
+    kvc_mamba_copy_staged(const __grid_constant__ kvc_mamba_params p) {
+  __shared__ __align__(16) unsigned char stage[KVC_MAMBA_STAGE_BYTES];
+  kvc_mamba_staged_impl<KVC_MAMBA_VEC>(p, stage);
+}

@@ -1,0 +1,763 @@
+/*
+ * mamba_pool.c — SGLang's MambaPool (+ the newer MambaSlotAllocator's groups): recurrent
+ * states of the linear-attention layers of hybrid models, one slot per request.
+ *
+ *   one device allocation (zero-filled at create), tensors 256-byte aligned:
+ *
+ *   [conv_0 (L, size+1, *c0)] [conv_1 ...] [temporal (L, size+1, t0,t1,t2)]   <- state
+ *   [intermediate_ssm (L, spec+1, D, t0,t1,t2)] [intermediate_conv_i (L, spec+1, D, c0,c1)]
+ *                                                                   ^ speculative only
+ *   inside a tensor: layer l at base + l * rows * row_bytes, slot s at + s * row_bytes
+ *
+ *   host:  FIFO ring of free ids   head -> [f f f f ...] <- free appends at the back
+ *          flag[slot]  FREE | HELD | RESERVED (taken by an open alloc group) + marks
+ *
+ * Why the host owns the ids: SGLang keeps free_slots as a device tensor and pays a
+ * concat launch per free and one zeroing scatter per tensor per alloc. Here alloc/free
+ * decide ids on the host (same FIFO order, so the same ids as SGLang) and every
+ * state-changing call is ONE launch over all state tensors and layers whose slot ids
+ * ride in the kernel's parameter block (kvc__plan: inline up to 8000 ids, else one
+ * staged upload). Frees are validated (SGLang accepts anything) so a double free is an
+ * error, never a duplicated id in circulation.
+ *
+ * copy_from with overlapping src/dst sets must read every source before any target is
+ * written. The host knows both sets, so it picks: disjoint -> the plain row copy (any
+ * order is fine, full bandwidth); overlapping -> kvc_mamba_copy_staged, where one CTA
+ * owns a (tensor, layer, byte tile) and stages that tile of all n sources in shared
+ * memory before writing (n <= 2048 so that a tile is at least 16 bytes).
+ */
+#include "../ops/ops.h"
+
+#include <string.h>
+
+#define KVC__MAMBA_MAGIC 0x6b76632d6d616d21ull /* "kvc-mam!" */
+#define KVC__MAMBA_MAX_TENSORS (2 * KVC_MAMBA_MAX_CONV + 2)
+#define KVC__MAMBA_STAGED_MAX_PAIRS (KVC_MAMBA_STAGE_BYTES / 16)
+
+/* flag[slot] bits */
+#define FL_HELD 0x1u
+#define FL_RESERVED 0x2u /* popped by an open alloc group, not handed out yet */
+#define FL_MARK_DST 0x4u /* transient, within one call */
+#define FL_MARK_SRC 0x8u
+
+extern const kvc__kernel_def kvc__k_mamba_rows;
+extern const kvc__kernel_def kvc__k_mamba_copy_staged;
+
+typedef struct mamba_tensor {
+  kvc_region_kind region;
+  int32_t index; /* conv list position */
+  kvc_dtype dtype;
+  int32_t ndim;         /* with the L and row dims */
+  int64_t shape[6];
+  int64_t rows;         /* size + 1, or spec + 1 */
+  int64_t row_bytes;    /* one slot of one layer */
+  int64_t layer_pitch;  /* rows * row_bytes */
+  unsigned char *base;
+} mamba_tensor;
+
+struct kvc_mamba_pool {
+  uint64_t magic;
+  kvc_context *ctx;
+  int32_t size, L, num_conv, nstate, ntensors;
+  uint32_t flags;
+  int32_t *layer_ids;
+  mamba_tensor t[KVC__MAMBA_MAX_TENSORS];
+  void *mem;
+  size_t mem_bytes;
+  int vec; /* widest access dividing every state row and pitch */
+  /* free list */
+  int32_t *ring;
+  uint32_t mask, head;
+  int32_t count;
+  uint8_t *flag; /* size + 1 */
+  /* alloc group */
+  bool in_group;
+  int32_t *group;
+  int32_t group_n, group_pos;
+  int32_t *tmp; /* 2 * (size + 1): filtered copy pairs */
+  unsigned char *scratch;
+  const kvc__kfunc *kc[2][5][3]; /* [kernel][log2 vec][variant] */
+};
+
+/* --- Handle checks, audit ---------------------------------------------------------- */
+
+#define POOL_ENTRY(pool)                                                                    \
+  do {                                                                                      \
+    if (!(pool) || (pool)->magic != KVC__MAMBA_MAGIC)                                       \
+      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
+                        "pool is NULL or not a live kvc_mamba_pool");                       \
+  } while (0)
+
+static bool live(const kvc_mamba_pool *p) { return p && p->magic == KVC__MAMBA_MAGIC; }
+
+static kvc_status audit(const kvc_mamba_pool *p, const char *fn) {
+  int32_t held = 0, reserved = 0, free_flags = 0;
+  if (p->flag[0] != 0) return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: slot 0 flagged %u", p->flag[0]);
+  for (int32_t s = 1; s <= p->size; s++) {
+    uint8_t f = p->flag[s];
+    if (f & (FL_MARK_DST | FL_MARK_SRC)) return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: slot %d left marked", s);
+    if (f == FL_HELD) held++;
+    else if (f == FL_RESERVED) reserved++;
+    else if (f == 0) free_flags++;
+    else return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: slot %d flag %u", s, f);
+  }
+  if (free_flags != p->count || held + reserved + p->count != p->size)
+    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d held + %d reserved + %d free (flags %d) != %d",
+                      held, reserved, p->count, free_flags, p->size);
+  if (reserved != (p->in_group ? p->group_n - p->group_pos : 0))
+    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d reserved slots, group holds %d", reserved,
+                      p->in_group ? p->group_n - p->group_pos : 0);
+  /* Every ring entry free and distinct: free-flagged slots == count and each entry is a
+   * free-flagged slot, so a duplicate would leave some free slot out — detect it with a
+   * bitmap. */
+  uint8_t *seen = kvc__calloc(p->ctx, (size_t)p->size + 1, 1);
+  if (!seen) return kvc__error(p->ctx, KVC_ERR_HOST_OOM, fn, "check bitmap");
+  kvc_status st = KVC_OK;
+  for (int32_t i = 0; i < p->count; i++) {
+    int32_t s = p->ring[(p->head + (uint32_t)i) & p->mask];
+    if (s < 1 || s > p->size || p->flag[s] != 0 || seen[s]) {
+      st = kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: free list entry %d = slot %d is bad, held or repeated", i, s);
+      break;
+    }
+    seen[s] = 1;
+  }
+  kvc__free(p->ctx, seen);
+  return st;
+}
+
+static kvc_status finish(kvc_mamba_pool *p, const char *fn, kvc_status st) {
+  if (st != KVC_OK || !kvc_context_check_mode(p->ctx)) return st;
+  return audit(p, fn);
+}
+
+kvc_status kvc_mamba_pool_check(const kvc_mamba_pool *pool) {
+  POOL_ENTRY(pool);
+  return audit(pool, __func__);
+}
+
+/* --- Launches ---------------------------------------------------------------------- */
+
+static int vec_index(int vec) { return vec == 16 ? 4 : vec == 8 ? 3 : vec == 4 ? 2 : vec == 2 ? 1 : 0; }
+
+/* Resolves both inline variants of `kernel` for `vec` before any staging reservation
+ * (which holds the context lock that a kernel lookup also takes). */
+static kvc_status ensure_kernels(kvc_mamba_pool *p, int kernel, int vec) {
+  static const int64_t words[2] = {KVC_INLINE_SMALL, KVC_INLINE_LARGE};
+  const kvc__kfunc **kc = p->kc[kernel][vec_index(vec)];
+  for (int v = 0; v < 2; v++) {
+    if (kc[v]) continue;
+    kvc__spec spec = {0};
+    spec.def[0].name = "KVC_MAMBA_VEC";
+    spec.def[0].value = vec;
+    spec.def[1].name = "KVC_INLINE_WORDS";
+    spec.def[1].value = words[v];
+    spec.count = 2;
+    KVC_FORWARD(kvc__kernel_get(p->ctx, kernel ? &kvc__k_mamba_copy_staged : &kvc__k_mamba_rows, &spec, &kc[v]));
+  }
+  return KVC_OK;
+}
+
+/* One launch over every state tensor and layer. ids: n (or 2n for COPY: src then dst)
+ * host ids; `staged_copy` selects the overlapping-copy kernel. */
+static kvc_status launch(kvc_mamba_pool *p, int mode, bool staged_copy, const int32_t *a, const int32_t *b,
+                         size_t n, void *host, int vec, kvc_stream stream) {
+  if (n == 0) return KVC_OK;
+  const int kernel = staged_copy ? 1 : 0;
+  KVC_FORWARD(ensure_kernels(p, kernel, vec));
+  kvc_p_mamba_rows h;
+  memset(&h, 0, sizeof h);
+  h.host = (uint64_t)(uintptr_t)host;
+  h.n = (int64_t)n;
+  h.slots = (int64_t)p->size + 1;
+  h.mode = mode;
+  h.nseg = p->nstate;
+  h.vec = vec;
+  if (staged_copy) {
+    h.tile = (int64_t)(KVC_MAMBA_STAGE_BYTES / n) / vec * vec;
+    if (h.tile > KVC_MAMBA_TILE) h.tile = KVC_MAMBA_TILE;
+  } else {
+    h.tile = KVC_MAMBA_TILE;
+  }
+  int64_t units = 0, host_off = 0;
+  for (int s = 0; s < p->nstate; s++) {
+    const mamba_tensor *t = &p->t[s];
+    kvc_mamba_seg *g = &h.seg[s];
+    g->base = (uint64_t)(uintptr_t)t->base;
+    g->layer_pitch = t->layer_pitch;
+    g->row_bytes = t->row_bytes;
+    g->host_off = host_off;
+    g->layers = p->L;
+    g->tiles = (int32_t)((t->row_bytes + h.tile - 1) / h.tile);
+    host_off += (int64_t)p->L * (int64_t)n * t->row_bytes;
+    h.unit_first[s] = units;
+    units += (int64_t)p->L * g->tiles * (staged_copy ? 1 : (int64_t)n);
+  }
+  h.unit_first[p->nstate] = units;
+  const size_t words = b ? 2 * n : n;
+  kvc__plan plan;
+  KVC_FORWARD(kvc__plan_begin(p->ctx, &plan, p->scratch, sizeof h, words));
+  for (size_t i = 0; i < n; i++) plan.payload[i] = (uint32_t)a[i];
+  if (b)
+    for (size_t i = 0; i < n; i++) plan.payload[n + i] = (uint32_t)b[i];
+  h.staged = plan.staged_dev;
+  kvc__spec extra = {0};
+  extra.def[0].name = "KVC_MAMBA_VEC";
+  extra.def[0].value = vec;
+  extra.count = 1;
+  int64_t grid = (int64_t)kvc__num_sms(p->ctx) * (staged_copy ? 4 : 8);
+  if (grid > units) grid = units;
+  return kvc__plan_launch(p->ctx, &plan, kernel ? &kvc__k_mamba_copy_staged : &kvc__k_mamba_rows, &extra,
+                          p->kc[kernel][vec_index(vec)], kvc__dim((unsigned)grid, 1, 1),
+                          kvc__dim(KVC_MAMBA_BLOCK, 1, 1), stream, &h);
+}
+
+static kvc_status check_ids(const kvc_mamba_pool *p, const char *fn, const char *what, const int32_t *ids, size_t n) {
+  if (n && !ids) return kvc__error(p->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "%s is NULL with n = %zu", what, n);
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] > p->size)
+      return kvc__error(p->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "%s[%zu] = %d outside [0, %d]", what, i, ids[i], p->size);
+  return KVC_OK;
+}
+
+/* --- Create / destroy -------------------------------------------------------------- */
+
+static kvc_status validate(kvc_context *ctx, const kvc_mamba_pool_config *c) {
+  KVC_RETURN_IF(c->size < 1 || c->size >= INT32_MAX - 1, ctx, KVC_ERR_INVALID_ARGUMENT, "size %d outside [1, 2^31 - 2)", c->size);
+  KVC_RETURN_IF(c->num_layers < 1 || c->num_layers > 4096, ctx, KVC_ERR_INVALID_ARGUMENT, "num_layers %d outside [1, 4096]", c->num_layers);
+  KVC_RETURN_IF(c->num_conv < 1 || c->num_conv > KVC_MAMBA_MAX_CONV, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "num_conv %d outside [1, %d]", c->num_conv, KVC_MAMBA_MAX_CONV);
+  KVC_RETURN_IF(!c->conv_shapes, ctx, KVC_ERR_INVALID_ARGUMENT, "conv_shapes is NULL");
+  const kvc_dtype dts[2] = {c->conv_dtype, c->temporal_dtype};
+  for (int i = 0; i < 2; i++)
+    KVC_RETURN_IF(kvc_dtype_size(dts[i]) == 0 || dts[i] == KVC_DTYPE_FP4_E2M1, ctx, KVC_ERR_INVALID_ARGUMENT,
+                  "%s dtype %d not allowed", i ? "temporal" : "conv", (int)dts[i]);
+  for (int i = 0; i < 3; i++)
+    KVC_RETURN_IF(c->temporal_shape[i] < 1 || c->temporal_shape[i] > (1 << 24), ctx, KVC_ERR_INVALID_ARGUMENT,
+                  "temporal_shape[%d] = %lld outside [1, 2^24]", i, (long long)c->temporal_shape[i]);
+  KVC_RETURN_IF(c->spec_state_size < 0 || c->num_draft_tokens < 0, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "spec_state_size %d / num_draft_tokens %d negative", c->spec_state_size, c->num_draft_tokens);
+  KVC_RETURN_IF(c->spec_state_size >= INT32_MAX - 1, ctx, KVC_ERR_INVALID_ARGUMENT, "spec_state_size too large");
+  KVC_RETURN_IF(c->flags & ~KVC_MAMBA_POOL_NO_ZERO_ON_ALLOC, ctx, KVC_ERR_INVALID_ARGUMENT, "unknown flags 0x%x", c->flags);
+  for (int i = 0; i < c->num_conv; i++) {
+    const kvc_mamba_shape *s = &c->conv_shapes[i];
+    KVC_RETURN_IF(s->ndim < 1 || s->ndim > 3, ctx, KVC_ERR_INVALID_ARGUMENT, "conv_shapes[%d].ndim %d outside [1, 3]", i, s->ndim);
+    KVC_RETURN_IF(c->num_draft_tokens > 0 && s->ndim < 2, ctx, KVC_ERR_INVALID_ARGUMENT,
+                  "conv_shapes[%d] needs ndim >= 2 for the speculative conv windows", i);
+    for (int d = 0; d < s->ndim; d++)
+      KVC_RETURN_IF(s->dims[d] < 1 || s->dims[d] > (1 << 24), ctx, KVC_ERR_INVALID_ARGUMENT,
+                    "conv_shapes[%d].dims[%d] = %lld outside [1, 2^24]", i, d, (long long)s->dims[d]);
+  }
+  if (c->layer_ids) {
+    for (int i = 0; i < c->num_layers; i++) {
+      KVC_RETURN_IF(c->layer_ids[i] < 0, ctx, KVC_ERR_INVALID_ARGUMENT, "layer_ids[%d] = %d is negative", i, c->layer_ids[i]);
+      for (int j = 0; j < i; j++)
+        KVC_RETURN_IF(c->layer_ids[j] == c->layer_ids[i], ctx, KVC_ERR_INVALID_ARGUMENT,
+                      "layer_ids[%d] and [%d] are both %d", j, i, c->layer_ids[i]);
+    }
+  }
+  for (size_t i = 0; i < KVC__ARRAY_LEN(c->reserved_); i++)
+    KVC_RETURN_IF(c->reserved_[i] != 0, ctx, KVC_ERR_INVALID_ARGUMENT, "reserved_[%zu] must be zero", i);
+  return KVC_OK;
+}
+
+/* Fills tensor `t`: (L, rows, dims...) of dtype; false on byte overflow. */
+static bool set_tensor(mamba_tensor *t, kvc_region_kind region, int32_t index, kvc_dtype dtype, int64_t L,
+                       int64_t rows, const int64_t *dims, int nd) {
+  t->region = region;
+  t->index = index;
+  t->dtype = dtype;
+  t->ndim = 2 + nd;
+  t->shape[0] = L;
+  t->shape[1] = rows;
+  size_t row = kvc_dtype_size(dtype), pitch, total;
+  for (int d = 0; d < nd; d++) {
+    t->shape[2 + d] = dims[d];
+    if (!kvc__mul_size(row, (size_t)dims[d], &row)) return false;
+  }
+  if (!kvc__mul_size(row, (size_t)rows, &pitch) || !kvc__mul_size(pitch, (size_t)L, &total) || total > (size_t)INT64_MAX / 2)
+    return false;
+  t->row_bytes = (int64_t)row;
+  t->layer_pitch = (int64_t)pitch;
+  t->rows = rows;
+  return true;
+}
+
+static void reset_free(kvc_mamba_pool *p) {
+  for (int32_t i = 0; i < p->size; i++) p->ring[i] = i + 1;
+  p->head = 0;
+  p->count = p->size;
+  memset(p->flag, 0, (size_t)p->size + 1);
+  p->in_group = false;
+  p->group_n = p->group_pos = 0;
+}
+
+static void free_all(kvc_context *ctx, kvc_mamba_pool *p) {
+  kvc__dev_free(ctx, p->mem);
+  kvc__free(ctx, p->layer_ids);
+  kvc__free(ctx, p->ring);
+  kvc__free(ctx, p->flag);
+  kvc__free(ctx, p->group);
+  kvc__free(ctx, p->tmp);
+  kvc__free(ctx, p->scratch);
+  kvc__free(ctx, p);
+}
+
+void kvc_mamba_pool_config_default(kvc_mamba_pool_config *config) {
+  if (config) {
+    kvc_mamba_pool_config c = KVC_MAMBA_POOL_CONFIG_INIT;
+    *config = c;
+  }
+}
+
+kvc_status kvc_mamba_pool_create(kvc_context *ctx, const kvc_mamba_pool_config *config, kvc_mamba_pool **out) {
+  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
+  KVC_RETURN_IF(!config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "config or out is NULL");
+  KVC_RETURN_IF(config->struct_size < offsetof(kvc_mamba_pool_config, reserved_) ||
+                    config->struct_size > sizeof(kvc_mamba_pool_config),
+                ctx, KVC_ERR_VERSION, "config.struct_size %zu not understood", config->struct_size);
+  KVC_RETURN_IF(config->version / 10000 != KVC_VERSION_MAJOR, ctx, KVC_ERR_VERSION, "config.version %u", config->version);
+  kvc_mamba_pool_config c = KVC_MAMBA_POOL_CONFIG_INIT;
+  memcpy(&c, config, config->struct_size);
+  KVC_FORWARD(validate(ctx, &c));
+
+  kvc_status st = KVC_OK;
+  kvc_mamba_pool *p = kvc__calloc(ctx, 1, sizeof *p);
+  KVC_RETURN_IF(!p, ctx, KVC_ERR_HOST_OOM, "pool struct");
+  p->ctx = ctx;
+  p->size = c.size;
+  p->L = c.num_layers;
+  p->num_conv = c.num_conv;
+  p->flags = c.flags;
+  uint32_t cap = 1;
+  while (cap < (uint32_t)c.size) cap <<= 1;
+  p->mask = cap - 1;
+  p->layer_ids = kvc__malloc(ctx, sizeof(int32_t) * (size_t)c.num_layers);
+  p->ring = kvc__malloc(ctx, sizeof(int32_t) * cap);
+  p->flag = kvc__malloc(ctx, (size_t)c.size + 1);
+  p->group = kvc__malloc(ctx, sizeof(int32_t) * (size_t)c.size);
+  p->tmp = kvc__malloc(ctx, sizeof(int32_t) * 2 * ((size_t)c.size + 1));
+  p->scratch = kvc__malloc(ctx, KVC__PARAM_SCRATCH_BYTES);
+  KVC_FAIL_GOTO(!p->layer_ids || !p->ring || !p->flag || !p->group || !p->tmp || !p->scratch, ctx, st,
+                KVC_ERR_HOST_OOM, fail, "host metadata for %d slots", c.size);
+  for (int32_t l = 0; l < c.num_layers; l++) p->layer_ids[l] = c.layer_ids ? c.layer_ids[l] : l;
+
+  /* Geometry, in SGLang's field order. */
+  const int64_t L = c.num_layers, rows = (int64_t)c.size + 1, srows = (int64_t)c.spec_state_size + 1;
+  bool ok = true;
+  int nt = 0;
+  for (int i = 0; i < c.num_conv; i++)
+    ok = ok && set_tensor(&p->t[nt++], KVC_REGION_MAMBA_CONV, i, c.conv_dtype, L, rows, c.conv_shapes[i].dims,
+                          c.conv_shapes[i].ndim);
+  ok = ok && set_tensor(&p->t[nt++], KVC_REGION_MAMBA_TEMPORAL, 0, c.temporal_dtype, L, rows, c.temporal_shape, 3);
+  p->nstate = nt;
+  if (c.num_draft_tokens > 0) {
+    int64_t d[5] = {c.num_draft_tokens, c.temporal_shape[0], c.temporal_shape[1], c.temporal_shape[2], 0};
+    ok = ok && set_tensor(&p->t[nt++], KVC_REGION_MAMBA_INTERMEDIATE_SSM, 0, c.temporal_dtype, L, srows, d, 4);
+    for (int i = 0; i < c.num_conv; i++) {
+      int64_t w[3] = {c.num_draft_tokens, c.conv_shapes[i].dims[0], c.conv_shapes[i].dims[1]};
+      ok = ok && set_tensor(&p->t[nt++], KVC_REGION_MAMBA_INTERMEDIATE_CONV, i, c.conv_dtype, L, srows, w, 3);
+    }
+  }
+  p->ntensors = nt;
+  KVC_FAIL_GOTO(!ok, ctx, st, KVC_ERR_INVALID_ARGUMENT, fail, "tensor byte sizes overflow");
+  size_t offs[KVC__MAMBA_MAX_TENSORS], off = 0;
+  for (int i = 0; i < nt; i++) {
+    size_t bytes = (size_t)p->t[i].layer_pitch * (size_t)L, end;
+    KVC_FAIL_GOTO(!kvc__add_size(off, bytes, &end) || end > SIZE_MAX - 512, ctx, st, KVC_ERR_INVALID_ARGUMENT, fail,
+                  "pool bytes overflow");
+    offs[i] = off;
+    off = (end + 255) & ~(size_t)255;
+  }
+  p->mem_bytes = off;
+  p->vec = 16;
+  for (int i = 0; i < p->nstate; i++)
+    while (p->vec > 1 && (p->t[i].row_bytes % p->vec || p->t[i].layer_pitch % p->vec)) p->vec >>= 1;
+
+  KVC_CHECK_GOTO(kvc__dev_alloc(ctx, off, &p->mem), st, fail);
+  for (int i = 0; i < nt; i++) p->t[i].base = (unsigned char *)p->mem + offs[i];
+  KVC_CHECK_GOTO(kvc__dev_memset(ctx, p->mem, 0, off, NULL), st, fail);
+  KVC_CHECK_GOTO(ensure_kernels(p, 0, p->vec), st, fail);
+  KVC_CHECK_GOTO(ensure_kernels(p, 1, p->vec), st, fail);
+  KVC_CHECK_GOTO(kvc__dev_sync(ctx, NULL), st, fail);
+  reset_free(p);
+  p->magic = KVC__MAMBA_MAGIC;
+  *out = p;
+  return KVC_OK;
+fail:
+  free_all(ctx, p);
+  return st;
+}
+
+void kvc_mamba_pool_destroy(kvc_mamba_pool *pool) {
+  if (!live(pool)) return;
+  pool->magic = 0;
+  free_all(pool->ctx, pool);
+}
+
+/* --- Slot bookkeeping -------------------------------------------------------------- */
+
+int32_t kvc_mamba_pool_size(const kvc_mamba_pool *pool) { return live(pool) ? pool->size : 0; }
+int32_t kvc_mamba_pool_available(const kvc_mamba_pool *pool) { return live(pool) ? pool->count : 0; }
+int kvc_mamba_pool_is_held(const kvc_mamba_pool *pool, int32_t slot) {
+  return live(pool) && slot >= 1 && slot <= pool->size && (pool->flag[slot] & FL_HELD) ? 1 : 0;
+}
+
+static bool zero_on_alloc(const kvc_mamba_pool *p) { return !(p->flags & KVC_MAMBA_POOL_NO_ZERO_ON_ALLOC); }
+
+/* Zeroes the first n ids of the ring (not popped yet). */
+static kvc_status zero_front(kvc_mamba_pool *p, size_t n, kvc_stream stream) {
+  if (!zero_on_alloc(p) || n == 0) return KVC_OK;
+  int32_t *ids = p->tmp;
+  for (size_t i = 0; i < n; i++) ids[i] = p->ring[(p->head + (uint32_t)i) & p->mask];
+  return launch(p, KVC_MAMBA_ZERO, false, ids, NULL, n, NULL, p->vec, stream);
+}
+
+kvc_status kvc_mamba_pool_alloc(kvc_mamba_pool *pool, size_t n, int32_t *out_slots, kvc_stream stream) {
+  POOL_ENTRY(pool);
+  if (n == 0) return KVC_OK;
+  KVC_RETURN_IF(!out_slots, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out_slots is NULL");
+  if (n == 1 && pool->in_group && pool->group_pos < pool->group_n) {
+    int32_t s = pool->group[pool->group_pos++];
+    pool->flag[s] = FL_HELD;
+    out_slots[0] = s;
+    return finish(pool, __func__, KVC_OK);
+  }
+  if (n > (size_t)pool->count)
+    return kvc__error(pool->ctx, KVC_ERR_OUT_OF_SLOTS, __func__, "%zu slots requested, %d free", n, pool->count);
+  KVC_FORWARD(zero_front(pool, n, stream));
+  for (size_t i = 0; i < n; i++) {
+    int32_t s = pool->ring[(pool->head + (uint32_t)i) & pool->mask];
+    pool->flag[s] = FL_HELD;
+    out_slots[i] = s;
+  }
+  pool->head += (uint32_t)n;
+  pool->count -= (int32_t)n;
+  return finish(pool, __func__, KVC_OK);
+}
+
+kvc_status kvc_mamba_pool_free(kvc_mamba_pool *pool, const int32_t *slots, size_t n) {
+  POOL_ENTRY(pool);
+  if (n == 0) return KVC_OK;
+  KVC_RETURN_IF(!slots, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "slots is NULL");
+  kvc_status st = KVC_OK;
+  size_t i = 0;
+  for (; i < n; i++) {
+    int32_t s = slots[i];
+    if (s < 1 || s > pool->size) {
+      st = kvc__error(pool->ctx, KVC_ERR_MISUSE, __func__, "slots[%zu] = %d %s", i, s,
+                      s == 0 ? "is the padding slot" : "is out of range");
+      break;
+    }
+    if (pool->flag[s] & FL_MARK_DST) {
+      st = kvc__error(pool->ctx, KVC_ERR_MISUSE, __func__, "slots[%zu] = %d listed twice", i, s);
+      break;
+    }
+    if (!(pool->flag[s] & FL_HELD)) {
+      st = kvc__error(pool->ctx, KVC_ERR_MISUSE, __func__, "slots[%zu] = %d is not held (%s)", i, s,
+                      pool->flag[s] & FL_RESERVED ? "reserved by the open alloc group" : "double free");
+      break;
+    }
+    pool->flag[s] |= FL_MARK_DST;
+  }
+  for (size_t j = 0; j < i; j++) pool->flag[slots[j]] &= (uint8_t)~FL_MARK_DST;
+  if (st != KVC_OK) return st;
+  for (size_t j = 0; j < n; j++) {
+    pool->flag[slots[j]] = 0;
+    pool->ring[(pool->head + (uint32_t)pool->count + (uint32_t)j) & pool->mask] = slots[j];
+  }
+  pool->count += (int32_t)n;
+  return finish(pool, __func__, KVC_OK);
+}
+
+kvc_status kvc_mamba_pool_alloc_group_begin(kvc_mamba_pool *pool, size_t k, kvc_stream stream) {
+  POOL_ENTRY(pool);
+  KVC_RETURN_IF(pool->in_group, pool->ctx, KVC_ERR_MISUSE, "an alloc group is already open");
+  if (k > 0 && k <= (size_t)pool->count) {
+    KVC_FORWARD(zero_front(pool, k, stream));
+    for (size_t i = 0; i < k; i++) {
+      int32_t s = pool->ring[(pool->head + (uint32_t)i) & pool->mask];
+      pool->flag[s] = FL_RESERVED;
+      pool->group[i] = s;
+    }
+    pool->head += (uint32_t)k;
+    pool->count -= (int32_t)k;
+    pool->group_n = (int32_t)k;
+  } else {
+    pool->group_n = 0;
+  }
+  pool->group_pos = 0;
+  pool->in_group = true;
+  return finish(pool, __func__, KVC_OK);
+}
+
+kvc_status kvc_mamba_pool_alloc_group_end(kvc_mamba_pool *pool) {
+  POOL_ENTRY(pool);
+  KVC_RETURN_IF(!pool->in_group, pool->ctx, KVC_ERR_MISUSE, "no alloc group is open");
+  for (int32_t i = pool->group_pos; i < pool->group_n; i++) {
+    int32_t s = pool->group[i];
+    pool->flag[s] = 0;
+    pool->ring[(pool->head + (uint32_t)pool->count) & pool->mask] = s;
+    pool->count++;
+  }
+  pool->in_group = false;
+  pool->group_n = pool->group_pos = 0;
+  return finish(pool, __func__, KVC_OK);
+}
+
+kvc_status kvc_mamba_pool_clear(kvc_mamba_pool *pool) {
+  POOL_ENTRY(pool);
+  reset_free(pool);
+  return finish(pool, __func__, KVC_OK);
+}
+
+/* --- State operations -------------------------------------------------------------- */
+
+kvc_status kvc_mamba_pool_clear_slots(kvc_mamba_pool *pool, const int32_t *slots, size_t n, kvc_stream stream) {
+  POOL_ENTRY(pool);
+  if (n == 0) return KVC_OK;
+  KVC_FORWARD(check_ids(pool, __func__, "slots", slots, n));
+  return launch(pool, KVC_MAMBA_ZERO, false, slots, NULL, n, NULL, pool->vec, stream);
+}
+
+kvc_status kvc_mamba_pool_copy_from(kvc_mamba_pool *pool, const int32_t *src, const int32_t *dst, size_t n,
+                                    kvc_stream stream) {
+  POOL_ENTRY(pool);
+  if (n == 0) return KVC_OK;
+  KVC_FORWARD(check_ids(pool, __func__, "src", src, n));
+  KVC_FORWARD(check_ids(pool, __func__, "dst", dst, n));
+  /* Mark targets (rejecting duplicates), drop identity pairs, then look for sources
+   * that are also targets. Marks are cleared before returning on every path. */
+  kvc_status st = KVC_OK;
+  size_t i = 0, m = 0;
+  for (; i < n; i++) {
+    if (pool->flag[dst[i]] & FL_MARK_DST) {
+      st = kvc__error(pool->ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "dst[%zu] = %d listed twice", i, dst[i]);
+      break;
+    }
+    pool->flag[dst[i]] |= FL_MARK_DST;
+  }
+  bool overlap = false;
+  if (st == KVC_OK) {
+    int32_t *a = pool->tmp, *b = pool->tmp + (pool->size + 1);
+    for (size_t j = 0; j < n; j++) {
+      if (src[j] == dst[j]) continue;
+      overlap = overlap || (pool->flag[src[j]] & FL_MARK_DST);
+      a[m] = src[j];
+      b[m] = dst[j];
+      m++;
+    }
+  }
+  for (size_t j = 0; j < i; j++) pool->flag[dst[j]] &= (uint8_t)~FL_MARK_DST;
+  if (st != KVC_OK || m == 0) return st;
+  KVC_RETURN_IF(overlap && m > KVC__MAMBA_STAGED_MAX_PAIRS, pool->ctx, KVC_ERR_UNSUPPORTED,
+                "%zu overlapping pairs: at most %d per call (split into disjoint calls)", m,
+                KVC__MAMBA_STAGED_MAX_PAIRS);
+  return launch(pool, KVC_MAMBA_COPY, overlap, pool->tmp, pool->tmp + (pool->size + 1), m, NULL, pool->vec, stream);
+}
+
+kvc_status kvc_mamba_pool_fork_from(kvc_mamba_pool *pool, int32_t src, int32_t *out_slot, kvc_stream stream) {
+  POOL_ENTRY(pool);
+  KVC_RETURN_IF(!out_slot, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out_slot is NULL");
+  KVC_RETURN_IF(src < 0 || src > pool->size, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "src %d outside [0, %d]", src, pool->size);
+  const bool from_group = pool->in_group && pool->group_pos < pool->group_n;
+  KVC_RETURN_IF(!from_group && pool->count < 1, pool->ctx, KVC_ERR_OUT_OF_SLOTS, "no free slot");
+  const int32_t dst = from_group ? pool->group[pool->group_pos] : pool->ring[pool->head & pool->mask];
+  /* alloc(1) would zero dst and copy_from overwrites every row it zeroed: one launch.
+   * src == dst (forking a free slot that is next in line) degenerates to the zeroing. */
+  if (src == dst) {
+    if (zero_on_alloc(pool) && !from_group) KVC_FORWARD(launch(pool, KVC_MAMBA_ZERO, false, &dst, NULL, 1, NULL, pool->vec, stream));
+  } else {
+    KVC_FORWARD(launch(pool, KVC_MAMBA_COPY, false, &src, &dst, 1, NULL, pool->vec, stream));
+  }
+  if (from_group) {
+    pool->group_pos++;
+  } else {
+    pool->head++;
+    pool->count--;
+  }
+  pool->flag[dst] = FL_HELD;
+  *out_slot = dst;
+  return finish(pool, __func__, KVC_OK);
+}
+
+/* --- Layers and descriptors -------------------------------------------------------- */
+
+kvc_status kvc_mamba_pool_layer_index(const kvc_mamba_pool *pool, int32_t layer_id, int32_t *index) {
+  POOL_ENTRY(pool);
+  KVC_RETURN_IF(!index, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "index is NULL");
+  for (int32_t l = 0; l < pool->L; l++)
+    if (pool->layer_ids[l] == layer_id) {
+      *index = l;
+      return KVC_OK;
+    }
+  return kvc__error(pool->ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "layer %d is not a Mamba layer of this pool", layer_id);
+}
+
+int32_t kvc_mamba_pool_num_layers(const kvc_mamba_pool *pool) { return live(pool) ? pool->L : 0; }
+int32_t kvc_mamba_pool_layer_id(const kvc_mamba_pool *pool, int32_t index) {
+  return live(pool) && index >= 0 && index < pool->L ? pool->layer_ids[index] : -1;
+}
+int32_t kvc_mamba_pool_num_tensors(const kvc_mamba_pool *pool) { return live(pool) ? pool->ntensors : 0; }
+int32_t kvc_mamba_pool_num_buffers(const kvc_mamba_pool *pool) { return live(pool) ? pool->nstate * pool->L : 0; }
+
+kvc_status kvc_mamba_pool_describe_tensor(const kvc_mamba_pool *pool, int32_t index, kvc_mamba_tensor_desc *out) {
+  POOL_ENTRY(pool);
+  KVC_RETURN_IF(!out, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
+  KVC_RETURN_IF(out->struct_size < offsetof(kvc_mamba_tensor_desc, reserved_) || out->struct_size > sizeof *out,
+                pool->ctx, KVC_ERR_VERSION, "out->struct_size %zu not understood", out->struct_size);
+  KVC_RETURN_IF(index < 0 || index >= pool->ntensors, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "index %d outside [0, %d)",
+                index, pool->ntensors);
+  const mamba_tensor *t = &pool->t[index];
+  kvc_mamba_tensor_desc d;
+  memset(&d, 0, sizeof d);
+  d.struct_size = out->struct_size;
+  d.version = KVC_VERSION_NUMBER;
+  d.region = t->region;
+  d.index = t->index;
+  d.dtype = t->dtype;
+  d.ndim = t->ndim;
+  d.device = kvc_context_device(pool->ctx);
+  d.data = t->base;
+  int64_t stride = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    d.shape[i] = t->shape[i];
+    d.strides[i] = stride;
+    stride *= t->shape[i];
+  }
+  d.bytes_per_layer = t->layer_pitch;
+  d.bytes_per_slot = t->row_bytes;
+  d.total_bytes = t->layer_pitch * pool->L;
+  d.sliceable_dim = t->shape[2];
+  memcpy(out, &d, out->struct_size);
+  return KVC_OK;
+}
+
+static kvc_status fill_buffer(const kvc_mamba_pool *pool, const char *fn, const mamba_tensor *t, int32_t l,
+                              kvc_buffer_desc *out) {
+  KVC_RETURN_IF(!out, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
+  KVC_RETURN_IF(out->struct_size < offsetof(kvc_buffer_desc, reserved_) || out->struct_size > sizeof *out,
+                pool->ctx, KVC_ERR_VERSION, "out->struct_size %zu not understood", out->struct_size);
+  (void)fn;
+  kvc_buffer_desc d;
+  memset(&d, 0, sizeof d);
+  d.struct_size = out->struct_size;
+  d.version = KVC_VERSION_NUMBER;
+  d.region = t->region;
+  d.layer_id = pool->layer_ids[l];
+  d.dtype = t->dtype;
+  d.ndim = t->ndim - 1;
+  d.device = kvc_context_device(pool->ctx);
+  d.data = t->base + (size_t)l * (size_t)t->layer_pitch;
+  int64_t stride = 1;
+  for (int i = t->ndim - 1; i >= 1; i--) {
+    d.shape[i - 1] = t->shape[i];
+    d.strides[i - 1] = stride;
+    stride *= t->shape[i];
+  }
+  d.bytes_per_token = t->row_bytes;
+  d.bytes_per_page = t->row_bytes;
+  d.total_bytes = t->layer_pitch;
+  memcpy(out, &d, out->struct_size);
+  return KVC_OK;
+}
+
+kvc_status kvc_mamba_pool_describe(const kvc_mamba_pool *pool, int32_t index, kvc_buffer_desc *out) {
+  POOL_ENTRY(pool);
+  KVC_RETURN_IF(index < 0 || index >= pool->nstate * pool->L, pool->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "index %d outside [0, %d)", index, pool->nstate * pool->L);
+  return fill_buffer(pool, __func__, &pool->t[index / pool->L], index % pool->L, out);
+}
+
+kvc_status kvc_mamba_pool_buffer(const kvc_mamba_pool *pool, kvc_region_kind region, int32_t conv_index,
+                                 int32_t layer_id, kvc_buffer_desc *out) {
+  POOL_ENTRY(pool);
+  int32_t l = 0;
+  KVC_FORWARD(kvc_mamba_pool_layer_index(pool, layer_id, &l));
+  int32_t ti;
+  if (region == KVC_REGION_MAMBA_CONV) {
+    KVC_RETURN_IF(conv_index < 0 || conv_index >= pool->num_conv, pool->ctx, KVC_ERR_INVALID_ARGUMENT,
+                  "conv_index %d outside [0, %d)", conv_index, pool->num_conv);
+    ti = conv_index;
+  } else if (region == KVC_REGION_MAMBA_TEMPORAL) {
+    ti = pool->num_conv;
+  } else {
+    return kvc__error(pool->ctx, KVC_ERR_INVALID_ARGUMENT, __func__,
+                      "region %d has no per-layer state buffer (MAMBA_CONV or MAMBA_TEMPORAL)", (int)region);
+  }
+  return fill_buffer(pool, __func__, &pool->t[ti], l, out);
+}
+
+kvc_status kvc_mamba_pool_contiguous_infos(const kvc_mamba_pool *pool, kvc_contiguous_info *out, size_t cap,
+                                           size_t *count) {
+  POOL_ENTRY(pool);
+  KVC_RETURN_IF(!count || (cap && !out), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "count or out is NULL");
+  size_t n = 0;
+  for (int s = 0; s < pool->nstate; s++)
+    for (int32_t l = 0; l < pool->L; l++, n++)
+      if (n < cap) {
+        out[n].base = pool->t[s].base + (size_t)l * (size_t)pool->t[s].layer_pitch;
+        out[n].bytes = (size_t)pool->t[s].layer_pitch;
+        out[n].bytes_per_page = (size_t)pool->t[s].row_bytes;
+      }
+  *count = n;
+  return KVC_OK;
+}
+
+kvc_status kvc_mamba_pool_state_dims(const kvc_mamba_pool *pool, int64_t *out, size_t cap, size_t *count) {
+  POOL_ENTRY(pool);
+  KVC_RETURN_IF(!count || (cap && !out), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "count or out is NULL");
+  size_t n = 0;
+  for (int s = 0; s < pool->nstate; s++)
+    for (int32_t l = 0; l < pool->L; l++, n++)
+      if (n < cap) out[n] = pool->t[s].shape[2];
+  *count = n;
+  return KVC_OK;
+}
+
+kvc_status kvc_mamba_pool_memory_bytes(const kvc_mamba_pool *pool, size_t *state_bytes, size_t *speculative_bytes) {
+  POOL_ENTRY(pool);
+  size_t a = 0, b = 0;
+  for (int i = 0; i < pool->ntensors; i++) {
+    size_t bytes = (size_t)pool->t[i].layer_pitch * (size_t)pool->L;
+    if (i < pool->nstate) a += bytes;
+    else b += bytes;
+  }
+  if (state_bytes) *state_bytes = a;
+  if (speculative_bytes) *speculative_bytes = b;
+  return KVC_OK;
+}
+
+/* --- Host offload ------------------------------------------------------------------ */
+
+kvc_status kvc_mamba_pool_host_copy_bytes(const kvc_mamba_pool *pool, size_t n, size_t *bytes) {
+  POOL_ENTRY(pool);
+  KVC_RETURN_IF(!bytes, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "bytes is NULL");
+  size_t per = 0, total;
+  for (int s = 0; s < pool->nstate; s++) per += (size_t)pool->t[s].row_bytes * (size_t)pool->L;
+  KVC_RETURN_IF(!kvc__mul_size(per, n, &total), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu overflows", n);
+  *bytes = total;
+  return KVC_OK;
+}
+
+static kvc_status offload(kvc_mamba_pool *pool, const char *fn, int mode, const int32_t *slots, size_t n, void *host,
+                          kvc_stream stream) {
+  if (n == 0) return KVC_OK;
+  KVC_RETURN_IF(!host, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "host is NULL");
+  KVC_FORWARD(check_ids(pool, fn, "slots", slots, n));
+  KVC_RETURN_IF(n > (size_t)INT32_MAX, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu too large", n);
+  int vec = pool->vec;
+  while (vec > 1 && ((uintptr_t)host % (uintptr_t)vec)) vec >>= 1;
+  return launch(pool, mode, false, slots, NULL, n, host, vec, stream);
+}
+
+kvc_status kvc_mamba_pool_copy_to_host(kvc_mamba_pool *pool, const int32_t *slots, size_t n, void *host,
+                                       kvc_stream stream) {
+  POOL_ENTRY(pool);
+  return offload(pool, __func__, KVC_MAMBA_TO_HOST, slots, n, host, stream);
+}
+
+kvc_status kvc_mamba_pool_copy_from_host(kvc_mamba_pool *pool, const int32_t *slots, size_t n, const void *host,
+                                         kvc_stream stream) {
+  POOL_ENTRY(pool);
+  return offload(pool, __func__, KVC_MAMBA_FROM_HOST, slots, n, (void *)(uintptr_t)host, stream);
+}

@@ -1,0 +1,175 @@
+/* test_kv_move.c — kvc_kv_pool_move: one launch over every buffer, simultaneous-copy
+ * semantics for overlapping src/tgt (permutation cycles), V wider than K, FP4 scale
+ * regions, NSA index pages, bounds, int32/int64, N = 0/1/large. */
+#include "kv_test_util.h"
+
+/* Snapshot of every buffer of the pool. */
+typedef struct snap {
+  int nb;
+  uint8_t *buf[64];
+  kvc_buffer_desc d[64];
+} snap;
+
+static void take(kvc_kv_pool *p, snap *s) {
+  s->nb = kvc_kv_pool_num_buffers(p);
+  assert_true(s->nb <= 64);
+  for (int i = 0; i < s->nb; i++) {
+    memset(&s->d[i], 0, sizeof s->d[i]);
+    s->d[i].struct_size = sizeof s->d[i];
+    KVT_OK(kvc_kv_pool_describe(p, i, &s->d[i]));
+    s->buf[i] = malloc((size_t)s->d[i].total_bytes);
+    kvt_d2h(s->buf[i], s->d[i].data, (size_t)s->d[i].total_bytes);
+  }
+}
+static void drop(snap *s) {
+  for (int i = 0; i < s->nb; i++) free(s->buf[i]);
+}
+
+/* Applies the move to a snapshot: chunks of `chunk` locs in order, each one a
+ * simultaneous copy (reads the state left by the previous chunks). chunk >= n: one
+ * simultaneous copy. */
+static void expect_move(const snap *before, snap *want, const int64_t *tgt, const int64_t *src, size_t n, int ps,
+                        size_t chunk) {
+  for (int b = 0; b < before->nb; b++) {
+    const kvc_buffer_desc *d = &before->d[b];
+    memcpy(want->buf[b], before->buf[b], (size_t)d->total_bytes);
+    uint8_t *cur = malloc((size_t)d->total_bytes);
+    for (size_t c0 = 0; c0 < n; c0 += chunk) {
+      const size_t c1 = c0 + chunk < n ? c0 + chunk : n;
+      memcpy(cur, want->buf[b], (size_t)d->total_bytes);
+      if (d->region == KVC_REGION_INDEX_K) {
+        const int64_t pb = d->bytes_per_page, pages = d->shape[0];
+        for (size_t i = c0; i < c1; i++) {
+          if (src[i] < 0 || tgt[i] < 0 || src[i] >= pages * ps || tgt[i] >= pages * ps) continue;
+          int64_t sp = src[i] / ps, so = src[i] % ps, tp = tgt[i] / ps, to = tgt[i] % ps;
+          memcpy(want->buf[b] + tp * pb + to * 128, cur + sp * pb + so * 128, 128);
+          memcpy(want->buf[b] + tp * pb + ps * 128 + to * 4, cur + sp * pb + ps * 128 + so * 4, 4);
+        }
+        continue;
+      }
+      const int64_t rb = d->bytes_per_token, rows = d->shape[0];
+      for (size_t i = c0; i < c1; i++) {
+        if (src[i] < 0 || tgt[i] < 0 || src[i] >= rows || tgt[i] >= rows) continue;
+        memcpy(want->buf[b] + tgt[i] * rb, cur + src[i] * rb, (size_t)rb);
+      }
+    }
+    free(cur);
+  }
+}
+
+/* Documented semantics of kv_move.c: one simultaneous copy up to n = 6826 locs, then
+ * chunks of 1365 (W = 64) in order. */
+static size_t move_chunk(size_t n) { return n * 24 <= 160 * 1024 ? (n ? n : 1) : (96 * 1024) / 72; }
+
+static void run_move(kvc_kv_pool *p, const int64_t *tgt, const int64_t *src, size_t n, kvc_index_type lt, int ps,
+                     kvt_rng *r) {
+  kvt_fill_pool(p, r);
+  snap before, want, got;
+  take(p, &before);
+  take(p, &want);
+  expect_move(&before, &want, tgt, src, n, ps, move_chunk(n));
+  size_t es = lt == KVC_INDEX_I64 ? 8 : 4;
+  void *ht = malloc(n * es + 8), *hs = malloc(n * es + 8);
+  for (size_t i = 0; i < n; i++) {
+    if (es == 8) {
+      ((int64_t *)ht)[i] = tgt[i];
+      ((int64_t *)hs)[i] = src[i];
+    } else {
+      ((int32_t *)ht)[i] = (int32_t)tgt[i];
+      ((int32_t *)hs)[i] = (int32_t)src[i];
+    }
+  }
+  void *dt = kvt_dev_alloc(n * es + 8), *ds = kvt_dev_alloc(n * es + 8);
+  kvt_h2d(dt, ht, n * es);
+  kvt_h2d(ds, hs, n * es);
+  KVT_OK(kvc_kv_pool_move(p, dt, ds, lt, n, NULL));
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  take(p, &got);
+  for (int b = 0; b < got.nb; b++)
+    if (memcmp(got.buf[b], want.buf[b], (size_t)got.d[b].total_bytes))
+      fail_msg("buffer %d (region %d layer %d) differs after move of n = %zu", b, got.d[b].region, got.d[b].layer_id, n);
+  drop(&before); drop(&want); drop(&got);
+  free(ht); free(hs);
+  kvt_dev_free(dt); kvt_dev_free(ds);
+}
+
+static void test_move_permutation_cycle_is_simultaneous(void **state) {
+  (void)state;
+  kvt_rng r = {kvt_seed()};
+  kvc_kv_pool *p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_BF16, 2, 16, 48, 200, 3, 1); /* V wider than K */
+  /* cycle 1 -> 2 -> 3 -> ... -> 50 -> 1, plus shifted overlapping ranges */
+  int64_t t[60], s[60];
+  for (int i = 0; i < 50; i++) {
+    s[i] = 1 + i;
+    t[i] = 1 + (i + 1) % 50;
+  }
+  for (int i = 50; i < 60; i++) {
+    s[i] = 100 + i;
+    t[i] = 101 + i;
+  }
+  run_move(p, t, s, 60, KVC_INDEX_I64, 1, &r);
+  run_move(p, t, s, 60, KVC_INDEX_I32, 1, &r);
+  run_move(p, t, s, 1, KVC_INDEX_I32, 1, &r);
+  run_move(p, t, s, 0, KVC_INDEX_I32, 1, &r);
+  /* out of range slots are skipped; slot 0 and the last slot move */
+  int64_t t2[4] = {0, 200, 201, -1}, s2[4] = {200, 0, 5, 6};
+  run_move(p, t2, s2, 4, KVC_INDEX_I64, 1, &r);
+  kvc_kv_pool_destroy(p);
+}
+
+static void test_move_large_n_swaps(void **state) {
+  (void)state;
+  kvt_rng r = {kvt_seed()};
+  kvc_kv_pool *p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_FP8_E4M3, 1, 24, 40, 9000, 2, 1);
+  const size_t sizes[2] = {6000, 8192}; /* simultaneous (W = 16), then chunked */
+  int64_t *t = malloc(8192 * 8), *s = malloc(8192 * 8);
+  for (int k = 0; k < 2; k++) {
+    size_t n = sizes[k];
+    for (size_t i = 0; i < n; i++) { /* swap of two halves */
+      s[i] = (int64_t)i + 1;
+      t[i] = (int64_t)((i + n / 2) % n) + 1;
+    }
+    run_move(p, t, s, n, KVC_INDEX_I32, 1, &r);
+  }
+  free(t); free(s);
+  kvc_kv_pool_destroy(p);
+}
+
+static void test_move_fp4_and_odd_rows(void **state) {
+  (void)state;
+  kvt_rng r = {kvt_seed()};
+  kvc_kv_pool *p = kvt_mha_pool(KVC_KV_MHA_FP4, KVC_DTYPE_BF16, 1, 16, 0, 64, 2, 1); /* 8 B rows + 1 B scales */
+  int64_t t[5] = {1, 2, 3, 4, 64}, s[5] = {2, 3, 1, 60, 4};
+  run_move(p, t, s, 5, KVC_INDEX_I64, 1, &r);
+  kvc_kv_pool_destroy(p);
+  p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_FP8_E5M2, 1, 1, 3, 64, 2, 1); /* 1-byte K, 3-byte V */
+  run_move(p, t, s, 5, KVC_INDEX_I32, 1, &r);
+  kvc_kv_pool_destroy(p);
+}
+
+static void test_move_nsa_index_pages(void **state) {
+  (void)state;
+  kvt_rng r = {kvt_seed()};
+  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
+  c.kind = KVC_KV_NSA;
+  c.dtype = KVC_DTYPE_BF16;
+  c.kv_lora_rank = 64;
+  c.qk_rope_head_dim = 16;
+  c.size = 256;
+  c.page_size = 64;
+  c.layer_num = 2;
+  kvc_kv_pool *p = NULL;
+  KVT_OK(kvc_kv_pool_create(kvt_ctx, &c, &p));
+  int64_t t[4] = {64, 65, 130, 200}, s[4] = {65, 64, 3, 129};
+  run_move(p, t, s, 4, KVC_INDEX_I64, 64, &r);
+  kvc_kv_pool_destroy(p);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_move_permutation_cycle_is_simultaneous),
+    cmocka_unit_test(test_move_large_n_swaps),
+    cmocka_unit_test(test_move_fp4_and_odd_rows),
+    cmocka_unit_test(test_move_nsa_index_pages),
+};
+
+KVT_MAIN("kv_move", tests)
