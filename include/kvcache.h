@@ -1406,7 +1406,7 @@ KVC_API kvc_status kvc_swa_kv_pool_set_kv(kvc_swa_kv_pool *pool, int32_t layer_i
                                           const float *v_scale_device, float v_scale,
                                           kvc_stream stream);
 /** kvc_swa_kv_pool_move() : SGLang move_kv_cache: the full pool moves tgt <- src (full
- *  slots), then both vectors are translated (one launch) and the SWA pool moves the
+ *  slots), then both vectors are translated (two small launches) and the SWA pool moves the
  *  translated rows (-1 skipped). Chunks of translate_capacity pairs are moved one after
  *  the other (overlap is simultaneous only within a chunk, as SGLang). Capturable. */
 KVC_API kvc_status kvc_swa_kv_pool_move(kvc_swa_kv_pool *pool, const void *tgt_loc,
@@ -1605,7 +1605,6 @@ typedef struct kvc_req_state {
   int64_t cache_protected_len; /* page-aligned prefix owned by the prefix cache */
   int64_t swa_evict_floor;     /* SWA: never evict below this */
   int64_t swa_evicted_seqlen;  /* SWA: tokens whose SWA KV is already freed */
-  int64_t encoder_len;         /* encoder-decoder models: offset of decoder positions */
   uint64_t session_id;         /* streaming session, 0 = none */
   void *cache_node;            /* prefix-cache handle of the matched node */
   uint64_t reserved_[4];
@@ -1677,9 +1676,12 @@ KVC_API kvc_status kvc_flow_alloc_for_extend(kvc_flow *flow, kvc_req_state *cons
 
 /** kvc_flow_alloc_for_decode() : SGLang alloc_for_decode: token_per_req new tokens per
  *  request (1: the decode kernel; more: the extend path, since SGLang's decode kernel
- *  assumes one), positions offset by encoder_len, one launch (two for encoder-decoder).
- *  seq_len is the length before the step; on success seq_len, kv_allocated_len and
- *  kv_committed_len advance by token_per_req. */
+ *  assumes one), one launch. seq_len is the row length before the step; on success
+ *  seq_len, kv_allocated_len and kv_committed_len advance by token_per_req.
+ *  Encoder-decoder models: the row holds [encoder tokens | decoder tokens], so count the
+ *  encoder tokens in seq_len; the new token's position is then SGLang's encoder_lens +
+ *  seq_lens, and last_loc is the slot before it (SGLang reads position seq_lens - 1,
+ *  which lies in the encoder part — harmless only because it uses page size 1 there). */
 KVC_API kvc_status kvc_flow_alloc_for_decode(kvc_flow *flow, kvc_req_state *const *reqs, size_t n,
                                              int32_t token_per_req, int64_t *out_cache_loc,
                                              kvc_stream stream);

@@ -1,0 +1,38 @@
+/*
+ * flow.h — internal state of a kvc_flow, shared by flow.c (the per-step calls),
+ * release.c (finished requests), cache_chunk.c and session.c (prefix caches).
+ */
+#ifndef KVC_FLOW_H
+#define KVC_FLOW_H
+
+#include "../core/core.h"
+
+#define KVC__FLOW_MAGIC 0x6b76632d666c6f77ull /* "kvc-flow" */
+
+struct kvc_flow {
+  uint64_t magic;
+  kvc_context *ctx;
+  kvc_flow_config cfg;
+  kvc_prefix_cache cache;
+  int32_t width; /* req_to_token row width */
+  int64_t ps;
+  /* Per-call scratch, grown on demand (never on a steady-state step). */
+  size_t cap;
+  int32_t *rows;
+  uint8_t *fresh; /* 1 where this call allocated the row */
+  int64_t *prefix_lens, *seq_lens, *last_locs;
+  const int64_t **prefix_slots;
+  int64_t *row_slots; /* width int64: a mirror row widened for frees */
+};
+
+/** Grows the per-call arrays to hold n requests. */
+kvc_status kvc__flow_reserve(kvc_flow *flow, const char *fn, size_t n);
+/** Validates a flow handle. */
+kvc_status kvc__flow_check_handle(const kvc_flow *flow, const char *fn);
+/** Default cache behaviour when a callback is NULL (the chunk cache's). */
+kvc_status kvc__chunk_cache_finished(void *self, kvc_flow *flow, kvc_req_state *req, int is_insert);
+kvc_status kvc__chunk_cache_unfinished(void *self, kvc_flow *flow, kvc_req_state *req);
+
+static inline int64_t kvc__ceil_align(int64_t n, int64_t ps) { return (n + ps - 1) / ps * ps; }
+
+#endif

@@ -1,0 +1,122 @@
+/*
+ * release.c — finished and unfinished requests (SGLang release_kv_cache,
+ * maybe_cache_unfinished_req) and the built-in chunk cache.
+ *
+ * A batch of finished requests is released inside one allocator free group, so the
+ * pages of all of them go back in one sorted-unique release (SGLang's scheduler does the
+ * same around its per-request calls). Everything is validated before the first free.
+ */
+#include "flow.h"
+
+#include <string.h>
+
+/* --- The chunk cache (no prefix reuse) ---------------------------------------------- */
+
+static int chunk_is_chunk(void *self) {
+  (void)self;
+  return 1;
+}
+
+kvc_status kvc__chunk_cache_finished(void *self, kvc_flow *flow, kvc_req_state *req, int is_insert) {
+  (void)self;
+  (void)is_insert;
+  /* SGLang ChunkCache: the committed KV is simply freed. */
+  int64_t committed = req->kv_committed_len;
+  if (committed <= 0) return KVC_OK;
+  KVC_FORWARD(kvc_flow_row_slots(flow, req->req_row, 0, committed, flow->row_slots));
+  return kvc_flow_free_slots(flow, flow->row_slots, (size_t)committed);
+}
+
+kvc_status kvc__chunk_cache_unfinished(void *self, kvc_flow *flow, kvc_req_state *req) {
+  (void)self;
+  (void)flow;
+  /* The next chunk's prefix is the row itself. */
+  req->prefix_slots = NULL;
+  req->prefix_len = req->kv_committed_len;
+  return KVC_OK;
+}
+
+kvc_prefix_cache kvc_chunk_cache(void) {
+  kvc_prefix_cache c;
+  memset(&c, 0, sizeof c);
+  c.is_chunk_cache = chunk_is_chunk;
+  c.cache_finished_req = kvc__chunk_cache_finished;
+  c.cache_unfinished_req = kvc__chunk_cache_unfinished;
+  return c;
+}
+
+/* --- Release ------------------------------------------------------------------------- */
+
+static kvc_status release_one(kvc_flow *f, kvc_req_state *r, int is_insert) {
+  kvc_prefix_cache *c = &f->cache;
+  int insert = is_insert && !(r->flags & KVC_REQ_SKIP_CACHE_INSERT);
+  if (c->cache_finished_req) KVC_FORWARD(c->cache_finished_req(c->self, f, r, insert));
+  else KVC_FORWARD(kvc__chunk_cache_finished(NULL, f, r, insert));
+  if (r->req_row == 0) return KVC_OK; /* a streaming session kept the row */
+  /* The over-allocated tail; its first partial page went with [0, committed). */
+  int64_t start = r->kv_committed_len, end = r->kv_allocated_len;
+  if (f->ps > 1) start = kvc__ceil_align(start, f->ps);
+  if (start < end) {
+    KVC_FORWARD(kvc_flow_row_slots(f, r->req_row, start, end, f->row_slots));
+    KVC_FORWARD(kvc_flow_free_slots(f, f->row_slots, (size_t)(end - start)));
+  }
+  KVC_FORWARD(kvc_req_to_token_pool_free(f->cfg.req_pool, r->req_row));
+  r->req_row = 0;
+  r->kv_committed_len = r->kv_allocated_len = 0;
+  return KVC_OK;
+}
+
+kvc_status kvc_flow_release(kvc_flow *f, kvc_req_state *const *reqs, size_t n, int is_insert) {
+  KVC_FORWARD(kvc__flow_check_handle(f, __func__));
+  if (n == 0) return KVC_OK;
+  KVC_RETURN_IF(!reqs, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs is NULL");
+  for (size_t i = 0; i < n; i++) {
+    const kvc_req_state *r = reqs[i];
+    KVC_RETURN_IF(!r, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs[%zu] is NULL", i);
+    KVC_RETURN_IF(!kvc_req_to_token_pool_is_held(f->cfg.req_pool, r->req_row), f->ctx, KVC_ERR_MISUSE,
+                  "reqs[%zu]: req_row %d is not a held row (released twice?)", i, r->req_row);
+    KVC_RETURN_IF(r->kv_committed_len < 0 || r->kv_allocated_len < r->kv_committed_len ||
+                      r->kv_allocated_len > f->width,
+                  f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs[%zu]: committed %lld / allocated %lld invalid", i,
+                  (long long)r->kv_committed_len, (long long)r->kv_allocated_len);
+    for (size_t j = 0; j < i; j++)
+      KVC_RETURN_IF(reqs[j]->req_row == r->req_row, f->ctx, KVC_ERR_MISUSE, "reqs[%zu] and reqs[%zu] share row %d",
+                    j, i, r->req_row);
+  }
+  KVC_FORWARD(kvc_allocator_free_group_begin(f->cfg.allocator));
+  kvc_status st = KVC_OK;
+  for (size_t i = 0; i < n && st == KVC_OK; i++) st = release_one(f, reqs[i], is_insert);
+  KVC_CLEANUP_KEEP_FIRST(kvc_allocator_free_group_end(f->cfg.allocator), st);
+  return st;
+}
+
+kvc_status kvc_flow_cache_unfinished(kvc_flow *f, kvc_req_state *req) {
+  KVC_FORWARD(kvc__flow_check_handle(f, __func__));
+  KVC_RETURN_IF(!req, f->ctx, KVC_ERR_INVALID_ARGUMENT, "req is NULL");
+  KVC_RETURN_IF(!kvc_req_to_token_pool_is_held(f->cfg.req_pool, req->req_row), f->ctx, KVC_ERR_MISUSE,
+                "req_row %d is not a held row", req->req_row);
+  if (req->flags & KVC_REQ_SKIP_CACHE_INSERT) return KVC_OK;
+  if (f->cache.cache_unfinished_req) return f->cache.cache_unfinished_req(f->cache.self, f, req);
+  return kvc__chunk_cache_unfinished(NULL, f, req);
+}
+
+/* --- Audit --------------------------------------------------------------------------- */
+
+kvc_status kvc_flow_check(const kvc_flow *f, kvc_req_state *const *live, size_t n_live) {
+  KVC_FORWARD(kvc__flow_check_handle(f, __func__));
+  KVC_FORWARD(kvc_allocator_check(f->cfg.allocator));
+  kvc_allocator_stats s;
+  KVC_FORWARD(kvc_allocator_get_stats(f->cfg.allocator, &s));
+  int64_t held = 0;
+  for (size_t i = 0; i < n_live; i++)
+    if (live[i] && live[i]->req_row) held += (live[i]->kv_allocated_len + f->ps - 1) / f->ps;
+  int64_t cached = f->cache.cached_size ? f->cache.cached_size(f->cache.self) : 0;
+  held += (cached + f->ps - 1) / f->ps;
+  if (held != s.held_pages)
+    return kvc__error(f->ctx, KVC_ERR_INTERNAL, __func__,
+                      "conservation: allocator holds %lld pages, live requests + cache account for %lld "
+                      "(free %lld, deferred %lld, total %lld)",
+                      (long long)s.held_pages, (long long)held, (long long)s.free_pages,
+                      (long long)s.deferred_pages, (long long)s.num_pages);
+  return KVC_OK;
+}

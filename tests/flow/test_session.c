@@ -1,0 +1,146 @@
+/*
+ * Streaming sessions: KV kept between turns, restored on the next turn's match
+ * (idempotently for retried requests), chunked turns, release_session freeing
+ * everything, held-token accounting, pass-through for non-session requests.
+ */
+#include "flow_util.h"
+
+typedef struct sfix {
+  fixture f;
+  kvc_session_cache *sc;
+} sfix;
+
+static void sfix_make(sfix *s, int32_t ps) {
+  KVT_OK(kvc_session_cache_create(kvt_ctx, NULL, &s->sc));
+  kvc_prefix_cache c = kvc_session_cache_as_prefix_cache(s->sc);
+  fixture_make(&s->f, 8, 512, 2048, ps, &c);
+}
+
+static void sfix_free(sfix *s) {
+  fixture_free(&s->f);
+  kvc_session_cache_destroy(s->sc);
+}
+
+static kvc_req_state turn(uint64_t session, int64_t seq) {
+  kvc_req_state r;
+  memset(&r, 0, sizeof r);
+  r.session_id = session;
+  r.seq_len = seq;
+  return r;
+}
+
+static void test_session_keeps_kv_between_turns(void **state) {
+  (void)state;
+  for (int32_t ps = 1; ps <= 16; ps *= 16) {
+    sfix s;
+    sfix_make(&s, ps);
+    fixture *f = &s.f;
+    const int64_t total = kvc_allocator_available_size(f->alloc);
+    /* Turn 1: 30 prompt tokens, 5 decoded. */
+    kvc_req_state t1 = turn(7, 30);
+    int matched = -1;
+    KVT_OK(kvc_session_cache_match(s.sc, &t1, 30, &matched));
+    assert_int_equal(matched, 0); /* nothing held yet: goes to the inner cache */
+    kvc_req_state *b1[] = {&t1};
+    KVT_OK(kvc_flow_alloc_for_extend(f->flow, b1, 1, f->out, NULL));
+    for (int i = 0; i < 5; i++) KVT_OK(kvc_flow_alloc_for_decode(f->flow, b1, 1, 1, f->out, NULL));
+    int32_t row = t1.req_row;
+    int32_t saved[35];
+    memcpy(saved, kvc_req_to_token_pool_row(f->pool, row), sizeof saved);
+    KVT_OK(kvc_flow_release(f->flow, b1, 1, 1));
+    /* The session holds the row and its 35 tokens. */
+    assert_int_equal(t1.req_row, 0);
+    assert_true(kvc_req_to_token_pool_is_held(f->pool, row));
+    int64_t held, reqs;
+    KVT_OK(kvc_session_cache_held(s.sc, ps, &held, NULL, &reqs));
+    assert_int_equal(reqs, 1);
+    assert_int_equal(held, (35 + ps - 1) / ps * ps);
+    assert_int_equal(kvc_allocator_available_size(f->alloc), total - held);
+    KVT_OK(kvc_flow_check(f->flow, NULL, 0)); /* the cache accounts for the held pages */
+    /* Turn 2: the prompt is the 35 old tokens + 12 new ones. */
+    kvc_req_state t2 = turn(7, 47);
+    KVT_OK(kvc_session_cache_match(s.sc, &t2, 47, &matched));
+    assert_int_equal(matched, 1);
+    assert_int_equal(t2.req_row, row);
+    assert_int_equal(t2.prefix_len, 35);
+    /* A retried request gets the same state. */
+    kvc_req_state retry = turn(7, 47);
+    KVT_OK(kvc_session_cache_match(s.sc, &retry, 47, &matched));
+    assert_memory_equal(&retry, &t2, sizeof retry);
+    kvc_req_state *b2[] = {&t2};
+    KVT_OK(kvc_flow_alloc_for_extend(f->flow, b2, 1, f->out, NULL));
+    const int32_t *m = kvc_req_to_token_pool_row(f->pool, row);
+    assert_memory_equal(m, saved, sizeof saved); /* old KV untouched */
+    if (ps > 1 && 35 % ps) assert_int_equal(m[35], m[34] + 1); /* continues the partial page */
+    assert_row_synced(f, row, 47);
+    KVT_OK(kvc_flow_release(f->flow, b2, 1, 1));
+    KVT_OK(kvc_session_cache_held(s.sc, ps, &held, NULL, &reqs));
+    assert_int_equal(held, (47 + ps - 1) / ps * ps);
+    /* End of the session: everything returns. */
+    KVT_OK(kvc_session_cache_release(s.sc, f->flow, 7));
+    assert_int_equal(kvc_allocator_available_size(f->alloc), total);
+    assert_int_equal(kvc_req_to_token_pool_available(f->pool), 8);
+    KVT_OK(kvc_session_cache_held(s.sc, ps, &held, NULL, &reqs));
+    assert_int_equal(held, 0);
+    assert_int_equal(reqs, 0);
+    KVT_STATUS(kvc_session_cache_release(s.sc, f->flow, 7), KVC_ERR_INVALID_ARGUMENT);
+    sfix_free(&s);
+  }
+}
+
+static void test_chunked_session_turn(void **state) {
+  (void)state;
+  sfix s;
+  sfix_make(&s, 16);
+  fixture *f = &s.f;
+  kvc_req_state t = turn(3, 64);
+  t.flags = KVC_REQ_CHUNKED;
+  kvc_req_state *b[] = {&t};
+  KVT_OK(kvc_flow_alloc_for_extend(f->flow, b, 1, f->out, NULL));
+  KVT_OK(kvc_flow_cache_unfinished(f->flow, &t)); /* no tree insert between chunks */
+  assert_int_equal(t.prefix_len, 64);
+  assert_null(t.prefix_slots);
+  t.seq_len = 100;
+  t.flags = 0;
+  KVT_OK(kvc_flow_alloc_for_extend(f->flow, b, 1, f->out, NULL));
+  assert_row_synced(f, t.req_row, 100);
+  KVT_OK(kvc_flow_release(f->flow, b, 1, 1));
+  KVT_OK(kvc_session_cache_release(s.sc, f->flow, 3));
+  assert_int_equal(kvc_allocator_available_size(f->alloc), 2048);
+  sfix_free(&s);
+}
+
+static void test_non_session_requests_pass_through(void **state) {
+  (void)state;
+  sfix s;
+  sfix_make(&s, 16);
+  fixture *f = &s.f;
+  kvc_req_state a = turn(0, 40), b = turn(9, 20);
+  kvc_req_state *both[] = {&a, &b};
+  KVT_OK(kvc_flow_alloc_for_extend(f->flow, both, 2, f->out, NULL));
+  KVT_OK(kvc_flow_release(f->flow, both, 2, 1));
+  /* a went through the inner chunk cache (freed); b is held by its session. */
+  int64_t held, reqs;
+  KVT_OK(kvc_session_cache_held(s.sc, 16, &held, NULL, &reqs));
+  assert_int_equal(held, 32);
+  assert_int_equal(reqs, 1);
+  assert_int_equal(kvc_allocator_available_size(f->alloc), 2048 - 32);
+  /* Finishing a new turn of b without matching it first would orphan the held row. */
+  kvc_req_state b2 = turn(9, 10);
+  kvc_req_state *one[] = {&b2};
+  KVT_OK(kvc_flow_alloc_for_extend(f->flow, one, 1, f->out, NULL));
+  KVT_STATUS(kvc_flow_release(f->flow, one, 1, 1), KVC_ERR_MISUSE);
+  b2.session_id = 0; /* release it as an ordinary request instead */
+  KVT_OK(kvc_flow_release(f->flow, one, 1, 1));
+  KVT_OK(kvc_session_cache_release(s.sc, f->flow, 9));
+  assert_int_equal(kvc_allocator_available_size(f->alloc), 2048);
+  kvc_session_cache_reset(s.sc);
+  sfix_free(&s);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_session_keeps_kv_between_turns),
+    cmocka_unit_test(test_chunked_session_turn),
+    cmocka_unit_test(test_non_session_requests_pass_through),
+};
+KVT_MAIN("session", tests)
