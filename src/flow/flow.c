@@ -187,6 +187,11 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
     if (r->req_row) {
       KVC_RETURN_IF(!kvc_req_to_token_pool_is_held(pool, r->req_row), f->ctx, KVC_ERR_MISUSE,
                     "reqs[%zu]: req_row %d is not a held row", i, r->req_row);
+      /* Rewinding over allocated slots would orphan them (their row entries get
+       * overwritten): the engine must release or trim them first. */
+      KVC_RETURN_IF(r->prefix_len < r->kv_allocated_len, f->ctx, KVC_ERR_MISUSE,
+                    "reqs[%zu]: prefix_len %lld is below kv_allocated_len %lld of its row (rewind)", i,
+                    (long long)r->prefix_len, (long long)r->kv_allocated_len);
     } else {
       need_rows++;
       /* A fresh row holds nothing: the prefix must come from prefix_slots. */

@@ -19,6 +19,8 @@ typedef struct session_slot {
   uint64_t id;
   int32_t req_row; /* 0 = holds nothing */
   int32_t mamba_slot;
+  int32_t lent; /* restored into a running turn: its pages are counted by the request */
+  int32_t pad_;
   int64_t committed, allocated, cache_protected_len, swa_evicted_seqlen;
   void *last_node; /* the first turn's cache node, locked by the inner cache */
 } session_slot;
@@ -106,7 +108,7 @@ static int64_t held_tokens(const kvc_session_cache *s, int64_t ps, bool swa) {
   int64_t t = 0;
   for (size_t i = 0; i < s->cap; i++) {
     const session_slot *x = &s->slots[i];
-    if (!x->id || x->id == TOMBSTONE || !x->req_row) continue;
+    if (!x->id || x->id == TOMBSTONE || !x->req_row || x->lent) continue;
     int64_t floor = x->cache_protected_len;
     if (swa && x->swa_evicted_seqlen > floor) floor = x->swa_evicted_seqlen;
     t += kvc__ceil_align(x->allocated, ps) - floor;
@@ -130,9 +132,19 @@ static kvc_status sc_finished(void *self, kvc_flow *f, kvc_req_state *req, int i
   KVC_RETURN_IF(x && x->req_row && x->req_row != req->req_row, s->ctx, KVC_ERR_MISUSE,
                 "session %llu already holds row %d (match the new turn before finishing it)",
                 (unsigned long long)req->session_id, x->req_row);
+  /* Whole pages allocated past the committed tokens (speculative decoding) are trimmed
+   * here, so the next turn continues exactly at the committed length. SGLang keeps them
+   * with the slot and the next turn overwrites their row entries (a leak). */
+  int64_t keep = f->ps > 1 ? kvc__ceil_align(req->kv_committed_len, f->ps) : req->kv_committed_len;
+  if (req->kv_allocated_len > keep) {
+    KVC_FORWARD(kvc_flow_row_slots(f, req->req_row, keep, req->kv_allocated_len, f->row_slots));
+    KVC_FORWARD(kvc_flow_free_slots(f, f->row_slots, (size_t)(req->kv_allocated_len - keep)));
+    req->kv_allocated_len = req->kv_committed_len;
+  }
   bool first = x == NULL;
   if (first) KVC_FORWARD(insert(s, req->session_id, &x));
   s->ps = f->ps;
+  x->lent = 0;
   x->req_row = req->req_row;
   x->mamba_slot = req->mamba_slot;
   x->committed = req->kv_committed_len;
@@ -240,6 +252,7 @@ kvc_status kvc_session_cache_match(kvc_session_cache *s, kvc_req_state *req, int
   int64_t cap = num_tokens - 1 > 0 ? num_tokens - 1 : 0;
   req->prefix_len = x->committed < cap ? x->committed : cap;
   req->prefix_slots = NULL;
+  x->lent = 1;
   *matched = 1;
   return KVC_OK;
 }
@@ -249,6 +262,9 @@ kvc_status kvc_session_cache_release(kvc_session_cache *s, kvc_flow *f, uint64_t
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   session_slot *x = find(s, session_id);
   KVC_RETURN_IF(!x, s->ctx, KVC_ERR_INVALID_ARGUMENT, "no session %llu", (unsigned long long)session_id);
+  KVC_RETURN_IF(x->lent, s->ctx, KVC_ERR_MISUSE,
+                "session %llu has a turn running (its row is lent to a request): finish or release it first",
+                (unsigned long long)session_id);
   if (x->req_row) {
     KVC_RETURN_IF(!kvc_req_to_token_pool_is_held(f->cfg.req_pool, x->req_row), s->ctx, KVC_ERR_INTERNAL,
                   "session %llu holds row %d which the pool does not hold", (unsigned long long)session_id,

@@ -1,0 +1,432 @@
+/*
+ * serve.c — the main example: a continuous-batching scheduler loop in C that drives
+ * kvcache end to end over a generated request trace.
+ *
+ * Each step: admit waiting requests by capacity (chunked prefill under a token budget),
+ * allocate their KV (kvc_flow_alloc_for_extend), allocate one token for every decoding
+ * request (kvc_flow_alloc_for_decode, retracting the newest request when memory runs
+ * out), write real K/V rows into every layer with kvc_kv_pool_set_kv, release finished
+ * requests (kvc_flow_release), keep multi-turn streaming sessions' KV between turns.
+ * The model shape is Llama-3-8B's KV (32 layers, 8 KV heads x 128, bf16); on the host
+ * backend the default is a smaller run. Prints a progress line and a summary with host
+ * microseconds per step, and checks at the end that everything was freed.
+ *
+ *   kvc_example_serve [--requests N] [--seed S] [--check] [--layers L] [--page-size P]
+ *                     [--pool-tokens T] [--max-running R] [--chunk C] [--sessions F]
+ *                     [--quiet]
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvcache.h"
+
+/* --- Options ------------------------------------------------------------------------- */
+
+typedef struct options {
+  int requests, layers, page_size, max_running, chunk, quiet, check;
+  int64_t pool_tokens;
+  double sessions;
+  uint64_t seed;
+} options;
+
+static void usage(void) {
+  fprintf(stderr, "usage: kvc_example_serve [--requests N] [--seed S] [--check] [--layers L] [--page-size P]\n"
+                  "                         [--pool-tokens T] [--max-running R] [--chunk C] [--sessions F] [--quiet]\n");
+  exit(2);
+}
+
+/* --- Trace ---------------------------------------------------------------------------- */
+
+typedef struct rng {
+  uint64_t s;
+} rng;
+static uint64_t next_u64(rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static double uniform(rng *r) { return ((double)(next_u64(r) >> 11) + 0.5) / 9007199254740992.0; }
+static double normal(rng *r) { return sqrt(-2.0 * log(uniform(r))) * cos(6.283185307179586 * uniform(r)); }
+static int64_t lognormal(rng *r, double median, double sigma, int64_t lo, int64_t hi) {
+  double v = median * exp(sigma * normal(r));
+  return v < (double)lo ? lo : v > (double)hi ? hi : (int64_t)v;
+}
+
+typedef enum { R_PENDING, R_WAITING, R_RUNNING, R_DONE } rstate;
+
+typedef struct request {
+  kvc_req_state kv;
+  int64_t arrival;   /* step at which it becomes visible */
+  int64_t prompt;    /* tokens of this turn's prompt (incl. the session's history) */
+  int64_t output;    /* tokens to generate this turn */
+  int64_t generated; /* tokens generated so far this turn */
+  int64_t filled;    /* prompt tokens whose KV exists (prefill progress) */
+  int turns_left;    /* further turns of its session */
+  rstate state;
+} request;
+
+/* --- Timing ---------------------------------------------------------------------------- */
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* --- The example ----------------------------------------------------------------------- */
+
+static kvc_context *ctx;
+
+#define CHECK(call)                                                                         \
+  do {                                                                                      \
+    kvc_status st_ = (call);                                                                \
+    if (st_ != KVC_OK) {                                                                    \
+      fprintf(stderr, "%s:%d: %s -> %s\n  %s\n", __FILE__, __LINE__, #call, kvc_status_name(st_), \
+              kvc_last_error(ctx));                                                         \
+      exit(1);                                                                              \
+    }                                                                                       \
+  } while (0)
+
+int main(int argc, char **argv) {
+  options o = {0, 0, 16, 256, 8192, 0, 0, 0, 0.2, 42};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--check")) o.check = 1;
+    else if (!strcmp(a, "--quiet")) o.quiet = 1;
+    else if (!strcmp(a, "--help") || !v) usage();
+    else if (!strcmp(a, "--requests")) o.requests = atoi(v), i++;
+    else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 0), i++;
+    else if (!strcmp(a, "--layers")) o.layers = atoi(v), i++;
+    else if (!strcmp(a, "--page-size")) o.page_size = atoi(v), i++;
+    else if (!strcmp(a, "--pool-tokens")) o.pool_tokens = strtoll(v, NULL, 0), i++;
+    else if (!strcmp(a, "--max-running")) o.max_running = atoi(v), i++;
+    else if (!strcmp(a, "--chunk")) o.chunk = atoi(v), i++;
+    else if (!strcmp(a, "--sessions")) o.sessions = atof(v), i++;
+    else usage();
+  }
+  kvc_context_config cc = KVC_CONTEXT_CONFIG_INIT;
+  if (o.check) cc.flags |= KVC_CONTEXT_CHECK;
+  CHECK(kvc_context_create(&cc, &ctx));
+  const int cuda = kvc_context_backend(ctx) == KVC_BACKEND_CUDA;
+  if (!o.requests) o.requests = cuda ? 2000 : 300;
+  if (!o.layers) o.layers = cuda ? 32 : 2;
+  if (!o.pool_tokens) o.pool_tokens = cuda ? 262144 : 65536;
+  if (o.requests < 1 || o.layers < 1 || o.page_size < 1 || o.max_running < 1 || o.chunk < 1) usage();
+  kvc_device_info info;
+  CHECK(kvc_context_device_info(ctx, &info));
+  const int heads = 8, head_dim = 128, width = 16384;
+  printf("kvcache serve example: backend %s (%s), %d requests, seed %llu, %d layers x %d heads x %d bf16, "
+         "page %d, pool %lld tokens, check %s\n",
+         cuda ? "cuda" : "host", info.name, o.requests, (unsigned long long)o.seed, o.layers, heads, head_dim,
+         o.page_size, (long long)o.pool_tokens, o.check ? "on" : "off");
+
+  /* --- Objects --- */
+  kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  rc.size = o.max_running + 64; /* sessions hold rows between turns */
+  rc.max_context_len = width;
+  kvc_req_to_token_pool *rows;
+  CHECK(kvc_req_to_token_pool_create(ctx, &rc, &rows));
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = o.page_size == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
+  ac.size = o.pool_tokens;
+  ac.page_size = o.page_size;
+  kvc_allocator *alloc;
+  CHECK(kvc_allocator_create(ctx, &ac, &alloc));
+  kvc_kv_pool_config kc = KVC_KV_POOL_CONFIG_INIT;
+  kc.kind = KVC_KV_MHA;
+  kc.size = o.pool_tokens;
+  kc.page_size = o.page_size;
+  kc.dtype = KVC_DTYPE_BF16;
+  kc.layer_num = o.layers;
+  kc.head_num = heads;
+  kc.head_dim = head_dim;
+  kvc_kv_pool *kv;
+  CHECK(kvc_kv_pool_create(ctx, &kc, &kv));
+  kvc_session_cache *sessions;
+  CHECK(kvc_session_cache_create(ctx, NULL, &sessions));
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.page_size = o.page_size;
+  fc.req_pool = rows;
+  fc.allocator = alloc;
+  fc.cache = kvc_session_cache_as_prefix_cache(sessions);
+  kvc_flow *flow;
+  CHECK(kvc_flow_create(ctx, &fc, &flow));
+
+  /* K/V source rows (random bf16) and the step's out_cache_loc, on the device. */
+  const size_t row_bytes = (size_t)heads * head_dim * 2;
+  const int64_t max_step_tokens = o.chunk + o.max_running;
+  void *k_src, *v_src;
+  int64_t *out_loc;
+  CHECK(kvc_memory_alloc(ctx, row_bytes * (size_t)max_step_tokens, &k_src));
+  CHECK(kvc_memory_alloc(ctx, row_bytes * (size_t)max_step_tokens, &v_src));
+  CHECK(kvc_memory_alloc(ctx, sizeof(int64_t) * (size_t)max_step_tokens, (void **)&out_loc));
+  {
+    rng r = {o.seed ^ 0x5eed};
+    uint16_t *h = malloc(row_bytes * (size_t)max_step_tokens);
+    for (size_t i = 0; i < row_bytes / 2 * (size_t)max_step_tokens; i++)
+      h[i] = (uint16_t)(0x3c00 | (next_u64(&r) & 0x3ff)); /* bf16-ish values in [1, 2) */
+    CHECK(kvc_memcpy_h2d(ctx, k_src, h, row_bytes * (size_t)max_step_tokens, NULL));
+    CHECK(kvc_memcpy_h2d(ctx, v_src, h, row_bytes * (size_t)max_step_tokens, NULL));
+    CHECK(kvc_stream_synchronize(ctx, NULL));
+    free(h);
+  }
+
+  /* --- Trace: arrivals over time, heavy-tailed lengths, some multi-turn sessions --- */
+  rng r = {o.seed};
+  request *reqs = calloc((size_t)o.requests, sizeof *reqs);
+  double t = 0;
+  for (int i = 0; i < o.requests; i++) {
+    request *q = &reqs[i];
+    t += -log(uniform(&r)) * 0.5; /* ~2 arrivals per step */
+    q->arrival = (int64_t)t;
+    q->prompt = lognormal(&r, 400, 1.0, 8, 6000);
+    q->output = lognormal(&r, 120, 1.1, 1, 2000);
+    if (uniform(&r) < o.sessions) {
+      q->kv.session_id = (uint64_t)i + 1;
+      q->turns_left = 1 + (int)(next_u64(&r) % 3);
+    }
+    q->state = R_PENDING;
+  }
+
+  request **live = calloc((size_t)o.requests, sizeof *live);       /* waiting + running */
+  kvc_req_state **batch = calloc((size_t)max_step_tokens + (size_t)o.requests, sizeof *batch);
+  request **batch_req = calloc((size_t)max_step_tokens + (size_t)o.requests, sizeof *batch_req);
+  kvc_req_state **live_kv = calloc((size_t)o.requests, sizeof *live_kv);
+  size_t nlive = 0, next_arrival = 0, steps_cap = 1 << 16, nsteps = 0;
+  double *step_us = malloc(steps_cap * sizeof(double)), *alloc_us = malloc(steps_cap * sizeof(double));
+  int64_t served = 0, turns = 0, prefill_tokens = 0, decode_tokens = 0, retractions = 0, peak_used = 0;
+  const int64_t capacity = kvc_allocator_size(alloc);
+  double t_start = now_us();
+
+  for (int64_t step = 0;; step++) {
+    /* Arrivals */
+    while (next_arrival < (size_t)o.requests && reqs[next_arrival].arrival <= step) {
+      reqs[next_arrival].state = R_WAITING;
+      live[nlive++] = &reqs[next_arrival++];
+    }
+    if (next_arrival == (size_t)o.requests && nlive == 0) break;
+    double t0 = now_us(), t_alloc = 0;
+
+    /* Prefill: admit waiting requests in arrival order under the token budget. */
+    size_t nb = 0;
+    int64_t budget = o.chunk, running = 0;
+    for (size_t i = 0; i < nlive; i++) running += live[i]->state == R_RUNNING && live[i]->filled == live[i]->prompt;
+    for (size_t i = 0; i < nlive && budget > 0; i++) {
+      request *q = live[i];
+      if (q->state == R_RUNNING && q->filled < q->prompt) { /* continue a chunked prefill */
+      } else if (q->state == R_WAITING) {
+        if (q->arrival > step || running + (int64_t)nb >= o.max_running) continue;
+        int64_t start = 0;
+        if (q->kv.session_id && q->kv.req_row) {
+          start = q->kv.prefix_len; /* matched on an earlier step, then had to wait */
+        } else if (q->kv.session_id) {
+          int matched = 0;
+          CHECK(kvc_session_cache_match(sessions, &q->kv, q->prompt, &matched));
+          if (matched) start = q->kv.prefix_len;
+        }
+        /* Keep room for one decode page per running request. */
+        int64_t need = (q->prompt - start) + (running + 1) * o.page_size;
+        if (kvc_allocator_available_size(alloc) < (need < o.chunk ? need : o.chunk)) break;
+        if (!q->kv.req_row && kvc_req_to_token_pool_available(rows) == 0) break;
+        q->filled = start;
+        q->kv.prefix_len = start;
+        q->state = R_RUNNING;
+      } else {
+        continue;
+      }
+      int64_t take = q->prompt - q->filled < budget ? q->prompt - q->filled : budget;
+      q->kv.prefix_len = q->filled;
+      q->kv.seq_len = q->filled + take;
+      q->kv.flags = q->kv.seq_len < q->prompt ? KVC_REQ_CHUNKED : 0;
+      budget -= take;
+      batch[nb] = &q->kv;
+      batch_req[nb++] = q;
+    }
+    if (nb) {
+      double a0 = now_us();
+      kvc_status st = kvc_flow_alloc_for_extend(flow, batch, nb, out_loc, NULL);
+      t_alloc += now_us() - a0;
+      if (st == KVC_ERR_OUT_OF_SLOTS) { /* admission was optimistic: put them back */
+        for (size_t i = 0; i < nb; i++)
+          if (!batch_req[i]->kv.req_row || batch_req[i]->filled == 0) batch_req[i]->state = R_WAITING;
+        nb = 0;
+      } else {
+        CHECK(st);
+        int64_t ntok = 0;
+        for (size_t i = 0; i < nb; i++) ntok += batch[i]->seq_len - batch[i]->prefix_len;
+        for (int l = 0; l < o.layers; l++)
+          CHECK(kvc_kv_pool_set_kv(kv, l, out_loc, KVC_INDEX_I64, (size_t)ntok, k_src, v_src, KVC_DTYPE_BF16, 0, 0,
+                                   NULL, 1.0f, NULL, 1.0f, NULL));
+        prefill_tokens += ntok;
+        for (size_t i = 0; i < nb; i++) {
+          request *q = batch_req[i];
+          q->filled = q->kv.seq_len;
+          if (q->filled < q->prompt) {
+            double a1 = now_us();
+            CHECK(kvc_flow_cache_unfinished(flow, &q->kv));
+            t_alloc += now_us() - a1;
+          } else {
+            q->generated = 1; /* the prefill produces the first token */
+          }
+        }
+      }
+    }
+
+    /* Decode: every running request whose prompt is done and that did not prefill now. */
+    size_t nd = 0;
+    for (size_t i = 0; i < nlive; i++) {
+      request *q = live[i];
+      if (q->state != R_RUNNING || q->filled < q->prompt || q->generated >= q->output) continue;
+      bool prefilled_now = false;
+      for (size_t j = 0; j < nb && !prefilled_now; j++) prefilled_now = batch_req[j] == q;
+      if (!prefilled_now) batch[nd] = &q->kv, batch_req[nd++] = q;
+    }
+    while (nd) {
+      double a0 = now_us();
+      kvc_status st = kvc_flow_alloc_for_decode(flow, batch, nd, 1, out_loc, NULL);
+      t_alloc += now_us() - a0;
+      if (st == KVC_OK) break;
+      if (st != KVC_ERR_OUT_OF_SLOTS) CHECK(st);
+      /* Retract the newest decoding request that is not in a streaming session (its KV
+       * would belong to the session): free its KV, recompute it later. */
+      size_t v = nd;
+      while (v > 0 && batch_req[v - 1]->kv.session_id) v--;
+      if (v == 0) {
+        fprintf(stderr, "out of KV memory with only session requests running; use a larger --pool-tokens\n");
+        return 1;
+      }
+      request *victim = batch_req[v - 1];
+      batch[v - 1] = batch[nd - 1];
+      batch_req[v - 1] = batch_req[nd - 1];
+      nd--;
+      kvc_req_state *one[] = {&victim->kv};
+      double a1 = now_us();
+      CHECK(kvc_flow_release(flow, one, 1, 0));
+      t_alloc += now_us() - a1;
+      victim->prompt += victim->generated;
+      victim->output -= victim->generated;
+      victim->generated = victim->filled = 0;
+      victim->state = R_WAITING;
+      retractions++;
+    }
+    if (nd) {
+      for (int l = 0; l < o.layers; l++)
+        CHECK(kvc_kv_pool_set_kv(kv, l, out_loc, KVC_INDEX_I64, nd, k_src, v_src, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f,
+                                 NULL, 1.0f, NULL));
+      for (size_t i = 0; i < nd; i++) batch_req[i]->generated++;
+      decode_tokens += (int64_t)nd;
+    }
+
+    /* Release finished turns in one call; sessions keep their KV for the next turn. */
+    size_t nf = 0;
+    for (size_t i = 0; i < nlive; i++) {
+      request *q = live[i];
+      if (q->state == R_RUNNING && q->filled == q->prompt && q->generated >= q->output) batch[nf++] = &q->kv;
+    }
+    if (nf) {
+      double a0 = now_us();
+      CHECK(kvc_flow_release(flow, batch, nf, 1));
+      t_alloc += now_us() - a0;
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < nlive; i++) {
+      request *q = live[i];
+      if (q->state == R_RUNNING && q->filled == q->prompt && q->generated >= q->output) {
+        turns++;
+        int64_t next_prompt = q->prompt + q->output + lognormal(&r, 60, 0.8, 1, 1000);
+        if (q->turns_left > 0 && next_prompt + 2000 < width) { /* history + a new prompt */
+          q->turns_left--;
+          q->prompt = next_prompt;
+          q->output = lognormal(&r, 120, 1.1, 1, 2000);
+          q->generated = q->filled = 0;
+          q->arrival = step + 1 + (int64_t)(next_u64(&r) % 20);
+          q->state = R_WAITING;
+        } else {
+          if (q->kv.session_id) {
+            double a0 = now_us();
+            CHECK(kvc_session_cache_release(sessions, flow, q->kv.session_id));
+            t_alloc += now_us() - a0;
+          }
+          q->state = R_DONE;
+          served++;
+          continue;
+        }
+      }
+      live[w++] = q;
+    }
+    nlive = w;
+    double t1 = now_us();
+    if (nsteps == steps_cap) {
+      steps_cap *= 2;
+      step_us = realloc(step_us, steps_cap * sizeof(double));
+      alloc_us = realloc(alloc_us, steps_cap * sizeof(double));
+    }
+    step_us[nsteps] = t1 - t0;
+    alloc_us[nsteps++] = t_alloc;
+    int64_t used = capacity - kvc_allocator_available_size(alloc);
+    if (used > peak_used) peak_used = used;
+    if (o.check) {
+      size_t nk = 0;
+      for (size_t i = 0; i < nlive; i++)
+        if (live[i]->kv.req_row) live_kv[nk++] = &live[i]->kv; /* running, or a session turn matched while waiting */
+      CHECK(kvc_flow_check(flow, live_kv, nk));
+    }
+    if (!o.quiet && step % 500 == 0)
+      printf("step %6lld  running %4zu  served %5lld/%d  KV used %6.1f%%  alloc %6.1f us  step %7.1f us\n",
+             (long long)step, nlive, (long long)served, o.requests, 100.0 * (double)used / (double)capacity,
+             t_alloc, t1 - t0);
+  }
+  CHECK(kvc_stream_synchronize(ctx, NULL));
+  double wall = (now_us() - t_start) * 1e-6;
+
+  /* --- Summary and conservation --- */
+  qsort(step_us, nsteps, sizeof(double), cmp_double);
+  qsort(alloc_us, nsteps, sizeof(double), cmp_double);
+  int64_t held = 0, held_reqs = 0;
+  CHECK(kvc_session_cache_held(sessions, o.page_size, &held, NULL, &held_reqs));
+  int64_t avail = kvc_allocator_available_size(alloc);
+  int all_free = avail == capacity && kvc_req_to_token_pool_available(rows) == rc.size && held == 0;
+  CHECK(kvc_flow_check(flow, NULL, 0));
+  printf("served %lld requests (%lld turns), %lld prefill + %lld decode tokens, %lld retractions\n",
+         (long long)served, (long long)turns, (long long)prefill_tokens, (long long)decode_tokens,
+         (long long)retractions);
+  printf("steps %zu in %.2f s: %.0f steps/s; peak KV use %lld / %lld tokens (%.1f%%)\n", nsteps, wall,
+         (double)nsteps / wall, (long long)peak_used, (long long)capacity, 100.0 * (double)peak_used / (double)capacity);
+  printf("host us per step, allocation calls (flows): median %.2f  p99 %.2f\n", alloc_us[nsteps / 2],
+         alloc_us[nsteps * 99 / 100]);
+  printf("host us per step, whole step incl. %d-layer set_kv launches: median %.2f  p99 %.2f\n", o.layers,
+         step_us[nsteps / 2], step_us[nsteps * 99 / 100]);
+  printf("conservation: %s (available %lld of %lld tokens, %d of %d rows free, sessions hold %lld)\n",
+         all_free ? "OK, everything freed" : "FAILED", (long long)avail, (long long)capacity,
+         kvc_req_to_token_pool_available(rows), rc.size, (long long)held);
+
+  kvc_memory_free(ctx, k_src);
+  kvc_memory_free(ctx, v_src);
+  kvc_memory_free(ctx, out_loc);
+  kvc_flow_destroy(flow);
+  kvc_session_cache_destroy(sessions);
+  kvc_kv_pool_destroy(kv);
+  kvc_allocator_destroy(alloc);
+  kvc_req_to_token_pool_destroy(rows);
+  kvc_context_destroy(ctx);
+  free(reqs);
+  free(live);
+  free(batch);
+  free(batch_req);
+  free(live_kv);
+  free(step_us);
+  free(alloc_us);
+  return all_free && served == o.requests ? 0 : 1;
+}

@@ -1,0 +1,293 @@
+/*
+ * hybrid_req_pool.c — SGLang's HybridReqToTokenPool (spec 3) by composition: a borrowed
+ * kvc_req_to_token_pool and a borrowed kvc_mamba_pool, plus the mappings this object
+ * owns, kept in ONE device allocation so every call is one launch:
+ *
+ *   device int32: [ req->mamba: size + 1 ][ req->track: (size + 1) x pp, row-major ]
+ *   host mirror:  the same layout (authoritative; nothing is read back)
+ *
+ * alloc: validate -> Mamba capacity checked BEFORE any row is taken -> rows -> one
+ * Mamba alloc for the whole batch (one zeroing launch by the Mamba pool; ids handed out
+ * per request: running slot, then its track slots — spec 14) -> one mapping launch ->
+ * commit. A failure after rows were taken (launch error) frees them again.
+ */
+#include "swa.h"
+
+#include <string.h>
+
+#define KVC__HYBRID_MAGIC 0x6b76632d68727021ull /* "kvc-hrp!" */
+
+struct kvc_hybrid_req_pool {
+  uint64_t magic;
+  kvc_context *ctx;
+  kvc_req_to_token_pool *rp;
+  kvc_mamba_pool *mp;
+  int32_t size, pp;
+  bool track, lazy;
+  int64_t len;    /* entries of the combined mapping */
+  int32_t *hmap;  /* host mirror */
+  int32_t *dmap;  /* device */
+  size_t cap;     /* work space, requests */
+  int32_t *rows, *ids;
+  int64_t *widx, *wval;
+  uint32_t *words;
+  unsigned char *scratch;
+  const kvc__kfunc *k_map[3], *k_gather;
+};
+
+#define HYB_ENTRY(p)                                                                        \
+  do {                                                                                      \
+    if (!(p) || (p)->magic != KVC__HYBRID_MAGIC)                                            \
+      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
+                        "pool is NULL or not a live kvc_hybrid_req_pool");                  \
+  } while (0)
+
+static int64_t track_at(const kvc_hybrid_req_pool *p, int64_t row) { return (int64_t)(p->size + 1) + row * p->pp; }
+
+void kvc_hybrid_req_pool_destroy(kvc_hybrid_req_pool *p) {
+  if (!p || p->magic != KVC__HYBRID_MAGIC) return;
+  kvc_context *ctx = p->ctx;
+  kvc__dev_free(ctx, p->dmap);
+  kvc__free(ctx, p->hmap);
+  kvc__free(ctx, p->rows), kvc__free(ctx, p->ids), kvc__free(ctx, p->widx), kvc__free(ctx, p->wval);
+  kvc__free(ctx, p->words);
+  kvc__free(ctx, p->scratch);
+  p->magic = KVC__DEAD_MAGIC;
+  kvc__free(ctx, p);
+}
+
+kvc_status kvc_hybrid_req_pool_create(kvc_context *ctx, const kvc_hybrid_req_pool_config *config,
+                                      kvc_hybrid_req_pool **out) {
+  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
+  KVC_ARG_NOT_NULL(ctx, config);
+  KVC_ARG_NOT_NULL(ctx, out);
+  KVC_RETURN_IF(config->struct_size < offsetof(kvc_hybrid_req_pool_config, reserved_) ||
+                    config->struct_size > sizeof(kvc_hybrid_req_pool_config) ||
+                    config->version / 10000 != KVC_VERSION_MAJOR,
+                ctx, KVC_ERR_VERSION, "config struct_size %zu / version %u not understood", config->struct_size,
+                config->version);
+  kvc_hybrid_req_pool_config c;
+  memset(&c, 0, sizeof c);
+  memcpy(&c, config, config->struct_size);
+  KVC_RETURN_IF(!c.req_pool || !c.mamba_pool, ctx, KVC_ERR_INVALID_ARGUMENT, "req_pool and mamba_pool are required");
+  KVC_RETURN_IF(c.flags & ~(KVC_HYBRID_TRACK | KVC_HYBRID_LAZY), ctx, KVC_ERR_INVALID_ARGUMENT, "unknown flags 0x%x",
+                c.flags);
+  KVC_RETURN_IF((c.flags & KVC_HYBRID_LAZY) && !(c.flags & KVC_HYBRID_TRACK), ctx, KVC_ERR_INVALID_ARGUMENT,
+                "KVC_HYBRID_LAZY needs KVC_HYBRID_TRACK");
+  if (c.pp == 0) c.pp = 2;
+  KVC_RETURN_IF(c.pp != 1 && c.pp != 2, ctx, KVC_ERR_INVALID_ARGUMENT, "pp %d must be 1 or 2", c.pp);
+  const int32_t size = kvc_req_to_token_pool_size(c.req_pool);
+  KVC_RETURN_IF(size < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "req_pool is not a live pool");
+  kvc_status st = KVC_OK;
+  kvc_hybrid_req_pool *p = kvc__calloc(ctx, 1, sizeof *p);
+  KVC_RETURN_IF(!p, ctx, KVC_ERR_HOST_OOM, "pool struct");
+  p->magic = KVC__HYBRID_MAGIC;
+  p->ctx = ctx;
+  p->rp = c.req_pool;
+  p->mp = c.mamba_pool;
+  p->size = size;
+  p->track = (c.flags & KVC_HYBRID_TRACK) != 0;
+  p->lazy = (c.flags & KVC_HYBRID_LAZY) != 0;
+  p->pp = c.pp;
+  p->len = (int64_t)(size + 1) * (p->track ? 1 + p->pp : 1);
+  p->hmap = kvc__calloc(ctx, (size_t)p->len, sizeof *p->hmap);
+  p->scratch = kvc__malloc(ctx, KVC__PARAM_SCRATCH_BYTES);
+  KVC_FAIL_GOTO(!p->hmap || !p->scratch, ctx, st, KVC_ERR_HOST_OOM, fail, "mirror / scratch");
+  KVC_CHECK_GOTO(kvc__dev_alloc(ctx, (size_t)p->len * 4, (void **)&p->dmap), st, fail);
+  KVC_CHECK_GOTO(kvc__dev_memset(ctx, p->dmap, 0, (size_t)p->len * 4, NULL), st, fail);
+  KVC_CHECK_GOTO(kvc__dev_sync(ctx, NULL), st, fail);
+  *out = p;
+  return KVC_OK;
+fail:
+  kvc_hybrid_req_pool_destroy(p);
+  return st;
+}
+
+int32_t kvc_hybrid_req_pool_pp(const kvc_hybrid_req_pool *p) {
+  return p && p->magic == KVC__HYBRID_MAGIC ? p->pp : 0;
+}
+
+static kvc_status reserve(kvc_hybrid_req_pool *p, const char *fn, size_t n) {
+  if (n <= p->cap) return KVC_OK;
+  size_t cap = KVC__MAX(n, 2 * p->cap);
+  cap = KVC__MAX(cap, (size_t)64);
+  const size_t per = (size_t)(1 + p->pp);
+  int32_t *rows = kvc__malloc(p->ctx, cap * 4), *ids = kvc__malloc(p->ctx, cap * per * 4);
+  int64_t *wi = kvc__malloc(p->ctx, cap * per * 8), *wv = kvc__malloc(p->ctx, cap * per * 8);
+  uint32_t *words = kvc__malloc(p->ctx, (3 * cap * per + 16) * 4);
+  if (!rows || !ids || !wi || !wv || !words) {
+    kvc__free(p->ctx, rows), kvc__free(p->ctx, ids), kvc__free(p->ctx, wi), kvc__free(p->ctx, wv);
+    kvc__free(p->ctx, words);
+    return kvc__error(p->ctx, KVC_ERR_HOST_OOM, fn, "work space for %zu requests", n);
+  }
+  kvc__free(p->ctx, p->rows), kvc__free(p->ctx, p->ids), kvc__free(p->ctx, p->widx), kvc__free(p->ctx, p->wval);
+  kvc__free(p->ctx, p->words);
+  p->rows = rows, p->ids = ids, p->widx = wi, p->wval = wv, p->words = words, p->cap = cap;
+  return KVC_OK;
+}
+
+/* One launch writing map[widx[i]] = wval[i], i < n. */
+static kvc_status write_map(kvc_hybrid_req_pool *p, size_t n, kvc_stream stream) {
+  int mode;
+  size_t nwords;
+  int64_t items = kvc__swa_build_pairs(p->widx, p->wval, n, p->words, &mode, &nwords);
+  return kvc__swa_map_write(p->ctx, p->scratch, p->k_map, p->dmap, 0, p->len, mode, items, p->words, nwords, stream);
+}
+
+static bool has_track(const kvc_hybrid_req_pool *p, const int32_t *v) {
+  for (int32_t k = 0; k < p->pp; k++)
+    if (v[k] > 0) return true;
+  return false;
+}
+
+kvc_status kvc_hybrid_req_pool_alloc(kvc_hybrid_req_pool *p, size_t n, int32_t *rows, int32_t *mamba_slots,
+                                     int32_t *pp_slots, kvc_stream stream) {
+  HYB_ENTRY(p);
+  kvc_context *ctx = p->ctx;
+  if (!n) return KVC_OK;
+  KVC_RETURN_IF(!rows || !mamba_slots, ctx, KVC_ERR_INVALID_ARGUMENT, "rows and mamba_slots must be non-NULL");
+  KVC_RETURN_IF(p->track && !pp_slots, ctx, KVC_ERR_INVALID_ARGUMENT, "pp_slots is required with track buffers");
+  KVC_FORWARD(reserve(p, __func__, n));
+  int64_t need = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (mamba_slots[i] > 0) {
+      KVC_RETURN_IF(!kvc_mamba_pool_is_held(p->mp, mamba_slots[i]), ctx, KVC_ERR_MISUSE,
+                    "mamba_slots[%zu] = %d is not held by the Mamba pool", i, mamba_slots[i]);
+    } else {
+      need++;
+    }
+    if (p->track) {
+      const int32_t *v = pp_slots + i * (size_t)p->pp;
+      if (!has_track(p, v)) need += p->lazy ? 1 : p->pp;
+      else
+        for (int32_t k = 0; k < p->pp; k++)
+          KVC_RETURN_IF(v[k] > 0 && !kvc_mamba_pool_is_held(p->mp, v[k]), ctx, KVC_ERR_MISUSE,
+                        "pp_slots[%zu][%d] = %d is not held by the Mamba pool", i, k, v[k]);
+    }
+  }
+  /* Capacity first, so a shortage never takes (and re-orders) req rows. */
+  KVC_RETURN_IF(need > kvc_mamba_pool_available(p->mp), ctx, KVC_ERR_OUT_OF_SLOTS,
+                "%lld Mamba slots needed, %d free", (long long)need, kvc_mamba_pool_available(p->mp));
+  memcpy(p->rows, rows, n * 4);
+  KVC_FORWARD(kvc_req_to_token_pool_alloc(p->rp, n, p->rows));
+  kvc_status st = KVC_OK;
+  if (need) st = kvc_mamba_pool_alloc(p->mp, (size_t)need, p->ids, stream);
+  if (st != KVC_OK) goto rollback_rows;
+  /* Hand the ids out and plan the mapping rows. */
+  size_t w = 0;
+  int64_t k_id = 0;
+  for (size_t i = 0; i < n; i++) {
+    const int32_t m = mamba_slots[i] > 0 ? mamba_slots[i] : p->ids[k_id++];
+    p->widx[w] = p->rows[i], p->wval[w] = m, w++;
+    if (p->track) {
+      const int32_t *v = pp_slots + i * (size_t)p->pp;
+      const bool fresh = !has_track(p, v);
+      for (int32_t k = 0; k < p->pp; k++) {
+        int32_t x = v[k];
+        if (fresh) x = (!p->lazy || k == 0) ? p->ids[k_id++] : -1;
+        p->widx[w] = track_at(p, p->rows[i]) + k, p->wval[w] = x, w++;
+      }
+    }
+  }
+  st = write_map(p, w, stream);
+  if (st != KVC_OK) {
+    if (need) kvc_mamba_pool_free(p->mp, p->ids, (size_t)need);
+    goto rollback_rows;
+  }
+  /* Commit. */
+  for (size_t j = 0; j < w; j++) p->hmap[p->widx[j]] = (int32_t)p->wval[j];
+  for (size_t i = 0; i < n; i++) {
+    rows[i] = p->rows[i];
+    mamba_slots[i] = p->hmap[p->rows[i]];
+    if (p->track) memcpy(pp_slots + i * (size_t)p->pp, p->hmap + track_at(p, p->rows[i]), (size_t)p->pp * 4);
+  }
+  return KVC_OK;
+rollback_rows:
+  for (size_t i = 0; i < n; i++)
+    if (rows[i] <= 0) kvc_req_to_token_pool_free(p->rp, p->rows[i]);
+  return st;
+}
+
+kvc_status kvc_hybrid_req_pool_free_mamba_cache(kvc_hybrid_req_pool *p, int32_t row, int32_t keep, kvc_stream stream) {
+  HYB_ENTRY(p);
+  kvc_context *ctx = p->ctx;
+  KVC_RETURN_IF(row < 1 || row > p->size, ctx, KVC_ERR_INVALID_ARGUMENT, "row %d outside [1, %d]", row, p->size);
+  KVC_RETURN_IF(p->hmap[row] <= 0, ctx, KVC_ERR_MISUSE, "row %d holds no Mamba slot", row);
+  KVC_RETURN_IF(keep < -1 || keep >= p->pp || (keep >= 0 && !p->track), ctx, KVC_ERR_INVALID_ARGUMENT,
+                "keep %d must be -1 or a track index < pp %d", keep, p->pp);
+  KVC_FORWARD(reserve(p, __func__, 1));
+  int32_t ids[3];
+  size_t nid = 0, w = 0;
+  ids[nid++] = p->hmap[row];
+  p->widx[w] = row, p->wval[w] = 0, w++;
+  if (p->track) {
+    const int64_t t = track_at(p, row);
+    for (int32_t k = 0; k < p->pp; k++) {
+      if (keep >= 0 && (p->pp == 1 || k == keep)) continue;
+      if (p->hmap[t + k] <= 0) continue; /* lazy -1 / none */
+      ids[nid++] = p->hmap[t + k];
+      p->widx[w] = t + k, p->wval[w] = p->lazy ? -1 : 0, w++;
+    }
+  }
+  for (size_t i = 0; i < nid; i++)
+    KVC_RETURN_IF(!kvc_mamba_pool_is_held(p->mp, ids[i]), ctx, KVC_ERR_MISUSE,
+                  "row %d: Mamba slot %d is no longer held (freed behind this pool's back?)", row, ids[i]);
+  KVC_FORWARD(write_map(p, w, stream));
+  kvc_status st = kvc_mamba_pool_free(p->mp, ids, nid);
+  if (st != KVC_OK) return st;
+  for (size_t j = 0; j < w; j++) p->hmap[p->widx[j]] = (int32_t)p->wval[j];
+  return KVC_OK;
+}
+
+kvc_status kvc_hybrid_req_pool_set_track_slot(kvc_hybrid_req_pool *p, int32_t row, int32_t index, int32_t slot,
+                                              kvc_stream stream) {
+  HYB_ENTRY(p);
+  kvc_context *ctx = p->ctx;
+  KVC_RETURN_IF(!p->track, ctx, KVC_ERR_UNSUPPORTED, "the pool has no track buffers");
+  KVC_RETURN_IF(row < 1 || row > p->size || index < 0 || index >= p->pp, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "row %d / index %d out of range", row, index);
+  KVC_RETURN_IF(slot == 0 || slot < -1 || (slot > 0 && !kvc_mamba_pool_is_held(p->mp, slot)), ctx, KVC_ERR_MISUSE,
+                "slot %d is neither -1 nor a held Mamba slot", slot);
+  KVC_FORWARD(reserve(p, __func__, 1));
+  p->widx[0] = track_at(p, row) + index, p->wval[0] = slot;
+  KVC_FORWARD(write_map(p, 1, stream));
+  p->hmap[p->widx[0]] = slot;
+  return KVC_OK;
+}
+
+int32_t kvc_hybrid_req_pool_mamba_slot(const kvc_hybrid_req_pool *p, int32_t row) {
+  if (!p || p->magic != KVC__HYBRID_MAGIC || row < 0 || row > p->size) return 0;
+  return p->hmap[row];
+}
+
+const int32_t *kvc_hybrid_req_pool_track_slots(const kvc_hybrid_req_pool *p, int32_t row) {
+  if (!p || p->magic != KVC__HYBRID_MAGIC || !p->track || row < 0 || row > p->size) return NULL;
+  return p->hmap + track_at(p, row);
+}
+
+const int32_t *kvc_hybrid_req_pool_mapping(const kvc_hybrid_req_pool *p) {
+  return p && p->magic == KVC__HYBRID_MAGIC ? p->dmap : NULL;
+}
+
+const int32_t *kvc_hybrid_req_pool_track_mapping(const kvc_hybrid_req_pool *p) {
+  return p && p->magic == KVC__HYBRID_MAGIC && p->track ? p->dmap + (p->size + 1) : NULL;
+}
+
+kvc_status kvc_hybrid_req_pool_get_mamba_indices(const kvc_hybrid_req_pool *pc, const void *rows,
+                                                 kvc_index_type rows_type, int32_t *out, size_t n, kvc_stream stream) {
+  HYB_ENTRY(pc);
+  kvc_hybrid_req_pool *p = (kvc_hybrid_req_pool *)pc; /* memoised kernel lookup only */
+  if (!n) return KVC_OK;
+  KVC_RETURN_IF(!rows || !out, p->ctx, KVC_ERR_INVALID_ARGUMENT, "rows and out must be non-NULL");
+  return kvc__swa_gather(p->ctx, &p->k_gather, p->dmap, 0, p->size + 1, rows, rows_type == KVC_INDEX_I64, out, 0, 0,
+                         n, stream);
+}
+
+kvc_status kvc_hybrid_req_pool_clear(kvc_hybrid_req_pool *p, kvc_stream stream) {
+  HYB_ENTRY(p);
+  KVC_FORWARD(kvc__dev_memset(p->ctx, p->dmap, 0, (size_t)p->len * 4, stream));
+  kvc_status st = kvc_req_to_token_pool_clear(p->rp);
+  KVC_CLEANUP_KEEP_FIRST(kvc_mamba_pool_clear(p->mp), st);
+  memset(p->hmap, 0, (size_t)p->len * 4);
+  return st;
+}

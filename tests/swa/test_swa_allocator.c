@@ -1,0 +1,373 @@
+/* test_swa_allocator.c — SGLang's SWATokenToKVPoolAllocator (spec 7): mapping contents
+ * (host and device), translation, window eviction, groups, tail allocation, ring and
+ * pure modes, and transactional misuse/exhaustion. */
+#include "harness.h"
+
+static kvc_swa_allocator *make_swa(int64_t full, int64_t swa, int32_t ps, uint32_t flags) {
+  kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+  c.size_full = full;
+  c.size_swa = swa;
+  c.page_size = ps;
+  c.flags = flags;
+  kvc_swa_allocator *a = NULL;
+  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &c, &a));
+  return a;
+}
+
+static kvc_req_to_token_pool *make_pool(int32_t size, int32_t width) {
+  kvc_req_to_token_pool_config c = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  c.size = size;
+  c.max_context_len = width;
+  kvc_req_to_token_pool *p = NULL;
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &c, &p));
+  return p;
+}
+
+/* The device mapping equals the host one. */
+static void expect_device_mapping(const kvc_swa_allocator *a) {
+  const int64_t n = kvc_swa_allocator_mapping_length(a);
+  int64_t *d = malloc((size_t)n * 8);
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  kvt_d2h(d, kvc_swa_allocator_mapping_device(a), (size_t)n * 8);
+  const int32_t *h = kvc_swa_allocator_mapping_host(a);
+  for (int64_t i = 0; i < n; i++)
+    if (d[i] != h[i]) fail_msg("device mapping[%lld] = %lld, host %d", (long long)i, (long long)d[i], h[i]);
+  free(d);
+}
+
+typedef struct snap {
+  int64_t len, favail, savail;
+  int32_t *map;
+  kvc_allocator_stats fs, ss;
+} snap;
+
+static snap take(const kvc_swa_allocator *a) {
+  snap s;
+  memset(&s, 0, sizeof s);
+  s.len = kvc_swa_allocator_mapping_length(a);
+  s.map = malloc((size_t)s.len * 4);
+  memcpy(s.map, kvc_swa_allocator_mapping_host(a), (size_t)s.len * 4);
+  s.favail = kvc_swa_allocator_full_available_size(a);
+  s.savail = kvc_swa_allocator_swa_available_size(a);
+  KVT_OK(kvc_allocator_get_stats(kvc_swa_allocator_full(a), &s.fs));
+  if (kvc_swa_allocator_swa(a)) KVT_OK(kvc_allocator_get_stats(kvc_swa_allocator_swa(a), &s.ss));
+  return s;
+}
+
+static void expect_same(const kvc_swa_allocator *a, snap *s) {
+  snap t = take(a);
+  assert_memory_equal(s->map, t.map, (size_t)s->len * 4);
+  assert_int_equal(s->favail, t.favail);
+  assert_int_equal(s->savail, t.savail);
+  assert_memory_equal(&s->fs, &t.fs, sizeof s->fs);
+  assert_memory_equal(&s->ss, &t.ss, sizeof s->ss);
+  expect_device_mapping(a);
+  KVT_OK(kvc_swa_allocator_check(a));
+  free(t.map);
+  free(s->map);
+}
+
+static void test_create_and_sizes(void **state) {
+  (void)state;
+  kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+  kvc_swa_allocator *a = NULL;
+  c.size_full = 16, c.size_swa = 8, c.page_size = 0;
+  KVT_STATUS(kvc_swa_allocator_create(kvt_ctx, &c, &a), KVC_ERR_INVALID_ARGUMENT);
+  c.page_size = 4, c.flags = KVC_SWA_PURE;
+  KVT_STATUS(kvc_swa_allocator_create(kvt_ctx, &c, &a), KVC_ERR_INVALID_ARGUMENT);
+  c.flags = 0, c.ring_size = 8; /* ring without req pool */
+  KVT_STATUS(kvc_swa_allocator_create(kvt_ctx, &c, &a), KVC_ERR_INVALID_ARGUMENT);
+  assert_null(a);
+  a = make_swa(64, 16, 4, 0);
+  assert_int_equal(kvc_swa_allocator_size(a), 16);
+  assert_int_equal(kvc_swa_allocator_size_full(a), 64);
+  assert_int_equal(kvc_swa_allocator_available_size(a), 16);
+  assert_int_equal(kvc_swa_allocator_full_available_size(a), 64);
+  assert_int_equal(kvc_swa_allocator_mapping_length(a), 64 + 4 + 1);
+  assert_int_equal(kvc_swa_allocator_mapping_host(a)[68], -1);
+  assert_true(kvc_swa_allocator_new_pages_available(a, 16, 4));
+  assert_false(kvc_swa_allocator_new_pages_available(a, 16, 5));
+  expect_device_mapping(a);
+  kvc_swa_allocator_destroy(a);
+  kvc_swa_allocator_destroy(NULL);
+}
+
+/* ps = 1: alloc pairs FIFO slots of both sides; translate; peer invariants. */
+static void test_token_alloc_mapping_and_translate(void **state) {
+  (void)state;
+  kvc_swa_allocator *a = make_swa(16, 8, 1, 0);
+  int64_t f[4];
+  int64_t *dout = kvt_dev_alloc(4 * 8);
+  KVT_OK(kvc_swa_allocator_alloc(a, 4, f, dout, NULL));
+  for (int i = 0; i < 4; i++) assert_int_equal(f[i], i + 1);
+  int64_t back[4];
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  kvt_d2h(back, dout, sizeof back);
+  assert_memory_equal(back, f, sizeof f);
+  /* free 2 then alloc: full FIFO reuses 2 at the back; SWA also */
+  int64_t two = 2;
+  KVT_OK(kvc_swa_allocator_free(a, &two, 1, NULL));
+  int64_t g[5];
+  KVT_OK(kvc_swa_allocator_alloc(a, 5, g, NULL, NULL));
+  const int64_t want_g[5] = {5, 6, 7, 8, 9};
+  assert_memory_equal(g, want_g, sizeof g);
+  const int32_t *m = kvc_swa_allocator_mapping_host(a);
+  assert_int_equal(m[1], 1);
+  assert_int_equal(m[2], 0);
+  assert_int_equal(m[5], 5);
+  assert_int_equal(m[8], 8);
+  assert_int_equal(m[9], 2); /* SWA slot 2 came back at the end of the SWA FIFO */
+  expect_device_mapping(a);
+  /* translate on the device: -1 -> -1, out-of-range -> -1, int32 out */
+  const int64_t q[5] = {-1, 9, 2, 1, 1000};
+  int64_t *dq = kvt_dev_alloc(sizeof q);
+  int32_t *dr = kvt_dev_alloc(5 * 4);
+  kvt_h2d(dq, q, sizeof q);
+  KVT_OK(kvc_swa_allocator_translate(a, dq, KVC_INDEX_I64, dr, KVC_INDEX_I32, 5, NULL));
+  int32_t r[5];
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  kvt_d2h(r, dr, sizeof r);
+  const int32_t want_r[5] = {-1, 2, 0, 1, -1};
+  assert_memory_equal(r, want_r, sizeof r);
+  int64_t h[4];
+  KVT_OK(kvc_swa_allocator_translate_host(a, q, 4, h));
+  for (int i = 0; i < 4; i++) assert_int_equal(h[i], want_r[i]);
+  KVT_STATUS(kvc_swa_allocator_translate_host(a, q + 4, 1, h), KVC_ERR_INVALID_ARGUMENT);
+  /* peer invariants */
+  int64_t one = 1;
+  snap s = take(a);
+  KVT_STATUS(kvc_swa_allocator_free_full(a, &one, 1), KVC_ERR_MISUSE); /* peer released */
+  expect_same(a, &s);
+  KVT_OK(kvc_swa_allocator_free_swa(a, &one, 1, NULL));
+  assert_int_equal(kvc_swa_allocator_mapping_host(a)[1], 0);
+  s = take(a);
+  KVT_STATUS(kvc_swa_allocator_free_swa(a, &one, 1, NULL), KVC_ERR_MISUSE); /* peer mapped */
+  KVT_STATUS(kvc_swa_allocator_free(a, &one, 1, NULL), KVC_ERR_MISUSE);
+  expect_same(a, &s);
+  KVT_OK(kvc_swa_allocator_free_full(a, &one, 1));
+  KVT_STATUS(kvc_swa_allocator_free_full(a, &one, 1), KVC_ERR_MISUSE); /* double free */
+  int64_t zero = 0;
+  KVT_STATUS(kvc_swa_allocator_free(a, &zero, 1, NULL), KVC_ERR_MISUSE);
+  KVT_STATUS(kvc_swa_allocator_alloc_extend(a, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL), KVC_OK);
+  KVT_OK(kvc_swa_allocator_check(a));
+  kvt_dev_free(dout), kvt_dev_free(dq), kvt_dev_free(dr);
+  kvc_swa_allocator_destroy(a);
+}
+
+/* Exhaustion on either side changes nothing (SGLang leaks in alloc_decode). */
+static void test_out_of_slots_changes_nothing(void **state) {
+  (void)state;
+  kvc_swa_allocator *a = make_swa(64, 12, 4, 0); /* 16 full pages, 3 SWA pages */
+  kvc_req_to_token_pool *rp = make_pool(4, 64);
+  int32_t rows[2] = {0, 0};
+  KVT_OK(kvc_req_to_token_pool_alloc(rp, 2, rows));
+  const int64_t pre[2] = {0, 0}, seq[2] = {5, 3}; /* 2 + 1 pages */
+  int64_t out[8];
+  KVT_OK(kvc_swa_allocator_alloc_extend(a, 2, pre, seq, NULL, rp, rows, NULL, out, NULL, NULL));
+  const int64_t want[8] = {4, 5, 6, 7, 8, 12, 13, 14};
+  assert_memory_equal(out, want, 8 * 8);
+  snap s = take(a);
+  /* decode where request 0 opens a page: the full side has room, the SWA side none
+   * (SGLang consumes the full page and leaks it): OUT_OF_SLOTS, nothing changed */
+  const int64_t seq_bad[2] = {9, 4};
+  int64_t last[2] = {8, 14};
+  KVT_STATUS(kvc_swa_allocator_alloc_decode(a, 2, seq_bad, last, rp, rows, out, NULL, NULL), KVC_ERR_OUT_OF_SLOTS);
+  expect_same(a, &s);
+  /* both continue their pages: fine */
+  const int64_t seq_d[2] = {6, 4};
+  KVT_OK(kvc_swa_allocator_alloc_decode(a, 2, seq_d, NULL, rp, rows, out, NULL, NULL));
+  assert_int_equal(out[0], 9);
+  assert_int_equal(out[1], 15);
+  s = take(a);
+  const int64_t seq_e[1] = {9};
+  int64_t pl[1] = {5};
+  KVT_STATUS(kvc_swa_allocator_alloc_extend(a, 1, pl, seq_e, NULL, rp, rows, NULL, out, NULL, NULL),
+             KVC_ERR_OUT_OF_SLOTS);
+  expect_same(a, &s);
+  kvc_req_to_token_pool_destroy(rp);
+  kvc_swa_allocator_destroy(a);
+}
+
+/* Paged: extend + decode keep SWA offsets equal to full offsets; window eviction of whole
+ * pages below a boundary; continued decode; freeing the partial page's peer breaks the
+ * next decode (MISUSE, nothing changed). */
+static void test_paged_window_eviction(void **state) {
+  (void)state;
+  const int32_t ps = 4;
+  kvc_swa_allocator *a = make_swa(64, 32, ps, 0);
+  kvc_req_to_token_pool *rp = make_pool(2, 64);
+  int32_t row = 0;
+  KVT_OK(kvc_req_to_token_pool_alloc(rp, 1, &row));
+  const int64_t p0 = 0, s0 = 10;
+  int64_t f[16];
+  int64_t *dout = kvt_dev_alloc(16 * 8);
+  KVT_OK(kvc_swa_allocator_alloc_extend(a, 1, &p0, &s0, NULL, rp, &row, NULL, f, dout, NULL));
+  const int32_t *m = kvc_swa_allocator_mapping_host(a);
+  for (int i = 0; i < 10; i++) {
+    assert_int_equal(f[i] % ps, i % ps);
+    assert_int_equal(m[f[i]] % ps, f[i] % ps);
+    assert_true(m[f[i]] > 0);
+  }
+  expect_device_mapping(a);
+  /* decode 6 tokens (seq 11..16): last_loc from the req pool mirror */
+  for (int64_t seq = 11; seq <= 16; seq++) {
+    int64_t o;
+    KVT_OK(kvc_swa_allocator_alloc_decode(a, 1, &seq, NULL, rp, &row, &o, NULL, NULL));
+    assert_int_equal(m[o] % ps, o % ps);
+  }
+  const int32_t *tr = kvc_req_to_token_pool_row(rp, row);
+  int64_t slots[16];
+  for (int i = 0; i < 16; i++) slots[i] = tr[i];
+  /* evict tokens [0, 8): whole pages */
+  const int64_t swa_before = kvc_swa_allocator_swa_available_size(a);
+  KVT_OK(kvc_swa_allocator_free_swa(a, slots, 8, NULL));
+  assert_int_equal(kvc_swa_allocator_swa_available_size(a), swa_before + 8);
+  for (int i = 0; i < 8; i++) assert_int_equal(m[slots[i]], 0);
+  for (int i = 8; i < 16; i++) assert_true(m[slots[i]] > 0);
+  expect_device_mapping(a);
+  /* second free_swa of the same pages (ps > 1): silently skipped, as SGLang */
+  KVT_OK(kvc_swa_allocator_free_swa(a, slots, 8, NULL));
+  assert_int_equal(kvc_swa_allocator_swa_available_size(a), swa_before + 8);
+  /* continued decode: 17 opens a page, 18 continues */
+  for (int64_t seq = 17; seq <= 18; seq++) {
+    int64_t o;
+    KVT_OK(kvc_swa_allocator_alloc_decode(a, 1, &seq, NULL, rp, &row, &o, NULL, NULL));
+    assert_int_equal(m[o] % ps, o % ps);
+  }
+  /* SWA-free the current partial page, then decode continuing it: MISUSE, unchanged */
+  int64_t last = kvc_req_to_token_pool_row(rp, row)[17];
+  KVT_OK(kvc_swa_allocator_free_swa(a, &last, 1, NULL));
+  snap s = take(a);
+  int64_t seq = 19, o;
+  KVT_STATUS(kvc_swa_allocator_alloc_decode(a, 1, &seq, NULL, rp, &row, &o, NULL, NULL), KVC_ERR_MISUSE);
+  expect_same(a, &s);
+  /* free_full of evicted slots works; of mapped slots it is "peer released" */
+  KVT_OK(kvc_swa_allocator_free_full(a, slots, 8));
+  s = take(a);
+  KVT_STATUS(kvc_swa_allocator_free_full(a, slots + 8, 4), KVC_ERR_MISUSE);
+  expect_same(a, &s);
+  int64_t rest[10];
+  for (int i = 0; i < 10; i++) rest[i] = kvc_req_to_token_pool_row(rp, row)[8 + i];
+  KVT_OK(kvc_swa_allocator_free(a, rest, 10, NULL));
+  assert_int_equal(kvc_swa_allocator_full_available_size(a), 64);
+  assert_int_equal(kvc_swa_allocator_swa_available_size(a), 32);
+  expect_device_mapping(a);
+  KVT_OK(kvc_swa_allocator_check(a));
+  kvt_dev_free(dout);
+  kvc_req_to_token_pool_destroy(rp);
+  kvc_swa_allocator_destroy(a);
+}
+
+/* Groups: SWA frees resolved at the call (mapping zeroed now), released sorted-unique at
+ * group end before the full side; nesting is misuse. */
+static void test_free_group_ordering(void **state) {
+  (void)state;
+  const int32_t ps = 2;
+  kvc_swa_allocator *a = make_swa(16, 16, ps, 0);
+  int64_t f[8];
+  const int64_t pre[4] = {0, 0, 0, 0}, seq[4] = {2, 2, 2, 2};
+  KVT_OK(kvc_swa_allocator_alloc_extend(a, 4, pre, seq, NULL, NULL, NULL, NULL, f, NULL, NULL));
+  const int64_t want[8] = {2, 3, 4, 5, 6, 7, 8, 9};
+  assert_memory_equal(f, want, sizeof want);
+  KVT_OK(kvc_swa_allocator_free_group_begin(a));
+  KVT_STATUS(kvc_swa_allocator_free_group_begin(a), KVC_ERR_MISUSE);
+  int64_t x = 8, y = 2;
+  KVT_OK(kvc_swa_allocator_free(a, &x, 1, NULL));
+  assert_int_equal(kvc_swa_allocator_mapping_host(a)[8], 0); /* resolved now */
+  KVT_OK(kvc_swa_allocator_free(a, &y, 1, NULL));
+  KVT_STATUS(kvc_swa_allocator_free(a, &y, 1, NULL), KVC_ERR_MISUSE); /* recorded already */
+  assert_int_equal(kvc_swa_allocator_full_available_size(a), 16 - 8); /* not released yet */
+  KVT_OK(kvc_swa_allocator_free_group_end(a));
+  KVT_STATUS(kvc_swa_allocator_free_group_end(a), KVC_ERR_MISUSE);
+  assert_int_equal(kvc_swa_allocator_full_available_size(a), 12);
+  /* paged LIFO: pages 1 and 4 (sorted) are at the front on both sides */
+  const int64_t p1 = 0, s1 = 4;
+  KVT_OK(kvc_swa_allocator_alloc_extend(a, 1, &p1, &s1, NULL, NULL, NULL, NULL, f, NULL, NULL));
+  const int64_t want2[4] = {2, 3, 8, 9};
+  assert_memory_equal(f, want2, sizeof want2);
+  const int32_t *m = kvc_swa_allocator_mapping_host(a);
+  assert_int_equal(m[2], 2);
+  assert_int_equal(m[8], 8);
+  expect_device_mapping(a);
+  KVT_OK(kvc_swa_allocator_check(a));
+  kvc_swa_allocator_destroy(a);
+}
+
+/* Tail allocation: SWA slots only for the tail, fresh page at offset 0. */
+static void test_swa_tail(void **state) {
+  (void)state;
+  const int32_t ps = 4;
+  kvc_swa_allocator *a = make_swa(64, 32, ps, 0);
+  int64_t f[16];
+  KVT_STATUS(kvc_swa_allocator_alloc_extend_swa_tail(a, 0, 10, -1, 11, NULL, 0, NULL, f, NULL, NULL),
+             KVC_ERR_INVALID_ARGUMENT);
+  KVT_OK(kvc_swa_allocator_alloc_extend_swa_tail(a, 0, 10, -1, 3, NULL, 0, NULL, f, NULL, NULL));
+  const int32_t *m = kvc_swa_allocator_mapping_host(a);
+  for (int i = 0; i < 7; i++) assert_int_equal(m[f[i]], 0);
+  assert_int_equal(m[f[7]], 4); /* SWA page 1, offset 0 */
+  assert_int_equal(m[f[8]], 5);
+  assert_int_equal(m[f[9]], 6);
+  assert_int_equal(kvc_swa_allocator_swa_available_size(a), 28);
+  expect_device_mapping(a);
+  KVT_OK(kvc_swa_allocator_alloc_extend_swa_tail(a, 0, 4, -1, 0, NULL, 0, NULL, f, NULL, NULL));
+  assert_int_equal(kvc_swa_allocator_swa_available_size(a), 28);
+  KVT_OK(kvc_swa_allocator_check(a));
+  KVT_OK(kvc_swa_allocator_clear(a, NULL));
+  assert_int_equal(kvc_swa_allocator_available_size(a), 32);
+  for (int64_t i = 0; i < kvc_swa_allocator_mapping_length(a) - 1; i++) assert_int_equal(m[i], 0);
+  expect_device_mapping(a);
+  kvc_swa_allocator_destroy(a);
+}
+
+static void test_ring_and_pure(void **state) {
+  (void)state;
+  kvc_req_to_token_pool *rp = make_pool(4, 64);
+  kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+  c.size_full = 64, c.size_swa = 8, c.page_size = 4, c.ring_size = 6, c.req_pool = rp;
+  kvc_swa_allocator *a = NULL;
+  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &c, &a));
+  assert_null(kvc_swa_allocator_swa(a));
+  assert_int_equal(kvc_swa_allocator_size_swa(a), 4 * 8);
+  assert_int_equal(kvc_swa_allocator_swa_available_size(a), 32);
+  int32_t row = 0;
+  KVT_OK(kvc_req_to_token_pool_alloc(rp, 1, &row));
+  assert_int_equal(kvc_swa_allocator_swa_available_size(a), 24);
+  const int64_t p = 0, s = 40;
+  int64_t f[40];
+  KVT_OK(kvc_swa_allocator_alloc_extend(a, 1, &p, &s, NULL, rp, &row, NULL, f, NULL, NULL));
+  assert_int_equal(kvc_swa_allocator_available_size(a), 24);
+  for (int i = 0; i < 40; i++) assert_int_equal(kvc_swa_allocator_mapping_host(a)[f[i]], 0);
+  KVT_OK(kvc_swa_allocator_free(a, f, 40, NULL));
+  assert_int_equal(kvc_swa_allocator_available_size(a), 64);
+  kvc_swa_allocator_destroy(a);
+  /* pure: identity mapping, one allocator */
+  a = make_swa(0, 8, 1, KVC_SWA_PURE);
+  assert_ptr_equal(kvc_swa_allocator_full(a), kvc_swa_allocator_swa(a));
+  int64_t g[3];
+  KVT_OK(kvc_swa_allocator_alloc(a, 3, g, NULL, NULL));
+  const int64_t q[2] = {3, -1};
+  int64_t t[2];
+  KVT_OK(kvc_swa_allocator_translate_host(a, q, 2, t));
+  assert_int_equal(t[0], 3);
+  assert_int_equal(t[1], -1);
+  expect_device_mapping(a);
+  int64_t withpad[3] = {0, g[0], g[2]};
+  KVT_OK(kvc_swa_allocator_free_full(a, withpad, 3)); /* no-op */
+  assert_int_equal(kvc_swa_allocator_available_size(a), 5);
+  KVT_OK(kvc_swa_allocator_free(a, withpad, 3, NULL)); /* 0 filtered */
+  assert_int_equal(kvc_swa_allocator_available_size(a), 7);
+  KVT_STATUS(kvc_swa_allocator_alloc_decode(a, 1, q, NULL, NULL, NULL, NULL, NULL, NULL), KVC_ERR_UNSUPPORTED);
+  kvc_swa_allocator_destroy(a);
+  kvc_req_to_token_pool_destroy(rp);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_create_and_sizes),
+    cmocka_unit_test(test_token_alloc_mapping_and_translate),
+    cmocka_unit_test(test_out_of_slots_changes_nothing),
+    cmocka_unit_test(test_paged_window_eviction),
+    cmocka_unit_test(test_free_group_ordering),
+    cmocka_unit_test(test_swa_tail),
+    cmocka_unit_test(test_ring_and_pure),
+};
+KVT_MAIN("swa_allocator", tests)
