@@ -313,7 +313,7 @@ int main(int argc, char **argv) {
       nd--;
       kvc_req_state *one[] = {&victim->kv};
       double a1 = now_us();
-      CHECK(kvc_flow_release(flow, one, 1, 0));
+      CHECK(kvc_flow_release(flow, one, 1, 0, NULL));
       t_alloc += now_us() - a1;
       victim->prompt += victim->generated;
       victim->output -= victim->generated;
@@ -337,7 +337,7 @@ int main(int argc, char **argv) {
     }
     if (nf) {
       double a0 = now_us();
-      CHECK(kvc_flow_release(flow, batch, nf, 1));
+      CHECK(kvc_flow_release(flow, batch, nf, 1, NULL));
       t_alloc += now_us() - a0;
     }
     size_t w = 0;

@@ -1504,6 +1504,10 @@ KVC_API const int32_t *kvc_hybrid_req_pool_track_mapping(const kvc_hybrid_req_po
 KVC_API kvc_status kvc_hybrid_req_pool_get_mamba_indices(const kvc_hybrid_req_pool *pool,
                                                          const void *rows, kvc_index_type rows_type,
                                                          int32_t *out, size_t n, kvc_stream stream);
+/** kvc_hybrid_req_pool_req_pool() / _mamba_pool() : the borrowed pools (NULL for a bad
+ *  handle). */
+KVC_API kvc_req_to_token_pool *kvc_hybrid_req_pool_req_pool(const kvc_hybrid_req_pool *pool);
+KVC_API kvc_mamba_pool *kvc_hybrid_req_pool_mamba_pool(const kvc_hybrid_req_pool *pool);
 /** kvc_hybrid_req_pool_clear() : clears the req pool and the Mamba pool and zeroes both
  *  mappings (host; one device memset each). */
 KVC_API kvc_status kvc_hybrid_req_pool_clear(kvc_hybrid_req_pool *pool, kvc_stream stream);
@@ -1594,6 +1598,7 @@ typedef struct kvc_hybrid_req_pool kvc_hybrid_req_pool;
 typedef struct kvc_req_state {
   int32_t req_row;      /* request-to-token row, 0 = none (SGLang req_pool_idx None) */
   int32_t mamba_slot;   /* Mamba state slot, 0 = none */
+  int32_t mamba_track[2]; /* ping-pong track slots (hybrid pool with tracking), 0 = none */
   uint32_t flags;       /* KVC_REQ_* */
   int32_t pad_;
   int64_t seq_len;      /* tokens after the step being allocated */
@@ -1642,10 +1647,12 @@ typedef struct kvc_flow_config {
   size_t struct_size;
   uint32_t version;
   int32_t page_size;               /* must equal the allocator's */
-  kvc_req_to_token_pool *req_pool; /* required (for hybrid models: the hybrid pool's) */
-  kvc_allocator *allocator;        /* the token/paged allocator, or NULL with swa_allocator */
-  kvc_swa_allocator *swa_allocator; /* SWA models: instead of allocator */
-  kvc_hybrid_req_pool *hybrid_req_pool; /* hybrid (Mamba) models: rows + Mamba slots */
+  kvc_req_to_token_pool *req_pool; /* required (hybrid models: the hybrid pool's) */
+  kvc_allocator *allocator;        /* the token/paged allocator; NULL with swa_allocator */
+  kvc_swa_allocator *swa_allocator; /* SWA models, instead of allocator: window eviction
+                                       (sliding_window > 0) frees SWA pages out of window */
+  kvc_hybrid_req_pool *hybrid_req_pool; /* hybrid (Mamba) models: one Mamba slot (and
+                                           track slots) per request with its row */
   kvc_prefix_cache cache;          /* copied; zero = kvc_chunk_cache() */
   int32_t sliding_window;          /* SWA window in tokens, 0 = no SWA eviction */
   int32_t swa_drop_page_margin;    /* 1 = SGLang_OPT_SWA_EVICT_DROP_PAGE_MARGIN */
@@ -1688,26 +1695,38 @@ KVC_API kvc_status kvc_flow_alloc_for_decode(kvc_flow *flow, kvc_req_state *cons
 
 /** kvc_flow_release() : SGLang release_kv_cache for n finished requests, in one free
  *  group: the cache takes [0, committed), the over-allocated tail is freed page-aligned,
- *  the request row is returned. is_insert as SGLang (ignored for requests with
- *  KVC_REQ_SKIP_CACHE_INSERT). */
+ *  the Mamba state goes back when the cache does not manage it, the request row is
+ *  returned. is_insert as SGLang (ignored for requests with KVC_REQ_SKIP_CACHE_INSERT).
+ *  A request with no row but a Mamba slot only returns the slot (SGLang 12.9 step 1).
+ *  Device work (SWA / Mamba mapping updates) is enqueued on `stream`. */
 KVC_API kvc_status kvc_flow_release(kvc_flow *flow, kvc_req_state *const *reqs, size_t n,
-                                    int is_insert);
+                                    int is_insert, kvc_stream stream);
 
 /** kvc_flow_cache_unfinished() : between chunks of a chunked prefill (SGLang
  *  maybe_cache_unfinished_req). */
 KVC_API kvc_status kvc_flow_cache_unfinished(kvc_flow *flow, kvc_req_state *req);
 
 /** kvc_flow_evict() : SGLang evict_from_tree_cache(n): asks the cache for n tokens when
- *  fewer are available (nothing for a chunk cache). */
+ *  fewer are available (SWA: for the deficits of each side; nothing for a chunk cache). */
 KVC_API kvc_status kvc_flow_evict(kvc_flow *flow, int64_t num_tokens);
 
-/** kvc_flow_available() : free tokens of the allocator; evictable / protected / cached
- *  sizes of the cache (any pointer may be NULL). */
+/** kvc_flow_free_swa_out_of_window() : SGLang free_swa_out_of_window_slots for one request
+ *  whose KV covers pre_len tokens: frees the SWA peers of whole pages below
+ *  pre_len - window (- one page margin unless swa_drop_page_margin), never below
+ *  max(cache_protected_len, swa_evict_floor rounded up to a page); advances
+ *  swa_evicted_seqlen. The flows call it for every request before allocating when a
+ *  sliding window is configured. @return KVC_ERR_UNSUPPORTED without an SWA allocator,
+ *  KVC_ERR_INVALID_ARGUMENT for a cache_protected_len that is not page-aligned. */
+KVC_API kvc_status kvc_flow_free_swa_out_of_window(kvc_flow *flow, kvc_req_state *req, int64_t pre_len,
+                                                   kvc_stream stream);
+
+/** kvc_flow_available() : free tokens of the allocator (SWA: min of both sides);
+ *  evictable / protected / cached sizes of the cache (any pointer may be NULL). */
 KVC_API kvc_status kvc_flow_available(const kvc_flow *flow, int64_t *available, int64_t *evictable,
                                       int64_t *protected_size, int64_t *cached);
 
 /** kvc_flow_free_slots() : frees host slots through the flow's allocator (for prefix-cache
- *  callbacks). */
+ *  callbacks; SWA: both sides), on the stream of the flow call in progress. */
 KVC_API kvc_status kvc_flow_free_slots(kvc_flow *flow, const int64_t *slots, size_t n);
 /** kvc_flow_row_slots() : copies row[start:end) of the request-to-token mirror as int64. */
 KVC_API kvc_status kvc_flow_row_slots(const kvc_flow *flow, int32_t row, int64_t start, int64_t end,

@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build-example}
 cmake -S . -B "$build" -DKVC_WERROR=ON -DKVC_BUILD_TESTS=OFF -DKVC_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j "$(nproc)" --target kvc_example_basic
-"$build/examples/kvc_example_basic" "$@"
+cmake --build "$build" -j "$(nproc)" --target kvc_example_serve
+"$build/examples/kvc_example_serve" "$@"

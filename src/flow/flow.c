@@ -31,35 +31,37 @@ kvc_status kvc__flow_check_handle(const kvc_flow *flow, const char *fn) {
   return KVC_OK;
 }
 
-kvc_status kvc__flow_reserve(kvc_flow *f, const char *fn, size_t n) {
-  if (n <= f->cap) return KVC_OK;
-  size_t cap = f->cap ? f->cap : 64;
-  while (cap < n) cap *= 2;
-  int32_t *rows = kvc__calloc(f->ctx, cap, sizeof *rows);
-  uint8_t *fresh = kvc__calloc(f->ctx, cap, 1);
-  int64_t *pl = kvc__calloc(f->ctx, cap, 8), *sl = kvc__calloc(f->ctx, cap, 8), *ll = kvc__calloc(f->ctx, cap, 8);
-  const int64_t **ps = kvc__calloc(f->ctx, cap, sizeof *ps);
-  if (!rows || !fresh || !pl || !sl || !ll || !ps) {
-    kvc__free(f->ctx, rows);
-    kvc__free(f->ctx, fresh);
-    kvc__free(f->ctx, pl);
-    kvc__free(f->ctx, sl);
-    kvc__free(f->ctx, ll);
-    kvc__free(f->ctx, (void *)ps);
-    return kvc__error(f->ctx, KVC_ERR_HOST_OOM, fn, "scratch for %zu requests", n);
-  }
+static void free_scratch(kvc_flow *f) {
   kvc__free(f->ctx, f->rows);
   kvc__free(f->ctx, f->fresh);
   kvc__free(f->ctx, f->prefix_lens);
   kvc__free(f->ctx, f->seq_lens);
   kvc__free(f->ctx, f->last_locs);
   kvc__free(f->ctx, (void *)f->prefix_slots);
-  f->rows = rows;
-  f->fresh = fresh;
-  f->prefix_lens = pl;
-  f->seq_lens = sl;
-  f->last_locs = ll;
-  f->prefix_slots = ps;
+  kvc__free(f->ctx, f->mamba_slots);
+  kvc__free(f->ctx, f->track_slots);
+}
+
+kvc_status kvc__flow_reserve(kvc_flow *f, const char *fn, size_t n) {
+  if (n <= f->cap) return KVC_OK;
+  size_t cap = f->cap ? f->cap : 64;
+  while (cap < n) cap *= 2;
+  kvc_flow g = *f;
+  g.rows = kvc__calloc(f->ctx, cap, sizeof *g.rows);
+  g.fresh = kvc__calloc(f->ctx, cap, 1);
+  g.prefix_lens = kvc__calloc(f->ctx, cap, 8);
+  g.seq_lens = kvc__calloc(f->ctx, cap, 8);
+  g.last_locs = kvc__calloc(f->ctx, cap, 8);
+  g.prefix_slots = kvc__calloc(f->ctx, cap, sizeof *g.prefix_slots);
+  g.mamba_slots = kvc__calloc(f->ctx, cap, sizeof *g.mamba_slots);
+  g.track_slots = kvc__calloc(f->ctx, 2 * cap, sizeof *g.track_slots);
+  if (!g.rows || !g.fresh || !g.prefix_lens || !g.seq_lens || !g.last_locs || !g.prefix_slots || !g.mamba_slots ||
+      !g.track_slots) {
+    free_scratch(&g);
+    return kvc__error(f->ctx, KVC_ERR_HOST_OOM, fn, "scratch for %zu requests", n);
+  }
+  free_scratch(f);
+  *f = g;
   f->cap = cap;
   return KVC_OK;
 }
@@ -72,21 +74,26 @@ kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_
   kvc_flow_config cfg = KVC_FLOW_CONFIG_INIT;
   memcpy(&cfg, config, config->struct_size);
   KVC_RETURN_IF(!cfg.req_pool, ctx, KVC_ERR_INVALID_ARGUMENT, "config.req_pool is NULL");
-  KVC_RETURN_IF(cfg.swa_allocator || cfg.hybrid_req_pool, ctx, KVC_ERR_UNSUPPORTED,
-                "SWA and hybrid pools are bound through kvc_flow_create only once their pools exist");
-  KVC_RETURN_IF(!cfg.allocator, ctx, KVC_ERR_INVALID_ARGUMENT, "config.allocator is NULL");
-  KVC_RETURN_IF(cfg.page_size != kvc_allocator_page_size(cfg.allocator), ctx, KVC_ERR_INVALID_ARGUMENT,
-                "config.page_size %d differs from the allocator's %d", cfg.page_size,
-                kvc_allocator_page_size(cfg.allocator));
+  KVC_RETURN_IF(!cfg.allocator == !cfg.swa_allocator, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "exactly one of config.allocator and config.swa_allocator must be set");
+  int32_t aps = cfg.allocator ? kvc_allocator_page_size(cfg.allocator) : kvc_swa_allocator_page_size(cfg.swa_allocator);
+  KVC_RETURN_IF(cfg.page_size != aps, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "config.page_size %d differs from the allocator's %d", cfg.page_size, aps);
   KVC_RETURN_IF(cfg.sliding_window < 0 || cfg.spec_num_steps < 0 || cfg.spec_topk < 0 || cfg.spec_num_draft_tokens < 0,
                 ctx, KVC_ERR_INVALID_ARGUMENT, "negative window or speculative setting");
-  KVC_RETURN_IF(cfg.sliding_window > 0, ctx, KVC_ERR_INVALID_ARGUMENT,
+  KVC_RETURN_IF(cfg.sliding_window > 0 && !cfg.swa_allocator, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "sliding_window needs an SWA allocator (config.swa_allocator)");
+  KVC_RETURN_IF(cfg.hybrid_req_pool && kvc_hybrid_req_pool_req_pool(cfg.hybrid_req_pool) != cfg.req_pool, ctx,
+                KVC_ERR_INVALID_ARGUMENT, "config.req_pool must be the hybrid pool's request pool");
   kvc_flow *f = kvc__calloc(ctx, 1, sizeof *f);
   KVC_RETURN_IF(!f, ctx, KVC_ERR_HOST_OOM, "flow");
   f->magic = KVC__FLOW_MAGIC;
   f->ctx = ctx;
   f->cfg = cfg;
+  f->alloc = cfg.allocator;
+  f->swa = cfg.swa_allocator;
+  f->hybrid = cfg.hybrid_req_pool;
+  f->mamba = f->hybrid ? kvc_hybrid_req_pool_mamba_pool(f->hybrid) : NULL;
   f->cache = cfg.cache;
   if (!f->cache.self && !f->cache.cache_finished_req && !f->cache.is_chunk_cache) f->cache = kvc_chunk_cache();
   f->width = kvc_req_to_token_pool_max_context_len(cfg.req_pool);
@@ -104,15 +111,36 @@ kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_
 void kvc_flow_destroy(kvc_flow *f) {
   if (!f || f->magic != KVC__FLOW_MAGIC) return;
   kvc_context *ctx = f->ctx;
-  kvc__free(ctx, f->rows);
-  kvc__free(ctx, f->fresh);
-  kvc__free(ctx, f->prefix_lens);
-  kvc__free(ctx, f->seq_lens);
-  kvc__free(ctx, f->last_locs);
-  kvc__free(ctx, (void *)f->prefix_slots);
+  free_scratch(f);
   kvc__free(ctx, f->row_slots);
   f->magic = 0;
   kvc__free(ctx, f);
+}
+
+/* --- The bound allocator ---------------------------------------------------------------- */
+
+int64_t kvc__flow_avail(const kvc_flow *f) {
+  return f->swa ? kvc_swa_allocator_available_size(f->swa) : kvc_allocator_available_size(f->alloc);
+}
+kvc_status kvc__flow_group_begin(kvc_flow *f) {
+  return f->swa ? kvc_swa_allocator_free_group_begin(f->swa) : kvc_allocator_free_group_begin(f->alloc);
+}
+kvc_status kvc__flow_group_end(kvc_flow *f) {
+  return f->swa ? kvc_swa_allocator_free_group_end(f->swa) : kvc_allocator_free_group_end(f->alloc);
+}
+static kvc_status alloc_extend(kvc_flow *f, size_t n, const int64_t *pre, const int64_t *seq, const int64_t *last,
+                               const int32_t *rows, const int64_t *const *prefix_slots, int64_t *out,
+                               kvc_stream stream) {
+  if (f->swa)
+    return kvc_swa_allocator_alloc_extend(f->swa, n, pre, seq, last, f->cfg.req_pool, rows, prefix_slots, NULL, out,
+                                          stream);
+  return kvc_allocator_alloc_extend(f->alloc, n, pre, seq, last, f->cfg.req_pool, rows, prefix_slots, NULL, out,
+                                    stream);
+}
+static kvc_status alloc_decode(kvc_flow *f, size_t n, const int64_t *seq, const int32_t *rows, int64_t *out,
+                               kvc_stream stream) {
+  if (f->swa) return kvc_swa_allocator_alloc_decode(f->swa, n, seq, NULL, f->cfg.req_pool, rows, NULL, out, stream);
+  return kvc_allocator_alloc_decode(f->alloc, n, seq, NULL, f->cfg.req_pool, rows, NULL, out, stream);
 }
 
 /* --- Small shared helpers ------------------------------------------------------------ */
@@ -131,13 +159,14 @@ kvc_status kvc_flow_row_slots(const kvc_flow *f, int32_t row, int64_t start, int
 kvc_status kvc_flow_free_slots(kvc_flow *f, const int64_t *slots, size_t n) {
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (!n) return KVC_OK;
-  return kvc_allocator_free(f->cfg.allocator, slots, n);
+  if (f->swa) return kvc_swa_allocator_free(f->swa, slots, n, f->stream);
+  return kvc_allocator_free(f->alloc, slots, n);
 }
 
 kvc_status kvc_flow_available(const kvc_flow *f, int64_t *available, int64_t *evictable, int64_t *protected_size,
                               int64_t *cached) {
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
-  if (available) *available = kvc_allocator_available_size(f->cfg.allocator);
+  if (available) *available = kvc__flow_avail(f);
   if (evictable) *evictable = cache_size(f->cache.evictable_size, f->cache.self);
   if (protected_size) *protected_size = cache_size(f->cache.protected_size, f->cache.self);
   if (cached) *cached = cache_size(f->cache.cached_size, f->cache.self);
@@ -148,23 +177,103 @@ kvc_status kvc_flow_evict(kvc_flow *f, int64_t num_tokens) {
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   KVC_RETURN_IF(num_tokens < 0, f->ctx, KVC_ERR_INVALID_ARGUMENT, "num_tokens %lld < 0", (long long)num_tokens);
   if (cache_is_chunk(f) || !f->cache.evict) return KVC_OK;
-  /* SGLang asks for n (not the deficit) with a single pool. */
-  if (kvc_allocator_available_size(f->cfg.allocator) < num_tokens)
-    return f->cache.evict(f->cache.self, f, num_tokens, 0, 0);
+  if (f->swa) { /* SGLang asks for each side's deficit with the SWA composite */
+    int64_t full = kvc_swa_allocator_full_available_size(f->swa), swa = kvc_swa_allocator_swa_available_size(f->swa);
+    if (full < num_tokens || swa < num_tokens)
+      return f->cache.evict(f->cache.self, f, KVC__MAX(0, num_tokens - full), KVC__MAX(0, num_tokens - swa), 0);
+    return KVC_OK;
+  }
+  /* ... and for n (not the deficit) with a single pool. */
+  if (kvc_allocator_available_size(f->alloc) < num_tokens) return f->cache.evict(f->cache.self, f, num_tokens, 0, 0);
   return KVC_OK;
 }
 
 static kvc_status out_of_memory(kvc_flow *f, const char *fn, const char *what, int64_t tokens) {
   int64_t avail = 0, evictable = 0, prot = 0;
   kvc_flow_available(f, &avail, &evictable, &prot, NULL);
+  char extra[96] = "";
+  if (f->swa)
+    snprintf(extra, sizeof extra, " (full %lld, swa %lld)", (long long)kvc_swa_allocator_full_available_size(f->swa),
+             (long long)kvc_swa_allocator_swa_available_size(f->swa));
   return kvc__error(f->ctx, KVC_ERR_OUT_OF_SLOTS, fn,
                     "%s out of memory. Try to lower your batch size. Try to allocate %lld tokens. "
-                    "available_size=%lld, evictable_size=%lld, protected_size=%lld",
-                    what, (long long)tokens, (long long)avail, (long long)evictable, (long long)prot);
+                    "available_size=%lld%s, evictable_size=%lld, protected_size=%lld",
+                    what, (long long)tokens, (long long)avail, extra, (long long)evictable, (long long)prot);
 }
 
 /* Pages a request needs to grow from p to s tokens (SGLang get_num_new_pages). */
 static int64_t new_pages(int64_t p, int64_t s, int64_t ps) { return (s + ps - 1) / ps - (p + ps - 1) / ps; }
+
+/* --- SWA window eviction (SGLang free_swa_out_of_window_slots) ----------------------- */
+
+kvc_status kvc_flow_free_swa_out_of_window(kvc_flow *f, kvc_req_state *r, int64_t pre_len, kvc_stream stream) {
+  KVC_FORWARD(kvc__flow_check_handle(f, __func__));
+  KVC_RETURN_IF(!f->swa, f->ctx, KVC_ERR_UNSUPPORTED, "the flow has no SWA allocator");
+  KVC_RETURN_IF(!r, f->ctx, KVC_ERR_INVALID_ARGUMENT, "req is NULL");
+  const int64_t ps = f->ps;
+  KVC_RETURN_IF(r->cache_protected_len < 0 || r->cache_protected_len % ps, f->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "cache_protected_len %lld must be page aligned", (long long)r->cache_protected_len);
+  KVC_RETURN_IF(pre_len < 0 || pre_len > r->kv_allocated_len, f->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "pre_len %lld outside [0, kv_allocated_len %lld]", (long long)pre_len, (long long)r->kv_allocated_len);
+  if (f->cfg.sliding_window <= 0) return KVC_OK;
+  int64_t floor = KVC__MAX(r->cache_protected_len, r->swa_evict_floor);
+  if (ps > 1 && floor > r->cache_protected_len) floor = kvc__ceil_align(floor, ps);
+  int64_t evicted = KVC__MAX(r->swa_evicted_seqlen, floor);
+  /* One page of margin keeps the radix insert boundary from becoming an SWA tombstone. */
+  int64_t threshold = pre_len - f->cfg.sliding_window - (f->cfg.swa_drop_page_margin ? 0 : ps);
+  int64_t next = KVC__MAX(evicted, threshold);
+  if (ps > 1) next = next / ps * ps;
+  if (next > evicted) {
+    KVC_FORWARD(kvc_flow_row_slots(f, r->req_row, evicted, next, f->row_slots));
+    KVC_FORWARD(kvc_swa_allocator_free_swa(f->swa, f->row_slots, (size_t)(next - evicted), stream));
+    evicted = next;
+  }
+  r->swa_evicted_seqlen = evicted;
+  return KVC_OK;
+}
+
+/* Window eviction for every request of a batch that already holds KV. */
+static kvc_status evict_windows(kvc_flow *f, kvc_req_state *const *reqs, size_t n, bool decode, kvc_stream stream) {
+  if (!f->swa || f->cfg.sliding_window <= 0) return KVC_OK;
+  for (size_t i = 0; i < n; i++) {
+    kvc_req_state *r = reqs[i];
+    if (!r->req_row) continue;
+    int64_t pre = decode ? r->seq_len : r->prefix_len;
+    if (pre > r->kv_allocated_len) pre = r->kv_allocated_len;
+    KVC_FORWARD(kvc_flow_free_swa_out_of_window(f, r, pre, stream));
+  }
+  return KVC_OK;
+}
+
+/* --- Request rows (+ Mamba slots): SGLang alloc_req_slots ----------------------------- */
+
+static kvc_status alloc_rows(kvc_flow *f, kvc_req_state *const *reqs, size_t n, kvc_stream stream) {
+  for (size_t i = 0; i < n; i++) {
+    f->rows[i] = reqs[i]->req_row;
+    f->fresh[i] = reqs[i]->req_row == 0;
+  }
+  if (!f->hybrid) return kvc_req_to_token_pool_alloc(f->cfg.req_pool, n, f->rows);
+  /* SGLang: with a Mamba-managing cache, evict Mamba states for factor x n slots. */
+  int supports = f->cache.supports_mamba ? f->cache.supports_mamba(f->cache.self) : 0;
+  int64_t factor = supports ? (kvc_hybrid_req_pool_pp(f->hybrid) == 1 ? 2 : 3) : 1;
+  int64_t need = (int64_t)n * factor, avail = kvc_mamba_pool_available(f->mamba);
+  if (avail < need && supports && f->cache.evict) KVC_FORWARD(f->cache.evict(f->cache.self, f, 0, 0, need - avail));
+  for (size_t i = 0; i < n; i++) {
+    f->mamba_slots[i] = reqs[i]->mamba_slot;
+    f->track_slots[2 * i] = reqs[i]->mamba_track[0];
+    f->track_slots[2 * i + 1] = reqs[i]->mamba_track[1];
+  }
+  return kvc_hybrid_req_pool_alloc(f->hybrid, n, f->rows, f->mamba_slots, f->track_slots, stream);
+}
+
+/* Gives back rows (and Mamba state) this call took, after a later step failed. */
+static void rollback_rows(kvc_flow *f, size_t n, kvc_stream stream) {
+  for (size_t i = n; i-- > 0;) {
+    if (!f->fresh[i]) continue;
+    if (f->hybrid) kvc_hybrid_req_pool_free_mamba_cache(f->hybrid, f->rows[i], -1, stream);
+    kvc_req_to_token_pool_free(f->cfg.req_pool, f->rows[i]);
+  }
+}
 
 /* --- alloc_for_extend ---------------------------------------------------------------- */
 
@@ -174,6 +283,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!reqs, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs is NULL");
   KVC_FORWARD(kvc__flow_reserve(f, __func__, n));
+  f->stream = stream;
   kvc_req_to_token_pool *pool = f->cfg.req_pool;
   const int64_t ps = f->ps;
   int64_t extend_tokens = 0, pages = 0;
@@ -205,21 +315,22 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
     f->seq_lens[i] = r->seq_len;
     f->prefix_slots[i] = r->prefix_slots;
   }
-  /* SGLang: evict for extend_num_tokens (+ one page per request when paged). */
+  /* SGLang: window eviction first, then evict for extend_num_tokens (+ a page per
+   * request when paged). */
+  KVC_FORWARD(evict_windows(f, reqs, n, false, stream));
   KVC_FORWARD(kvc_flow_evict(f, ps == 1 ? extend_tokens : extend_tokens + (int64_t)n * ps));
   if (need_rows > kvc_req_to_token_pool_available(pool))
     return kvc__error(f->ctx, KVC_ERR_OUT_OF_SLOTS, __func__,
                       "alloc_req_slots runs out of memory. Please set a smaller number for max running "
                       "requests. available_size=%d, num_reqs=%zu, new rows=%d",
                       kvc_req_to_token_pool_available(pool), n, need_rows);
-  if (pages * ps > kvc_allocator_available_size(f->cfg.allocator)) return out_of_memory(f, __func__, "Prefill", extend_tokens);
+  /* Capacity before anything is taken (the allocators would fail cleanly too, but the
+   * rows are taken first). */
+  bool fits = f->swa ? kvc_swa_allocator_new_pages_available(f->swa, pages, pages) != 0
+                     : pages * ps <= kvc_allocator_available_size(f->alloc);
+  if (!fits) return out_of_memory(f, __func__, "Prefill", extend_tokens);
 
-  /* Rows: kept for requests that hold one, next FIFO rows for the others. */
-  for (size_t i = 0; i < n; i++) {
-    f->rows[i] = reqs[i]->req_row;
-    f->fresh[i] = reqs[i]->req_row == 0;
-  }
-  KVC_FORWARD(kvc_req_to_token_pool_alloc(pool, n, f->rows));
+  KVC_FORWARD(alloc_rows(f, reqs, n, stream));
   /* last_loc: from the matched prefix, else from the row (chunked / resumed). */
   for (size_t i = 0; i < n; i++) {
     const kvc_req_state *r = reqs[i];
@@ -228,17 +339,24 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
     else if (r->prefix_slots) f->last_locs[i] = r->prefix_slots[p - 1];
     else f->last_locs[i] = kvc_req_to_token_pool_row(pool, f->rows[i])[p - 1];
   }
-  kvc_status st = kvc_allocator_alloc_extend(f->cfg.allocator, n, f->prefix_lens, f->seq_lens, f->last_locs, pool,
-                                             f->rows, f->prefix_slots, NULL, out_cache_loc, stream);
+  kvc_status st = alloc_extend(f, n, f->prefix_lens, f->seq_lens, f->last_locs, f->rows, f->prefix_slots,
+                               out_cache_loc, stream);
   if (st != KVC_OK) {
-    /* Give back the rows this call took (SGLang leaves them allocated). */
-    for (size_t i = n; i-- > 0;)
-      if (f->fresh[i]) kvc_req_to_token_pool_free(pool, f->rows[i]);
-    return st == KVC_ERR_OUT_OF_SLOTS ? out_of_memory(f, __func__, "Prefill", extend_tokens) : st;
+    /* Give back what this call took (SGLang leaves the rows allocated, spec 15.14). */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", kvc_last_error(f->ctx));
+    rollback_rows(f, n, stream);
+    if (st == KVC_ERR_OUT_OF_SLOTS) return out_of_memory(f, __func__, "Prefill", extend_tokens);
+    return kvc__error(f->ctx, st, __func__, "%s", msg);
   }
   for (size_t i = 0; i < n; i++) {
     kvc_req_state *r = reqs[i];
     r->req_row = f->rows[i];
+    if (f->hybrid) {
+      r->mamba_slot = f->mamba_slots[i];
+      r->mamba_track[0] = f->track_slots[2 * i];
+      r->mamba_track[1] = f->track_slots[2 * i + 1];
+    }
     r->kv_allocated_len = r->kv_committed_len = r->seq_len;
     r->prefix_slots = NULL; /* the row holds the prefix now */
   }
@@ -254,7 +372,7 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
   KVC_RETURN_IF(!reqs, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs is NULL");
   KVC_RETURN_IF(token_per_req < 1, f->ctx, KVC_ERR_INVALID_ARGUMENT, "token_per_req %d < 1", token_per_req);
   KVC_FORWARD(kvc__flow_reserve(f, __func__, n));
-  kvc_req_to_token_pool *pool = f->cfg.req_pool;
+  f->stream = stream;
   const int64_t ps = f->ps;
   for (size_t i = 0; i < n; i++) {
     const kvc_req_state *r = reqs[i];
@@ -266,17 +384,13 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
     f->prefix_lens[i] = r->seq_len;
     f->seq_lens[i] = r->seq_len + token_per_req;
   }
-  /* The allocator validates rows and last_locs (from the mirror) and fails without
+  KVC_FORWARD(evict_windows(f, reqs, n, true, stream));
+  /* The allocators validate rows and last_locs (from the mirror) and fail without
    * changing anything, so no separate capacity check is needed here. */
   KVC_FORWARD(kvc_flow_evict(f, ps == 1 ? (int64_t)n * token_per_req : (int64_t)n * ps));
   kvc_status st;
-  if (token_per_req == 1) {
-    st = kvc_allocator_alloc_decode(f->cfg.allocator, n, f->seq_lens, NULL, pool, f->rows, NULL, out_cache_loc,
-                                    stream);
-  } else {
-    st = kvc_allocator_alloc_extend(f->cfg.allocator, n, f->prefix_lens, f->seq_lens, NULL, pool, f->rows, NULL,
-                                    NULL, out_cache_loc, stream);
-  }
+  if (token_per_req == 1) st = alloc_decode(f, n, f->seq_lens, f->rows, out_cache_loc, stream);
+  else st = alloc_extend(f, n, f->prefix_lens, f->seq_lens, NULL, f->rows, NULL, out_cache_loc, stream);
   if (st == KVC_ERR_OUT_OF_SLOTS) return out_of_memory(f, __func__, "Decode", (int64_t)n * token_per_req);
   KVC_FORWARD(st);
   for (size_t i = 0; i < n; i++) {

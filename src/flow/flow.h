@@ -16,14 +16,28 @@ struct kvc_flow {
   kvc_prefix_cache cache;
   int32_t width; /* req_to_token row width */
   int64_t ps;
+  kvc_allocator *alloc;       /* exactly one of alloc / swa */
+  kvc_swa_allocator *swa;
+  kvc_hybrid_req_pool *hybrid; /* NULL without Mamba */
+  kvc_mamba_pool *mamba;
+  kvc_stream stream;          /* stream of the flow call in progress (for callbacks) */
   /* Per-call scratch, grown on demand (never on a steady-state step). */
   size_t cap;
   int32_t *rows;
   uint8_t *fresh; /* 1 where this call allocated the row */
   int64_t *prefix_lens, *seq_lens, *last_locs;
   const int64_t **prefix_slots;
+  int32_t *mamba_slots, *track_slots; /* hybrid: n and 2n */
   int64_t *row_slots; /* width int64: a mirror row widened for frees */
 };
+
+/* The bound allocator, whichever kind. */
+int64_t kvc__flow_avail(const kvc_flow *f);
+kvc_status kvc__flow_group_begin(kvc_flow *f);
+kvc_status kvc__flow_group_end(kvc_flow *f);
+/** Frees a request's Mamba state (row's mapping, or a row-less slot) when the flow binds
+ *  a hybrid pool. */
+kvc_status kvc__flow_free_mamba(kvc_flow *f, kvc_req_state *r);
 
 /** Grows the per-call arrays to hold n requests. */
 kvc_status kvc__flow_reserve(kvc_flow *flow, const char *fn, size_t n);

@@ -47,8 +47,21 @@ kvc_prefix_cache kvc_chunk_cache(void) {
 
 /* --- Release ------------------------------------------------------------------------- */
 
+kvc_status kvc__flow_free_mamba(kvc_flow *f, kvc_req_state *r) {
+  if (!f->hybrid) return KVC_OK;
+  if (r->req_row && kvc_hybrid_req_pool_mamba_slot(f->hybrid, r->req_row) > 0) {
+    KVC_FORWARD(kvc_hybrid_req_pool_free_mamba_cache(f->hybrid, r->req_row, -1, f->stream));
+  } else if (r->mamba_slot > 0) { /* a slot taken before any row (SGLang 12.9 step 1) */
+    KVC_FORWARD(kvc_mamba_pool_free(f->mamba, &r->mamba_slot, 1));
+  }
+  r->mamba_slot = 0;
+  r->mamba_track[0] = r->mamba_track[1] = 0;
+  return KVC_OK;
+}
+
 static kvc_status release_one(kvc_flow *f, kvc_req_state *r, int is_insert) {
   kvc_prefix_cache *c = &f->cache;
+  if (r->req_row == 0) return kvc__flow_free_mamba(f, r); /* Mamba state taken early */
   int insert = is_insert && !(r->flags & KVC_REQ_SKIP_CACHE_INSERT);
   if (c->cache_finished_req) KVC_FORWARD(c->cache_finished_req(c->self, f, r, insert));
   else KVC_FORWARD(kvc__chunk_cache_finished(NULL, f, r, insert));
@@ -60,19 +73,26 @@ static kvc_status release_one(kvc_flow *f, kvc_req_state *r, int is_insert) {
     KVC_FORWARD(kvc_flow_row_slots(f, r->req_row, start, end, f->row_slots));
     KVC_FORWARD(kvc_flow_free_slots(f, f->row_slots, (size_t)(end - start)));
   }
+  int supports = c->supports_mamba ? c->supports_mamba(c->self) : 0;
+  if (!supports) KVC_FORWARD(kvc__flow_free_mamba(f, r));
   KVC_FORWARD(kvc_req_to_token_pool_free(f->cfg.req_pool, r->req_row));
   r->req_row = 0;
   r->kv_committed_len = r->kv_allocated_len = 0;
   return KVC_OK;
 }
 
-kvc_status kvc_flow_release(kvc_flow *f, kvc_req_state *const *reqs, size_t n, int is_insert) {
+kvc_status kvc_flow_release(kvc_flow *f, kvc_req_state *const *reqs, size_t n, int is_insert, kvc_stream stream) {
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!reqs, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs is NULL");
   for (size_t i = 0; i < n; i++) {
     const kvc_req_state *r = reqs[i];
     KVC_RETURN_IF(!r, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs[%zu] is NULL", i);
+    if (r->req_row == 0) {
+      KVC_RETURN_IF(r->mamba_slot <= 0, f->ctx, KVC_ERR_MISUSE,
+                    "reqs[%zu] holds neither a row nor a Mamba slot (released twice?)", i);
+      continue;
+    }
     KVC_RETURN_IF(!kvc_req_to_token_pool_is_held(f->cfg.req_pool, r->req_row), f->ctx, KVC_ERR_MISUSE,
                   "reqs[%zu]: req_row %d is not a held row (released twice?)", i, r->req_row);
     KVC_RETURN_IF(r->kv_committed_len < 0 || r->kv_allocated_len < r->kv_committed_len ||
@@ -83,10 +103,11 @@ kvc_status kvc_flow_release(kvc_flow *f, kvc_req_state *const *reqs, size_t n, i
       KVC_RETURN_IF(reqs[j]->req_row == r->req_row, f->ctx, KVC_ERR_MISUSE, "reqs[%zu] and reqs[%zu] share row %d",
                     j, i, r->req_row);
   }
-  KVC_FORWARD(kvc_allocator_free_group_begin(f->cfg.allocator));
+  f->stream = stream;
+  KVC_FORWARD(kvc__flow_group_begin(f));
   kvc_status st = KVC_OK;
   for (size_t i = 0; i < n && st == KVC_OK; i++) st = release_one(f, reqs[i], is_insert);
-  KVC_CLEANUP_KEEP_FIRST(kvc_allocator_free_group_end(f->cfg.allocator), st);
+  KVC_CLEANUP_KEEP_FIRST(kvc__flow_group_end(f), st);
   return st;
 }
 
@@ -104,9 +125,17 @@ kvc_status kvc_flow_cache_unfinished(kvc_flow *f, kvc_req_state *req) {
 
 kvc_status kvc_flow_check(const kvc_flow *f, kvc_req_state *const *live, size_t n_live) {
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
-  KVC_FORWARD(kvc_allocator_check(f->cfg.allocator));
+  const kvc_allocator *full = f->alloc;
+  if (f->swa) {
+    KVC_FORWARD(kvc_swa_allocator_check(f->swa));
+    full = kvc_swa_allocator_full(f->swa);
+  } else {
+    KVC_FORWARD(kvc_allocator_check(f->alloc));
+  }
+  if (f->mamba) KVC_FORWARD(kvc_mamba_pool_check(f->mamba));
   kvc_allocator_stats s;
-  KVC_FORWARD(kvc_allocator_get_stats(f->cfg.allocator, &s));
+  KVC_FORWARD(kvc_allocator_get_stats(full, &s));
+  /* Full-side pages: every live request's allocated tokens, plus the cache's. */
   int64_t held = 0;
   for (size_t i = 0; i < n_live; i++)
     if (live[i] && live[i]->req_row) held += (live[i]->kv_allocated_len + f->ps - 1) / f->ps;

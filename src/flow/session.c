@@ -20,7 +20,7 @@ typedef struct session_slot {
   int32_t req_row; /* 0 = holds nothing */
   int32_t mamba_slot;
   int32_t lent; /* restored into a running turn: its pages are counted by the request */
-  int32_t pad_;
+  int32_t track[2];
   int64_t committed, allocated, cache_protected_len, swa_evicted_seqlen;
   void *last_node; /* the first turn's cache node, locked by the inner cache */
 } session_slot;
@@ -147,6 +147,8 @@ static kvc_status sc_finished(void *self, kvc_flow *f, kvc_req_state *req, int i
   x->lent = 0;
   x->req_row = req->req_row;
   x->mamba_slot = req->mamba_slot;
+  x->track[0] = req->mamba_track[0];
+  x->track[1] = req->mamba_track[1];
   x->committed = req->kv_committed_len;
   x->allocated = req->kv_allocated_len;
   x->swa_evicted_seqlen = req->swa_evicted_seqlen;
@@ -157,6 +159,7 @@ static kvc_status sc_finished(void *self, kvc_flow *f, kvc_req_state *req, int i
   /* Ownership moves to the session: the release path frees nothing. */
   req->req_row = 0;
   req->mamba_slot = 0;
+  req->mamba_track[0] = req->mamba_track[1] = 0;
   return KVC_OK;
 }
 
@@ -244,6 +247,8 @@ kvc_status kvc_session_cache_match(kvc_session_cache *s, kvc_req_state *req, int
   /* Restore (the slot keeps its copy: a retried request gets the same state). */
   req->req_row = x->req_row;
   req->mamba_slot = x->mamba_slot;
+  req->mamba_track[0] = x->track[0];
+  req->mamba_track[1] = x->track[1];
   req->kv_committed_len = x->committed;
   req->kv_allocated_len = x->allocated;
   req->swa_evicted_seqlen = x->swa_evicted_seqlen;
@@ -274,9 +279,14 @@ kvc_status kvc_session_cache_release(kvc_session_cache *s, kvc_flow *f, uint64_t
       KVC_FORWARD(kvc_flow_row_slots(f, x->req_row, start, end, f->row_slots));
       KVC_FORWARD(kvc_flow_free_slots(f, f->row_slots, (size_t)(end - start)));
     }
+    /* SGLang forgets the session's Mamba state here (spec 15.6); it is returned. */
+    kvc_req_state tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.req_row = x->req_row;
+    tmp.mamba_slot = x->mamba_slot;
+    f->stream = NULL;
+    KVC_FORWARD(kvc__flow_free_mamba(f, &tmp));
     KVC_FORWARD(kvc_req_to_token_pool_free(f->cfg.req_pool, x->req_row));
-    /* SGLang forgets the session's Mamba slot here (spec 15.6); the hybrid pool frees it
-     * when the flow binds one. */
   }
   if (x->last_node && s->inner.dec_lock_ref) s->inner.dec_lock_ref(s->inner.self, x->last_node);
   memset(x, 0, sizeof *x);

@@ -291,3 +291,11 @@ kvc_status kvc_hybrid_req_pool_clear(kvc_hybrid_req_pool *p, kvc_stream stream) 
   memset(p->hmap, 0, (size_t)p->len * 4);
   return st;
 }
+
+kvc_req_to_token_pool *kvc_hybrid_req_pool_req_pool(const kvc_hybrid_req_pool *pool) {
+  return pool && pool->magic == KVC__HYBRID_MAGIC ? pool->rp : NULL;
+}
+
+kvc_mamba_pool *kvc_hybrid_req_pool_mamba_pool(const kvc_hybrid_req_pool *pool) {
+  return pool && pool->magic == KVC__HYBRID_MAGIC ? pool->mp : NULL;
+}

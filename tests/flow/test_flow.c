@@ -54,14 +54,14 @@ static void test_prefill_decode_release_roundtrip(void **state) {
   assert_row_synced(&f, b.req_row, 6);
   kvc_req_state *live[] = {&a, &b};
   KVT_OK(kvc_flow_check(f.flow, live, 2));
-  KVT_OK(kvc_flow_release(f.flow, batch, 2, 1));
+  KVT_OK(kvc_flow_release(f.flow, batch, 2, 1, NULL));
   assert_int_equal(a.req_row, 0);
   assert_int_equal(kvc_allocator_available_size(f.alloc), avail0);
   assert_int_equal(kvc_req_to_token_pool_available(f.pool), 8);
   KVT_OK(kvc_flow_check(f.flow, NULL, 0));
   /* Released again: misuse, nothing changes. */
   a.req_row = 1;
-  KVT_STATUS(kvc_flow_release(f.flow, batch, 1, 1), KVC_ERR_MISUSE);
+  KVT_STATUS(kvc_flow_release(f.flow, batch, 1, 1, NULL), KVC_ERR_MISUSE);
   assert_int_equal(kvc_allocator_available_size(f.alloc), avail0);
   fixture_free(&f);
 }
@@ -95,7 +95,7 @@ static void test_extend_out_of_memory_changes_nothing(void **state) {
   assert_non_null(strstr(kvc_last_error(kvt_ctx), "Decode out of memory"));
   kvc_req_state *live[] = {&a, &c};
   KVT_OK(kvc_flow_check(f.flow, live, 2));
-  KVT_OK(kvc_flow_release(f.flow, both, 2, 1));
+  KVT_OK(kvc_flow_release(f.flow, both, 2, 1, NULL));
   assert_int_equal(kvc_allocator_available_size(f.alloc), 64);
   fixture_free(&f);
 }
@@ -111,7 +111,7 @@ static void test_request_rows_exhausted(void **state) {
   assert_int_equal(kvc_req_to_token_pool_available(f.pool), 2);
   assert_int_equal(kvc_allocator_available_size(f.alloc), 1024);
   KVT_OK(kvc_flow_alloc_for_extend(f.flow, all, 2, f.out, NULL));
-  KVT_OK(kvc_flow_release(f.flow, all, 2, 1));
+  KVT_OK(kvc_flow_release(f.flow, all, 2, 1, NULL));
   fixture_free(&f);
 }
 
@@ -138,7 +138,7 @@ static void test_chunked_prefill_continues_the_row(void **state) {
     for (int i = 0; i < 80; i++) assert_int_equal(got[i], m[100 + i]);
     assert_row_synced(&f, row, 180);
     a.flags = 0;
-    KVT_OK(kvc_flow_release(f.flow, one, 1, 1));
+    KVT_OK(kvc_flow_release(f.flow, one, 1, 1, NULL));
     assert_int_equal(kvc_allocator_available_size(f.alloc), 2048);
     fixture_free(&f);
   }
@@ -164,7 +164,7 @@ static void test_multi_token_decode(void **state) {
   assert_int_equal(got[2], m[9]);
   assert_int_equal(m[8] % 8, 0); /* opens a page */
   assert_row_synced(&f, a.req_row, 10);
-  KVT_OK(kvc_flow_release(f.flow, both, 2, 1));
+  KVT_OK(kvc_flow_release(f.flow, both, 2, 1, NULL));
   assert_int_equal(kvc_allocator_available_size(f.alloc), 1024);
   fixture_free(&f);
 }
@@ -231,7 +231,7 @@ static void test_prefix_slots_from_a_cache_match(void **state) {
   kvc_req_state *two[] = {&b};
   KVT_STATUS(kvc_flow_alloc_for_extend(f.flow, two, 1, f.out, NULL), KVC_ERR_OUT_OF_SLOTS);
   assert_int_equal(toy.evictions, 1);
-  KVT_OK(kvc_flow_release(f.flow, one, 1, 1));
+  KVT_OK(kvc_flow_release(f.flow, one, 1, 1, NULL));
   assert_int_equal(kvc_allocator_available_size(f.alloc), 256 - 32);
   fixture_free(&f);
 }

@@ -47,7 +47,7 @@ static void test_session_keeps_kv_between_turns(void **state) {
     int32_t row = t1.req_row;
     int32_t saved[35];
     memcpy(saved, kvc_req_to_token_pool_row(f->pool, row), sizeof saved);
-    KVT_OK(kvc_flow_release(f->flow, b1, 1, 1));
+    KVT_OK(kvc_flow_release(f->flow, b1, 1, 1, NULL));
     /* The session holds the row and its 35 tokens. */
     assert_int_equal(t1.req_row, 0);
     assert_true(kvc_req_to_token_pool_is_held(f->pool, row));
@@ -73,7 +73,7 @@ static void test_session_keeps_kv_between_turns(void **state) {
     assert_memory_equal(m, saved, sizeof saved); /* old KV untouched */
     if (ps > 1 && 35 % ps) assert_int_equal(m[35], m[34] + 1); /* continues the partial page */
     assert_row_synced(f, row, 47);
-    KVT_OK(kvc_flow_release(f->flow, b2, 1, 1));
+    KVT_OK(kvc_flow_release(f->flow, b2, 1, 1, NULL));
     KVT_OK(kvc_session_cache_held(s.sc, ps, &held, NULL, &reqs));
     assert_int_equal(held, (47 + ps - 1) / ps * ps);
     /* End of the session: everything returns. */
@@ -104,7 +104,7 @@ static void test_chunked_session_turn(void **state) {
   t.flags = 0;
   KVT_OK(kvc_flow_alloc_for_extend(f->flow, b, 1, f->out, NULL));
   assert_row_synced(f, t.req_row, 100);
-  KVT_OK(kvc_flow_release(f->flow, b, 1, 1));
+  KVT_OK(kvc_flow_release(f->flow, b, 1, 1, NULL));
   KVT_OK(kvc_session_cache_release(s.sc, f->flow, 3));
   assert_int_equal(kvc_allocator_available_size(f->alloc), 2048);
   sfix_free(&s);
@@ -118,7 +118,7 @@ static void test_non_session_requests_pass_through(void **state) {
   kvc_req_state a = turn(0, 40), b = turn(9, 20);
   kvc_req_state *both[] = {&a, &b};
   KVT_OK(kvc_flow_alloc_for_extend(f->flow, both, 2, f->out, NULL));
-  KVT_OK(kvc_flow_release(f->flow, both, 2, 1));
+  KVT_OK(kvc_flow_release(f->flow, both, 2, 1, NULL));
   /* a went through the inner chunk cache (freed); b is held by its session. */
   int64_t held, reqs;
   KVT_OK(kvc_session_cache_held(s.sc, 16, &held, NULL, &reqs));
@@ -129,9 +129,9 @@ static void test_non_session_requests_pass_through(void **state) {
   kvc_req_state b2 = turn(9, 10);
   kvc_req_state *one[] = {&b2};
   KVT_OK(kvc_flow_alloc_for_extend(f->flow, one, 1, f->out, NULL));
-  KVT_STATUS(kvc_flow_release(f->flow, one, 1, 1), KVC_ERR_MISUSE);
+  KVT_STATUS(kvc_flow_release(f->flow, one, 1, 1, NULL), KVC_ERR_MISUSE);
   b2.session_id = 0; /* release it as an ordinary request instead */
-  KVT_OK(kvc_flow_release(f->flow, one, 1, 1));
+  KVT_OK(kvc_flow_release(f->flow, one, 1, 1, NULL));
   KVT_OK(kvc_session_cache_release(s.sc, f->flow, 9));
   assert_int_equal(kvc_allocator_available_size(f->alloc), 2048);
   kvc_session_cache_reset(s.sc);

@@ -1,0 +1,155 @@
+/*
+ * Flows over SWA and hybrid (Mamba) models: window eviction during decode, both sides
+ * conserved; Mamba slots taken with the request rows and returned at release; sessions
+ * return the Mamba state SGLang forgets.
+ */
+#include "harness.h"
+
+static kvc_req_state req0(int64_t seq) {
+  kvc_req_state r;
+  memset(&r, 0, sizeof r);
+  r.seq_len = seq;
+  return r;
+}
+
+static void test_swa_window_eviction_during_decode(void **state) {
+  (void)state;
+  kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  rc.size = 4;
+  rc.max_context_len = 256;
+  kvc_req_to_token_pool *pool;
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rc, &pool));
+  kvc_swa_allocator_config sc = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+  sc.size_full = 256;
+  sc.size_swa = 64;
+  sc.page_size = 4;
+  kvc_swa_allocator *swa;
+  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &sc, &swa));
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.page_size = 4;
+  fc.req_pool = pool;
+  fc.swa_allocator = swa;
+  fc.sliding_window = 8;
+  kvc_flow *flow;
+  KVT_OK(kvc_flow_create(kvt_ctx, &fc, &flow));
+  int64_t *out = kvt_dev_alloc(1024 * 8);
+  const int64_t swa0 = kvc_swa_allocator_swa_available_size(swa), full0 = kvc_swa_allocator_full_available_size(swa);
+  kvc_req_state a = req0(40);
+  kvc_req_state *one[] = {&a};
+  KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+  assert_int_equal(kvc_swa_allocator_swa_available_size(swa), swa0 - 40);
+  /* Decode 40 more tokens: the SWA side stays bounded by window + margin + a page,
+   * while the full side grows with the sequence. */
+  int64_t max_swa_used = 0;
+  for (int i = 0; i < 40; i++) {
+    KVT_OK(kvc_flow_alloc_for_decode(flow, one, 1, 1, out, NULL));
+    int64_t used = swa0 - kvc_swa_allocator_swa_available_size(swa);
+    if (i > 2 && used > max_swa_used) max_swa_used = used;
+  }
+  assert_int_equal(a.seq_len, 80);
+  assert_true(a.swa_evicted_seqlen > 0);
+  assert_int_equal(a.swa_evicted_seqlen % 4, 0);
+  /* evicted = floor_page(pre_len - window - page) at the last decode (pre_len 79). */
+  assert_int_equal(a.swa_evicted_seqlen, (79 - 8 - 4) / 4 * 4);
+  assert_true(max_swa_used <= 8 + 4 + 2 * 4);
+  assert_int_equal(kvc_swa_allocator_full_available_size(swa), full0 - 80);
+  /* Mapping of evicted slots is cleared; the recent ones still have peers. */
+  const int32_t *map = kvc_swa_allocator_mapping_host(swa);
+  const int32_t *row = kvc_req_to_token_pool_row(pool, a.req_row);
+  assert_int_equal(map[row[0]], 0);
+  assert_true(map[row[79]] > 0);
+  KVT_OK(kvc_swa_allocator_check(swa));
+  kvc_req_state *live[] = {&a};
+  KVT_OK(kvc_flow_check(flow, live, 1));
+  KVT_OK(kvc_flow_release(flow, one, 1, 1, NULL));
+  assert_int_equal(kvc_swa_allocator_swa_available_size(swa), swa0);
+  assert_int_equal(kvc_swa_allocator_full_available_size(swa), full0);
+  KVT_OK(kvc_swa_allocator_check(swa));
+  kvt_dev_free(out);
+  kvc_flow_destroy(flow);
+  kvc_swa_allocator_destroy(swa);
+  kvc_req_to_token_pool_destroy(pool);
+}
+
+static kvc_mamba_pool *make_mamba(int32_t size) {
+  kvc_mamba_pool_config c = KVC_MAMBA_POOL_CONFIG_INIT;
+  kvc_mamba_shape conv = {2, 0, {8, 4, 0}};
+  c.size = size;
+  c.num_layers = 2;
+  c.num_conv = 1;
+  c.conv_shapes = &conv;
+  c.temporal_shape[0] = 2;
+  c.temporal_shape[1] = 4;
+  c.temporal_shape[2] = 4;
+  kvc_mamba_pool *mp;
+  KVT_OK(kvc_mamba_pool_create(kvt_ctx, &c, &mp));
+  return mp;
+}
+
+static void test_hybrid_mamba_slots_follow_requests(void **state) {
+  (void)state;
+  kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  rc.size = 4;
+  rc.max_context_len = 128;
+  kvc_req_to_token_pool *pool;
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rc, &pool));
+  kvc_mamba_pool *mp = make_mamba(3);
+  kvc_hybrid_req_pool_config hc = KVC_HYBRID_REQ_POOL_CONFIG_INIT;
+  hc.req_pool = pool;
+  hc.mamba_pool = mp;
+  kvc_hybrid_req_pool *hp;
+  KVT_OK(kvc_hybrid_req_pool_create(kvt_ctx, &hc, &hp));
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = KVC_ALLOCATOR_PAGED;
+  ac.size = 512;
+  ac.page_size = 16;
+  kvc_allocator *alloc;
+  KVT_OK(kvc_allocator_create(kvt_ctx, &ac, &alloc));
+  kvc_session_cache *sc;
+  KVT_OK(kvc_session_cache_create(kvt_ctx, NULL, &sc));
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.page_size = 16;
+  fc.req_pool = pool;
+  fc.allocator = alloc;
+  fc.hybrid_req_pool = hp;
+  fc.cache = kvc_session_cache_as_prefix_cache(sc);
+  kvc_flow *flow;
+  KVT_OK(kvc_flow_create(kvt_ctx, &fc, &flow));
+  int64_t *out = kvt_dev_alloc(1024 * 8);
+  kvc_req_state a = req0(20), b = req0(30), c = req0(10), d = req0(10);
+  b.session_id = 5;
+  kvc_req_state *ab[] = {&a, &b};
+  KVT_OK(kvc_flow_alloc_for_extend(flow, ab, 2, out, NULL));
+  assert_int_equal(a.mamba_slot, 1); /* FIFO, with the rows */
+  assert_int_equal(b.mamba_slot, 2);
+  assert_int_equal(kvc_hybrid_req_pool_mamba_slot(hp, a.req_row), 1);
+  /* Two more requests need 2 Mamba slots; only 1 is free: nothing changes. */
+  kvc_req_state *cd[] = {&c, &d};
+  int32_t rows_before = kvc_req_to_token_pool_available(pool);
+  KVT_STATUS(kvc_flow_alloc_for_extend(flow, cd, 2, out, NULL), KVC_ERR_OUT_OF_SLOTS);
+  assert_int_equal(kvc_req_to_token_pool_available(pool), rows_before);
+  assert_int_equal(kvc_mamba_pool_available(mp), 1);
+  assert_int_equal(kvc_allocator_available_size(alloc), 512 - 32 - 32);
+  KVT_OK(kvc_flow_release(flow, ab, 2, 1, NULL));
+  /* a's Mamba slot came back; b's session keeps its slot with its row. */
+  assert_int_equal(kvc_mamba_pool_available(mp), 2);
+  assert_int_equal(b.mamba_slot, 0);
+  KVT_OK(kvc_session_cache_release(sc, flow, 5)); /* also returns the Mamba state */
+  assert_int_equal(kvc_mamba_pool_available(mp), 3);
+  assert_int_equal(kvc_allocator_available_size(alloc), 512);
+  assert_int_equal(kvc_req_to_token_pool_available(pool), 4);
+  KVT_OK(kvc_flow_check(flow, NULL, 0));
+  kvt_dev_free(out);
+  kvc_flow_destroy(flow);
+  kvc_session_cache_destroy(sc);
+  kvc_allocator_destroy(alloc);
+  kvc_hybrid_req_pool_destroy(hp);
+  kvc_mamba_pool_destroy(mp);
+  kvc_req_to_token_pool_destroy(pool);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_swa_window_eviction_during_decode),
+    cmocka_unit_test(test_hybrid_mamba_slots_follow_requests),
+};
+KVT_MAIN("flow_hybrid", tests)
