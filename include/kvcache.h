@@ -502,6 +502,8 @@ typedef struct kvc_req_to_token_pool_config {
 KVC_API kvc_status kvc_req_to_token_pool_create(kvc_context *ctx,
                                                 const kvc_req_to_token_pool_config *config,
                                                 kvc_req_to_token_pool **out);
+/** kvc_req_to_token_pool_destroy() : frees the device table and the host mirror. No GPU
+ *  work reading the table may be pending. NULL is a no-op. */
 KVC_API void kvc_req_to_token_pool_destroy(kvc_req_to_token_pool *pool);
 
 /** kvc_req_to_token_pool_alloc() : SGLang's ReqToTokenPool.alloc. `rows` is in/out: an
@@ -565,6 +567,8 @@ typedef struct kvc_allocator_config {
  *  @return KVC_ERR_INVALID_ARGUMENT for a bad kind/size/page size. Host memory only. */
 KVC_API kvc_status kvc_allocator_create(kvc_context *ctx, const kvc_allocator_config *config,
                                         kvc_allocator **out);
+/** kvc_allocator_destroy() : frees the host metadata (an allocator owns no device
+ *  memory). NULL is a no-op. */
 KVC_API void kvc_allocator_destroy(kvc_allocator *alloc);
 
 /** kvc_allocator_available_size() : free tokens, counting deferred (need_sort) frees. */
@@ -582,6 +586,8 @@ typedef struct kvc_allocator_stats {
   int64_t group_pending;  /* pages freed inside the open free group */
   uint64_t merges;        /* merge_and_sort_free calls that did work */
 } kvc_allocator_stats;
+/** kvc_allocator_get_stats() : copies the O(1) counters above. Thread rule: as the
+ *  allocator (single writer). */
 KVC_API kvc_status kvc_allocator_get_stats(const kvc_allocator *alloc, kvc_allocator_stats *out);
 
 /** kvc_allocator_alloc() : n slots (n a multiple of page_size) from the front of the free
@@ -734,6 +740,9 @@ typedef struct kvc_kv_pool_config {
  *  KVC_ERR_NVRTC. Not capturable. */
 KVC_API kvc_status kvc_kv_pool_create(kvc_context *ctx, const kvc_kv_pool_config *config,
                                       kvc_kv_pool **out);
+/** kvc_kv_pool_destroy() : frees the pool's device allocation. No GPU work using its
+ *  buffers may be pending, and no DLPack tensor exported from it may still be used.
+ *  NULL is a no-op. */
 KVC_API void kvc_kv_pool_destroy(kvc_kv_pool *pool);
 /** kvc_kv_pool_clear() : zero-fills every buffer on `stream` (capacity unchanged). */
 KVC_API kvc_status kvc_kv_pool_clear(kvc_kv_pool *pool, kvc_stream stream);
@@ -1372,6 +1381,8 @@ typedef struct kvc_swa_kv_pool_config {
  *  either list), and the errors of kvc_kv_pool_create. Not capturable. */
 KVC_API kvc_status kvc_swa_kv_pool_create(kvc_context *ctx, const kvc_swa_kv_pool_config *config,
                                           kvc_swa_kv_pool **out);
+/** kvc_swa_kv_pool_destroy() : destroys both owned MHA pools and the scratch; no pending
+ *  GPU work may use them. NULL is a no-op. */
 KVC_API void kvc_swa_kv_pool_destroy(kvc_swa_kv_pool *pool);
 /** kvc_swa_kv_pool_full() / _swa() : the owned pools (NULL when the side has no layers):
  *  use kvc_kv_pool_describe / contiguous_infos / export_dlpack on them for descriptors
@@ -1464,6 +1475,8 @@ typedef struct kvc_hybrid_req_pool_config {
  *  @return KVC_ERR_INVALID_ARGUMENT for NULL pools, pp not 1/2, LAZY without TRACK. */
 KVC_API kvc_status kvc_hybrid_req_pool_create(kvc_context *ctx, const kvc_hybrid_req_pool_config *config,
                                               kvc_hybrid_req_pool **out);
+/** kvc_hybrid_req_pool_destroy() : frees the mappings (the borrowed pools stay). NULL is
+ *  a no-op. */
 KVC_API void kvc_hybrid_req_pool_destroy(kvc_hybrid_req_pool *pool);
 KVC_API int32_t kvc_hybrid_req_pool_pp(const kvc_hybrid_req_pool *pool);
 
@@ -1534,6 +1547,8 @@ typedef struct kvc_hybrid_kv_pool_config {
 
 KVC_API kvc_status kvc_hybrid_kv_pool_create(kvc_context *ctx, const kvc_hybrid_kv_pool_config *config,
                                              kvc_hybrid_kv_pool **out);
+/** kvc_hybrid_kv_pool_destroy() : destroys the owned full-attention pool. NULL is a
+ *  no-op. */
 KVC_API void kvc_hybrid_kv_pool_destroy(kvc_hybrid_kv_pool *pool);
 /** kvc_hybrid_kv_pool_full() / _mamba() : the full pool (LOCAL layer ids) and the Mamba
  *  pool; descriptors: kvc_kv_pool_describe/contiguous_infos on the first (SGLang
@@ -1668,6 +1683,8 @@ typedef struct kvc_flow_config {
 
 /** kvc_flow_create() : binds the objects (not owned: destroy them after the flow). */
 KVC_API kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_flow **out);
+/** kvc_flow_destroy() : frees the flow's scratch; the bound objects are not touched.
+ *  NULL is a no-op. */
 KVC_API void kvc_flow_destroy(kvc_flow *flow);
 
 /** kvc_flow_alloc_for_extend() : SGLang alloc_for_extend for n requests: SWA window
@@ -1751,6 +1768,8 @@ typedef struct kvc_session_cache kvc_session_cache;
  *  their KV (row, slots, Mamba slot) between turns instead of going through `inner`. */
 KVC_API kvc_status kvc_session_cache_create(kvc_context *ctx, const kvc_prefix_cache *inner,
                                             kvc_session_cache **out);
+/** kvc_session_cache_destroy() : frees the session table without releasing held KV
+ *  (release sessions first, or clear the pools). NULL is a no-op. */
 KVC_API void kvc_session_cache_destroy(kvc_session_cache *sessions);
 /** kvc_session_cache_as_prefix_cache() : the kvc_prefix_cache to give to a flow. */
 KVC_API kvc_prefix_cache kvc_session_cache_as_prefix_cache(kvc_session_cache *sessions);
