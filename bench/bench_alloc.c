@@ -55,7 +55,7 @@ static void report(const char *name, const char *variant, int batch, int ps, dou
   qsort(t, (size_t)n, sizeof *t, cmpd);
   double med = t[n / 2], p99 = t[(int)((double)n * 0.99)];
   printf("%-8s %-34s %6d %5d %10.2f %10.2f\n", name, variant, batch, ps, med, p99);
-  if (csv) fprintf(csv, "%s,%s,%d,%d,%.3f,%.3f,%d\n", name, variant, batch, ps, med, p99, n);
+  if (csv) fprintf(csv, "%s,\"%s\",%d,%d,%.3f,%.3f,%d\n", name, variant, batch, ps, med, p99, n);
 }
 
 /* --- decode ------------------------------------------------------------------------- */

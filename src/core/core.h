@@ -31,6 +31,8 @@ typedef struct kvc__options {
   bool no_disk_cache;     /* KVC_NO_DISK_CACHE */
   int backend;            /* KVC_BACKEND: auto|host|cuda, -1 = not set */
   int64_t staging_bytes;  /* KVC_STAGING_BYTES (default 8M) */
+  int64_t inline_max_words; /* KVC_INLINE_MAX_WORDS: largest payload carried in kernel
+                               parameters (default 8000 = 32 KB; smaller goes staged) */
   char cache_dir[512];    /* KVC_CACHE_DIR or derived default */
   char nvrtc_lib[256];    /* KVC_NVRTC_LIB */
   char cuda_lib[256];     /* KVC_CUDA_LIB */
@@ -56,7 +58,9 @@ typedef struct kvc__core {
   kvc__options options;
   /* accounting */
   int64_t host_bytes_live, host_allocs_live;
-  kvc__fault fault;
+  /* live kvc__dev_alloc allocations (any backend; src/device/memory.c) */
+  int64_t device_allocs_live;
+  kvc__fault fault; /* test hooks: src/core/fault.h */
 } kvc__core;
 
 #define KVC__CONTEXT_MAGIC 0x6b76632d63747821ull /* "kvc-ctx!" */

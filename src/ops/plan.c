@@ -20,9 +20,10 @@ kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scr
   plan->header_bytes = header_bytes;
   plan->words = words;
   size_t max = kvc__max_param_bytes(ctx);
+  const size_t inline_max = (size_t)kvc__core_of(ctx)->options.inline_max_words;
   for (int v = 0; v < 2; v++) {
     size_t bytes = header_bytes + 4 * variant_words[v];
-    if (words <= variant_words[v] && bytes <= max && bytes <= KVC__PARAM_SCRATCH_BYTES) {
+    if (words <= variant_words[v] && words <= inline_max && bytes <= max && bytes <= KVC__PARAM_SCRATCH_BYTES) {
       plan->variant = v;
       plan->payload = (uint32_t *)(void *)(scratch + header_bytes);
       return KVC_OK;
