@@ -39,7 +39,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The page of `last` must be held by the caller (not free, deferred or freed in the open
  * group) and its in-page offset must be the one of token position `pos` (spec 6.6). */
-static kvc_status check_last_loc(kvc_allocator *a, const char *fn, size_t i, int64_t last, int64_t pos) {
+static inline kvc_status check_last_loc(kvc_allocator *a, const char *fn, size_t i, int64_t last, int64_t pos) {
   const int64_t ps = a->ps;
   if (last < ps || last >= (a->num_pages + 1) * ps)
     return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "request %zu: last_loc %lld is out of range [%lld, %lld)",
@@ -53,6 +53,12 @@ static kvc_status check_last_loc(kvc_allocator *a, const char *fn, size_t i, int
     return kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "request %zu: last_loc %lld is in page %lld, which is not held", i,
                       (long long)last, (long long)(last / ps));
   return KVC_OK;
+}
+
+/* Brings the mirror line of position s-2 of a row towards the cache (decode reads it). */
+static inline void prefetch_mirror(const kvc_req_to_token_pool *rp, int32_t row, int64_t s) {
+  if (row >= 1 && row <= rp->size && s >= 2 && s <= rp->width)
+    __builtin_prefetch(kvc__req_pool_mirror_row(rp, row) + (s - 2), 1, 3);
 }
 
 /* Validates a request's row: held by the pool and not listed earlier in the batch. */
@@ -269,7 +275,13 @@ kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t
   int64_t need = 0;
   kvc_status st = KVC_OK;
   size_t marked = 0;
+  /* The mirror rows are far apart (one per request, row width apart): prefetch the line
+   * holding position s-2 (read here) and s-1 (written at commit) a few requests ahead, so
+   * the misses overlap instead of stalling the loop one by one. */
+  enum { AHEAD = 8 };
+  for (size_t j = 0; rp && !last_locs && j < bs && j < AHEAD; j++) prefetch_mirror(rp, req_rows[j], seq_lens[j]);
   for (size_t i = 0; i < bs; i++) {
+    if (rp && !last_locs && i + AHEAD < bs) prefetch_mirror(rp, req_rows[i + AHEAD], seq_lens[i + AHEAD]);
     const int64_t s = seq_lens[i];
     if (s < 1 || s > width) {
       st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "request %zu: seq_len %lld is out of [1, %lld]", i,
