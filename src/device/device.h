@@ -39,7 +39,8 @@ typedef struct kvc__kernel_def {
   kvc__host_kernel host;
 } kvc__kernel_def;
 
-/** Compile-time specialisation: -D<name>=<value> pairs (at most 8), in a fixed order. */
+/** Compile-time specialisation: -D<name>=<value> pairs (at most 8), in a fixed order.
+ *  Names must be strings of static storage (the kernel cache keeps the pointers). */
 typedef struct kvc__spec {
   int count;
   struct {

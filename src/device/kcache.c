@@ -20,7 +20,9 @@
 
 struct kvc__kfunc {
   uint64_t hash;
-  char *key;
+  const kvc__kernel_def *def; /* lookup identity: (def, spec) */
+  kvc__spec spec;
+  char *key;                  /* "name -DA=1 ..." (logs, disk-cache key) */
   void *module;
   void *function;
   kvc__host_kernel host;
@@ -224,26 +226,61 @@ static kvc_status build(kvc_context *ctx, const kvc__kernel_def *def, const char
   return st;
 }
 
+/* Hash of (def, spec) without formatting anything: the hit path of every launch. Spec
+ * names are compared by content, so equal specs built in different places match. */
+static uint64_t spec_hash(const kvc__kernel_def *def, const kvc__spec *spec) {
+  uint64_t h = kvc__hash(KVC__HASH_SEED, &def, sizeof def);
+  int n = spec ? spec->count : 0;
+  h = kvc__hash(h, &n, sizeof n);
+  for (int i = 0; i < n; i++) {
+    h = kvc__hash(h, spec->def[i].name, strlen(spec->def[i].name));
+    h = kvc__hash(h, &spec->def[i].value, sizeof spec->def[i].value);
+  }
+  return h;
+}
+
+static bool spec_equal(const kvc__kfunc *f, const kvc__kernel_def *def, const kvc__spec *spec) {
+  int n = spec ? spec->count : 0;
+  if (f->def != def || f->spec.count != n) return false;
+  for (int i = 0; i < n; i++)
+    if (f->spec.def[i].value != spec->def[i].value || strcmp(f->spec.def[i].name, spec->def[i].name)) return false;
+  return true;
+}
+
 kvc_status kvc__kernel_get(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *spec,
                            const kvc__kfunc **out) {
+  if (spec && (spec->count < 0 || spec->count > 8))
+    return kvc__error(ctx, KVC_ERR_INTERNAL, "kvc__kernel_get", "spec of %d defines for %s", spec->count, def->name);
+  const uint64_t h = spec_hash(def, spec);
+  pthread_mutex_lock(&ctx->lock);
+  kvc__kcache *kc = ctx->kcache;
+  for (size_t j = h & (kc->cap - 1); kc->slots[j]; j = (j + 1) & (kc->cap - 1)) {
+    kvc__kfunc *f = kc->slots[j];
+    if (f->hash == h && spec_equal(f, def, spec)) {
+      kc->stats.memory_hits++;
+      *out = f;
+      pthread_mutex_unlock(&ctx->lock);
+      return KVC_OK;
+    }
+  }
+  pthread_mutex_unlock(&ctx->lock);
+
+  /* Miss: format the options and the key, then build under the lock (re-checking, as
+   * another thread may have built it meanwhile). */
   char optbuf[512];
   const char *opts[8];
   int nopts = kvc__spec_options(spec, optbuf, sizeof optbuf, opts, 8);
-  /* key = "name opt1 opt2 ..." */
   char key[640];
   size_t at = (size_t)snprintf(key, sizeof key, "%s", def->name);
   for (int i = 0; i < nopts && at < sizeof key; i++)
     at += (size_t)snprintf(key + at, sizeof key - at, " %s", opts[i]);
   if (at >= sizeof key) return kvc__error(ctx, KVC_ERR_INTERNAL, "kvc__kernel_get", "spec too long for %s", def->name);
-  uint64_t h = kvc__hash(KVC__HASH_SEED, key, at);
 
   kvc_status st = KVC_OK;
   pthread_mutex_lock(&ctx->lock);
-  kvc__kcache *kc = ctx->kcache;
   for (size_t j = h & (kc->cap - 1); kc->slots[j]; j = (j + 1) & (kc->cap - 1)) {
     kvc__kfunc *f = kc->slots[j];
-    if (f->hash == h && !strcmp(f->key, key)) {
-      kc->stats.memory_hits++;
+    if (f->hash == h && spec_equal(f, def, spec)) {
       *out = f;
       pthread_mutex_unlock(&ctx->lock);
       return KVC_OK;
@@ -258,6 +295,8 @@ kvc_status kvc__kernel_get(kvc_context *ctx, const kvc__kernel_def *def, const k
   }
   memcpy(kcopy, key, at + 1);
   f->hash = h;
+  f->def = def;
+  if (spec) f->spec = *spec;
   f->key = kcopy;
   f->host = def->host;
   if (ctx->backend == KVC_BACKEND_CUDA) st = build(ctx, def, opts, nopts, f);
