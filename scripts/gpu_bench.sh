@@ -8,7 +8,7 @@ mkdir -p "$OUT/csv"
 b=${BUILD_DIR:-build-gpu}/bench
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader
 rc=0
-for x in startup alloc kv mla mamba; do
+for x in startup alloc kv mla mamba swa; do
   exe="$b/kvc_bench_$x"
   [ -x "$exe" ] || continue
   echo "=== kvc_bench_$x"
