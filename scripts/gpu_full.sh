@@ -22,8 +22,8 @@ for t in $(find "$b/tests" -type f -perm -u+x -name 'test_*' | sort); do
     || { san=1; echo "memcheck FAILED: $t"; tail -25 "$OUT/san.log"; }
 done
 for t in "$b/tests/kv/test_kv_move" "$b/tests/mamba/test_mamba_pool" "$b/tests/unit/test_ops"; do
-  timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$t" cuda >"$OUT/race.log" 2>&1 \
-    || { san=1; echo "racecheck FAILED: $t"; tail -25 "$OUT/race.log"; }
+  timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$t" cuda >"$OUT/san.log" 2>&1 \
+    || { san=1; echo "racecheck FAILED: $t"; tail -25 "$OUT/san.log"; }
 done
 echo "compute-sanitizer: $([ $san = 0 ] && echo clean || echo ERRORS)"
 [ $san = 0 ] || rc=1
@@ -33,5 +33,5 @@ echo "=== host-backend allocation bench on this machine's CPU (for scale)"
 "$b/bench/kvc_bench_alloc" --host --quick | grep -E "decode.*256|free" || true
 echo "=== serve example"
 "$b/examples/kvc_example_serve" --requests 2000 --quiet | tee "$OUT/serve.log" || rc=1
-"$b/examples/kvc_example_serve" --requests 2000 --quiet --check | tee "$OUT/serve_check.log" || rc=1
+"$b/examples/kvc_example_serve" --requests 2000 --quiet --check | tee -a "$OUT/serve.log" || rc=1
 exit $rc
