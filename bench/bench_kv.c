@@ -10,7 +10,8 @@
  * divided by reps (no event API is public); 7 such batches, median. Inputs rotate over
  * several sets (and layers) so L2 (50 MB on H200) does not hold them. GB/s counts bytes
  * read + bytes written. --quick: tiny sizes (host backend CI); --csv FILE writes rows.
- *   usage: kvc_bench_kv [--quick] [--host] [--csv FILE]
+ * --move-only skips set_kv (KVC_MOVE_TUNE="W,S[,threads]" then compares move shapes).
+ *   usage: kvc_bench_kv [--quick] [--host] [--move-only] [--csv FILE]
  */
 #define _POSIX_C_SOURCE 199309L
 #include "kvcache.h"
@@ -122,14 +123,15 @@ static void *dev_upload(const void *h, size_t bytes) {
 }
 
 int main(int argc, char **argv) {
-  int quick = 0, host = 0;
+  int quick = 0, host = 0, move_only = 0;
   const char *csv_path = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--host")) host = 1;
+    else if (!strcmp(argv[i], "--move-only")) move_only = 1;
     else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--quick] [--host] [--csv FILE]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--host] [--move-only] [--csv FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -148,7 +150,7 @@ int main(int argc, char **argv) {
 
   const int64_t row = 2048; /* 8 x 128 bf16 */
   /* --- set_kv --------------------------------------------------------------------- */
-  {
+  if (!move_only) {
     const size_t ns_full[] = {1, 256, 8192, 65536}, ns_quick[] = {1, 256};
     const size_t *ns = quick ? ns_quick : ns_full;
     const int nn = quick ? 2 : 4;

@@ -1,17 +1,27 @@
 /*
  * kv_move.cu — SGLang move_kv_cache in ONE launch across every buffer of a pool.
  *
- * CTA b owns one (segment, layer, byte tile [t*W, t*W + W) of the row). It moves the
- * locs in chunks of p.chunk: all source bytes of the chunk's rows in its tile are copied
- * to shared memory (cp.async), the CTA waits and synchronises, and only then are the
- * target rows written. CTAs own disjoint (buffer, byte range) pairs, so when n <= chunk
- * (the host sizes W so that n * W fits in shared memory whenever it can) the whole move
- * is one simultaneous copy: overlapping src/tgt sets, permutation cycles included, read
- * the old values. For larger n the chunks run in order inside each CTA, so a later chunk
- * sees the writes of earlier ones (SGLang's multi-launch semantics, deterministic).
+ * Work unit: a TILE = (segment, layer, byte range [t*W, t*W + W) of the row); tiles are
+ * numbered through cta_first[] (prefix sums of layers * tiles per segment). A tile's bytes
+ * are touched by exactly one CTA, which moves the locs of the tile in chunks of p.chunk:
+ * the source bytes of all the chunk's rows in the tile are copied to shared memory
+ * (cp.async) and only after all of them have landed (wait + barrier) are the target rows
+ * of that tile written. Tiles are disjoint (buffer, byte range) pairs, so when n <= chunk
+ * (the host sizes W so that this holds whenever it can) the whole move is one
+ * simultaneous copy: overlapping src/tgt sets, permutation cycles included, read the old
+ * values. For larger n the chunks run in order inside each CTA, so a later chunk sees the
+ * writes of earlier ones (SGLang's multi-launch semantics, deterministic).
+ *
+ * Persistent, pipelined grid: CTA b owns tiles b, b + gridDim.x, b + 2 gridDim.x, ... It
+ * stages the chunk's slots once (shared by all its tiles) and keeps S tile buffers: while
+ * the target rows of tile k are stored, the source rows of tiles k+1 .. k+S-1 are already
+ * being read (different tiles never alias, so this keeps the per-tile read-before-write
+ * order). S (1..4) is not a specialisation constant: the host passes exactly
+ * chunk * (S * W + 8) bytes of dynamic shared memory and the kernel derives S from
+ * %dynamic_smem_size, so one cubin per W serves every depth.
  *
  * Segments (kvc_kv_seg) describe a region across layers; each has its own access width
- * `vec`, dispatched once per CTA. Slots outside [0, limit) are skipped.
+ * `vec`, dispatched once per tile. Slots outside [0, limit) are skipped.
  * Specialisation: KVC_W (tile bytes, 16..128, power of two).
  */
 #include "common.cuh"
@@ -48,64 +58,140 @@ template <int V> KVC_DEVICE void kvc_async_copy(uint8_t *sm, const uint8_t *g) {
   }
 }
 
-/* Shared memory: [chunk x KVC_W tile bytes][chunk x int32 src slot][chunk x int32 tgt
- * slot]. The slots are staged first (coalesced, all in flight together) so that the
- * cp.async loop never waits on an index load. Slots are stored as int32 with -1 for
- * values outside [0, 2^31). */
-template <int V>
-KVC_DEVICE void kvc_move_tile(const kvc_p_kv_move &p, const kvc_kv_seg &s, uint8_t *layer_base, int64_t byte0,
-                              int tile_len) {
-  typedef typename mv_t<V>::T T;
+KVC_DEVICE void kvc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+/* Waits until at most `pending` (0..2) of this thread's newest cp.async groups are still
+ * in flight. */
+KVC_DEVICE void kvc_cp_wait(int pending) {
+  if (pending >= 2) asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+  else if (pending == 1) asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  else asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* One tile: where its bytes are. */
+struct kvc_mv_tile {
+  const kvc_kv_seg *s;
+  uint8_t *base; /* layer base */
+  int64_t byte0;
+  int len; /* bytes of the tile that exist in the row (<= KVC_W) */
+};
+
+KVC_DEVICE kvc_mv_tile kvc_mv_tile_of(const kvc_p_kv_move &p, int32_t t) {
+  int g = 0;
+  while (g + 1 < p.nseg && t >= p.cta_first[g + 1]) g++;
+  const kvc_kv_seg &s = p.seg[g];
+  const int32_t local = t - p.cta_first[g];
+  const int32_t layer = local / s.tiles, tile = local - layer * s.tiles;
+  kvc_mv_tile r;
+  r.s = &s;
+  r.byte0 = (int64_t)tile * KVC_W;
+  r.len = layer < s.layers ? (int)(s.row_bytes - r.byte0 < KVC_W ? s.row_bytes - r.byte0 : KVC_W) : 0;
+  r.base = kvc_ptr<uint8_t *>(s.base) + (int64_t)layer * s.layer_pitch + r.byte0;
+  return r;
+}
+
+/* Reads the tile bytes of the cnt source rows into buf (cp.async; not yet committed). */
+template <int V> KVC_DEVICE void kvc_mv_load(const kvc_mv_tile &t, int cnt, const int32_t *ssrc, uint8_t *buf) {
   constexpr int WV = KVC_W / V; /* vectors per row of a full tile (power of two) */
-  const int vlen = tile_len / V;
-  int32_t *ssrc = reinterpret_cast<int32_t *>(kvc_move_smem + (int64_t)p.chunk * KVC_W);
+  const int vlen = t.len / V, total = cnt * WV;
+  const kvc_kv_seg &s = *t.s;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < total; i += blockDim.x) {
+    const int row = i / WV, v = i % WV;
+    const int32_t src = ssrc[row];
+    if (v >= vlen || src < 0 || src >= s.limit) continue;
+    kvc_async_copy<V>(buf + row * KVC_W + v * V, t.base + kvc_seg_offset(s, src) + v * V);
+  }
+}
+
+/* Writes the staged tile bytes to the cnt target rows. */
+template <int V>
+KVC_DEVICE void kvc_mv_store(const kvc_mv_tile &t, int cnt, const int32_t *ssrc, const int32_t *stgt, const uint8_t *buf) {
+  typedef typename mv_t<V>::T T;
+  constexpr int WV = KVC_W / V;
+  const int vlen = t.len / V, total = cnt * WV;
+  const kvc_kv_seg &s = *t.s;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < total; i += blockDim.x) {
+    const int row = i / WV, v = i % WV;
+    const int32_t src = ssrc[row], tgt = stgt[row];
+    if (v >= vlen || src < 0 || tgt < 0 || src >= s.limit || tgt >= s.limit) continue;
+    *reinterpret_cast<T *>(t.base + kvc_seg_offset(s, tgt) + v * V) = *reinterpret_cast<const T *>(buf + row * KVC_W + v * V);
+  }
+}
+
+KVC_DEVICE void kvc_mv_issue(const kvc_p_kv_move &p, int32_t tile, int cnt, const int32_t *ssrc, uint8_t *buf) {
+  const kvc_mv_tile t = kvc_mv_tile_of(p, tile);
+  switch (t.s->vec) {
+  case 16: kvc_mv_load<16>(t, cnt, ssrc, buf); break;
+  case 8: kvc_mv_load<8>(t, cnt, ssrc, buf); break;
+  case 4: kvc_mv_load<4>(t, cnt, ssrc, buf); break;
+  case 2: kvc_mv_load<2>(t, cnt, ssrc, buf); break;
+  default: kvc_mv_load<1>(t, cnt, ssrc, buf); break;
+  }
+}
+
+KVC_DEVICE void kvc_mv_write(const kvc_p_kv_move &p, int32_t tile, int cnt, const int32_t *ssrc, const int32_t *stgt,
+                             const uint8_t *buf) {
+  const kvc_mv_tile t = kvc_mv_tile_of(p, tile);
+  switch (t.s->vec) {
+  case 16: kvc_mv_store<16>(t, cnt, ssrc, stgt, buf); break;
+  case 8: kvc_mv_store<8>(t, cnt, ssrc, stgt, buf); break;
+  case 4: kvc_mv_store<4>(t, cnt, ssrc, stgt, buf); break;
+  case 2: kvc_mv_store<2>(t, cnt, ssrc, stgt, buf); break;
+  default: kvc_mv_store<1>(t, cnt, ssrc, stgt, buf); break;
+  }
+}
+
+/* Shared memory: [S][chunk x KVC_W tile bytes][chunk x int32 src slot][chunk x int32 tgt
+ * slot]. Slots are staged once per chunk (coalesced, shared by every tile of the CTA) as
+ * int32, -1 for values outside [0, 2^31); each tile applies its segment's [0, limit). */
+extern "C" __global__ void __launch_bounds__(512) kvc_kv_move(const __grid_constant__ kvc_p_kv_move p) {
+  const int32_t ntiles = p.cta_first[p.nseg];
+  const int32_t first = (int32_t)blockIdx.x, stride = (int32_t)gridDim.x;
+  if (first >= ntiles) return;
+  const int32_t mine = (ntiles - 1 - first) / stride + 1; /* tiles of this CTA */
+  uint32_t dyn;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+  const int64_t per_buf = (int64_t)p.chunk * KVC_W;
+  int S = (int)(((int64_t)dyn / p.chunk - 8) / KVC_W);
+  S = S < 1 ? 1 : S > 4 ? 4 : S;
+  int32_t *ssrc = reinterpret_cast<int32_t *>(kvc_move_smem + S * per_buf);
   int32_t *stgt = ssrc + p.chunk;
   for (int64_t c0 = 0; c0 < p.n; c0 += p.chunk) {
     const int cnt = (int)(p.n - c0 < p.chunk ? p.n - c0 : p.chunk);
     for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
       const int64_t a = kvc_load_index(p.src, c0 + i, p.loc_i64), b = kvc_load_index(p.tgt, c0 + i, p.loc_i64);
-      ssrc[i] = (a >= 0 && a < s.limit) ? (int32_t)a : -1;
-      stgt[i] = (b >= 0 && b < s.limit) ? (int32_t)b : -1;
+      ssrc[i] = (a >= 0 && a <= 0x7fffffff) ? (int32_t)a : -1;
+      stgt[i] = (b >= 0 && b <= 0x7fffffff) ? (int32_t)b : -1;
     }
     __syncthreads();
-    const int total = cnt * WV;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < total; i += blockDim.x) {
-      const int row = i / WV, v = i % WV;
-      const int32_t src = ssrc[row];
-      if (v >= vlen || src < 0) continue;
-      kvc_async_copy<V>(kvc_move_smem + row * KVC_W + v * V, layer_base + kvc_seg_offset(s, src) + byte0 + v * V);
+    if (S == 1) {
+      for (int k = 0; k < mine; k++) {
+        const int32_t t = first + k * stride;
+        kvc_mv_issue(p, t, cnt, ssrc, kvc_move_smem);
+        kvc_cp_commit();
+        kvc_cp_wait(0);
+        __syncthreads();
+        kvc_mv_write(p, t, cnt, ssrc, stgt, kvc_move_smem);
+        __syncthreads();
+      }
+    } else {
+      for (int k = 0; k < S - 1; k++) {
+        if (k < mine) kvc_mv_issue(p, first + k * stride, cnt, ssrc, kvc_move_smem + k * per_buf);
+        kvc_cp_commit();
+      }
+      for (int k = 0; k < mine; k++) {
+        /* groups committed: S - 1 + k; tile k is group k, so S - 2 newer ones may fly */
+        kvc_cp_wait(S - 2);
+        __syncthreads(); /* tile k visible to all; everyone is done storing tile k - 1 */
+        const int kn = k + S - 1;
+        if (kn < mine) kvc_mv_issue(p, first + kn * stride, cnt, ssrc, kvc_move_smem + (kn % S) * per_buf);
+        kvc_cp_commit();
+        kvc_mv_write(p, first + k * stride, cnt, ssrc, stgt, kvc_move_smem + (k % S) * per_buf);
+      }
+      kvc_cp_wait(0);
+      __syncthreads(); /* stores done before the next chunk restages slots and rereads */
     }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-    __syncthreads();
-#pragma unroll 4
-    for (int i = threadIdx.x; i < total; i += blockDim.x) {
-      const int row = i / WV, v = i % WV;
-      const int32_t src = ssrc[row], tgt = stgt[row];
-      if (v >= vlen || src < 0 || tgt < 0) continue;
-      *reinterpret_cast<T *>(layer_base + kvc_seg_offset(s, tgt) + byte0 + v * V) =
-          *reinterpret_cast<const T *>(kvc_move_smem + row * KVC_W + v * V);
-    }
-    __syncthreads();
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kvc_kv_move(const __grid_constant__ kvc_p_kv_move p) {
-  const int32_t b = (int32_t)blockIdx.x;
-  int g = 0;
-  while (g + 1 < p.nseg && b >= p.cta_first[g + 1]) g++;
-  const kvc_kv_seg &s = p.seg[g];
-  const int32_t local = b - p.cta_first[g];
-  const int32_t layer = local / s.tiles, tile = local - layer * s.tiles;
-  if (layer >= s.layers) return;
-  const int64_t byte0 = (int64_t)tile * KVC_W;
-  const int tile_len = (int)(s.row_bytes - byte0 < KVC_W ? s.row_bytes - byte0 : KVC_W);
-  uint8_t *base = kvc_ptr<uint8_t *>(s.base) + (int64_t)layer * s.layer_pitch;
-  switch (s.vec) {
-  case 16: kvc_move_tile<16>(p, s, base, byte0, tile_len); break;
-  case 8: kvc_move_tile<8>(p, s, base, byte0, tile_len); break;
-  case 4: kvc_move_tile<4>(p, s, base, byte0, tile_len); break;
-  case 2: kvc_move_tile<2>(p, s, base, byte0, tile_len); break;
-  default: kvc_move_tile<1>(p, s, base, byte0, tile_len); break;
   }
 }

@@ -17,7 +17,8 @@
  *   FP4   one thread per 16-value block of the concatenated row: loads 16 values, writes
  *         8 packed bytes (one 8-byte store) and one scale byte.
  *   NSA   one warp per row: lane l owns nope values [16l, 16l+16) (tile l/8), reduces
- *         amax over its 8-lane tile with shuffles, stores 16 codes (one 16-byte store);
+ *         amax over its 8-lane tile with shuffles, stores 16 codes (one 16-byte store;
+ *         sm_89+: hardware e4m3x2 conversion, two codes per instruction, kvc_nsa_code2);
  *         lanes 0..7 move the 64 rope values (16 bytes each). Rows are 656 = 41 x 16
  *         bytes, so every access is 16-byte aligned.
  * Slots outside [0, num_rows) are skipped by set; get writes zeros for them.
@@ -268,35 +269,40 @@ extern "C" __global__ void __launch_bounds__(256) kvc_mla_set(const __grid_const
   const unsigned lane = threadIdx.x & 31u;
   const int64_t i = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (i >= p.n) return; /* warp-uniform */
+  /* All loads first (the source rows do not depend on loc), so the index and data
+   * latencies overlap instead of adding up. */
+  constexpr int RS = KVC_DT_BYTES(KVC_SRC);
+  kvc_words<KVC_G * RS> ra[8 / KVC_G]; /* rope values of lanes 0..7 */
+  if (lane < 8) {
+    const unsigned char *src = kvc_cb(p.rope) + (i * p.rope_stride + 8 * lane) * RS;
+#pragma unroll
+    for (int c = 0; c < 8 / KVC_G; c++) kvc_ld(ra[c], src + c * KVC_G * RS);
+  }
+  float y[16];
+  kvc_load_f32<KVC_SRC, 16>(y, kvc_cb(p.nope) + (i * p.nope_stride + 16 * lane) * SS);
   const int64_t loc = kvc_load_index(p.loc, i, p.loc_i64);
   if (loc < 0 || loc >= p.num_rows) return;
   unsigned char *row = kvc_b(p.kv) + loc * p.kv_stride;
-
-  float y[16];
-  kvc_load_f32<KVC_SRC, 16>(y, kvc_cb(p.nope) + (i * p.nope_stride + 16 * lane) * SS);
   float amax = 0.0f;
 #pragma unroll
   for (int k = 0; k < 16; k++) amax = kvc_amax_step(amax, y[k]);
 #pragma unroll
   for (int d = 1; d < 8; d <<= 1) amax = kvc_amax_step(amax, __shfl_xor_sync(0xffffffffu, amax, d));
   const float s = kvc_nsa_scale(amax), inv = kvc_nsa_inv(s);
-  kvc_words<16> q = {};
+  kvc_words<16> q;
 #pragma unroll
-  for (int k = 0; k < 16; k++) kvc_put<1>(q, k, kvc_nsa_code(y[k], inv));
+  for (int k = 0; k < 4; k++)
+    q.w[k] = kvc_nsa_code2(y[4 * k], y[4 * k + 1], inv) | kvc_nsa_code2(y[4 * k + 2], y[4 * k + 3], inv) << 16;
   kvc_st(row + 16 * lane, q);
   if ((lane & 7u) == 0) reinterpret_cast<float *>(row + KVC_NSA_SCALE_AT)[lane >> 3] = s;
 
   if (lane < 8) {
-    constexpr int RS = KVC_DT_BYTES(KVC_SRC);
-    const unsigned char *src = kvc_cb(p.rope) + (i * p.rope_stride + 8 * lane) * RS;
     kvc_words<16> r = {};
 #pragma unroll
     for (int c = 0; c < 8 / KVC_G; c++) {
-      kvc_words<KVC_G * RS> a;
-      kvc_ld(a, src + c * KVC_G * RS);
 #pragma unroll
       for (int k = 0; k < KVC_G; k++)
-        kvc_put<2>(r, c * KVC_G + k, kvc_cvt<KVC_SRC, KVC_DT_BF16>(kvc_get<RS>(a, k)));
+        kvc_put<2>(r, c * KVC_G + k, kvc_cvt<KVC_SRC, KVC_DT_BF16>(kvc_get<RS>(ra[c], k)));
     }
     kvc_st(row + KVC_NSA_ROPE_AT + 16 * lane, r);
   }

@@ -2,29 +2,68 @@
  * kv_move.c — kvc_kv_pool_move (SGLang move_kv_cache) in ONE launch over every buffer of
  * the pool, and the segment description shared with kv_offload.c.
  *
- * Grid: one CTA per (segment, layer, byte tile of W bytes); CTA b finds its segment in
- * cta_first[] (prefix sums of layers * tiles). Each CTA stages the tile bytes of up to
- * `chunk` source rows in shared memory before writing any target row:
+ * Semantics (depend only on n, identical on both backends): locs are moved in chunks;
+ *   n * 24 <= 160 KB (n <= 6826)  -> chunk = n: one simultaneous copy in every (buffer, byte)
+ *   else                          -> chunk = 96 KB / (min(64, wcap) + 8) (1365 for rows of
+ *                                    33+ bytes; wcap = widest row rounded up to a power of
+ *                                    two, at least 16): chunks in order, each a simultaneous
+ *                                    copy that sees the earlier chunks' writes
+ * which SGLang only achieves for n <= 128/256 (beyond that it launches chunk after chunk).
  *
- * (shared memory = chunk * (W + 8): the tile bytes plus the chunk's staged slots)
- *   n * (W + 8) <= 96 KB for W in {128, 64, 32}  -> that W, chunk = n (2+ CTAs per SM)
- *   else n * 24 <= 160 KB                        -> W = 16, chunk = n (1 CTA per SM)
- *   else                                         -> W = 64, chunk = 1365 (sequential chunks)
+ * Implementation (kernels/kv_move.cu): tiles of W bytes of a row per (segment, layer);
+ * a persistent grid (a few CTAs per multiprocessor) walks the tiles with an S-deep
+ * pipeline of shared-memory tile buffers, so reads of the next tiles overlap the writes
+ * of the current one. Shared memory = chunk * (S * W + 8) (tile buffers + staged slots).
+ * (W, S) is chosen per call from the device's shared-memory limit: the widest W in
+ * {128, 64, 32, 16} that fits with S = 1 (never wider than the widest row rounded up to a
+ * power of two; W = 16 always fits on sm_80+ for n <= 6826: 6826 * 24 B). On the H200 the
+ * width mattered and S = 2/3 at a narrower width lost (bench/NOTES-kernels.md).
+ * KVC_MOVE_TUNE="W,S[,threads]" overrides the choice (benchmarks only; read once per
+ * process).
  *
- * so up to n = 6826 the move is one simultaneous copy in every (buffer, byte), which
- * SGLang only achieves for n <= 128/256 (beyond that it launches chunk after chunk). The
- * choice depends only on n, so both backends have the same semantics. W never exceeds
- * the widest row rounded up to a power of two (tiny rows waste no threads).
- *
- * pool->kfunc[10..13] memoise the four W variants.
+ * pool->kfunc[10..13] memoise the four W variants (S is read from the launch's dynamic
+ * shared-memory size, so it needs no variant).
  */
 #include "kv_segments.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MEMO_MOVE 10
 #define SMEM_SOFT (96 * 1024)
 #define SMEM_MAX (160 * 1024)
+
+/* KVC_MOVE_TUNE="W,S[,threads]" (benchmarks): forced tile width / depth / CTA size. */
+static void move_tune(int *w, int *s, int *t) {
+  static volatile int done, tw, ts, tt;
+  if (!done) {
+    const char *e = getenv("KVC_MOVE_TUNE");
+    int a = 0, b = 0, c = 0;
+    if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) >= 2 && (a == 16 || a == 32 || a == 64 || a == 128) && b >= 1 && b <= 4) {
+      tw = a;
+      ts = b;
+      tt = (c == 256 || c == 512) ? c : 0;
+    }
+    done = 1;
+  }
+  *w = tw, *s = ts, *t = tt;
+}
+
+/* Dynamic shared memory a block may use / a multiprocessor holds, by compute capability
+ * (host backend: unbounded, one CTA). */
+static void smem_limits(kvc_context *ctx, int64_t *block, int64_t *sm) {
+  kvc_device_info di;
+  if (kvc_context_backend(ctx) != KVC_BACKEND_CUDA || kvc_context_device_info(ctx, &di) != KVC_OK) {
+    *block = *sm = INT64_MAX / 4;
+    return;
+  }
+  const int cc = di.compute_major * 10 + di.compute_minor;
+  if (cc >= 90 && cc < 100) *block = 227 * 1024, *sm = 228 * 1024;
+  else if (cc == 80 || cc == 87) *block = 163 * 1024, *sm = 164 * 1024;
+  else if (cc >= 100) *block = 227 * 1024, *sm = 228 * 1024;
+  else *block = 99 * 1024, *sm = 100 * 1024;
+}
 
 int kvc__kv_pool_segments(const kvc_kv_pool *pool, const char *fn, bool by_page, kvc_kv_seg *segs) {
   int ns = 0;
@@ -94,19 +133,24 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   int64_t wcap = 16;
   while (wcap < widest && wcap < 128) wcap *= 2;
 
-  /* shared memory per loc: W tile bytes + 8 bytes of staged slots */
+  /* Semantics: chunk depends on n only (see the top of this file). */
   const int64_t nn = (int64_t)n;
-  int64_t w = 0, chunk = nn;
-  for (int64_t c = KVC__MIN(128, wcap); c >= 32; c /= 2)
-    if (nn * (c + 8) <= SMEM_SOFT) {
-      w = c;
-      break;
-    }
-  if (!w && nn * (16 + 8) <= SMEM_MAX) w = 16;
-  if (!w) {
-    w = KVC__MIN(64, wcap);
-    chunk = SMEM_SOFT / (w + 8);
-  }
+  const int64_t chunk = nn * (16 + 8) <= SMEM_MAX ? nn : SMEM_SOFT / (KVC__MIN(64, wcap) + 8);
+  const int64_t cnt = KVC__MIN(nn, chunk);
+
+  /* Shape: (W, S) from the device's shared memory; cnt * (S * W + 8) bytes. */
+  int64_t blk_max, sm_max;
+  smem_limits(ctx, &blk_max, &sm_max);
+  /* Measured on the H200 (bench/NOTES-kernels.md): the tile width dominates (128-byte
+   * tiles read and write whole 128-byte lines) and deeper pipelines did not pay at the
+   * widths that fit, so: the widest W that fits with S = 1. */
+  int64_t w = 0, stages = 1;
+  for (int64_t c = KVC__MIN(128, wcap); c >= 16 && !w; c /= 2)
+    if (cnt * (c + 8) <= blk_max) w = c;
+  if (!w) w = 16; /* the launch reports the shared-memory limit */
+  int tw, ts, tt;
+  move_tune(&tw, &ts, &tt);
+  if (tw && tw <= KVC__MAX(16, wcap) && cnt * (ts * tw + 8) <= blk_max) w = tw, stages = ts;
 
   int64_t ctas = 0;
   for (int i = 0; i < ns; i++) {
@@ -129,6 +173,12 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
     kvc__spec spec = {1, {{"KVC_W", w}}};
     KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_kv_move, &spec, memo));
   }
-  const unsigned smem = (unsigned)(chunk * (w + 8));
-  return kvc__kernel_launch(ctx, *memo, kvc__dim((unsigned)ctas, 1, 1), kvc__dim(256, 1, 1), smem, stream, &p, sizeof p);
+  /* The kernel derives S from this exact size. Persistent grid: as many CTAs as fit. */
+  const int64_t smem = cnt * (stages * w + 8);
+  const int64_t per_sm = KVC__MAX(1, sm_max / (smem + 1024));
+  const int threads = tt ? tt : per_sm >= 4 ? 256 : 512;
+  const int64_t resident = (int64_t)kvc__num_sms(ctx) * KVC__MIN(per_sm, 2048 / threads);
+  const int64_t grid = KVC__MAX(1, KVC__MIN(ctas, resident));
+  return kvc__kernel_launch(ctx, *memo, kvc__dim((unsigned)grid, 1, 1), kvc__dim((unsigned)threads, 1, 1), (unsigned)smem,
+                            stream, &p, sizeof p);
 }

@@ -165,11 +165,42 @@ static void test_move_nsa_index_pages(void **state) {
   kvc_kv_pool_destroy(p);
 }
 
+
+/* Many tiles per CTA (the persistent grid): 16 layers of 512-byte K and 768-byte V rows,
+ * a 1024-cycle plus a reversed overlapping range (one simultaneous copy), then n = 8192
+ * half swaps (chunked) on 1024-byte rows. */
+static void test_move_pipelined_many_tiles(void **state) {
+  (void)state;
+  kvt_rng r = {kvt_seed()};
+  kvc_kv_pool *p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_BF16, 2, 128, 192, 2100, 16, 1);
+  int64_t *t = malloc(8192 * 8), *s = malloc(8192 * 8);
+  for (int i = 0; i < 1024; i++) { /* cycle over 1..1024, every target also a source */
+    s[i] = 1 + i;
+    t[i] = 1 + (i + 7) % 1024;
+  }
+  run_move(p, t, s, 1024, KVC_INDEX_I32, 1, &r);
+  for (int i = 0; i < 1024; i++) { /* reverse of 1000..2023 onto 1500..2523 (partly out of range) */
+    s[i] = 1000 + i;
+    t[i] = 1500 + (1023 - i);
+  }
+  run_move(p, t, s, 1024, KVC_INDEX_I64, 1, &r);
+  kvc_kv_pool_destroy(p);
+  p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_BF16, 4, 128, 128, 8200, 8, 1);
+  for (int i = 0; i < 8192; i++) {
+    s[i] = i + 1;
+    t[i] = (i + 4096) % 8192 + 1;
+  }
+  run_move(p, t, s, 8192, KVC_INDEX_I64, 1, &r);
+  kvc_kv_pool_destroy(p);
+  free(t); free(s);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_move_permutation_cycle_is_simultaneous),
     cmocka_unit_test(test_move_large_n_swaps),
     cmocka_unit_test(test_move_fp4_and_odd_rows),
     cmocka_unit_test(test_move_nsa_index_pages),
+    cmocka_unit_test(test_move_pipelined_many_tiles),
 };
 
 KVT_MAIN("kv_move", tests)

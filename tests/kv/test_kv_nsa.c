@@ -321,12 +321,104 @@ static void test_index_k_wrong_pool(void **state) {
   kvc_kv_pool_destroy(p);
 }
 
+
+/* --- NSA fp8 latent rows: device quantizer == host twin, bit for bit ----------------- */
+
+/* Writes rows 1..n of a one-layer NSA fp8 pool on ctx from nope/rope (host arrays of
+ * src_dt) and returns the whole KV buffer (malloc'd, *bytes set). */
+static uint8_t *nsa_rows_on(kvc_context *ctx, kvc_dtype src_dt, const void *nope, const void *rope, int64_t n, size_t *bytes) {
+  kvc_kv_pool_config cfg = KVC_KV_POOL_CONFIG_INIT;
+  cfg.kind = KVC_KV_NSA;
+  cfg.size = n + 8;
+  cfg.page_size = 64;
+  cfg.dtype = KVC_DTYPE_FP8_E4M3;
+  cfg.layer_num = 1;
+  cfg.kv_lora_rank = 512;
+  cfg.qk_rope_head_dim = 64;
+  kvc_kv_pool *pool = NULL;
+  if (kvc_kv_pool_create(ctx, &cfg, &pool) != KVC_OK) fail_msg("pool: %s", kvc_last_error(ctx));
+  const size_t es = kvc_dtype_size(src_dt);
+  int64_t *loc = malloc((size_t)n * 8);
+  for (int64_t i = 0; i < n; i++) loc[i] = i + 1;
+  void *dl = up(ctx, loc, (size_t)n * 8), *dn = up(ctx, nope, (size_t)n * 512 * es), *dr = up(ctx, rope, (size_t)n * 64 * es);
+  if (kvc_kv_pool_set_mla_kv(pool, 0, dl, KVC_INDEX_I64, (size_t)n, dn, dr, src_dt, 0, 0, NULL) != KVC_OK)
+    fail_msg("set_mla_kv: %s", kvc_last_error(ctx));
+  KVT_OK(kvc_stream_synchronize(ctx, NULL));
+  kvc_buffer_desc d;
+  memset(&d, 0, sizeof d);
+  d.struct_size = sizeof d;
+  KVT_OK(kvc_kv_pool_buffer(pool, KVC_REGION_KV, 0, &d));
+  assert_int_equal(d.bytes_per_token, 656);
+  uint8_t *out = malloc((size_t)d.total_bytes);
+  kvt_d2h_on(ctx, out, d.data, (size_t)d.total_bytes);
+  *bytes = (size_t)d.total_bytes;
+  kvc_memory_free(ctx, dl);
+  kvc_memory_free(ctx, dn);
+  kvc_memory_free(ctx, dr);
+  kvc_kv_pool_destroy(pool);
+  free(loc);
+  return out;
+}
+
+/* Every tile of three rows in four starts with the anchor 448 (scale 1, so the codes are
+ * the plain e4m3 conversion of the inputs); the fourth row's tiles get a random anchor
+ * (random scale). bf16: the inputs run through all 65536 patterns twice; f32: 2^22
+ * patterns with random sign, mantissa and exponent up to 2^8 (|y| <= 448 so the anchor
+ * stays the max), subnormals and 1/64 NaN. */
+static void test_nsa_fp8_device_matches_twin(void **state) {
+  (void)state;
+  if (!kvt_host) return; /* differential: needs a CUDA context beside the host twin */
+  kvt_rng r = {kvt_seed()};
+  for (int f32 = 0; f32 < 2; f32++) {
+    const int64_t vals = f32 ? (int64_t)1 << 22 : (int64_t)2 << 16;
+    const int64_t n = (vals + 507) / 508;
+    const kvc_dtype dt = f32 ? KVC_DTYPE_F32 : KVC_DTYPE_BF16;
+    const size_t es = f32 ? 4 : 2;
+    uint8_t *nope = malloc((size_t)n * 512 * es), *rope = malloc((size_t)n * 64 * es);
+    int64_t v = 0;
+    for (int64_t i = 0; i < n; i++) {
+      for (int e = 0; e < 576; e++) {
+        uint32_t bits;
+        if (e % 128 == 0 && e < 512) {
+          const float a = (i & 3) == 3 ? kvt_uniform(&r) * 1000.0f + 1e-3f : 448.0f;
+          memcpy(&bits, &a, 4);
+        } else if (f32) {
+          const uint64_t x = kvt_next(&r);
+          if ((x & 63) == 0) bits = 0x7f800001u | (uint32_t)(x >> 8 & 0x807fffffu); /* NaN of either sign */
+          else bits = (uint32_t)(x >> 32 & 0x807fffffu) | (uint32_t)((x >> 8) % 136) << 23;
+          if ((bits & 0x7fffffffu) > 0x43e00000u && (bits & 0x7fffffffu) < 0x7f800000u) bits -= 1u << 23; /* 448..512 -> 224..256 */
+          if (e < 512) v++;
+        } else {
+          bits = (uint32_t)(e < 512 ? v++ : (int64_t)kvt_next(&r)) << 16;
+          if ((bits & 0x7fffffffu) > 0x43e00000u && (bits & 0x7fffffffu) <= 0x7f800000u) bits &= 0x807fffffu; /* keep |y| <= 448 */
+        }
+        uint8_t *dst = e < 512 ? nope + ((size_t)i * 512 + (size_t)e) * es : rope + ((size_t)i * 64 + (size_t)(e - 512)) * es;
+        if (f32) memcpy(dst, &bits, 4);
+        else {
+          const uint16_t h = (uint16_t)(bits >> 16);
+          memcpy(dst, &h, 2);
+        }
+      }
+    }
+    size_t bd, bh;
+    uint8_t *gd = nsa_rows_on(kvt_ctx, dt, nope, rope, n, &bd);
+    uint8_t *gh = nsa_rows_on(kvt_host, dt, nope, rope, n, &bh);
+    assert_int_equal(bd, bh);
+    for (size_t k = 0; k < bd; k++)
+      if (gd[k] != gh[k])
+        fail_msg("%s source: byte %zu of row %zu differs: device 0x%02x, host twin 0x%02x", f32 ? "f32" : "bf16", k % 656,
+                 k / 656, gd[k], gh[k]);
+    free(gd); free(gh); free(nope); free(rope);
+  }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_index_k_ps64),
     cmocka_unit_test(test_index_k_small_pages),
     cmocka_unit_test(test_index_k_truncation_and_empty),
     cmocka_unit_test(test_index_k_large_batch),
     cmocka_unit_test(test_index_k_wrong_pool),
+    cmocka_unit_test(test_nsa_fp8_device_matches_twin),
 };
 
 KVT_MAIN("kv_nsa", tests)
