@@ -1,0 +1,995 @@
+"""kvcache — Python binding (ctypes, no compiled extension) for libkvcache.
+
+SGLang-compatible KV-cache management: request-to-token pool, token/paged allocators,
+KV pools whose buffers are DLPack tensors (torch.from_dlpack / numpy.from_dlpack, no
+copy), scheduler flows (alloc_for_extend / alloc_for_decode / release) and streaming
+sessions. See docs/porting.md for the SGLang -> kvcache mapping.
+
+Arguments named "device vectors" (loc, k, v, out ...) accept anything that exposes a
+pointer: a torch tensor (``data_ptr()``), a NumPy array (host backend only), an object
+with ``__cuda_array_interface__`` / ``__array_interface__``, a :class:`DeviceBuffer`, or
+a raw int address (then pass ``n`` and the index type explicitly). Streams: None (legacy
+default stream), an int handle, or any object with ``.cuda_stream`` (torch.cuda.Stream).
+
+Lifetime: objects hold references to what they depend on (a pool to its context, a
+flow to its pools, a DLPack view to its pool), and ``close()`` (or leaving a ``with``
+block) destroys the C object as soon as nothing alive depends on it any more.
+"""
+import ctypes
+import threading
+from ctypes import byref, c_int, c_int32, c_int64, c_size_t, c_void_p
+
+from . import _dlpack, _ffi
+from ._ffi import lib
+
+__all__ = [
+    "__version__", "version", "version_number", "library_path",
+    "KvcacheError", "InvalidArgument", "OutOfSlots", "HostOOM", "DeviceOOM", "CudaError",
+    "NvrtcError", "NoDevice", "Unsupported", "Misuse", "VersionError", "InternalError",
+    "KvcIOError", "Context", "DeviceBuffer", "ReqToTokenPool", "Allocator", "KVPool",
+    "Tensor", "ReqState", "Flow", "SessionCache", "live_exports",
+    "REQ_CHUNKED", "REQ_SKIP_CACHE_INSERT",
+]
+
+VERSION_NUMBER = lib.kvc_version_number()
+__version__ = lib.kvc_version_string().decode()
+library_path = _ffi.lib_path
+
+
+def version():
+    """The library's version string ("MAJOR.MINOR.PATCH")."""
+    return lib.kvc_version_string().decode()
+
+
+def version_number():
+    """The library's KVC_VERSION_NUMBER (MAJOR*10000 + MINOR*100 + PATCH)."""
+    return lib.kvc_version_number()
+
+
+def live_exports():
+    """Number of DLPack tensors handed out and not yet released."""
+    return _dlpack.live_exports()
+
+
+# --- Errors ----------------------------------------------------------------------------------
+
+
+class KvcacheError(Exception):
+    """A kvc_status other than KVC_OK. ``status`` is the int code, ``name`` its enum name
+    ("ERR_OUT_OF_SLOTS"), ``message`` the detailed text of kvc_last_error()."""
+
+    def __init__(self, status, message, func=None):
+        self.status = int(status)
+        self.name = lib.kvc_status_name(self.status).decode()
+        self.message = message or lib.kvc_status_string(self.status).decode()
+        self.func = func
+        super().__init__("%s: %s" % (self.name, self.message))
+
+
+class InvalidArgument(KvcacheError, ValueError):
+    pass
+
+
+class OutOfSlots(KvcacheError):
+    pass
+
+
+class HostOOM(KvcacheError, MemoryError):
+    pass
+
+
+class DeviceOOM(KvcacheError, MemoryError):
+    pass
+
+
+class CudaError(KvcacheError):
+    pass
+
+
+class NvrtcError(KvcacheError):
+    pass
+
+
+class NoDevice(KvcacheError):
+    pass
+
+
+class Unsupported(KvcacheError):
+    pass
+
+
+class Misuse(KvcacheError):
+    pass
+
+
+class VersionError(KvcacheError):
+    pass
+
+
+class InternalError(KvcacheError):
+    pass
+
+
+class KvcIOError(KvcacheError, OSError):
+    pass
+
+
+_ERRORS = {1: InvalidArgument, 2: OutOfSlots, 3: HostOOM, 4: DeviceOOM, 5: CudaError,
+           6: NvrtcError, 7: NoDevice, 8: Unsupported, 9: Misuse, 10: VersionError,
+           11: InternalError, 12: KvcIOError}
+
+
+def _raise(status, ctx_ptr, func=None):
+    msg = lib.kvc_last_error(ctx_ptr)
+    msg = msg.decode(errors="replace") if msg else ""
+    raise _ERRORS.get(status, KvcacheError)(status, msg, func)
+
+
+# --- Enums and conversions -------------------------------------------------------------------
+
+_BACKENDS = {"auto": 0, "host": 1, "cuda": 2}
+_BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}
+_DTYPES = {"float32": 1, "f32": 1, "float16": 2, "f16": 2, "half": 2, "bfloat16": 3,
+           "bf16": 3, "float8_e4m3fn": 4, "fp8_e4m3": 4, "float8_e5m2": 5, "fp8_e5m2": 5,
+           "uint8": 6, "u8": 6, "int32": 7, "i32": 7, "int64": 8, "i64": 8, "uint64": 9,
+           "fp4_e2m1": 10}
+_DTYPE_NAMES = {1: "float32", 2: "float16", 3: "bfloat16", 4: "float8_e4m3fn",
+                5: "float8_e5m2", 6: "uint8", 7: "int32", 8: "int64", 9: "uint64",
+                10: "fp4_e2m1"}
+_DL_DTYPES = {6: (1, 8, 1), 7: (0, 32, 1), 8: (0, 64, 1), 9: (1, 64, 1), 1: (2, 32, 1),
+              2: (2, 16, 1), 3: (4, 16, 1)}
+_KV_KINDS = {"mha": 0, "mha_noop": 1, "mha_fp4": 2, "mla": 3, "mla_fp4": 4, "nsa": 5}
+_REGIONS = {"k": 0, "v": 1, "k_scale": 2, "v_scale": 3, "kv": 4, "kv_scale": 5, "index_k": 6}
+_INDEX = {"int32": 0, "int64": 1}
+
+REQ_CHUNKED = 0x1
+REQ_SKIP_CACHE_INSERT = 0x2
+
+
+def _dtype_code(d):
+    """kvc_dtype from a name, an int code, a numpy dtype or a torch dtype."""
+    if d is None:
+        return None
+    if isinstance(d, int):
+        return d
+    name = str(d).replace("torch.", "").replace("<class 'numpy.", "").rstrip("'>")
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise InvalidArgument(1, "unsupported dtype %r" % (d,)) from None
+
+
+def _array_dtype(x):
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        iface = getattr(x, "__cuda_array_interface__", None) or getattr(x, "__array_interface__", None)
+        if iface:
+            return {"<i4": 7, "<i8": 8, "<f4": 1, "<f2": 2, "|u1": 6}.get(iface["typestr"])
+        return None
+    return _dtype_code(dt)
+
+
+def _ptr(x):
+    """Address of a device/host vector (see the module docstring). None -> None."""
+    if x is None:
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, (DeviceBuffer, Tensor)):
+        return x.ptr
+    if hasattr(x, "data_ptr"):  # torch
+        if hasattr(x, "is_contiguous") and not x.is_contiguous():
+            raise InvalidArgument(1, "tensor must be contiguous")
+        return x.data_ptr()
+    iface = getattr(x, "__cuda_array_interface__", None) or getattr(x, "__array_interface__", None)
+    if iface is not None:
+        if iface.get("strides") is not None and hasattr(x, "flags") and not x.flags["C_CONTIGUOUS"]:
+            raise InvalidArgument(1, "array must be C-contiguous")
+        return iface["data"][0]
+    if isinstance(x, ctypes.Array):
+        return ctypes.addressof(x)
+    raise TypeError("cannot take a pointer of %r" % type(x))
+
+
+def _len(x, n):
+    if n is not None:
+        return int(n)
+    if x is None:
+        return 0
+    if isinstance(x, int):
+        raise TypeError("n is required with a raw pointer")
+    if hasattr(x, "numel"):
+        return int(x.numel())
+    if hasattr(x, "size") and not callable(x.size):
+        return int(x.size)
+    return len(x)
+
+
+def _index_type(x, explicit):
+    if explicit is not None:
+        return _INDEX[explicit] if isinstance(explicit, str) else int(explicit)
+    code = _array_dtype(x)
+    if code == 7:
+        return 0
+    if code == 8 or code is None:
+        return 1
+    raise InvalidArgument(1, "index vectors must be int32 or int64")
+
+
+def _stream(s):
+    """None, an int CUstream handle, or an object with .cuda_stream (torch.cuda.Stream)."""
+    if s is None:
+        return None
+    if isinstance(s, int):
+        return s or None
+    h = getattr(s, "cuda_stream", None)
+    if h is None:
+        raise TypeError("stream must be None, an int handle or have .cuda_stream")
+    return int(h) or None
+
+
+def _i64_array(values):
+    values = list(values)
+    return (c_int64 * max(len(values), 1))(*values), len(values)
+
+
+def _i32_array(values):
+    values = list(values)
+    return (c_int32 * max(len(values), 1))(*values), len(values)
+
+
+# --- Handle base ----------------------------------------------------------------------------
+
+
+class _Handle:
+    """Owns one C object. Destroyed once close() was requested (explicitly, by a ``with``
+    block, by the parent's close, or by garbage collection) and no dependent object or
+    DLPack view is alive."""
+
+    _destroy_fn = None
+    _lock = threading.RLock()
+
+    def __init__(self, ptr, deps=()):
+        self._ptr = ptr
+        self._deps = [d for d in deps if d is not None]
+        self._users = 0
+        self._closing = False
+        for d in self._deps:
+            d._users += 1
+
+    def _acquire_export(self):
+        with _Handle._lock:
+            self._users += 1
+
+    def _release_export(self):
+        with _Handle._lock:
+            self._users -= 1
+            self._maybe_destroy()
+
+    def _maybe_destroy(self):
+        if self._closing and self._users == 0 and self._ptr:
+            ptr, self._ptr = self._ptr, None
+            fn = type(self)._destroy_fn
+            if fn is not None and lib is not None:
+                fn(ptr)
+            deps, self._deps = self._deps, []
+            for d in deps:
+                d._users -= 1
+                d._maybe_destroy()
+
+    def close(self):
+        """Requests destruction (idempotent); the C object goes when nothing uses it."""
+        with _Handle._lock:
+            self._closing = True
+            self._maybe_destroy()
+
+    @property
+    def closed(self):
+        return self._closing
+
+    @property
+    def handle(self):
+        """The C pointer (int). Raises Misuse after close()."""
+        if self._closing or not self._ptr:
+            raise Misuse(9, "%s is closed" % type(self).__name__)
+        return self._ptr
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+
+# --- Context ---------------------------------------------------------------------------------
+
+
+class Context(_Handle):
+    """kvc_context: a backend ('auto', 'host' or 'cuda') and, for CUDA, a device's primary
+    context (shared with PyTorch). check=True enables check mode (conservation audits)."""
+
+    _destroy_fn = staticmethod(lambda p: lib.kvc_context_destroy(p))
+
+    def __init__(self, backend="auto", device=0, check=False, disk_cache=True, cache_dir=None):
+        cfg = _ffi.ContextConfig()
+        lib.kvc_context_config_default(byref(cfg))
+        cfg.backend = _BACKENDS[backend] if isinstance(backend, str) else int(backend)
+        cfg.device = device
+        cfg.flags = (0x1 if check else 0) | (0 if disk_cache else 0x2)
+        self._cache_dir = cache_dir.encode() if cache_dir else None
+        cfg.cache_dir = self._cache_dir
+        out = c_void_p()
+        st = lib.kvc_context_create(byref(cfg), byref(out))
+        if st:
+            _raise(st, None, "kvc_context_create")
+        super().__init__(out.value)
+
+    def _check(self, st, func=None):
+        if st:
+            _raise(st, self._ptr, func)
+
+    @property
+    def backend(self):
+        """'host' or 'cuda' (the backend actually in use)."""
+        return _BACKEND_NAMES[lib.kvc_context_backend(self.handle)]
+
+    @property
+    def device(self):
+        """CUDA device ordinal, -1 on the host backend."""
+        return lib.kvc_context_device(self.handle)
+
+    @property
+    def check_mode(self):
+        return bool(lib.kvc_context_check_mode(self.handle))
+
+    @property
+    def last_error(self):
+        """The calling thread's last error message on this context ("" if none)."""
+        return lib.kvc_last_error(self.handle).decode(errors="replace")
+
+    def device_info(self):
+        info = _ffi.DeviceInfo()
+        self._check(lib.kvc_context_device_info(self.handle, byref(info)))
+        return {f: (getattr(info, f).decode() if f == "name" else getattr(info, f))
+                for f, _ in _ffi.DeviceInfo._fields_}
+
+    def precompile(self):
+        self._check(lib.kvc_context_precompile(self.handle))
+
+    # memory helpers
+    def alloc(self, nbytes):
+        """Device memory (host memory on the host backend) as a DeviceBuffer of bytes."""
+        return DeviceBuffer(self, nbytes)
+
+    def empty(self, shape, dtype="int64"):
+        """A DeviceBuffer viewed as `shape` of `dtype` (contents undefined)."""
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        code = _dtype_code(dtype)
+        n = 1
+        for s in shape:
+            n *= s
+        nbytes = n * lib.kvc_dtype_size(code)
+        buf = DeviceBuffer(self, max(nbytes, 8), shape=shape, dtype=code)
+        buf.nbytes = nbytes
+        return buf
+
+    def memcpy_h2d(self, dst, src, nbytes, stream=None):
+        self._check(lib.kvc_memcpy_h2d(self.handle, _ptr(dst), _ptr(src), nbytes, _stream(stream)))
+
+    def memcpy_d2h(self, dst, src, nbytes, stream=None):
+        self._check(lib.kvc_memcpy_d2h(self.handle, _ptr(dst), _ptr(src), nbytes, _stream(stream)))
+
+    def memcpy_d2d(self, dst, src, nbytes, stream=None):
+        self._check(lib.kvc_memcpy_d2d(self.handle, _ptr(dst), _ptr(src), nbytes, _stream(stream)))
+
+    def memset(self, dst, value, nbytes, stream=None):
+        self._check(lib.kvc_memset_d8(self.handle, _ptr(dst), value, nbytes, _stream(stream)))
+
+    def synchronize(self, stream=None):
+        """Waits for all work on `stream` (the only blocking call)."""
+        self._check(lib.kvc_stream_synchronize(self.handle, _stream(stream)))
+
+    def __repr__(self):
+        if self._closing:
+            return "<kvcache.Context closed>"
+        return "<kvcache.Context backend=%s device=%d>" % (self.backend, self.device)
+
+
+def _dl_device(ctx):
+    dev = ctx.device
+    return (2, dev) if dev >= 0 else (1, 0)
+
+
+class Tensor:
+    """A zero-copy view of library-owned memory: supports __dlpack__/__dlpack_device__,
+    so numpy.from_dlpack(t) (host backend) and torch.from_dlpack(t) (CUDA) alias the
+    buffer. The view keeps its owner (and its memory) alive while any consumer holds it."""
+
+    def __init__(self, owner, ptr, shape, dtype, export=None):
+        self._owner = owner
+        self.ptr = ptr
+        self.shape = tuple(shape)
+        self.dtype = _DTYPE_NAMES.get(dtype, dtype)
+        self._dtype_code = dtype
+        self._export = export  # callable returning a DLManagedTensor* (library export)
+
+    def __dlpack_device__(self):
+        return _dl_device(self._owner._ctx)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        # All library work is ordered on the caller's streams, and pool creation
+        # synchronizes, so there is nothing of ours to order against `stream`.
+        if copy:
+            raise BufferError("kvcache views are zero-copy only")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError("kvcache views cannot be moved to another device")
+        self._owner.handle  # raises when closed
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        if self._export is not None:
+            return _dlpack.capsule_from_library(self._export(), self._owner, versioned)
+        dl = _DL_DTYPES.get(self._dtype_code)
+        if dl is None:
+            raise BufferError("dtype %s has no DLPack mapping here" % self.dtype)
+        return _dlpack.capsule_from_pointer(self.ptr, self.shape, dl,
+                                            _dl_device(self._owner._ctx), self._owner, versioned)
+
+    def __repr__(self):
+        return "<kvcache.Tensor %s %s at 0x%x>" % (self.dtype, self.shape, self.ptr or 0)
+
+
+class DeviceBuffer(_Handle):
+    """kvc_memory_alloc memory (device memory on CUDA, host memory on the host backend)."""
+
+    def __init__(self, ctx, nbytes, shape=None, dtype=6):
+        out = c_void_p()
+        ctx._check(lib.kvc_memory_alloc(ctx.handle, nbytes, byref(out)), "kvc_memory_alloc")
+        self._ctx = ctx
+        self.nbytes = nbytes
+        self.shape = tuple(shape) if shape is not None else (nbytes,)
+        self._dtype = dtype
+        super().__init__(out.value, deps=(ctx,))
+
+    def _maybe_destroy(self):
+        if self._closing and self._users == 0 and self._ptr:
+            lib.kvc_memory_free(self._ctx._ptr, self._ptr)
+        super()._maybe_destroy()
+
+    @property
+    def ptr(self):
+        return self.handle
+
+    @property
+    def dtype(self):
+        return _DTYPE_NAMES[self._dtype]
+
+    def __len__(self):
+        return self.shape[0]
+
+    def tensor(self):
+        return Tensor(self, self.ptr, self.shape, self._dtype)
+
+    def __dlpack__(self, **kw):
+        return self.tensor().__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return _dl_device(self._ctx)
+
+    def copy_from_host(self, data, stream=None):
+        """Uploads a bytes-like object or a list of ints of this buffer's dtype."""
+        if isinstance(data, (list, tuple)):
+            ct = {7: c_int32, 8: c_int64}[self._dtype]
+            data = (ct * len(data))(*data)
+        mv = memoryview(data).cast("B")
+        buf = (ctypes.c_char * mv.nbytes).from_buffer_copy(mv)
+        self._ctx.memcpy_h2d(self.ptr, ctypes.addressof(buf), mv.nbytes, stream)
+        if stream is not None:
+            self._ctx.synchronize(stream)  # buf is pageable and temporary
+
+    def tolist(self, stream=None):
+        """Synchronous readback as a list (int32/int64/uint8 buffers). Not for hot paths."""
+        ct = {6: ctypes.c_uint8, 7: c_int32, 8: c_int64}[self._dtype]
+        n = self.nbytes // ctypes.sizeof(ct)
+        host = (ct * max(n, 1))()
+        self._ctx.synchronize(stream)
+        self._ctx.memcpy_d2h(ctypes.addressof(host), self.ptr, n * ctypes.sizeof(ct), stream)
+        return list(host[:n])
+
+
+# --- Request-to-token pool --------------------------------------------------------------------
+
+
+class ReqToTokenPool(_Handle):
+    """SGLang ReqToTokenPool: rows 1..size (row 0 is padding) of max_context_len int32
+    slots on the device, with a host mirror."""
+
+    _destroy_fn = staticmethod(lambda p: lib.kvc_req_to_token_pool_destroy(p))
+
+    def __init__(self, ctx, size, max_context_len):
+        cfg = _ffi.ReqToTokenPoolConfig(ctypes.sizeof(_ffi.ReqToTokenPoolConfig), VERSION_NUMBER,
+                                        size, max_context_len)
+        out = c_void_p()
+        ctx._check(lib.kvc_req_to_token_pool_create(ctx.handle, byref(cfg), byref(out)),
+                   "kvc_req_to_token_pool_create")
+        self._ctx = ctx
+        super().__init__(out.value, deps=(ctx,))
+
+    def alloc(self, rows):
+        """rows: an int n (n new rows) or a list where entries > 0 are rows already held
+        (kept) and 0 entries get the next free rows. Returns the list of rows."""
+        if isinstance(rows, int):
+            rows = [0] * rows
+        arr, n = _i32_array(rows)
+        self._ctx._check(lib.kvc_req_to_token_pool_alloc(self.handle, n, arr))
+        return list(arr[:n])
+
+    def free(self, row):
+        self._ctx._check(lib.kvc_req_to_token_pool_free(self.handle, row))
+
+    def clear(self):
+        self._ctx._check(lib.kvc_req_to_token_pool_clear(self.handle))
+
+    @property
+    def available(self):
+        return lib.kvc_req_to_token_pool_available(self.handle)
+
+    def available_size(self):
+        return self.available
+
+    def is_held(self, row):
+        return bool(lib.kvc_req_to_token_pool_is_held(self.handle, row))
+
+    @property
+    def size(self):
+        return lib.kvc_req_to_token_pool_size(self.handle)
+
+    @property
+    def max_context_len(self):
+        return lib.kvc_req_to_token_pool_max_context_len(self.handle)
+
+    def row(self, row, start=0, end=None):
+        """Host mirror of row[start:end) as a list (no device copy)."""
+        p = lib.kvc_req_to_token_pool_row(self.handle, row)
+        if not p:
+            raise InvalidArgument(1, "row %d out of range" % row)
+        end = self.max_context_len if end is None else end
+        return p[start:end]
+
+    def write(self, row, start, slots, stream=None):
+        arr, n = _i64_array(slots)
+        self._ctx._check(lib.kvc_req_to_token_pool_write(self.handle, row, start, arr, n,
+                                                         _stream(stream)))
+
+    @property
+    def table(self):
+        """The device table, (size + 1, max_context_len) int32, as a DLPack-able Tensor."""
+        return Tensor(self, lib.kvc_req_to_token_pool_table(self.handle),
+                      (self.size + 1, self.max_context_len), 7)
+
+
+# --- Allocators -------------------------------------------------------------------------------
+
+
+class Allocator(_Handle):
+    """SGLang TokenToKVPoolAllocator (kind 'token', FIFO reuse) or
+    PagedTokenToKVPoolAllocator (kind 'paged', freed pages LIFO, sorted-unique)."""
+
+    _destroy_fn = staticmethod(lambda p: lib.kvc_allocator_destroy(p))
+
+    def __init__(self, ctx, size, page_size=1, kind=None, need_sort=False):
+        if kind is None:
+            kind = "token" if page_size == 1 else "paged"
+        cfg = _ffi.AllocatorConfig(ctypes.sizeof(_ffi.AllocatorConfig), VERSION_NUMBER,
+                                   {"token": 0, "paged": 1}[kind], size, page_size,
+                                   0x1 if need_sort else 0)
+        out = c_void_p()
+        ctx._check(lib.kvc_allocator_create(ctx.handle, byref(cfg), byref(out)),
+                   "kvc_allocator_create")
+        self._ctx = ctx
+        self.kind = kind
+        super().__init__(out.value, deps=(ctx,))
+
+    def _check(self, st):
+        self._ctx._check(st)
+
+    @property
+    def page_size(self):
+        return lib.kvc_allocator_page_size(self.handle)
+
+    @property
+    def size(self):
+        return lib.kvc_allocator_size(self.handle)
+
+    def available_size(self):
+        return lib.kvc_allocator_available_size(self.handle)
+
+    def stats(self):
+        s = _ffi.AllocatorStats()
+        self._check(lib.kvc_allocator_get_stats(self.handle, byref(s)))
+        return {f: getattr(s, f) for f, _ in _ffi.AllocatorStats._fields_}
+
+    def alloc(self, n):
+        """n slots (a multiple of page_size) from the front of the free list."""
+        out = (c_int64 * max(n, 1))()
+        self._check(lib.kvc_allocator_alloc(self.handle, n, out))
+        return list(out[:n])
+
+    def alloc_extend(self, prefix_lens, seq_lens, last_locs=None, req_pool=None, req_rows=None,
+                     prefix_slots=None, out_device=None, stream=None):
+        """SGLang alloc_extend. Returns the new slots (host list, request order); with
+        req_pool/req_rows also writes the req_to_token rows, with out_device (an int64
+        device vector) also the device copy, in the same launch."""
+        pre, n = _i64_array(prefix_lens)
+        seq, n2 = _i64_array(seq_lens)
+        if n != n2:
+            raise InvalidArgument(1, "prefix_lens and seq_lens differ in length")
+        last = _i64_array(last_locs)[0] if last_locs is not None else None
+        rows = _i32_array(req_rows)[0] if req_rows is not None else None
+        keep = []
+        ps = None
+        if prefix_slots is not None:
+            ps = (ctypes.POINTER(c_int64) * max(n, 1))()
+            for i, s in enumerate(prefix_slots):
+                if s is not None:
+                    a, _ = _i64_array(s)
+                    keep.append(a)
+                    ps[i] = ctypes.cast(a, ctypes.POINTER(c_int64))
+        total = sum(seq[i] - pre[i] for i in range(n))
+        out = (c_int64 * max(total, 1))()
+        self._check(lib.kvc_allocator_alloc_extend(
+            self.handle, n, pre, seq, last, req_pool.handle if req_pool else None, rows, ps, out,
+            _ptr(out_device), _stream(stream)))
+        return list(out[:total])
+
+    def alloc_decode(self, seq_lens, last_locs=None, req_pool=None, req_rows=None,
+                     out_device=None, stream=None):
+        """SGLang alloc_decode: one slot per request (seq_lens = lengths after the token)."""
+        seq, n = _i64_array(seq_lens)
+        last = _i64_array(last_locs)[0] if last_locs is not None else None
+        rows = _i32_array(req_rows)[0] if req_rows is not None else None
+        out = (c_int64 * max(n, 1))()
+        self._check(lib.kvc_allocator_alloc_decode(
+            self.handle, n, seq, last, req_pool.handle if req_pool else None, rows, out,
+            _ptr(out_device), _stream(stream)))
+        return list(out[:n])
+
+    def free(self, slots):
+        arr, n = _i64_array(slots)
+        self._check(lib.kvc_allocator_free(self.handle, arr, n))
+
+    def free_segment(self, slots, start_pos):
+        arr, n = _i64_array(slots)
+        self._check(lib.kvc_allocator_free_segment(self.handle, arr, n, start_pos))
+
+    def free_group_begin(self):
+        self._check(lib.kvc_allocator_free_group_begin(self.handle))
+
+    def free_group_end(self):
+        self._check(lib.kvc_allocator_free_group_end(self.handle))
+
+    def free_group(self):
+        """Context manager: ``with alloc.free_group(): ...`` batches the frees."""
+        alloc = self
+
+        class _Group:
+            def __enter__(self_):
+                alloc.free_group_begin()
+                return alloc
+
+            def __exit__(self_, *exc):
+                alloc.free_group_end()
+
+        return _Group()
+
+    def merge_and_sort_free(self):
+        self._check(lib.kvc_allocator_merge_and_sort_free(self.handle))
+
+    def backup_state(self):
+        s = _ffi.AllocatorState()
+        self._check(lib.kvc_allocator_backup_state(self.handle, byref(s)))
+        return s
+
+    def restore_state(self, state):
+        self._check(lib.kvc_allocator_restore_state(self.handle, byref(state)))
+
+    def clear(self):
+        self._check(lib.kvc_allocator_clear(self.handle))
+
+    def check(self):
+        self._check(lib.kvc_allocator_check(self.handle))
+
+
+# --- KV pools ----------------------------------------------------------------------------------
+
+
+class KVPool(_Handle):
+    """SGLang MHATokenToKVPool (kind 'mha'), MLATokenToKVPool ('mla') and their FP4/NSA/
+    NoOp variants. Buffers are exposed zero-copy: ``pool.k_buffer(layer)``,
+    ``pool.v_buffer(layer)``, ``pool.kv_buffer(layer)`` return DLPack-able Tensors."""
+
+    _destroy_fn = staticmethod(lambda p: lib.kvc_kv_pool_destroy(p))
+
+    def __init__(self, ctx, size, layer_num, kind="mha", dtype="bfloat16", page_size=1,
+                 head_num=0, head_dim=0, v_head_dim=0, kv_lora_rank=0, qk_rope_head_dim=0,
+                 start_layer=0, index_head_dim=0, index_buf_size=0):
+        cfg = _ffi.KVPoolConfig()
+        cfg.struct_size = ctypes.sizeof(cfg)
+        cfg.version = VERSION_NUMBER
+        cfg.kind = _KV_KINDS[kind] if isinstance(kind, str) else int(kind)
+        cfg.size, cfg.page_size, cfg.dtype = size, page_size, _dtype_code(dtype)
+        cfg.layer_num, cfg.start_layer = layer_num, start_layer
+        cfg.head_num, cfg.head_dim, cfg.v_head_dim = head_num, head_dim, v_head_dim
+        cfg.kv_lora_rank, cfg.qk_rope_head_dim = kv_lora_rank, qk_rope_head_dim
+        cfg.index_head_dim, cfg.index_buf_size = index_head_dim, index_buf_size
+        out = c_void_p()
+        ctx._check(lib.kvc_kv_pool_create(ctx.handle, byref(cfg), byref(out)), "kvc_kv_pool_create")
+        self._ctx = ctx
+        self.kind = kind
+        self.dtype = _DTYPE_NAMES[cfg.dtype]
+        self.start_layer = start_layer
+        self.layer_num = layer_num
+        super().__init__(out.value, deps=(ctx,))
+
+    def _check(self, st):
+        self._ctx._check(st)
+
+    def size_bytes(self):
+        k, v = c_size_t(), c_size_t()
+        self._check(lib.kvc_kv_pool_size_bytes(self.handle, byref(k), byref(v)))
+        return k.value, v.value
+
+    def clear(self, stream=None):
+        self._check(lib.kvc_kv_pool_clear(self.handle, _stream(stream)))
+
+    def set_kv(self, layer_id, loc, k, v=None, src_dtype=None, n=None, loc_type=None,
+               k_stride=0, v_stride=0, k_scale=1.0, v_scale=1.0, k_scale_device=None,
+               v_scale_device=None, stream=None):
+        """SGLang set_kv_buffer: K[layer][loc[i]] = k[i], V[layer][loc[i]] = v[i]. One launch."""
+        src = _dtype_code(src_dtype) if src_dtype is not None else _array_dtype(k)
+        if src is None:
+            raise InvalidArgument(1, "src_dtype is required with raw pointers")
+        self._check(lib.kvc_kv_pool_set_kv(
+            self.handle, layer_id, _ptr(loc), _index_type(loc, loc_type), _len(loc, n), _ptr(k),
+            _ptr(v), src, k_stride, v_stride, _ptr(k_scale_device), k_scale,
+            _ptr(v_scale_device), v_scale, _stream(stream)))
+
+    def gather_kv(self, layer_id, loc, k_out, v_out=None, out_dtype=None, n=None, loc_type=None,
+                  stream=None):
+        """Rows loc[i] of one layer into dense k_out / v_out, converted to out_dtype."""
+        od = _dtype_code(out_dtype) if out_dtype is not None else _array_dtype(k_out)
+        self._check(lib.kvc_kv_pool_gather_kv(
+            self.handle, layer_id, _ptr(loc), _index_type(loc, loc_type), _len(loc, n),
+            _ptr(k_out), _ptr(v_out), od, _stream(stream)))
+
+    def set_mla_kv(self, layer_id, loc, nope, rope=None, src_dtype=None, n=None, loc_type=None,
+                   nope_stride=0, rope_stride=0, stream=None):
+        src = _dtype_code(src_dtype) if src_dtype is not None else _array_dtype(nope)
+        self._check(lib.kvc_kv_pool_set_mla_kv(
+            self.handle, layer_id, _ptr(loc), _index_type(loc, loc_type), _len(loc, n),
+            _ptr(nope), _ptr(rope), src, nope_stride, rope_stride, _stream(stream)))
+
+    def get_mla_kv(self, layer_id, loc, nope_out, rope_out=None, out_dtype=None, n=None,
+                   loc_type=None, stream=None):
+        od = _dtype_code(out_dtype) if out_dtype is not None else _array_dtype(nope_out)
+        self._check(lib.kvc_kv_pool_get_mla_kv(
+            self.handle, layer_id, _ptr(loc), _index_type(loc, loc_type), _len(loc, n),
+            _ptr(nope_out), _ptr(rope_out), od, _stream(stream)))
+
+    def move(self, tgt_loc, src_loc, n=None, loc_type=None, stream=None):
+        """SGLang move_kv_cache: every layer/region row tgt[i] = row src[i], one launch."""
+        self._check(lib.kvc_kv_pool_move(self.handle, _ptr(tgt_loc), _ptr(src_loc),
+                                         _index_type(tgt_loc, loc_type), _len(tgt_loc, n),
+                                         _stream(stream)))
+
+    @property
+    def num_buffers(self):
+        return lib.kvc_kv_pool_num_buffers(self.handle)
+
+    @staticmethod
+    def _desc_dict(d):
+        return {"region": d.region, "layer_id": d.layer_id, "dtype": _DTYPE_NAMES.get(d.dtype),
+                "device": d.device, "data": d.data or 0, "shape": tuple(d.shape[:d.ndim]),
+                "strides": tuple(d.strides[:d.ndim]), "bytes_per_token": d.bytes_per_token,
+                "bytes_per_page": d.bytes_per_page, "total_bytes": d.total_bytes}
+
+    def describe(self, index=None):
+        """Descriptor dict of buffer `index`, or a list of all of them."""
+        if index is None:
+            return [self.describe(i) for i in range(self.num_buffers)]
+        d = _ffi.BufferDesc()
+        d.struct_size = ctypes.sizeof(d)
+        d.version = VERSION_NUMBER
+        self._check(lib.kvc_kv_pool_describe(self.handle, index, byref(d)))
+        return self._desc_dict(d)
+
+    def buffer(self, region, layer_id, as_bytes=False):
+        """A zero-copy DLPack-able Tensor of `region` ('k', 'v', 'kv', 'k_scale', ...) at
+        global `layer_id` (exported through kvc_kv_pool_export_dlpack)."""
+        r = _REGIONS[region] if isinstance(region, str) else int(region)
+        d = _ffi.BufferDesc()
+        d.struct_size = ctypes.sizeof(d)
+        d.version = VERSION_NUMBER
+        self._check(lib.kvc_kv_pool_buffer(self.handle, r, layer_id, byref(d)))
+        h = self.handle
+
+        def export():
+            out = c_void_p()
+            self._check(lib.kvc_kv_pool_export_dlpack(h, r, layer_id, 1 if as_bytes else 0,
+                                                      byref(out)))
+            return out.value
+
+        shape = tuple(d.shape[:d.ndim])
+        return Tensor(self, d.data, shape, 6 if as_bytes else d.dtype, export=export)
+
+    def k_buffer(self, layer_id, **kw):
+        return self.buffer("k", layer_id, **kw)
+
+    def v_buffer(self, layer_id, **kw):
+        return self.buffer("v", layer_id, **kw)
+
+    def kv_buffer(self, layer_id, **kw):
+        return self.buffer("kv", layer_id, **kw)
+
+
+# --- Flows and sessions -------------------------------------------------------------------------
+
+
+class ReqState(ctypes.Structure):
+    """kvc_req_state, field for field: the per-request state flows read and write (embed
+    one in your request object). Set seq_len / prefix_len (and prefix_slots for a prefix
+    cache match) before each step."""
+
+    _fields_ = [("req_row", c_int32), ("mamba_slot", c_int32), ("mamba_track", c_int32 * 2),
+                ("flags", ctypes.c_uint32), ("pad_", c_int32), ("seq_len", c_int64),
+                ("prefix_len", c_int64), ("_prefix_slots", ctypes.POINTER(c_int64)),
+                ("kv_committed_len", c_int64), ("kv_allocated_len", c_int64),
+                ("cache_protected_len", c_int64), ("swa_evict_floor", c_int64),
+                ("swa_evicted_seqlen", c_int64), ("session_id", ctypes.c_uint64),
+                ("cache_node", c_void_p), ("reserved_", ctypes.c_uint64 * 4)]
+
+    @property
+    def prefix_slots(self):
+        keep = getattr(self, "_prefix_keep", None)
+        return None if keep is None else list(keep)
+
+    @prefix_slots.setter
+    def prefix_slots(self, slots):
+        if slots is None:
+            self._prefix_keep = None
+            self._prefix_slots = None
+        else:
+            arr, _ = _i64_array(slots)
+            self._prefix_keep = arr
+            self._prefix_slots = ctypes.cast(arr, ctypes.POINTER(c_int64))
+
+    def __repr__(self):
+        return ("ReqState(row=%d, seq_len=%d, prefix_len=%d, committed=%d, allocated=%d, "
+                "session=%d)" % (self.req_row, self.seq_len, self.prefix_len,
+                                 self.kv_committed_len, self.kv_allocated_len, self.session_id))
+
+
+def _req_array(reqs):
+    reqs = list(reqs)
+    arr = (ctypes.POINTER(ReqState) * max(len(reqs), 1))()
+    for i, r in enumerate(reqs):
+        arr[i] = ctypes.pointer(r)
+    return arr, len(reqs)
+
+
+class SessionCache(_Handle):
+    """SGLang SessionAwareCache over the built-in chunk cache: requests with a session_id
+    keep their KV between turns."""
+
+    _destroy_fn = staticmethod(lambda p: lib.kvc_session_cache_destroy(p))
+
+    def __init__(self, ctx):
+        inner = lib.kvc_chunk_cache()
+        out = c_void_p()
+        ctx._check(lib.kvc_session_cache_create(ctx.handle, byref(inner), byref(out)),
+                   "kvc_session_cache_create")
+        self._ctx = ctx
+        super().__init__(out.value, deps=(ctx,))
+
+    def _prefix_cache(self):
+        return lib.kvc_session_cache_as_prefix_cache(self.handle)
+
+    def match(self, req, num_tokens):
+        """match_prefix for a streaming request; True when the session held KV."""
+        m = c_int()
+        self._ctx._check(lib.kvc_session_cache_match(self.handle, byref(req), num_tokens, byref(m)))
+        return bool(m.value)
+
+    def release(self, flow, session_id):
+        """Ends a session: frees its slots, its row and its Mamba slot."""
+        self._ctx._check(lib.kvc_session_cache_release(self.handle, flow.handle, session_id))
+
+    def held(self, page_size=1):
+        t, s, r = c_int64(), c_int64(), c_int64()
+        self._ctx._check(lib.kvc_session_cache_held(self.handle, page_size, byref(t), byref(s),
+                                                    byref(r)))
+        return {"tokens": t.value, "swa_tokens": s.value, "requests": r.value}
+
+    def reset(self):
+        lib.kvc_session_cache_reset(self.handle)
+
+
+class Flow(_Handle):
+    """The per-step scheduler calls of SGLang's mem_cache/common.py over a request pool,
+    a token/paged allocator and a prefix cache (None = ChunkCache, or a SessionCache)."""
+
+    _destroy_fn = staticmethod(lambda p: lib.kvc_flow_destroy(p))
+
+    def __init__(self, ctx, req_pool, allocator, cache=None, spec_num_steps=0, spec_topk=0,
+                 spec_num_draft_tokens=0, spec_keeps_draft_kv=False):
+        cfg = _ffi.FlowConfig()
+        cfg.struct_size = ctypes.sizeof(cfg)
+        cfg.version = VERSION_NUMBER
+        cfg.page_size = allocator.page_size
+        cfg.req_pool = req_pool.handle
+        cfg.allocator = allocator.handle
+        if cache is not None:
+            cfg.cache = cache._prefix_cache()
+        cfg.spec_num_steps, cfg.spec_topk = spec_num_steps, spec_topk
+        cfg.spec_num_draft_tokens = spec_num_draft_tokens
+        cfg.spec_keeps_draft_kv = 1 if spec_keeps_draft_kv else 0
+        out = c_void_p()
+        ctx._check(lib.kvc_flow_create(ctx.handle, byref(cfg), byref(out)), "kvc_flow_create")
+        self._ctx = ctx
+        self.req_pool, self.allocator, self.cache = req_pool, allocator, cache
+        super().__init__(out.value, deps=(ctx, req_pool, allocator, cache))
+
+    def _check(self, st):
+        self._ctx._check(st)
+
+    def _out(self, count, out):
+        if out is not None:
+            return out
+        return self._ctx.empty(count, "int64")
+
+    def alloc_for_extend(self, reqs, out_cache_loc=None, stream=None):
+        """SGLang alloc_for_extend. Returns out_cache_loc (device int64, the new slots in
+        request order): the one passed in, or a new DeviceBuffer."""
+        arr, n = _req_array(reqs)
+        out = self._out(sum(r.seq_len - r.prefix_len for r in reqs), out_cache_loc)
+        self._check(lib.kvc_flow_alloc_for_extend(self.handle, arr, n, _ptr(out), _stream(stream)))
+        return out
+
+    def alloc_for_decode(self, reqs, token_per_req=1, out_cache_loc=None, stream=None):
+        """SGLang alloc_for_decode; seq_len is the length before the step."""
+        arr, n = _req_array(reqs)
+        out = self._out(n * token_per_req, out_cache_loc)
+        self._check(lib.kvc_flow_alloc_for_decode(self.handle, arr, n, token_per_req, _ptr(out),
+                                                  _stream(stream)))
+        return out
+
+    def release(self, reqs, is_insert=True, stream=None):
+        """SGLang release_kv_cache for finished requests (one free group)."""
+        arr, n = _req_array(reqs)
+        self._check(lib.kvc_flow_release(self.handle, arr, n, 1 if is_insert else 0,
+                                         _stream(stream)))
+
+    def cache_unfinished(self, req):
+        self._check(lib.kvc_flow_cache_unfinished(self.handle, byref(req)))
+
+    def evict(self, num_tokens):
+        self._check(lib.kvc_flow_evict(self.handle, num_tokens))
+
+    def available(self):
+        """dict(available, evictable, protected, cached) in tokens."""
+        v = [c_int64() for _ in range(4)]
+        self._check(lib.kvc_flow_available(self.handle, *[byref(x) for x in v]))
+        return dict(zip(("available", "evictable", "protected", "cached"), [x.value for x in v]))
+
+    def row_slots(self, row, start, end):
+        out = (c_int64 * max(end - start, 1))()
+        self._check(lib.kvc_flow_row_slots(self.handle, row, start, end, out))
+        return list(out[:end - start])
+
+    def check(self, live=()):
+        arr, n = _req_array(live)
+        self._check(lib.kvc_flow_check(self.handle, arr, n))

@@ -1,0 +1,262 @@
+"""ctypes declarations for libkvcache (include/kvcache.h). Internal module.
+
+Every struct here mirrors the C struct field for field; python/tests/test_abi.py checks
+sizes and offsets against the header with a C compiler when one is available.
+"""
+import ctypes
+import ctypes.util
+import os
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32, c_int64,
+                    c_size_t, c_uint, c_uint8, c_uint32, c_uint64, c_void_p)
+
+__all__ = ["lib", "lib_path", "find_library"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.dirname(os.path.dirname(_HERE))
+
+
+def _candidates():
+    env = os.environ.get("KVCACHE_LIB")
+    if env:
+        yield env
+        return
+    for name in ("libkvcache.so", "libkvcache.so.0", "libkvcache.dylib"):
+        yield os.path.join(_HERE, name)  # shipped next to the package
+    for build in ("build", "build-rel", "build-perf", "build-python", "build-gpu"):
+        yield os.path.join(_REPO, build, "libkvcache.so")
+    found = ctypes.util.find_library("kvcache")
+    if found:
+        yield found
+
+
+def find_library():
+    """Path of the libkvcache shared library this package would load.
+
+    Order: env KVCACHE_LIB (exclusively), next to the package, the repository's build
+    directories (build, build-rel, build-perf, build-python, build-gpu), then the system
+    linker path (ctypes.util.find_library)."""
+    tried = []
+    for c in _candidates():
+        tried.append(c)
+        if os.path.sep not in c or os.path.exists(c):
+            return c
+    raise OSError("libkvcache not found (tried %s); build it with cmake or set KVCACHE_LIB"
+                  % ", ".join(tried))
+
+
+lib_path = find_library()
+lib = ctypes.CDLL(lib_path)
+
+# --- Structs (mirrors of include/kvcache.h) -------------------------------------------------
+
+
+class HostAllocator(Structure):
+    _fields_ = [("alloc", c_void_p), ("free", c_void_p), ("opaque", c_void_p)]
+
+
+class DeviceAllocator(Structure):
+    _fields_ = [("alloc", c_void_p), ("free", c_void_p), ("opaque", c_void_p)]
+
+
+class ContextConfig(Structure):
+    _fields_ = [("struct_size", c_size_t), ("version", c_uint32), ("backend", c_int),
+                ("device", c_int), ("flags", c_uint32), ("cache_dir", c_char_p),
+                ("host_allocator", HostAllocator), ("device_allocator", DeviceAllocator),
+                ("reserved_", c_uint64 * 8)]
+
+
+class DeviceInfo(Structure):
+    _fields_ = [("name", c_char * 96), ("compute_major", c_int), ("compute_minor", c_int),
+                ("multiprocessors", c_int), ("total_memory", c_size_t), ("l2_bytes", c_size_t),
+                ("driver_version", c_int), ("nvrtc_version", c_int)]
+
+
+class ReqToTokenPoolConfig(Structure):
+    _fields_ = [("struct_size", c_size_t), ("version", c_uint32), ("size", c_int32),
+                ("max_context_len", c_int32), ("reserved_", c_uint64 * 4)]
+
+
+class AllocatorConfig(Structure):
+    _fields_ = [("struct_size", c_size_t), ("version", c_uint32), ("kind", c_int),
+                ("size", c_int64), ("page_size", c_int32), ("flags", c_uint32),
+                ("reserved_", c_uint64 * 4)]
+
+
+class AllocatorStats(Structure):
+    _fields_ = [("num_pages", c_int64), ("free_pages", c_int64), ("deferred_pages", c_int64),
+                ("held_pages", c_int64), ("group_pending", c_int64), ("merges", c_uint64)]
+
+
+class AllocatorState(Structure):
+    _fields_ = [("opaque_", c_uint64 * 4)]
+
+
+class KVPoolConfig(Structure):
+    _fields_ = [("struct_size", c_size_t), ("version", c_uint32), ("kind", c_int),
+                ("size", c_int64), ("page_size", c_int32), ("dtype", c_int),
+                ("layer_num", c_int32), ("start_layer", c_int32), ("head_num", c_int32),
+                ("head_dim", c_int32), ("v_head_dim", c_int32), ("kv_lora_rank", c_int32),
+                ("qk_rope_head_dim", c_int32), ("index_head_dim", c_int32),
+                ("index_buf_size", c_int64), ("flags", c_uint32), ("pad_", c_int32),
+                ("reserved_", c_uint64 * 8)]
+
+
+class BufferDesc(Structure):
+    _fields_ = [("struct_size", c_size_t), ("version", c_uint32), ("region", c_int),
+                ("layer_id", c_int32), ("dtype", c_int), ("ndim", c_int32), ("device", c_int32),
+                ("data", c_void_p), ("shape", c_int64 * 4), ("strides", c_int64 * 4),
+                ("bytes_per_token", c_int64), ("bytes_per_page", c_int64),
+                ("total_bytes", c_int64), ("reserved_", c_uint64 * 4)]
+
+
+class PrefixCache(Structure):
+    """kvc_prefix_cache: a struct of callbacks, passed through by value (never called from
+    Python)."""
+    _fields_ = [("self", c_void_p), ("is_chunk_cache", c_void_p), ("supports_mamba", c_void_p),
+                ("evict", c_void_p), ("evictable_size", c_void_p), ("protected_size", c_void_p),
+                ("cached_size", c_void_p), ("cache_finished_req", c_void_p),
+                ("cache_unfinished_req", c_void_p), ("inc_lock_ref", c_void_p),
+                ("dec_lock_ref", c_void_p)]
+
+
+class FlowConfig(Structure):
+    _fields_ = [("struct_size", c_size_t), ("version", c_uint32), ("page_size", c_int32),
+                ("req_pool", c_void_p), ("allocator", c_void_p), ("swa_allocator", c_void_p),
+                ("hybrid_req_pool", c_void_p), ("cache", PrefixCache),
+                ("sliding_window", c_int32), ("swa_drop_page_margin", c_int32),
+                ("spec_num_steps", c_int32), ("spec_topk", c_int32),
+                ("spec_num_draft_tokens", c_int32), ("spec_keeps_draft_kv", c_int32),
+                ("reserved_", c_uint64 * 6)]
+
+
+class DLDevice(Structure):
+    _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
+
+
+class DLDataType(Structure):
+    _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(Structure):
+    _fields_ = [("data", c_void_p), ("device", DLDevice), ("ndim", c_int32),
+                ("dtype", DLDataType), ("shape", POINTER(c_int64)),
+                ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
+
+
+class DLManagedTensor(Structure):
+    pass
+
+
+DLDeleter = ctypes.CFUNCTYPE(None, c_void_p)
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", c_void_p),
+                            ("deleter", c_void_p)]
+
+# --- Prototypes ---------------------------------------------------------------------------
+
+_st = c_int  # kvc_status
+_P = c_void_p
+_I64P = POINTER(c_int64)
+_I32P = POINTER(c_int32)
+
+
+def _fn(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+_fn("kvc_version_number", c_uint)
+_fn("kvc_version_string", c_char_p)
+_fn("kvc_status_string", c_char_p, c_int)
+_fn("kvc_status_name", c_char_p, c_int)
+_fn("kvc_dtype_size", c_size_t, c_int)
+_fn("kvc_dtype_name", c_char_p, c_int)
+# context
+_fn("kvc_context_config_default", None, POINTER(ContextConfig))
+_fn("kvc_context_create", _st, POINTER(ContextConfig), POINTER(c_void_p))
+_fn("kvc_context_destroy", None, _P)
+_fn("kvc_context_backend", c_int, _P)
+_fn("kvc_context_device", c_int, _P)
+_fn("kvc_context_check_mode", c_int, _P)
+_fn("kvc_last_error", c_char_p, _P)
+_fn("kvc_context_device_info", _st, _P, POINTER(DeviceInfo))
+_fn("kvc_context_precompile", _st, _P)
+# memory
+_fn("kvc_memory_alloc", _st, _P, c_size_t, POINTER(c_void_p))
+_fn("kvc_memory_free", None, _P, _P)
+_fn("kvc_host_pinned_alloc", _st, _P, c_size_t, POINTER(c_void_p))
+_fn("kvc_host_pinned_free", None, _P, _P)
+_fn("kvc_memcpy_h2d", _st, _P, _P, _P, c_size_t, _P)
+_fn("kvc_memcpy_d2h", _st, _P, _P, _P, c_size_t, _P)
+_fn("kvc_memcpy_d2d", _st, _P, _P, _P, c_size_t, _P)
+_fn("kvc_memset_d8", _st, _P, _P, c_uint8, c_size_t, _P)
+_fn("kvc_stream_synchronize", _st, _P, _P)
+# req-to-token pool
+_fn("kvc_req_to_token_pool_create", _st, _P, POINTER(ReqToTokenPoolConfig), POINTER(c_void_p))
+_fn("kvc_req_to_token_pool_destroy", None, _P)
+_fn("kvc_req_to_token_pool_alloc", _st, _P, c_size_t, _I32P)
+_fn("kvc_req_to_token_pool_free", _st, _P, c_int32)
+_fn("kvc_req_to_token_pool_clear", _st, _P)
+_fn("kvc_req_to_token_pool_available", c_int32, _P)
+_fn("kvc_req_to_token_pool_is_held", c_int, _P, c_int32)
+_fn("kvc_req_to_token_pool_table", _P, _P)
+_fn("kvc_req_to_token_pool_size", c_int32, _P)
+_fn("kvc_req_to_token_pool_max_context_len", c_int32, _P)
+_fn("kvc_req_to_token_pool_row", _I32P, _P, c_int32)
+_fn("kvc_req_to_token_pool_write", _st, _P, c_int32, c_int32, _I64P, c_size_t, _P)
+# allocators
+_fn("kvc_allocator_create", _st, _P, POINTER(AllocatorConfig), POINTER(c_void_p))
+_fn("kvc_allocator_destroy", None, _P)
+_fn("kvc_allocator_available_size", c_int64, _P)
+_fn("kvc_allocator_size", c_int64, _P)
+_fn("kvc_allocator_page_size", c_int32, _P)
+_fn("kvc_allocator_get_stats", _st, _P, POINTER(AllocatorStats))
+_fn("kvc_allocator_alloc", _st, _P, c_int64, _I64P)
+_fn("kvc_allocator_alloc_extend", _st, _P, c_size_t, _I64P, _I64P, _I64P, _P, _I32P,
+    POINTER(_I64P), _I64P, _P, _P)
+_fn("kvc_allocator_alloc_decode", _st, _P, c_size_t, _I64P, _I64P, _P, _I32P, _I64P, _P, _P)
+_fn("kvc_allocator_free", _st, _P, _I64P, c_size_t)
+_fn("kvc_allocator_free_segment", _st, _P, _I64P, c_size_t, c_int64)
+_fn("kvc_allocator_free_group_begin", _st, _P)
+_fn("kvc_allocator_free_group_end", _st, _P)
+_fn("kvc_allocator_merge_and_sort_free", _st, _P)
+_fn("kvc_allocator_backup_state", _st, _P, POINTER(AllocatorState))
+_fn("kvc_allocator_restore_state", _st, _P, POINTER(AllocatorState))
+_fn("kvc_allocator_clear", _st, _P)
+_fn("kvc_allocator_check", _st, _P)
+# KV pools
+_fn("kvc_kv_pool_create", _st, _P, POINTER(KVPoolConfig), POINTER(c_void_p))
+_fn("kvc_kv_pool_destroy", None, _P)
+_fn("kvc_kv_pool_clear", _st, _P, _P)
+_fn("kvc_kv_pool_size_bytes", _st, _P, POINTER(c_size_t), POINTER(c_size_t))
+_fn("kvc_kv_pool_set_kv", _st, _P, c_int32, _P, c_int, c_size_t, _P, _P, c_int, c_int64, c_int64,
+    _P, ctypes.c_float, _P, ctypes.c_float, _P)
+_fn("kvc_kv_pool_move", _st, _P, _P, _P, c_int, c_size_t, _P)
+_fn("kvc_kv_pool_gather_kv", _st, _P, c_int32, _P, c_int, c_size_t, _P, _P, c_int, _P)
+_fn("kvc_kv_pool_set_mla_kv", _st, _P, c_int32, _P, c_int, c_size_t, _P, _P, c_int, c_int64,
+    c_int64, _P)
+_fn("kvc_kv_pool_get_mla_kv", _st, _P, c_int32, _P, c_int, c_size_t, _P, _P, c_int, _P)
+_fn("kvc_kv_pool_num_buffers", c_int32, _P)
+_fn("kvc_kv_pool_describe", _st, _P, c_int32, POINTER(BufferDesc))
+_fn("kvc_kv_pool_buffer", _st, _P, c_int, c_int32, POINTER(BufferDesc))
+_fn("kvc_kv_pool_export_dlpack", _st, _P, c_int, c_int32, c_int, POINTER(c_void_p))
+# flows and sessions
+_fn("kvc_chunk_cache", PrefixCache)
+_fn("kvc_flow_create", _st, _P, POINTER(FlowConfig), POINTER(c_void_p))
+_fn("kvc_flow_destroy", None, _P)
+_fn("kvc_flow_alloc_for_extend", _st, _P, _P, c_size_t, _P, _P)
+_fn("kvc_flow_alloc_for_decode", _st, _P, _P, c_size_t, c_int32, _P, _P)
+_fn("kvc_flow_release", _st, _P, _P, c_size_t, c_int, _P)
+_fn("kvc_flow_cache_unfinished", _st, _P, _P)
+_fn("kvc_flow_evict", _st, _P, c_int64)
+_fn("kvc_flow_available", _st, _P, _I64P, _I64P, _I64P, _I64P)
+_fn("kvc_flow_row_slots", _st, _P, c_int32, c_int64, c_int64, _I64P)
+_fn("kvc_flow_check", _st, _P, _P, c_size_t)
+_fn("kvc_session_cache_create", _st, _P, POINTER(PrefixCache), POINTER(c_void_p))
+_fn("kvc_session_cache_destroy", None, _P)
+_fn("kvc_session_cache_as_prefix_cache", PrefixCache, _P)
+_fn("kvc_session_cache_match", _st, _P, _P, c_int64, POINTER(c_int))
+_fn("kvc_session_cache_release", _st, _P, _P, c_uint64)
+_fn("kvc_session_cache_held", _st, _P, c_int64, _I64P, _I64P, _I64P)
+_fn("kvc_session_cache_reset", None, _P)

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Install-and-consume test (issue 8): installs kvcache into a temporary prefix, checks the
+# layout (header, shared library with SONAME and version, static library, CMake package,
+# pkg-config file), then builds and runs tests/install/consumer four ways: find_package
+# shared and static, pkg-config shared and static. Host backend only; no GPU needed.
+#   scripts/test_install.sh [BUILD_DIR]
+# With BUILD_DIR (CTest passes its own), that already-built tree is installed; without,
+# the library alone is configured and built in build-install (tests, bench off).
+set -euo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-}
+if [ -z "$build" ]; then
+  build=$src/build-install
+  cmake -S "$src" -B "$build" -DKVC_BUILD_TESTS=OFF -DKVC_BUILD_BENCH=OFF -DKVC_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build "$build" -j "$(nproc)" --target kvcache kvcache_static >/dev/null
+fi
+build=$(cd "$build" && pwd)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvc-install.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+
+fail() { echo "test_install: FAIL: $*" >&2; exit 1; }
+step() { echo "-- $*"; }
+
+step "cmake --install $build --prefix $prefix"
+cmake --install "$build" --prefix "$prefix" >/dev/null
+
+# --- Layout ------------------------------------------------------------------------------
+so=$(find "$prefix" -name 'libkvcache.so.*.*.*' -type f | head -n1)
+[ -n "$so" ] || fail "no versioned libkvcache.so.X.Y.Z installed"
+libdir=$(dirname "$so")
+version=$(sed -n 's/^#define KVC_VERSION_STRING "\(.*\)"/\1/p' "$src/include/kvcache.h")
+major=${version%%.*}
+[ -f "$prefix/include/kvcache.h" ] || fail "include/kvcache.h missing"
+[ "$(basename "$so")" = "libkvcache.so.$version" ] || fail "$so does not carry version $version"
+[ -L "$libdir/libkvcache.so.$major" ] || fail "SONAME link libkvcache.so.$major missing"
+[ -L "$libdir/libkvcache.so" ] || fail "development link libkvcache.so missing"
+[ -f "$libdir/libkvcache.a" ] || fail "static libkvcache.a missing"
+soname=$(objdump -p "$so" | awk '$1 == "SONAME" {print $2}')
+[ "$soname" = "libkvcache.so.$major" ] || fail "SONAME is '$soname', want libkvcache.so.$major"
+for f in kvcacheConfig.cmake kvcacheConfigVersion.cmake kvcacheTargets.cmake; do
+  [ -f "$libdir/cmake/kvcache/$f" ] || fail "$libdir/cmake/kvcache/$f missing"
+done
+pc=$libdir/pkgconfig/kvcache.pc
+[ -f "$pc" ] || fail "$pc missing"
+# Only kvc_* symbols are exported (version script + -fvisibility=hidden).
+bad=$(nm -D --defined-only "$so" | awk '$2 ~ /^[TDBR]$/ && $3 !~ /^kvc_/ {print $3}' | head -n5)
+[ -z "$bad" ] || fail "non-kvc_ symbols exported: $bad"
+step "layout OK: $(basename "$so") SONAME $soname, $(nm -D --defined-only "$so" | grep -c ' T kvc_') kvc_* functions"
+
+run_consumer() { # name exe
+  local out
+  out=$(KVC_LOG=error "$2") || fail "$1: consumer exited with $?"
+  echo "$out" | grep -q "consumer OK: kvcache $version" || fail "$1: unexpected output: $out"
+  step "$1: $out"
+}
+
+# --- find_package(kvcache) ---------------------------------------------------------------
+for kind in shared static; do
+  b=$tmp/consumer-cmake-$kind
+  static=OFF; [ "$kind" = static ] && static=ON
+  cmake -S "$src/tests/install/consumer" -B "$b" -DCMAKE_PREFIX_PATH="$prefix" \
+        -DKVC_CONSUMER_STATIC=$static -DCMAKE_BUILD_TYPE=Release >"$tmp/cfg-$kind.log" 2>&1 ||
+    { cat "$tmp/cfg-$kind.log"; fail "find_package configure ($kind)"; }
+  cmake --build "$b" >"$tmp/build-$kind.log" 2>&1 || { cat "$tmp/build-$kind.log"; fail "find_package build ($kind)"; }
+  if [ "$kind" = static ]; then
+    ! ldd "$b/consumer" | grep -q libkvcache || fail "static consumer links libkvcache.so"
+  else
+    ldd "$b/consumer" | grep -q "libkvcache.so.$major => $libdir" || fail "shared consumer does not load $libdir"
+  fi
+  run_consumer "find_package $kind" "$b/consumer"
+done
+
+# --- pkg-config -----------------------------------------------------------------------------
+if command -v pkg-config >/dev/null; then
+  export PKG_CONFIG_PATH=$libdir/pkgconfig
+  [ "$(pkg-config --modversion kvcache)" = "$version" ] || fail "pkg-config --modversion"
+  cflags=$(pkg-config --cflags kvcache)
+  cc=${CC:-cc}
+  # shellcheck disable=SC2046,SC2086
+  $cc -std=c11 -Wall -Wextra -Werror $cflags "$src/tests/install/consumer/main.c" -o "$tmp/pc-shared" \
+      $(pkg-config --libs kvcache) -Wl,-rpath,"$libdir" || fail "pkg-config shared build"
+  run_consumer "pkg-config shared" "$tmp/pc-shared"
+  # Static: the archive by path plus Libs.private (pkg-config --static).
+  libs_static=$(pkg-config --static --libs-only-l kvcache | sed 's/-lkvcache//')
+  # shellcheck disable=SC2086
+  $cc -std=c11 -Wall -Wextra -Werror $cflags "$src/tests/install/consumer/main.c" -o "$tmp/pc-static" \
+      $(pkg-config --libs-only-L kvcache) -Wl,-Bstatic -lkvcache -Wl,-Bdynamic $libs_static ||
+    fail "pkg-config static build"
+  ! ldd "$tmp/pc-static" | grep -q libkvcache || fail "pkg-config static consumer links libkvcache.so"
+  run_consumer "pkg-config static" "$tmp/pc-static"
+else
+  step "pkg-config not installed: pkg-config builds skipped"
+fi
+echo "test_install: OK"
