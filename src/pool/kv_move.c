@@ -182,3 +182,64 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   return kvc__kernel_launch(ctx, *memo, kvc__dim((unsigned)grid, 1, 1), kvc__dim((unsigned)threads, 1, 1), (unsigned)smem,
                             stream, &p, sizeof p);
 }
+
+/* ---- kvc_kv_pool_move_disjoint: no staging (kernels/kv_move_direct.cu) ----------------
+ * Same segments as the staged move; seg[].tiles = rows per warp task R (power of two):
+ * about 8 units of `vec` bytes per lane per task (R = 256 / units per row, 1..32), halved
+ * while the tasks would not fill the resident warps twice. Grid: persistent, at most
+ * 8 CTAs of 256 threads per multiprocessor. pool->kfunc[15] memoises the kernel. */
+#define MEMO_MOVE_DIRECT 15
+#define MD_THREADS 256 /* KVC_MD_THREADS in the kernel */
+
+kvc_status kvc_kv_pool_move_disjoint(kvc_kv_pool *pool, const void *tgt_loc, const void *src_loc, kvc_index_type loc_type,
+                                     size_t n, kvc_stream stream) {
+  KVC_FORWARD(kvc__kv_pool_check(pool, __func__));
+  kvc_context *ctx = pool->ctx;
+  KVC_RETURN_IF(loc_type != KVC_INDEX_I32 && loc_type != KVC_INDEX_I64, ctx, KVC_ERR_INVALID_ARGUMENT, "loc_type %d", (int)loc_type);
+  if (n == 0 || pool->cfg.kind == KVC_KV_MHA_NOOP) return KVC_OK;
+  KVC_RETURN_IF(!tgt_loc || !src_loc, ctx, KVC_ERR_INVALID_ARGUMENT, "tgt_loc and src_loc must be non-NULL for n = %zu", n);
+  KVC_RETURN_IF(n > (size_t)INT32_MAX, ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu too large", n);
+
+  kvc_p_kv_move p;
+  memset(&p, 0, sizeof p);
+  const int ns = kvc__kv_pool_segments(pool, __func__, false, p.seg);
+  if (ns < 0) return KVC_ERR_INTERNAL;
+  if (ns == 0) return KVC_OK;
+  const int64_t nn = (int64_t)n;
+  const int cuda = kvc_context_backend(ctx) == KVC_BACKEND_CUDA;
+  const int64_t sms = cuda ? KVC__MAX(1, kvc__num_sms(ctx)) : 1;
+  const int64_t resident_warps = sms * 64;
+  for (int i = 0; i < ns; i++) {
+    const int64_t units = p.seg[i].row_bytes / KVC__MAX(1, p.seg[i].vec);
+    KVC_RETURN_IF(units <= 0 || units > ((int64_t)1 << 25), ctx, KVC_ERR_INVALID_ARGUMENT, "row of %lld bytes too wide",
+                  (long long)p.seg[i].row_bytes);
+    int32_t r = 1;
+    while (r < 32 && (int64_t)r * 2 * units <= 256) r *= 2;
+    p.seg[i].tiles = r;
+  }
+  /* Small moves: smaller tasks so that every resident warp gets work. */
+  for (;;) {
+    int64_t tasks = 0;
+    int32_t rmax = 1;
+    for (int i = 0; i < ns; i++) {
+      tasks += (nn + p.seg[i].tiles - 1) / p.seg[i].tiles * p.seg[i].layers;
+      rmax = p.seg[i].tiles > rmax ? p.seg[i].tiles : rmax;
+    }
+    if (rmax == 1 || tasks >= 2 * resident_warps) break;
+    for (int i = 0; i < ns; i++)
+      if (p.seg[i].tiles == rmax) p.seg[i].tiles /= 2;
+  }
+  int64_t tasks = 0;
+  for (int i = 0; i < ns; i++) tasks += (nn + p.seg[i].tiles - 1) / p.seg[i].tiles * p.seg[i].layers;
+  p.tgt = KVC__ADDR(tgt_loc);
+  p.src = KVC__ADDR(src_loc);
+  p.n = nn;
+  p.loc_i64 = loc_type == KVC_INDEX_I64;
+  p.nseg = ns;
+
+  const kvc__kfunc **memo = &pool->kfunc[MEMO_MOVE_DIRECT];
+  if (!*memo) KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_kv_move_direct, NULL, memo));
+  const int64_t warps_per_cta = MD_THREADS / 32;
+  const int64_t grid = KVC__MAX(1, KVC__MIN((tasks + warps_per_cta - 1) / warps_per_cta, sms * 8));
+  return kvc__kernel_launch(ctx, *memo, kvc__dim((unsigned)grid, 1, 1), kvc__dim(MD_THREADS, 1, 1), 0, stream, &p, sizeof p);
+}
