@@ -15,6 +15,7 @@ ctest --test-dir "$b" --output-on-failure -j 4 >"$OUT/ctest.log" 2>&1 || rc=1
 grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | grep -v Passed | tail -15
 echo "=== ctest, payloads forced through staging (KVC_INLINE_MAX_WORDS=0)"
 KVC_INLINE_MAX_WORDS=0 ctest --test-dir "$b" -R "alloc|flow|pool|swa|hybrid|session|mamba" -j 4 2>&1 | grep -E "tests passed|\*\*\*Failed" || rc=1
+if [ "${PHASE:-all}" != "a" ]; then
 echo "=== compute-sanitizer memcheck"
 san=0
 for t in $(find "$b/tests" -type f -perm -u+x -name 'test_*' | sort); do
@@ -27,6 +28,8 @@ for t in "$b/tests/kv/test_kv_move" "$b/tests/mamba/test_mamba_pool" "$b/tests/u
 done
 echo "compute-sanitizer: $([ $san = 0 ] && echo clean || echo ERRORS)"
 [ $san = 0 ] || rc=1
+fi
+[ "${PHASE:-all}" = "b" ] && exit $rc
 echo "=== benchmarks"
 bash scripts/gpu_bench.sh || rc=1
 echo "=== host-backend allocation bench on this machine's CPU (for scale)"
