@@ -3,9 +3,7 @@
  * the same bytes timed in the same run:
  *   set_kv  Llama-3-8B rows (8 heads x 128 bf16 = 2048 B per K and per V row),
  *           N = 1, 256, 8192, 65536; bytes = 2 * N * 2048 read and written
- *   move    32 layers of K and V, N = 64, 1024, 8192; bytes = 64 * N * 2048 (staged
- *           kvc_kv_pool_move, then kvc_kv_pool_move_disjoint on the same disjoint sets:
- *           CSV rows "move" and "move_disjoint")
+ *   move    32 layers of K and V, N = 64, 1024, 8192; bytes = 64 * N * 2048
  * plus the host microseconds per set_kv call at N = 256 (median, no synchronisation).
  *
  * Timing: `reps` back-to-back launches between two kvc_stream_synchronize calls,
@@ -82,7 +80,7 @@ typedef struct op_ctx {
   void *k[SETS], *v[SETS], *loc[SETS], *loc2[SETS];
   void *csrc[SETS], *cdst[SETS];
   size_t n, copy_bytes;
-  int kind; /* 0 set_kv, 1 move, 2 copy, 3 move_disjoint */
+  int kind; /* 0 set_kv, 1 move, 2 copy */
 } op_ctx;
 
 static void run_op(op_ctx *o, int i) {
@@ -92,8 +90,6 @@ static void run_op(op_ctx *o, int i) {
                              NULL, 1.0f, NULL, 1.0f, NULL));
   else if (o->kind == 1)
     CHECK(kvc_kv_pool_move(o->pool, o->loc2[s], o->loc[s], KVC_INDEX_I64, o->n, NULL));
-  else if (o->kind == 3)
-    CHECK(kvc_kv_pool_move_disjoint(o->pool, o->loc2[s], o->loc[s], KVC_INDEX_I64, o->n, NULL));
   else
     CHECK(kvc_memcpy_d2d(ctx, o->cdst[s], o->csrc[s], o->copy_bytes, NULL));
 }
@@ -114,7 +110,7 @@ static double time_op(op_ctx *o, int reps) {
 
 static void report(const char *op, size_t n, double bytes, double t_op, double t_copy) {
   double gbs = bytes / t_op * 1e-9, cgbs = bytes / t_copy * 1e-9;
-  printf("%-13s %8zu %12.0f %10.2f %10.1f %10.1f %8.1f%%\n", op, n, bytes, t_op * 1e6, gbs, cgbs, 100.0 * gbs / cgbs);
+  printf("%-8s %8zu %12.0f %10.2f %10.1f %10.1f %8.1f%%\n", op, n, bytes, t_op * 1e6, gbs, cgbs, 100.0 * gbs / cgbs);
   if (csv) fprintf(csv, "%s,%zu,%.0f,%.3f,%.2f,%.2f,%.2f\n", op, n, bytes, t_op * 1e6, gbs, cgbs, 100.0 * gbs / cgbs);
 }
 
@@ -150,7 +146,7 @@ int main(int argc, char **argv) {
     fprintf(csv, "op,n,bytes,us,gbps,copy_gbps,pct_of_copy\n");
   }
   printf("backend %s%s\n", cuda ? "cuda" : "host", quick ? " (quick)" : "");
-  printf("%-13s %8s %12s %10s %10s %10s %9s\n", "op", "N", "bytes(R+W)", "us/call", "GB/s", "copyGB/s", "of copy");
+  printf("%-8s %8s %12s %10s %10s %10s %9s\n", "op", "N", "bytes(R+W)", "us/call", "GB/s", "copyGB/s", "of copy");
 
   const int64_t row = 2048; /* 8 x 128 bf16 */
   /* --- set_kv --------------------------------------------------------------------- */
@@ -254,9 +250,6 @@ int main(int argc, char **argv) {
       o.kind = 2;
       double t_copy = time_op(&o, reps);
       report("move", o.n, 2.0 * (double)o.copy_bytes, t_op, t_copy);
-      o.kind = 3; /* same disjoint src / tgt sets, no staging */
-      double t_dj = time_op(&o, reps);
-      report("move_disjoint", o.n, 2.0 * (double)o.copy_bytes, t_dj, t_copy);
       for (int s = 0; s < SETS; s++) {
         kvc_memory_free(ctx, o.loc[s]);
         kvc_memory_free(ctx, o.loc2[s]);

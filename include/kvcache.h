@@ -538,18 +538,6 @@ KVC_API const int32_t *kvc_req_to_token_pool_row(const kvc_req_to_token_pool *po
 KVC_API kvc_status kvc_req_to_token_pool_write(kvc_req_to_token_pool *pool, int32_t row,
                                                int32_t start, const int64_t *slots, size_t n,
                                                kvc_stream stream);
-/** kvc_req_to_token_pool_check() : full O(size) audit of the host metadata: every free
- *  list entry a distinct free row in [1, size], held + free == size, row 0 never free or
- *  held. Also run after every mutating call in check mode. Reads no device memory.
- *  @return KVC_ERR_INTERNAL with a description when violated. */
-KVC_API kvc_status kvc_req_to_token_pool_check(const kvc_req_to_token_pool *pool);
-/** kvc_req_to_token_pool_audit_device() : kvc_req_to_token_pool_check, then copies the
- *  device table back (row by row through host memory) and compares every held row with
- *  the host mirror. SYNCHRONIZES `stream` (waits for queued writes first): a debugging
- *  and test call, never for the scheduler path. @return KVC_ERR_INTERNAL naming the
- *  first row and position that differ, KVC_ERR_HOST_OOM, KVC_ERR_CUDA. */
-KVC_API kvc_status kvc_req_to_token_pool_audit_device(const kvc_req_to_token_pool *pool,
-                                                      kvc_stream stream);
 
 typedef struct kvc_allocator kvc_allocator;
 
@@ -789,21 +777,6 @@ KVC_API kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const
  *  Out-of-range slots are skipped. Capturable. */
 KVC_API kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *src_loc,
                                     kvc_index_type loc_type, size_t n, kvc_stream stream);
-
-/** kvc_kv_pool_move_disjoint() : kvc_kv_pool_move for DISJOINT slot sets (speculative
- *  decoding accepting draft tokens, compaction into fresh slots): for every layer and
- *  every region of the pool, row tgt[i] = row src[i], for all i < n, in ONE launch. The
- *  caller guarantees that no slot appears both in src_loc and in tgt_loc and that no
- *  target appears twice; rows are then copied directly (no shared-memory staging), and
- *  the result is exactly that of kvc_kv_pool_move. If the guarantee is violated the
- *  resulting row contents are unspecified, but the call stays memory-safe: it only
- *  touches rows of the pool's slots. V rows wider than K rows are copied in full; NSA
- *  index keys move per token slot. Out-of-range slots are skipped (pairs with either
- *  slot outside the pool's rows are not copied). n == 0 or a NoOp pool: no launch.
- *  Capturable. */
-KVC_API kvc_status kvc_kv_pool_move_disjoint(kvc_kv_pool *pool, const void *tgt_loc,
-                                             const void *src_loc, kvc_index_type loc_type,
-                                             size_t n, kvc_stream stream);
 
 /** kvc_kv_pool_gather_kv() : reads rows loc[i] of one layer into dense k_out / v_out
  *  (n rows each) converted to out_dtype; FP4 pools dequantize only these rows (never a

@@ -23,4 +23,3 @@ const kvc__kernel_def kvc__k_mamba_rows = {"kvc_mamba_rows", "mamba.cu", kvc_hos
 const kvc__kernel_def kvc__k_mamba_copy_staged = {"kvc_mamba_copy_staged", "mamba.cu", kvc_host_mamba_copy_staged};
 const kvc__kernel_def kvc__k_swa_map_write = {"kvc_swa_map_write", "swa.cu", kvc_host_swa_map_write};
 const kvc__kernel_def kvc__k_swa_gather = {"kvc_swa_gather", "swa.cu", kvc_host_swa_gather};
-const kvc__kernel_def kvc__k_kv_move_direct = {"kvc_kv_move_direct", "kv_move_direct.cu", kvc_host_kv_move_direct};

@@ -11,7 +11,6 @@
 
 extern const kvc__kernel_def kvc__k_kv_rows;
 extern const kvc__kernel_def kvc__k_kv_move;
-extern const kvc__kernel_def kvc__k_kv_move_direct;
 extern const kvc__kernel_def kvc__k_kv_offload;
 
 /* Element codes of kv_store.cu: 0 raw bytes, kvc_dtype 1..5, 10 packed FP4. */

@@ -37,7 +37,6 @@ typedef struct kvc_host_kv_spec {
 } kvc_host_kv_spec;
 void kvc_host_kv_rows(const void *params);
 void kvc_host_kv_move(const void *params);
-void kvc_host_kv_move_direct(const void *params);
 void kvc_host_kv_offload(const void *params);
 void kvc_host_mla_set(const void *params);
 void kvc_host_mla_get(const void *params);

@@ -1,4 +1,4 @@
-/* C reference of kernels/kv_store.cu, kv_move.cu, kv_move_direct.cu and kv_offload.cu. The specialisation
+/* C reference of kernels/kv_store.cu, kv_move.cu and kv_offload.cu. The specialisation
  * constants of the CUDA kernels travel here as the trailing kvc_host_kv_spec appended to
  * the parameter block by the wrappers (see host_kernels.h). */
 #include "host_kernels.h"
@@ -150,26 +150,6 @@ void kvc_host_kv_offload(const void *params) {
         } else if (valid) {
           memcpy(dev, host, (size_t)s->row_bytes);
         }
-      }
-    }
-  }
-}
-
-/* Disjoint move (kv_move_direct.cu): per (segment, layer, loc) in order, the source row is
- * copied straight to the target row (no staging). Equal to kvc_host_kv_move whenever no
- * slot is both a source and a target; otherwise unspecified (memmove keeps it defined
- * here). seg[].tiles (the CUDA task size) does not change the result. */
-void kvc_host_kv_move_direct(const void *params) {
-  const kvc_p_kv_move *p = params;
-  for (int g = 0; g < p->nseg; g++) {
-    const kvc_kv_seg *s = &p->seg[g];
-    for (int32_t l = 0; l < s->layers; l++) {
-      uint8_t *base = KVC_HPTR(uint8_t *, s->base) + (int64_t)l * s->layer_pitch;
-      for (int64_t i = 0; i < p->n; i++) {
-        const int64_t src = kvc_host_load_index(p->src, i, p->loc_i64);
-        const int64_t tgt = kvc_host_load_index(p->tgt, i, p->loc_i64);
-        if (src < 0 || src >= s->limit || tgt < 0 || tgt >= s->limit) continue;
-        memmove(base + seg_offset(s, tgt), base + seg_offset(s, src), (size_t)s->row_bytes);
       }
     }
   }
