@@ -538,6 +538,18 @@ KVC_API const int32_t *kvc_req_to_token_pool_row(const kvc_req_to_token_pool *po
 KVC_API kvc_status kvc_req_to_token_pool_write(kvc_req_to_token_pool *pool, int32_t row,
                                                int32_t start, const int64_t *slots, size_t n,
                                                kvc_stream stream);
+/** kvc_req_to_token_pool_check() : full O(size) audit of the host metadata: every free
+ *  list entry a distinct free row in [1, size], held + free == size, row 0 never free or
+ *  held. Also run after every mutating call in check mode. Reads no device memory.
+ *  @return KVC_ERR_INTERNAL with a description when violated. */
+KVC_API kvc_status kvc_req_to_token_pool_check(const kvc_req_to_token_pool *pool);
+/** kvc_req_to_token_pool_audit_device() : kvc_req_to_token_pool_check, then copies the
+ *  device table back (row by row through host memory) and compares every held row with
+ *  the host mirror. SYNCHRONIZES `stream` (waits for queued writes first): a debugging
+ *  and test call, never for the scheduler path. @return KVC_ERR_INTERNAL naming the
+ *  first row and position that differ, KVC_ERR_HOST_OOM, KVC_ERR_CUDA. */
+KVC_API kvc_status kvc_req_to_token_pool_audit_device(const kvc_req_to_token_pool *pool,
+                                                      kvc_stream stream);
 
 typedef struct kvc_allocator kvc_allocator;
 

@@ -310,28 +310,38 @@ kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t
     a->b_pages[i] = fresh;
     need += fresh;
   }
-  if (rp) unmark_rows(rp, req_rows, marked);
-  if (st != KVC_OK) return st;
+  /* The rows stay marked until the commit loop (which unmarks them in passing) or an
+   * early return below: one pass less over the batch. */
+  if (st != KVC_OK) {
+    if (rp) unmark_rows(rp, req_rows, marked);
+    return st;
+  }
 
   kvc__ring *r = &a->ring;
   if ((int64_t)bs > r->count) kvc__fl_merge(a);
-  if (need > r->count)
+  if (need > r->count) {
+    if (rp) unmark_rows(rp, req_rows, bs);
     return kvc__alloc_finish(a, __func__,
                              kvc__error(ctx, KVC_ERR_OUT_OF_SLOTS, __func__, "%lld %s needed, %lld free", (long long)need,
                                         paged ? "pages" : "slots", (long long)r->count));
-  /* b_last becomes the new slot of each request. */
-  for (size_t i = 0, k = 0; i < bs; i++)
-    a->b_last[i] = a->b_pages[i] ? (int64_t)kvc__ring_at(r, (int64_t)k++) * ps : a->b_last[i] + 1;
+  }
 
   if (rp || out_device) {
-    if (!a->k_decode[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_plan_decode, NULL, a->k_decode));
+    if (!a->k_decode[0]) st = kvc__plan_prefetch(ctx, &kvc__k_plan_decode, NULL, a->k_decode);
     kvc__plan plan;
-    KVC_FORWARD(kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode), 3 * bs));
+    if (st == KVC_OK) st = kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode), 3 * bs);
+    if (st != KVC_OK) {
+      if (rp) unmark_rows(rp, req_rows, bs);
+      return st;
+    }
+    /* New slot of each request (into b_last) and its payload triple, in one pass. */
     uint32_t *w = plan.payload;
-    for (size_t i = 0; i < bs; i++) {
+    for (size_t i = 0, k = 0; i < bs; i++) {
+      const int64_t slot = a->b_pages[i] ? (int64_t)kvc__ring_at(r, (int64_t)k++) * ps : a->b_last[i] + 1;
+      a->b_last[i] = slot;
       w[3 * i] = rp ? (uint32_t)req_rows[i] : UINT32_MAX; /* -1: no table write */
       w[3 * i + 1] = (uint32_t)(seq_lens[i] - 1);
-      w[3 * i + 2] = (uint32_t)a->b_last[i];
+      w[3 * i + 2] = (uint32_t)slot;
     }
     kvc_p_plan_decode h;
     memset(&h, 0, sizeof h);
@@ -340,13 +350,23 @@ kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t
     h.staged = plan.staged_dev;
     h.row_stride = rp ? rp->width : 0;
     h.n = (int32_t)bs;
-    KVC_FORWARD(kvc__plan_launch(ctx, &plan, &kvc__k_plan_decode, NULL, a->k_decode,
-                                 kvc__dim((unsigned)((bs + 255) / 256), 1, 1), kvc__dim(256, 1, 1), stream, &h));
+    st = kvc__plan_launch(ctx, &plan, &kvc__k_plan_decode, NULL, a->k_decode,
+                          kvc__dim((unsigned)((bs + 255) / 256), 1, 1), kvc__dim(256, 1, 1), stream, &h);
+    if (st != KVC_OK) {
+      if (rp) unmark_rows(rp, req_rows, bs);
+      return st;
+    }
+  } else {
+    for (size_t i = 0, k = 0; i < bs; i++)
+      a->b_last[i] = a->b_pages[i] ? (int64_t)kvc__ring_at(r, (int64_t)k++) * ps : a->b_last[i] + 1;
   }
 
   if (out_host) memcpy(out_host, a->b_last, bs * sizeof(int64_t));
   if (rp)
-    for (size_t i = 0; i < bs; i++) kvc__req_pool_mirror_row(rp, req_rows[i])[seq_lens[i] - 1] = (int32_t)a->b_last[i];
+    for (size_t i = 0; i < bs; i++) {
+      kvc__req_pool_mirror_row(rp, req_rows[i])[seq_lens[i] - 1] = (int32_t)a->b_last[i];
+      rp->rowflag[req_rows[i]] &= (uint8_t)~KVC__ROW_MARK;
+    }
   kvc__fl_pop(a, need);
   return kvc__alloc_finish(a, __func__, KVC_OK);
 }
