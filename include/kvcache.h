@@ -748,7 +748,8 @@ typedef struct kvc_kv_pool_config {
 /** kvc_kv_pool_create() : allocates and zero-fills every buffer (one device allocation),
  *  compiles the pool's kernels for its row sizes (NVRTC, cached), then synchronizes once.
  *  @return KVC_ERR_INVALID_ARGUMENT for inconsistent geometry (sizes, dims, dtype not
- *  allowed for the kind, sizes whose byte counts overflow), KVC_ERR_DEVICE_OOM,
+ *  allowed for the kind, a head/latent dimension over 2^20, sizes whose byte counts
+ *  overflow), KVC_ERR_DEVICE_OOM,
  *  KVC_ERR_NVRTC. Not capturable. */
 KVC_API kvc_status kvc_kv_pool_create(kvc_context *ctx, const kvc_kv_pool_config *config,
                                       kvc_kv_pool **out);
@@ -1706,7 +1707,8 @@ KVC_API void kvc_flow_destroy(kvc_flow *flow);
  *  seq_len - prefix_len entries) receives the new slots in request order. Sets
  *  kv_allocated_len = kv_committed_len = seq_len on success.
  *  @return KVC_ERR_OUT_OF_SLOTS (rows taken by this call are given back, nothing else
- *  changed; the message carries the available/evictable figures), argument errors. */
+ *  changed; the message carries the available/evictable figures), argument errors,
+ *  KVC_ERR_MISUSE for a request listed twice. */
 KVC_API kvc_status kvc_flow_alloc_for_extend(kvc_flow *flow, kvc_req_state *const *reqs, size_t n,
                                              int64_t *out_cache_loc, kvc_stream stream);
 

@@ -7,6 +7,8 @@
 #include "core.h"
 
 #include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +31,8 @@ void *kvc__malloc(const kvc_context *ctx, size_t bytes) {
     if (core->fault.host_alloc_fail_at >= 0 && n == core->fault.host_alloc_fail_at) return NULL;
   }
   size_t total;
-  if (!kvc__add_size(bytes ? bytes : 1, KVC__HDR, &total)) return NULL;
+  /* No object may exceed PTRDIFF_MAX (glibc refuses too): fail before the allocator. */
+  if (!kvc__add_size(bytes ? bytes : 1, KVC__HDR, &total) || total > (size_t)PTRDIFF_MAX) return NULL;
   int saved = errno;
   unsigned char *p = raw_alloc(core, total);
   errno = saved;
@@ -57,7 +60,7 @@ void *kvc__calloc(const kvc_context *ctx, size_t count, size_t size) {
     if (core->fault.host_alloc_fail_at >= 0 && n == core->fault.host_alloc_fail_at) return NULL;
   }
   size_t total;
-  if (!kvc__add_size(bytes ? bytes : 1, KVC__HDR, &total)) return NULL;
+  if (!kvc__add_size(bytes ? bytes : 1, KVC__HDR, &total) || total > (size_t)PTRDIFF_MAX) return NULL;
   int saved = errno;
   unsigned char *p = calloc(1, total);
   errno = saved;

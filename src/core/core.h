@@ -49,6 +49,7 @@ typedef struct kvc__fault {
   /* Fault injection (tests): the Nth call of a kind fails; -1 = never. */
   int64_t host_alloc_fail_at, device_alloc_fail_at, launch_fail_at, compile_fail_at;
   int64_t host_allocs, device_allocs, launches, compiles;
+  uint64_t last_device_bytes; /* size of the last kvc__dev_alloc request (overflow tests) */
 } kvc__fault;
 
 typedef struct kvc__core {

@@ -15,20 +15,27 @@ static bool on_cuda(const kvc_context *ctx) { return ctx->backend == KVC_BACKEND
 
 kvc_status kvc__dev_alloc(kvc_context *ctx, size_t bytes, void **out) {
   kvc__core *core = kvc__core_of(ctx);
+  core->fault.last_device_bytes = bytes;
   int64_t n = core->fault.device_allocs++;
   if (core->fault.device_alloc_fail_at >= 0 && n == core->fault.device_alloc_fail_at)
     return kvc__error(ctx, KVC_ERR_DEVICE_OOM, "kvc__dev_alloc", "injected device allocation failure");
-  if (on_cuda(ctx)) return kvc__cuda_alloc(ctx, bytes, out);
+  if (on_cuda(ctx)) {
+    KVC_FORWARD(kvc__cuda_alloc(ctx, bytes, out));
+    core->device_allocs_live++;
+    return KVC_OK;
+  }
   void *p = NULL;
   size_t rounded = (bytes + 255) & ~(size_t)255;
   if (rounded < bytes || posix_memalign(&p, 256, rounded) != 0 || !p)
     return kvc__error(ctx, KVC_ERR_HOST_OOM, "kvc__dev_alloc", "%zu bytes of host-backend memory", bytes);
+  core->device_allocs_live++;
   *out = p;
   return KVC_OK;
 }
 
 void kvc__dev_free(kvc_context *ctx, void *p) {
   if (!p) return;
+  kvc__core_of(ctx)->device_allocs_live--;
   if (on_cuda(ctx)) kvc__cuda_free(ctx, p);
   else free(p);
 }

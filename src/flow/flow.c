@@ -12,6 +12,7 @@
  *   alloc_for_decode:  validate -> [SWA window eviction] -> evict/check -> slots (1 launch)
  */
 #include "flow.h"
+#include "../pool/pool.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -268,11 +269,17 @@ static kvc_status alloc_rows(kvc_flow *f, kvc_req_state *const *reqs, size_t n, 
 
 /* Gives back rows (and Mamba state) this call took, after a later step failed. */
 static void rollback_rows(kvc_flow *f, size_t n, kvc_stream stream) {
-  for (size_t i = n; i-- > 0;) {
-    if (!f->fresh[i]) continue;
-    if (f->hybrid) kvc_hybrid_req_pool_free_mamba_cache(f->hybrid, f->rows[i], -1, stream);
-    kvc_req_to_token_pool_free(f->cfg.req_pool, f->rows[i]);
-  }
+  /* Hybrid: the mapping entries and Mamba slots of the alloc go back exactly (undo log).
+   * Should the mapping launch fail too, fall back to plain frees (the pools stay
+   * consistent; only later Mamba slot ids differ). */
+  if (f->hybrid && kvc__hybrid_req_pool_unalloc(f->hybrid, stream) != KVC_OK)
+    for (size_t i = n; i-- > 0;)
+      if (f->fresh[i]) kvc_hybrid_req_pool_free_mamba_cache(f->hybrid, f->rows[i], -1, stream);
+  size_t taken = 0;
+  for (size_t i = 0; i < n; i++)
+    if (f->fresh[i]) f->rows[taken++] = f->rows[i];
+  /* Rows go back to the front of the FIFO in grant order: the pool is as before. */
+  kvc__req_pool_unalloc(f->cfg.req_pool, f->rows, taken);
 }
 
 /* --- alloc_for_extend ---------------------------------------------------------------- */
@@ -284,6 +291,23 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
   KVC_RETURN_IF(!reqs, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs is NULL");
   KVC_FORWARD(kvc__flow_reserve(f, __func__, n));
   f->stream = stream;
+  /* A request without a row listed twice would get two rows and slots, one set leaked
+   * (found by tests/fuzz/fuzz_flow). Mark fresh requests with req_row -1 for one O(n)
+   * pass, then restore. */
+  {
+    size_t i = 0;
+    kvc_status dup = KVC_OK;
+    for (; i < n && reqs[i]; i++) {
+      if (reqs[i]->req_row == -1) {
+        dup = kvc__error(f->ctx, KVC_ERR_MISUSE, __func__, "reqs[%zu] is listed twice (or has req_row -1)", i);
+        break;
+      }
+      if (reqs[i]->req_row == 0) reqs[i]->req_row = -1;
+    }
+    for (size_t j = 0; j < i; j++)
+      if (reqs[j]->req_row == -1) reqs[j]->req_row = 0;
+    KVC_FORWARD(dup);
+  }
   kvc_req_to_token_pool *pool = f->cfg.req_pool;
   const int64_t ps = f->ps;
   int64_t extend_tokens = 0, pages = 0;
@@ -377,7 +401,7 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
   for (size_t i = 0; i < n; i++) {
     const kvc_req_state *r = reqs[i];
     KVC_RETURN_IF(!r, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs[%zu] is NULL", i);
-    KVC_RETURN_IF(r->seq_len < 1 || r->seq_len + token_per_req > f->width, f->ctx, KVC_ERR_INVALID_ARGUMENT,
+    KVC_RETURN_IF(r->seq_len < 1 || r->seq_len > (int64_t)f->width - token_per_req, f->ctx, KVC_ERR_INVALID_ARGUMENT,
                   "reqs[%zu]: seq_len %lld (+%d) outside the row width %d", i, (long long)r->seq_len, token_per_req,
                   f->width);
     f->rows[i] = r->req_row;

@@ -63,6 +63,13 @@ static kvc_status release_one(kvc_flow *f, kvc_req_state *r, int is_insert) {
   kvc_prefix_cache *c = &f->cache;
   if (r->req_row == 0) return kvc__flow_free_mamba(f, r); /* Mamba state taken early */
   int insert = is_insert && !(r->flags & KVC_REQ_SKIP_CACHE_INSERT);
+  int supports = c->supports_mamba ? c->supports_mamba(c->self) : 0;
+  /* The Mamba release writes the device mapping (a launch that can fail): with the
+   * built-in finisher (which never keeps the row) do it first, so a failure leaves this
+   * request wholly unreleased instead of its KV freed but its row held (a retry would
+   * then double-free). Caches that may keep the row (sessions) need the old order. */
+  const bool chunk = !c->cache_finished_req || c->cache_finished_req == kvc__chunk_cache_finished;
+  if (!supports && chunk) KVC_FORWARD(kvc__flow_free_mamba(f, r));
   if (c->cache_finished_req) KVC_FORWARD(c->cache_finished_req(c->self, f, r, insert));
   else KVC_FORWARD(kvc__chunk_cache_finished(NULL, f, r, insert));
   if (r->req_row == 0) return KVC_OK; /* a streaming session kept the row */
@@ -73,8 +80,7 @@ static kvc_status release_one(kvc_flow *f, kvc_req_state *r, int is_insert) {
     KVC_FORWARD(kvc_flow_row_slots(f, r->req_row, start, end, f->row_slots));
     KVC_FORWARD(kvc_flow_free_slots(f, f->row_slots, (size_t)(end - start)));
   }
-  int supports = c->supports_mamba ? c->supports_mamba(c->self) : 0;
-  if (!supports) KVC_FORWARD(kvc__flow_free_mamba(f, r));
+  if (!supports && !chunk) KVC_FORWARD(kvc__flow_free_mamba(f, r));
   KVC_FORWARD(kvc_req_to_token_pool_free(f->cfg.req_pool, r->req_row));
   r->req_row = 0;
   r->kv_committed_len = r->kv_allocated_len = 0;
@@ -137,8 +143,13 @@ kvc_status kvc_flow_check(const kvc_flow *f, kvc_req_state *const *live, size_t 
   KVC_FORWARD(kvc_allocator_get_stats(full, &s));
   /* Full-side pages: every live request's allocated tokens, plus the cache's. */
   int64_t held = 0;
-  for (size_t i = 0; i < n_live; i++)
-    if (live[i] && live[i]->req_row) held += (live[i]->kv_allocated_len + f->ps - 1) / f->ps;
+  for (size_t i = 0; i < n_live; i++) {
+    if (!live[i] || !live[i]->req_row) continue;
+    KVC_RETURN_IF(live[i]->kv_allocated_len < 0 || live[i]->kv_allocated_len > f->width, f->ctx,
+                  KVC_ERR_INVALID_ARGUMENT, "live[%zu]: kv_allocated_len %lld outside [0, %d]", i,
+                  (long long)live[i]->kv_allocated_len, f->width);
+    held += (live[i]->kv_allocated_len + f->ps - 1) / f->ps;
+  }
   int64_t cached = f->cache.cached_size ? f->cache.cached_size(f->cache.self) : 0;
   held += (cached + f->ps - 1) / f->ps;
   if (held != s.held_pages)

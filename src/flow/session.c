@@ -271,8 +271,11 @@ kvc_status kvc_session_cache_release(kvc_session_cache *s, kvc_flow *f, uint64_t
                 "session %llu has a turn running (its row is lent to a request): finish or release it first",
                 (unsigned long long)session_id);
   if (x->req_row) {
-    KVC_RETURN_IF(!kvc_req_to_token_pool_is_held(f->cfg.req_pool, x->req_row), s->ctx, KVC_ERR_INTERNAL,
-                  "session %llu holds row %d which the pool does not hold", (unsigned long long)session_id,
+    /* Reachable only when the engine freed the row behind the session (e.g. a stale
+     * request state naming it): misuse, not an internal error. */
+    KVC_RETURN_IF(!kvc_req_to_token_pool_is_held(f->cfg.req_pool, x->req_row), s->ctx, KVC_ERR_MISUSE,
+                  "session %llu holds row %d which the pool does not hold (freed behind the session?)",
+                  (unsigned long long)session_id,
                   x->req_row);
     int64_t start = x->cache_protected_len, end = x->allocated;
     if (start < end) {

@@ -252,7 +252,7 @@ static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slo
      * lie in one page is checked with a branch-free, vectorisable OR, and the page once. */
     for (; i + (size_t)ps <= n; i += (size_t)ps) {
       const int64_t s0 = slots[i];
-      if ((uint64_t)(s0 - ps) >= (uint64_t)slot_span) break; /* the slow loop reports it */
+      if (((uint64_t)s0 - (uint64_t)ps) >= (uint64_t)slot_span) break; /* the slow loop reports it */
       const uint64_t p0 = (uint64_t)s0 >> shift;
       if (chunk_differs(slots + i, ps, shift, p0)) break;
       const uint32_t p = (uint32_t)p0;
@@ -269,7 +269,7 @@ static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slo
   for (; i < n; i++) {
     const int64_t slot = slots[i];
     uint32_t p;
-    if ((uint64_t)(slot - ps) >= (uint64_t)slot_span) { /* page 0, negative or past the end */
+    if (((uint64_t)slot - (uint64_t)ps) >= (uint64_t)slot_span) { /* page 0, negative or past the end */
       checked_page(a, fn, "slots", i, slot, &st);
       break;
     }

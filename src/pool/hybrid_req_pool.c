@@ -11,6 +11,7 @@
  * per request: running slot, then its track slots — spec 14) -> one mapping launch ->
  * commit. A failure after rows were taken (launch error) frees them again.
  */
+#include "pool.h"
 #include "swa.h"
 
 #include <string.h>
@@ -30,6 +31,10 @@ struct kvc_hybrid_req_pool {
   size_t cap;     /* work space, requests */
   int32_t *rows, *ids;
   int64_t *widx, *wval;
+  int32_t *wold;  /* undo log of the last alloc: previous hmap values at widx[0:undo_w) */
+  size_t undo_w;
+  int64_t undo_need; /* Mamba slots that alloc took (ids[0:undo_need)) */
+  bool undo_live;
   uint32_t *words;
   unsigned char *scratch;
   const kvc__kfunc *k_map[3], *k_gather;
@@ -50,7 +55,7 @@ void kvc_hybrid_req_pool_destroy(kvc_hybrid_req_pool *p) {
   kvc__dev_free(ctx, p->dmap);
   kvc__free(ctx, p->hmap);
   kvc__free(ctx, p->rows), kvc__free(ctx, p->ids), kvc__free(ctx, p->widx), kvc__free(ctx, p->wval);
-  kvc__free(ctx, p->words);
+  kvc__free(ctx, p->words), kvc__free(ctx, p->wold);
   kvc__free(ctx, p->scratch);
   p->magic = KVC__DEAD_MAGIC;
   kvc__free(ctx, p);
@@ -115,14 +120,16 @@ static kvc_status reserve(kvc_hybrid_req_pool *p, const char *fn, size_t n) {
   int32_t *rows = kvc__malloc(p->ctx, cap * 4), *ids = kvc__malloc(p->ctx, cap * per * 4);
   int64_t *wi = kvc__malloc(p->ctx, cap * per * 8), *wv = kvc__malloc(p->ctx, cap * per * 8);
   uint32_t *words = kvc__malloc(p->ctx, (3 * cap * per + 16) * 4);
-  if (!rows || !ids || !wi || !wv || !words) {
+  int32_t *wold = kvc__malloc(p->ctx, cap * per * 4);
+  if (!rows || !ids || !wi || !wv || !words || !wold) {
     kvc__free(p->ctx, rows), kvc__free(p->ctx, ids), kvc__free(p->ctx, wi), kvc__free(p->ctx, wv);
-    kvc__free(p->ctx, words);
+    kvc__free(p->ctx, words), kvc__free(p->ctx, wold);
     return kvc__error(p->ctx, KVC_ERR_HOST_OOM, fn, "work space for %zu requests", n);
   }
   kvc__free(p->ctx, p->rows), kvc__free(p->ctx, p->ids), kvc__free(p->ctx, p->widx), kvc__free(p->ctx, p->wval);
-  kvc__free(p->ctx, p->words);
-  p->rows = rows, p->ids = ids, p->widx = wi, p->wval = wv, p->words = words, p->cap = cap;
+  kvc__free(p->ctx, p->words), kvc__free(p->ctx, p->wold);
+  p->rows = rows, p->ids = ids, p->widx = wi, p->wval = wv, p->words = words, p->wold = wold, p->cap = cap;
+  p->undo_live = false; /* the work space moved */
   return KVC_OK;
 }
 
@@ -191,25 +198,46 @@ kvc_status kvc_hybrid_req_pool_alloc(kvc_hybrid_req_pool *p, size_t n, int32_t *
   }
   st = write_map(p, w, stream);
   if (st != KVC_OK) {
-    if (need) kvc_mamba_pool_free(p->mp, p->ids, (size_t)need);
+    if (need) kvc__mamba_pool_unalloc(p->mp, p->ids, (size_t)need);
     goto rollback_rows;
   }
-  /* Commit. */
-  for (size_t j = 0; j < w; j++) p->hmap[p->widx[j]] = (int32_t)p->wval[j];
+  /* Commit, keeping an undo log for kvc__hybrid_req_pool_unalloc (flows). */
+  for (size_t j = 0; j < w; j++) {
+    p->wold[j] = p->hmap[p->widx[j]];
+    p->hmap[p->widx[j]] = (int32_t)p->wval[j];
+  }
+  p->undo_w = w, p->undo_need = need, p->undo_live = true;
   for (size_t i = 0; i < n; i++) {
     rows[i] = p->rows[i];
     mamba_slots[i] = p->hmap[p->rows[i]];
     if (p->track) memcpy(pp_slots + i * (size_t)p->pp, p->hmap + track_at(p, p->rows[i]), (size_t)p->pp * 4);
   }
   return KVC_OK;
-rollback_rows:
+rollback_rows: {
+  /* Un-grant the rows this call took, in grant order, so the FIFO is as before. */
+  size_t taken = 0;
   for (size_t i = 0; i < n; i++)
-    if (rows[i] <= 0) kvc_req_to_token_pool_free(p->rp, p->rows[i]);
+    if (rows[i] == 0) p->rows[taken++] = p->rows[i];
+  kvc__req_pool_unalloc(p->rp, p->rows, taken);
   return st;
+}
+}
+
+kvc_status kvc__hybrid_req_pool_unalloc(kvc_hybrid_req_pool *p, kvc_stream stream) {
+  if (!p->undo_live) return kvc__error(p->ctx, KVC_ERR_INTERNAL, __func__, "no alloc to undo");
+  p->undo_live = false;
+  /* Device mapping back to the old values first (the only step that can fail), then the
+   * host mirror, the Mamba slots (to the front, in order) and the rows. */
+  for (size_t j = 0; j < p->undo_w; j++) p->wval[j] = p->wold[j];
+  KVC_FORWARD(write_map(p, p->undo_w, stream));
+  for (size_t j = 0; j < p->undo_w; j++) p->hmap[p->widx[j]] = p->wold[j];
+  if (p->undo_need) kvc__mamba_pool_unalloc(p->mp, p->ids, (size_t)p->undo_need);
+  return KVC_OK;
 }
 
 kvc_status kvc_hybrid_req_pool_free_mamba_cache(kvc_hybrid_req_pool *p, int32_t row, int32_t keep, kvc_stream stream) {
   HYB_ENTRY(p);
+  p->undo_live = false;
   kvc_context *ctx = p->ctx;
   KVC_RETURN_IF(row < 1 || row > p->size, ctx, KVC_ERR_INVALID_ARGUMENT, "row %d outside [1, %d]", row, p->size);
   KVC_RETURN_IF(p->hmap[row] <= 0, ctx, KVC_ERR_MISUSE, "row %d holds no Mamba slot", row);
@@ -242,6 +270,7 @@ kvc_status kvc_hybrid_req_pool_free_mamba_cache(kvc_hybrid_req_pool *p, int32_t 
 kvc_status kvc_hybrid_req_pool_set_track_slot(kvc_hybrid_req_pool *p, int32_t row, int32_t index, int32_t slot,
                                               kvc_stream stream) {
   HYB_ENTRY(p);
+  p->undo_live = false;
   kvc_context *ctx = p->ctx;
   KVC_RETURN_IF(!p->track, ctx, KVC_ERR_UNSUPPORTED, "the pool has no track buffers");
   KVC_RETURN_IF(row < 1 || row > p->size || index < 0 || index >= p->pp, ctx, KVC_ERR_INVALID_ARGUMENT,
@@ -285,6 +314,7 @@ kvc_status kvc_hybrid_req_pool_get_mamba_indices(const kvc_hybrid_req_pool *pc, 
 
 kvc_status kvc_hybrid_req_pool_clear(kvc_hybrid_req_pool *p, kvc_stream stream) {
   HYB_ENTRY(p);
+  p->undo_live = false;
   KVC_FORWARD(kvc__dev_memset(p->ctx, p->dmap, 0, (size_t)p->len * 4, stream));
   kvc_status st = kvc_req_to_token_pool_clear(p->rp);
   KVC_CLEANUP_KEEP_FIRST(kvc_mamba_pool_clear(p->mp), st);

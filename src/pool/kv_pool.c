@@ -37,25 +37,33 @@ typedef struct region_spec {
   int64_t shape[4];
 } region_spec;
 
+#define KVC__DIM_MAX (1 << 20)
+
 static kvc_status validate(kvc_context *ctx, kvc_kv_pool_config *c) {
   const char *fn = "kvc_kv_pool_create";
   KVC_RETURN_IF(c->kind < KVC_KV_MHA || c->kind > KVC_KV_NSA, ctx, KVC_ERR_INVALID_ARGUMENT, "kind %d unknown", (int)c->kind);
   KVC_RETURN_IF(c->size < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "size %lld < 1", (long long)c->size);
   KVC_RETURN_IF(c->page_size < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "page_size %d < 1", c->page_size);
-  KVC_RETURN_IF(c->size + c->page_size >= ((int64_t)1 << 31), ctx, KVC_ERR_INVALID_ARGUMENT,
-                "size + page_size = %lld must stay below 2^31 (slot ids are int32 in req_to_token)",
-                (long long)(c->size + c->page_size));
+  KVC_RETURN_IF(c->size >= ((int64_t)1 << 31) - c->page_size, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "size %lld + page_size %d must stay below 2^31 (slot ids are int32 in req_to_token)",
+                (long long)c->size, c->page_size);
   KVC_RETURN_IF(c->layer_num < 1 || c->start_layer < 0, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "layer_num %d / start_layer %d", c->layer_num, c->start_layer);
   KVC_RETURN_IF(c->flags != 0, ctx, KVC_ERR_INVALID_ARGUMENT, "flags must be 0");
   bool mha = c->kind <= KVC_KV_MHA_FP4;
   if (mha) {
-    KVC_RETURN_IF(c->head_num < 1 || c->head_dim < 1 || c->v_head_dim < 0, ctx, KVC_ERR_INVALID_ARGUMENT,
-                  "head_num %d / head_dim %d / v_head_dim %d", c->head_num, c->head_dim, c->v_head_dim);
+    /* Each dimension <= 2^20 keeps row bytes (H x D x 8 <= 2^43) exact in int64; the
+     * pool bytes (rows x row bytes x layers) are then overflow-checked in size_t. */
+    KVC_RETURN_IF(c->head_num < 1 || c->head_dim < 1 || c->v_head_dim < 0 || c->head_num > KVC__DIM_MAX ||
+                      c->head_dim > KVC__DIM_MAX || c->v_head_dim > KVC__DIM_MAX,
+                  ctx, KVC_ERR_INVALID_ARGUMENT, "head_num %d / head_dim %d / v_head_dim %d outside [1, 2^20]",
+                  c->head_num, c->head_dim, c->v_head_dim);
     if (c->v_head_dim == 0) c->v_head_dim = c->head_dim;
   } else {
-    KVC_RETURN_IF(c->kv_lora_rank < 1 || c->qk_rope_head_dim < 0, ctx, KVC_ERR_INVALID_ARGUMENT,
-                  "kv_lora_rank %d / qk_rope_head_dim %d", c->kv_lora_rank, c->qk_rope_head_dim);
+    KVC_RETURN_IF(c->kv_lora_rank < 1 || c->qk_rope_head_dim < 0 || c->kv_lora_rank > KVC__DIM_MAX ||
+                      c->qk_rope_head_dim > KVC__DIM_MAX,
+                  ctx, KVC_ERR_INVALID_ARGUMENT, "kv_lora_rank %d / qk_rope_head_dim %d outside [1, 2^20]",
+                  c->kv_lora_rank, c->qk_rope_head_dim);
   }
   switch (c->kind) {
   case KVC_KV_MHA:
@@ -86,7 +94,8 @@ static kvc_status validate(kvc_context *ctx, kvc_kv_pool_config *c) {
     if (c->index_head_dim == 0) c->index_head_dim = 128;
     KVC_RETURN_IF(c->index_head_dim != 128, ctx, KVC_ERR_INVALID_ARGUMENT, "index_head_dim %d must be 128", c->index_head_dim);
     if (c->index_buf_size == 0) c->index_buf_size = c->size;
-    KVC_RETURN_IF(c->index_buf_size < 0, ctx, KVC_ERR_INVALID_ARGUMENT, "index_buf_size < 0");
+    KVC_RETURN_IF(c->index_buf_size < 0 || c->index_buf_size >= ((int64_t)1 << 31), ctx, KVC_ERR_INVALID_ARGUMENT,
+                  "index_buf_size %lld outside [0, 2^31)", (long long)c->index_buf_size);
     break;
   }
   (void)fn;

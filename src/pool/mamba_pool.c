@@ -27,6 +27,7 @@
  * memory before writing (n <= 2048 so that a tile is at least 16 bytes).
  */
 #include "../ops/ops.h"
+#include "pool.h"
 
 #include <string.h>
 
@@ -433,6 +434,24 @@ kvc_status kvc_mamba_pool_alloc(kvc_mamba_pool *pool, size_t n, int32_t *out_slo
   pool->head += (uint32_t)n;
   pool->count -= (int32_t)n;
   return finish(pool, __func__, KVC_OK);
+}
+
+void kvc__mamba_pool_unalloc(kvc_mamba_pool *p, const int32_t *slots, size_t n) {
+  /* A single slot taken from the open alloc group goes back to the group. */
+  if (n == 1 && p->in_group && p->group_pos > 0 && p->group[p->group_pos - 1] == slots[0] &&
+      p->flag[slots[0]] == FL_HELD) {
+    p->flag[slots[0]] = FL_RESERVED;
+    p->group_pos--;
+    return;
+  }
+  for (size_t i = n; i-- > 0;) {
+    const int32_t s = slots[i];
+    if (s < 1 || s > p->size || p->flag[s] != FL_HELD) continue; /* defensive */
+    p->flag[s] = 0;
+    p->head--;
+    p->ring[p->head & p->mask] = s;
+    p->count++;
+  }
 }
 
 kvc_status kvc_mamba_pool_free(kvc_mamba_pool *pool, const int32_t *slots, size_t n) {

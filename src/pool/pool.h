@@ -46,6 +46,23 @@ struct kvc_req_to_token_pool {
 kvc_status kvc__req_pool_check_handle(const kvc_context *ctx, const char *fn,
                                       const kvc_req_to_token_pool *pool);
 
+/** Undoes the row grants of one kvc_req_to_token_pool_alloc call whose later step failed:
+ *  `rows` are the n rows that call handed out, in the order it handed them out. They go
+ *  back to the front of the FIFO in that order, so the pool is as before the call (a plain
+ *  free would append them at the back and change which rows later requests get). */
+void kvc__req_pool_unalloc(kvc_req_to_token_pool *p, const int32_t *rows, size_t n);
+
+/** The same for kvc_mamba_pool_alloc (slots in the order it returned them); a single
+ *  slot handed out from the open alloc group goes back to the group (mamba_pool.c). */
+void kvc__mamba_pool_unalloc(kvc_mamba_pool *p, const int32_t *slots, size_t n);
+
+/** Undoes the last kvc_hybrid_req_pool_alloc (no other call on the pool since): mapping
+ *  entries back to their old values (one launch), its Mamba slots back to the front of
+ *  the Mamba FIFO. The rows are NOT returned: the caller un-grants them with
+ *  kvc__req_pool_unalloc. KVC_ERR_INTERNAL when there is nothing to undo. */
+typedef struct kvc_hybrid_req_pool kvc_hybrid_req_pool;
+kvc_status kvc__hybrid_req_pool_unalloc(kvc_hybrid_req_pool *p, kvc_stream stream);
+
 static inline bool kvc__req_pool_row_held(const kvc_req_to_token_pool *p, int64_t row) {
   return row >= 1 && row <= p->size && (p->rowflag[row] & KVC__ROW_HELD);
 }

@@ -39,19 +39,73 @@ kvc_status kvc__req_pool_check_handle(const kvc_context *ctx, const char *fn,
                         "pool is NULL or not a live kvc_req_to_token_pool");                \
   } while (0)
 
+/* O(size) audit. A repeated free-list entry is caught without a bitmap: every entry must
+ * be a free (not held) row, and there are exactly size - held entries, so a duplicate
+ * would need more free rows than exist — the MARK bit, set per entry and cleared after,
+ * catches it directly. The marks are cleared before returning (const only in spirit). */
+static kvc_status audit(const kvc_req_to_token_pool *p, const char *fn) {
+  uint8_t *flag = p->rowflag;
+  if (p->count < 0 || p->count > p->size)
+    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: free count %d outside [0, %d]", p->count, p->size);
+  if (flag[0] != 0) return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: row 0 is flagged 0x%x", flag[0]);
+  int32_t held = 0;
+  for (int32_t r = 1; r <= p->size; r++) {
+    if (flag[r] & ~(uint8_t)KVC__ROW_HELD)
+      return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: row %d has flags 0x%x", r, flag[r]);
+    held += (flag[r] & KVC__ROW_HELD) != 0;
+  }
+  if (held + p->count != p->size)
+    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d held + %d free != %d rows", held, p->count, p->size);
+  kvc_status st = KVC_OK;
+  int32_t i = 0;
+  for (; i < p->count; i++) {
+    uint32_t r = p->ring[(p->head + (uint32_t)i) & p->mask];
+    if (r < 1 || r > (uint32_t)p->size || (flag[r] & (KVC__ROW_HELD | KVC__ROW_MARK))) {
+      st = kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: free list entry %d = row %u is %s", i, r,
+                      r < 1 || r > (uint32_t)p->size ? "out of range"
+                      : (flag[r] & KVC__ROW_HELD) ? "held"
+                                                   : "repeated");
+      break;
+    }
+    flag[r] |= KVC__ROW_MARK;
+  }
+  for (int32_t j = 0; j < i; j++) flag[p->ring[(p->head + (uint32_t)j) & p->mask]] &= (uint8_t)~KVC__ROW_MARK;
+  return st;
+}
+
 static kvc_status pool_finish(kvc_req_to_token_pool *p, const char *fn, kvc_status st) {
   if (st != KVC_OK || !kvc_context_check_mode(p->ctx)) return st;
-  int32_t held = 0;
-  for (int32_t r = 1; r <= p->size; r++) held += (p->rowflag[r] & KVC__ROW_HELD) != 0;
-  if (held + p->count != p->size || (p->rowflag[0] & KVC__ROW_HELD))
-    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d held + %d free != %d rows", held,
-                      p->count, p->size);
-  for (int32_t i = 0; i < p->count; i++) {
-    uint32_t r = p->ring[(p->head + (uint32_t)i) & p->mask];
-    if (r < 1 || r > (uint32_t)p->size || (p->rowflag[r] & (KVC__ROW_HELD | KVC__ROW_MARK)))
-      return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: free list entry %d = row %u is held or bad", i, r);
+  return audit(p, fn);
+}
+
+kvc_status kvc_req_to_token_pool_check(const kvc_req_to_token_pool *p) {
+  POOL_ENTRY(p);
+  return audit(p, __func__);
+}
+
+kvc_status kvc_req_to_token_pool_audit_device(const kvc_req_to_token_pool *p, kvc_stream stream) {
+  POOL_ENTRY(p);
+  KVC_FORWARD(audit(p, __func__));
+  kvc_context *ctx = p->ctx;
+  const size_t row_bytes = (size_t)p->width * sizeof(int32_t);
+  int32_t *buf = kvc__malloc(ctx, row_bytes);
+  KVC_RETURN_IF(!buf, ctx, KVC_ERR_HOST_OOM, "row buffer of %zu bytes", row_bytes);
+  kvc_status st = kvc__dev_sync(ctx, stream);
+  for (int32_t r = 1; st == KVC_OK && r <= p->size; r++) {
+    if (!(p->rowflag[r] & KVC__ROW_HELD)) continue;
+    st = kvc__dev_d2h(ctx, buf, p->table + (size_t)r * (size_t)p->width, row_bytes, stream);
+    if (st == KVC_OK) st = kvc__dev_sync(ctx, stream);
+    if (st != KVC_OK) break;
+    const int32_t *m = kvc__req_pool_mirror_row(p, r);
+    if (memcmp(buf, m, row_bytes) != 0) {
+      int32_t k = 0;
+      while (k < p->width && buf[k] == m[k]) k++;
+      st = kvc__error(ctx, KVC_ERR_INTERNAL, __func__, "row %d position %d: device %d, host mirror %d", r, k, buf[k],
+                      m[k]);
+    }
   }
-  return KVC_OK;
+  kvc__free(ctx, buf);
+  return st;
 }
 
 static void reset_rows(kvc_req_to_token_pool *p) {
@@ -172,6 +226,17 @@ kvc_status kvc_req_to_token_pool_alloc(kvc_req_to_token_pool *p, size_t n, int32
     rows[i] = (int32_t)r;
   }
   return pool_finish(p, __func__, KVC_OK);
+}
+
+void kvc__req_pool_unalloc(kvc_req_to_token_pool *p, const int32_t *rows, size_t n) {
+  for (size_t i = n; i-- > 0;) {
+    const int32_t r = rows[i];
+    if (!kvc__req_pool_row_held(p, r)) continue; /* defensive: never un-grant a free row */
+    p->rowflag[r] = 0;
+    p->head--;
+    p->ring[p->head & p->mask] = (uint32_t)r;
+    p->count++;
+  }
 }
 
 kvc_status kvc_req_to_token_pool_free(kvc_req_to_token_pool *p, int32_t row) {

@@ -85,6 +85,12 @@ kvc_status kvc_swa_kv_pool_create(kvc_context *ctx, const kvc_swa_kv_pool_config
   if (!c.translate_capacity) c.translate_capacity = 65536;
   KVC_RETURN_IF(c.translate_capacity < 1 || c.translate_capacity > ((int64_t)1 << 28), ctx, KVC_ERR_INVALID_ARGUMENT,
                 "translate_capacity %lld", (long long)c.translate_capacity);
+  /* The int32 SWA row widths below must not overflow (the owned pools check the rest). */
+  KVC_RETURN_IF(c.swa_head_num < 0 || c.swa_head_dim < 0 || c.swa_v_head_dim < 0 ||
+                    (int64_t)c.swa_head_num * c.swa_head_dim >= INT32_MAX ||
+                    (int64_t)c.swa_head_num * c.swa_v_head_dim >= INT32_MAX,
+                ctx, KVC_ERR_INVALID_ARGUMENT, "SWA heads %d x dims %d / %d overflow a row", c.swa_head_num,
+                c.swa_head_dim, c.swa_v_head_dim);
   kvc_status st = KVC_OK;
   kvc_swa_kv_pool *p = kvc__calloc(ctx, 1, sizeof *p);
   KVC_RETURN_IF(!p, ctx, KVC_ERR_HOST_OOM, "pool struct");
