@@ -746,7 +746,9 @@ typedef struct kvc_kv_pool_config {
     0, 0, 0, 0, 0, 0, 0, 0u, 0, {0} }
 
 /** kvc_kv_pool_create() : allocates and zero-fills every buffer (one device allocation),
- *  compiles the pool's kernels for its row sizes (NVRTC, cached), then synchronizes once.
+ *  then synchronizes once. Kernels are compiled (NVRTC, cached in memory and on disk) at
+ *  their first use for the pool's row sizes; call each operation once at start-up to keep
+ *  compilation off the first scheduler step.
  *  @return KVC_ERR_INVALID_ARGUMENT for inconsistent geometry (sizes, dims, dtype not
  *  allowed for the kind, a head/latent dimension over 2^20, sizes whose byte counts
  *  overflow), KVC_ERR_DEVICE_OOM,

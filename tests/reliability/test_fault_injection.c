@@ -748,14 +748,26 @@ static void test_compile_failure_is_reported_and_retried(void **state) {
   cfg.flags = KVC_CONTEXT_NO_DISK_CACHE;
   kvc_context *ctx = NULL;
   KVT_OK(kvc_context_create(&cfg, &ctx));
+  /* Pools compile their kernels at first use: the first set_kv compiles (no disk cache). */
   kvc_kv_pool_config c = mha_cfg();
   kvc_kv_pool *p = NULL;
+  KVT_OK(kvc_kv_pool_create(ctx, &c, &p));
+  int64_t *loc = kvt_alloc_on(ctx, 8);
+  const int64_t one = 5;
+  kvt_h2d_on(ctx, loc, &one, 8);
+  void *k = kvt_alloc_on(ctx, 64), *v = kvt_alloc_on(ctx, 64);
   kvc__fault_set(ctx, KVC__FAULT_COMPILE, 0);
-  kvc_status st = kvc_kv_pool_create(ctx, &c, &p);
+  kvc_status st = kvc_kv_pool_set_kv(p, 0, loc, KVC_INDEX_I64, 1, k, v, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f, NULL, 1.0f,
+                                     NULL);
   kvc__fault_reset(ctx);
   assert_int_equal(st, KVC_ERR_NVRTC);
-  assert_null(p);
-  KVT_OK(kvc_kv_pool_create(ctx, &c, &p));
+  assert_non_null(strstr(kvc_last_error(ctx), "compile"));
+  /* Nothing was cached for the failed compile: the retry compiles and runs. */
+  KVT_OK(kvc_kv_pool_set_kv(p, 0, loc, KVC_INDEX_I64, 1, k, v, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f, NULL, 1.0f, NULL));
+  KVT_OK(kvc_stream_synchronize(ctx, NULL));
+  kvc_memory_free(ctx, loc);
+  kvc_memory_free(ctx, k);
+  kvc_memory_free(ctx, v);
   kvc_kv_pool_destroy(p);
   kvc_context_destroy(ctx);
 }
