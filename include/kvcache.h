@@ -10,7 +10,7 @@
  * Three levels, adopt as much as you want:
  *   1. ops   — kvc_get_last_loc, kvc_write_req_to_token, ... on raw device pointers;
  *   2. pools — kvc_req_to_token_pool, kvc_allocator, KV pools: objects owning buffers;
- *   3. flows — the per-step calls a scheduler makes (later headers sections).
+ *   3. flows — kvc_flow_*: the per-step calls a scheduler makes, and streaming sessions.
  *
  * Conventions that hold for every function below unless its comment says otherwise:
  *   - Every function returns a kvc_status. KVC_OK (0) is success. On failure the
@@ -270,10 +270,11 @@ KVC_API kvc_status kvc_stream_synchronize(kvc_context *ctx, kvc_stream stream);
 
 /* --- Kernel compilation ------------------------------------------------------------ */
 
-/** kvc_context_precompile() : compiles (or loads from the disk cache) every kernel the
- *  library may launch with `spec` values not yet known... for the kernels with fixed
- *  specialisation only; pools compile their own variants at create. Use it at engine
- *  start to keep NVRTC off the first scheduler step. No-op on the host backend. */
+/** kvc_context_precompile() : compiles (or loads from the disk cache) the level-1 ops'
+ *  kernels, whose specialisation does not depend on any pool. Pools and allocators compile
+ *  their own variants at first use; call each operation once at engine start to keep
+ *  NVRTC off the first scheduler step. No-op on the host backend. Synchronous; not
+ *  capturable. @return KVC_ERR_NVRTC / KVC_ERR_NO_DEVICE when NVRTC fails or is missing. */
 KVC_API kvc_status kvc_context_precompile(kvc_context *ctx);
 
 /** Kernel-cache statistics (counts since context create). */
