@@ -923,6 +923,28 @@ KVC_API kvc_status kvc_kv_pool_copy_from_host(kvc_kv_pool *pool, const void *loc
                                               kvc_index_type loc_type, size_t n,
                                               const void *host, kvc_stream stream);
 
+/* --- Debug canaries (use-after-free detection) ---------------------------------------- */
+
+/** kvc_kv_pool_canary_fill() : DEBUG. Writes the marker byte 0xCB into every byte of row
+ *  slots[i] (host int64 slot ids, i < n) of every buffer of the pool (all regions, all
+ *  layers; NSA index-K pages are skipped; NoOp pools have no rows: no-op) in ONE launch
+ *  on `stream`. Capacity: at most 256 buffers (else KVC_ERR_UNSUPPORTED).
+ *  @return KVC_ERR_INVALID_ARGUMENT for a slot outside [0, size + page_size) or NULL
+ *  slots with n > 0. n == 0: no launch. Not capturable (slots travel as launch data). */
+KVC_API kvc_status kvc_kv_pool_canary_fill(kvc_kv_pool *pool, const int64_t *slots, size_t n,
+                                           kvc_stream stream);
+/** kvc_kv_pool_canary_check() : DEBUG. ONE launch that checks every byte of rows slots[i]
+ *  (same buffers as canary_fill) still holds the marker; the first violation (lowest i,
+ *  then buffer in describe() order) and the count of differing bytes land in a small
+ *  pool-owned device buffer, then the call SYNCHRONIZES `stream` and reads it back (debug
+ *  mode only: this is the one pool call that synchronizes). One check at a time per pool.
+ *  @return KVC_ERR_INTERNAL "kvc_kv_pool_canary_check: slot S (request position i) layer
+ *  L region R byte B was written after it was freed (N bytes differ)" (L global layer id,
+ *  R a kvc_region_kind, B the first differing byte of that row), KVC_OK when intact, and
+ *  the argument errors of kvc_kv_pool_canary_fill. */
+KVC_API kvc_status kvc_kv_pool_canary_check(kvc_kv_pool *pool, const int64_t *slots, size_t n,
+                                            kvc_stream stream);
+
 
 /* ===================================================================================
  * Level 2 — hybrid models: Mamba state pool
@@ -1765,6 +1787,21 @@ KVC_API kvc_status kvc_flow_free_slots(kvc_flow *flow, const int64_t *slots, siz
 /** kvc_flow_row_slots() : copies row[start:end) of the request-to-token mirror as int64. */
 KVC_API kvc_status kvc_flow_row_slots(const kvc_flow *flow, int32_t row, int64_t start, int64_t end,
                                       int64_t *out);
+
+/** kvc_flow_set_canary() : DEBUG canary mode (use-after-free detection) with `pool`, the
+ *  KV pool whose slots the flow's allocator hands out (same page size; pool->size >= the
+ *  allocator's size). Non-NULL: fills EVERY row of the pool with the canary marker now
+ *  (kvc_kv_pool_canary_fill semantics, then waits for the fill) — call it before any
+ *  request holds KV, since live KV would be overwritten. From then on every free the flow
+ *  makes (release, chunk cache, sessions: everything through kvc_flow_free_slots) refills
+ *  the rows of every slot of every page the freed slots touch, and alloc_for_extend /
+ *  alloc_for_decode check the rows of the new slots before returning, returning the
+ *  check's KVC_ERR_INTERNAL (the slot and layer written after free; the slots stay
+ *  allocated to the requests). Each check synchronizes `stream`: debug only. NULL turns
+ *  canary mode off. @return KVC_ERR_UNSUPPORTED for a flow with an SWA allocator (SWA
+ *  frees are not covered), KVC_ERR_INVALID_ARGUMENT for a mismatched pool, the errors of
+ *  the fill. */
+KVC_API kvc_status kvc_flow_set_canary(kvc_flow *flow, kvc_kv_pool *pool);
 
 /** kvc_flow_alloc_len_per_decode() : SGLang get_alloc_len_per_decode (1 without
  *  speculative decoding); kvc_flow_extra_context_len(): the req_to_token row headroom

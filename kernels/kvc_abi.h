@@ -293,4 +293,26 @@ typedef struct kvc_p_swa_gather {
   int32_t map_i64, in_i64, out_i64, pad_;
 } kvc_p_swa_gather;
 
+/* --- canary.cu: debug canary rows (kvc_kv_pool_canary_fill / _check) --------------- *
+ * Unit u = i * nbuf + b: row payload[i] (int32 slot ids, inline or staged) of buffer b.
+ * Fill writes KVC_CANARY_BYTE into every byte of the row; check counts the bytes that
+ * differ into result[0] and records the lowest violating unit as result[1] =
+ * max(UINT64_MAX - u) (result zeroed before the launch). Rows are accessed 16 bytes at
+ * a time when row_bytes % 16 == 0 (bases are 256-aligned), else byte by byte. Slots
+ * outside [0, rows) of a buffer are skipped. */
+#define KVC_CANARY_MAX_BUFS 256
+#define KVC_CANARY_BYTE 0xCB
+typedef struct kvc_canary_buf {
+  uint64_t base;
+  int64_t row_bytes, rows;
+} kvc_canary_buf;
+
+typedef struct kvc_p_canary {
+  uint64_t staged; /* payload in device memory, or 0 = inline */
+  uint64_t result; /* check: uint64 [2] (count, reversed first unit); fill: 0 */
+  int64_t n;       /* slots */
+  int32_t nbuf, pad_;
+  kvc_canary_buf buf[KVC_CANARY_MAX_BUFS];
+} kvc_p_canary; /* followed by the inline payload: n int32 slots */
+
 #endif /* KVC_ABI_H */

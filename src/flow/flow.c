@@ -114,6 +114,7 @@ void kvc_flow_destroy(kvc_flow *f) {
   kvc_context *ctx = f->ctx;
   free_scratch(f);
   kvc__free(ctx, f->row_slots);
+  kvc__flow_canary_free(f);
   f->magic = 0;
   kvc__free(ctx, f);
 }
@@ -129,19 +130,21 @@ kvc_status kvc__flow_group_begin(kvc_flow *f) {
 kvc_status kvc__flow_group_end(kvc_flow *f) {
   return f->swa ? kvc_swa_allocator_free_group_end(f->swa) : kvc_allocator_free_group_end(f->alloc);
 }
+/* out_host: the new slots on the host too (canary mode only; else NULL). */
 static kvc_status alloc_extend(kvc_flow *f, size_t n, const int64_t *pre, const int64_t *seq, const int64_t *last,
-                               const int32_t *rows, const int64_t *const *prefix_slots, int64_t *out,
-                               kvc_stream stream) {
+                               const int32_t *rows, const int64_t *const *prefix_slots, int64_t *out_host,
+                               int64_t *out, kvc_stream stream) {
   if (f->swa)
-    return kvc_swa_allocator_alloc_extend(f->swa, n, pre, seq, last, f->cfg.req_pool, rows, prefix_slots, NULL, out,
-                                          stream);
-  return kvc_allocator_alloc_extend(f->alloc, n, pre, seq, last, f->cfg.req_pool, rows, prefix_slots, NULL, out,
+    return kvc_swa_allocator_alloc_extend(f->swa, n, pre, seq, last, f->cfg.req_pool, rows, prefix_slots, out_host,
+                                          out, stream);
+  return kvc_allocator_alloc_extend(f->alloc, n, pre, seq, last, f->cfg.req_pool, rows, prefix_slots, out_host, out,
                                     stream);
 }
-static kvc_status alloc_decode(kvc_flow *f, size_t n, const int64_t *seq, const int32_t *rows, int64_t *out,
-                               kvc_stream stream) {
-  if (f->swa) return kvc_swa_allocator_alloc_decode(f->swa, n, seq, NULL, f->cfg.req_pool, rows, NULL, out, stream);
-  return kvc_allocator_alloc_decode(f->alloc, n, seq, NULL, f->cfg.req_pool, rows, NULL, out, stream);
+static kvc_status alloc_decode(kvc_flow *f, size_t n, const int64_t *seq, const int32_t *rows, int64_t *out_host,
+                               int64_t *out, kvc_stream stream) {
+  if (f->swa)
+    return kvc_swa_allocator_alloc_decode(f->swa, n, seq, NULL, f->cfg.req_pool, rows, out_host, out, stream);
+  return kvc_allocator_alloc_decode(f->alloc, n, seq, NULL, f->cfg.req_pool, rows, out_host, out, stream);
 }
 
 /* --- Small shared helpers ------------------------------------------------------------ */
@@ -161,7 +164,9 @@ kvc_status kvc_flow_free_slots(kvc_flow *f, const int64_t *slots, size_t n) {
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (!n) return KVC_OK;
   if (f->swa) return kvc_swa_allocator_free(f->swa, slots, n, f->stream);
-  return kvc_allocator_free(f->alloc, slots, n);
+  if (!f->canary) return kvc_allocator_free(f->alloc, slots, n);
+  KVC_FORWARD(kvc_allocator_free(f->alloc, slots, n)); /* canary mode: refill after a valid free */
+  return kvc__flow_canary_fill(f, slots, n);
 }
 
 kvc_status kvc_flow_available(const kvc_flow *f, int64_t *available, int64_t *evictable, int64_t *protected_size,
@@ -354,6 +359,11 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
                      : pages * ps <= kvc_allocator_available_size(f->alloc);
   if (!fits) return out_of_memory(f, __func__, "Prefill", extend_tokens);
 
+  int64_t *canary_new = NULL;
+  if (f->canary) {
+    KVC_FORWARD(kvc__flow_canary_reserve(f, __func__, (size_t)extend_tokens));
+    canary_new = f->canary_new;
+  }
   KVC_FORWARD(alloc_rows(f, reqs, n, stream));
   /* last_loc: from the matched prefix, else from the row (chunked / resumed). */
   for (size_t i = 0; i < n; i++) {
@@ -364,7 +374,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
     else f->last_locs[i] = kvc_req_to_token_pool_row(pool, f->rows[i])[p - 1];
   }
   kvc_status st = alloc_extend(f, n, f->prefix_lens, f->seq_lens, f->last_locs, f->rows, f->prefix_slots,
-                               out_cache_loc, stream);
+                               canary_new, out_cache_loc, stream);
   if (st != KVC_OK) {
     /* Give back what this call took (SGLang leaves the rows allocated, spec 15.14). */
     char msg[1024];
@@ -384,6 +394,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
     r->kv_allocated_len = r->kv_committed_len = r->seq_len;
     r->prefix_slots = NULL; /* the row holds the prefix now */
   }
+  if (canary_new) return kvc_kv_pool_canary_check(f->canary, canary_new, (size_t)extend_tokens, stream);
   return KVC_OK;
 }
 
@@ -412,9 +423,14 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
   /* The allocators validate rows and last_locs (from the mirror) and fail without
    * changing anything, so no separate capacity check is needed here. */
   KVC_FORWARD(kvc_flow_evict(f, ps == 1 ? (int64_t)n * token_per_req : (int64_t)n * ps));
+  int64_t *canary_new = NULL;
+  if (f->canary) {
+    KVC_FORWARD(kvc__flow_canary_reserve(f, __func__, n * (size_t)token_per_req));
+    canary_new = f->canary_new;
+  }
   kvc_status st;
-  if (token_per_req == 1) st = alloc_decode(f, n, f->seq_lens, f->rows, out_cache_loc, stream);
-  else st = alloc_extend(f, n, f->prefix_lens, f->seq_lens, NULL, f->rows, NULL, out_cache_loc, stream);
+  if (token_per_req == 1) st = alloc_decode(f, n, f->seq_lens, f->rows, canary_new, out_cache_loc, stream);
+  else st = alloc_extend(f, n, f->prefix_lens, f->seq_lens, NULL, f->rows, NULL, canary_new, out_cache_loc, stream);
   if (st == KVC_ERR_OUT_OF_SLOTS) return out_of_memory(f, __func__, "Decode", (int64_t)n * token_per_req);
   KVC_FORWARD(st);
   for (size_t i = 0; i < n; i++) {
@@ -422,6 +438,7 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
     r->seq_len += token_per_req;
     r->kv_allocated_len = r->kv_committed_len = r->seq_len;
   }
+  if (canary_new) return kvc_kv_pool_canary_check(f->canary, canary_new, n * (size_t)token_per_req, stream);
   return KVC_OK;
 }
 

@@ -29,6 +29,10 @@ struct kvc_flow {
   const int64_t **prefix_slots;
   int32_t *mamba_slots, *track_slots; /* hybrid: n and 2n */
   int64_t *row_slots; /* width int64: a mirror row widened for frees */
+  /* Debug canary mode (kvc_flow_set_canary, flow_canary.c); NULL = off, no extra work. */
+  kvc_kv_pool *canary;
+  int64_t *canary_pages, *canary_new; /* host scratch: rows to refill / new slots to check */
+  size_t canary_pages_cap, canary_new_cap;
 };
 
 /* The bound allocator, whichever kind. */
@@ -46,6 +50,14 @@ kvc_status kvc__flow_check_handle(const kvc_flow *flow, const char *fn);
 /** Default cache behaviour when a callback is NULL (the chunk cache's). */
 kvc_status kvc__chunk_cache_finished(void *self, kvc_flow *flow, kvc_req_state *req, int is_insert);
 kvc_status kvc__chunk_cache_unfinished(void *self, kvc_flow *flow, kvc_req_state *req);
+
+/* flow_canary.c: canary mode hooks (call only when flow->canary is set). */
+/** Refills the rows of every slot of every page touched by freed `slots`. */
+kvc_status kvc__flow_canary_fill(kvc_flow *f, const int64_t *slots, size_t n);
+/** Host scratch for the new slots of a step (n entries). */
+kvc_status kvc__flow_canary_reserve(kvc_flow *f, const char *fn, size_t n);
+/** Frees the canary scratch. */
+void kvc__flow_canary_free(kvc_flow *f);
 
 static inline int64_t kvc__ceil_align(int64_t n, int64_t ps) { return (n + ps - 1) / ps * ps; }
 

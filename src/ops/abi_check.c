@@ -22,3 +22,5 @@ KVC_ABI_ASSERT(kvc_mamba_seg, 40);
 KVC_ABI_ASSERT(kvc_p_mamba_rows, 56 + 72 + 40 * KVC_MAMBA_MAX_SEGS);
 KVC_ABI_ASSERT(kvc_p_swa_map_write, 40);
 KVC_ABI_ASSERT(kvc_p_swa_gather, 64);
+KVC_ABI_ASSERT(kvc_canary_buf, 24);
+KVC_ABI_ASSERT(kvc_p_canary, 32 + 24 * KVC_CANARY_MAX_BUFS);

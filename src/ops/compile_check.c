@@ -47,6 +47,8 @@ static const compile_case cases[] = {
     {"swa.cu", {"-DKVC_INLINE_WORDS=8000", NULL}},
     {"mamba.cu", {"-DKVC_INLINE_WORDS=1000", "-DKVC_MAMBA_VEC=16", NULL}},
     {"mamba.cu", {"-DKVC_INLINE_WORDS=8000", "-DKVC_MAMBA_VEC=2", NULL}},
+    {"canary.cu", {NULL}},
+    {"canary.cu", {"-DKVC_INLINE_WORDS=1000", NULL}},
 };
 
 kvc_status kvc_compile_check(int sm, int *compiled) {

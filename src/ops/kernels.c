@@ -23,3 +23,5 @@ const kvc__kernel_def kvc__k_mamba_rows = {"kvc_mamba_rows", "mamba.cu", kvc_hos
 const kvc__kernel_def kvc__k_mamba_copy_staged = {"kvc_mamba_copy_staged", "mamba.cu", kvc_host_mamba_copy_staged};
 const kvc__kernel_def kvc__k_swa_map_write = {"kvc_swa_map_write", "swa.cu", kvc_host_swa_map_write};
 const kvc__kernel_def kvc__k_swa_gather = {"kvc_swa_gather", "swa.cu", kvc_host_swa_gather};
+const kvc__kernel_def kvc__k_canary_fill = {"kvc_canary_fill", "canary.cu", kvc_host_canary_fill};
+const kvc__kernel_def kvc__k_canary_check = {"kvc_canary_check", "canary.cu", kvc_host_canary_check};

@@ -229,6 +229,7 @@ void kvc_kv_pool_destroy(kvc_kv_pool *pool) {
   if (!pool || pool->magic != KVC__KV_POOL_MAGIC) return;
   kvc_context *ctx = pool->ctx;
   kvc__dev_free(ctx, pool->mem);
+  kvc__dev_free(ctx, pool->canary_result);
   kvc__free(ctx, pool->buffers);
   kvc__free(ctx, pool->scratch);
   pool->magic = 0;

@@ -47,7 +47,12 @@ struct kvc_kv_pool {
   /* Kernel lookups memoised by the operation files (indices are theirs). */
   const kvc__kfunc *kfunc[32];
   unsigned char *scratch; /* KVC__PARAM_SCRATCH_BYTES for parameter blocks */
+  void *canary_result;    /* kv_canary.c: device uint64[2], allocated at the first check */
 };
+
+/* kv_canary.c (kernels.c): debug canary rows; pool->kfunc[24..27] memoise them. */
+extern const kvc__kernel_def kvc__k_canary_fill;
+extern const kvc__kernel_def kvc__k_canary_check;
 
 /** The buffer of `region` for local layer `layer`, or NULL. */
 static inline const kvc__kv_buffer *kvc__kv_buffer_at(const kvc_kv_pool *pool, kvc_region_kind region,

@@ -49,4 +49,8 @@ void kvc_host_mamba_copy_staged(const void *params);
 void kvc_host_swa_map_write(const void *params);
 void kvc_host_swa_gather(const void *params);
 
+/* canary.c: debug canary rows of a KV pool. */
+void kvc_host_canary_fill(const void *params);
+void kvc_host_canary_check(const void *params);
+
 #endif
