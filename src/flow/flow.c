@@ -100,7 +100,8 @@ kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_
   f->width = kvc_req_to_token_pool_max_context_len(cfg.req_pool);
   f->ps = cfg.page_size;
   f->row_slots = kvc__calloc(ctx, (size_t)f->width + 1, sizeof *f->row_slots);
-  kvc_status st = f->row_slots ? kvc__flow_reserve(f, __func__, 64) : KVC_ERR_HOST_OOM;
+  f->row_seen = kvc__calloc(ctx, (size_t)kvc_req_to_token_pool_size(cfg.req_pool) + 1, sizeof *f->row_seen);
+  kvc_status st = f->row_slots && f->row_seen ? kvc__flow_reserve(f, __func__, 64) : KVC_ERR_HOST_OOM;
   if (st != KVC_OK) {
     kvc_flow_destroy(f);
     return st == KVC_ERR_HOST_OOM ? kvc__error(ctx, st, __func__, "flow scratch") : st;
@@ -114,6 +115,7 @@ void kvc_flow_destroy(kvc_flow *f) {
   kvc_context *ctx = f->ctx;
   free_scratch(f);
   kvc__free(ctx, f->row_slots);
+  kvc__free(ctx, f->row_seen);
   kvc__flow_canary_free(f);
   f->magic = 0;
   kvc__free(ctx, f);

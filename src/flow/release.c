@@ -87,28 +87,43 @@ static kvc_status release_one(kvc_flow *f, kvc_req_state *r, int is_insert) {
   return KVC_OK;
 }
 
+/* Validates a release batch before anything is freed. Rows are marked in row_seen to
+ * find a row listed twice in O(n); *marked counts the entries to unmark. */
+static kvc_status validate_release(kvc_flow *f, kvc_req_state *const *reqs, size_t n, size_t *marked) {
+  const char *fn = "kvc_flow_release";
+  for (size_t i = 0; i < n; i++) {
+    const kvc_req_state *r = reqs[i];
+    if (!r) return kvc__error(f->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "reqs[%zu] is NULL", i);
+    if (r->req_row == 0) {
+      if (r->mamba_slot <= 0)
+        return kvc__error(f->ctx, KVC_ERR_MISUSE, fn, "reqs[%zu] holds neither a row nor a Mamba slot (released twice?)", i);
+      continue;
+    }
+    if (!kvc_req_to_token_pool_is_held(f->cfg.req_pool, r->req_row))
+      return kvc__error(f->ctx, KVC_ERR_MISUSE, fn, "reqs[%zu]: req_row %d is not a held row (released twice?)", i,
+                        r->req_row);
+    if (r->kv_committed_len < 0 || r->kv_allocated_len < r->kv_committed_len || r->kv_allocated_len > f->width)
+      return kvc__error(f->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "reqs[%zu]: committed %lld / allocated %lld invalid", i,
+                        (long long)r->kv_committed_len, (long long)r->kv_allocated_len);
+    if (f->row_seen[r->req_row])
+      return kvc__error(f->ctx, KVC_ERR_MISUSE, fn, "reqs[%d] and reqs[%zu] share row %d", f->row_seen[r->req_row] - 1,
+                        i, r->req_row);
+    f->row_seen[r->req_row] = (int32_t)i + 1;
+    *marked = i + 1;
+  }
+  return KVC_OK;
+}
+
 kvc_status kvc_flow_release(kvc_flow *f, kvc_req_state *const *reqs, size_t n, int is_insert, kvc_stream stream) {
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!reqs, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs is NULL");
-  for (size_t i = 0; i < n; i++) {
-    const kvc_req_state *r = reqs[i];
-    KVC_RETURN_IF(!r, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs[%zu] is NULL", i);
-    if (r->req_row == 0) {
-      KVC_RETURN_IF(r->mamba_slot <= 0, f->ctx, KVC_ERR_MISUSE,
-                    "reqs[%zu] holds neither a row nor a Mamba slot (released twice?)", i);
-      continue;
-    }
-    KVC_RETURN_IF(!kvc_req_to_token_pool_is_held(f->cfg.req_pool, r->req_row), f->ctx, KVC_ERR_MISUSE,
-                  "reqs[%zu]: req_row %d is not a held row (released twice?)", i, r->req_row);
-    KVC_RETURN_IF(r->kv_committed_len < 0 || r->kv_allocated_len < r->kv_committed_len ||
-                      r->kv_allocated_len > f->width,
-                  f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs[%zu]: committed %lld / allocated %lld invalid", i,
-                  (long long)r->kv_committed_len, (long long)r->kv_allocated_len);
-    for (size_t j = 0; j < i; j++)
-      KVC_RETURN_IF(reqs[j]->req_row == r->req_row, f->ctx, KVC_ERR_MISUSE, "reqs[%zu] and reqs[%zu] share row %d",
-                    j, i, r->req_row);
-  }
+  KVC_RETURN_IF(n > (size_t)INT32_MAX, f->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu too large", n);
+  size_t marked = 0;
+  kvc_status vst = validate_release(f, reqs, n, &marked);
+  for (size_t i = 0; i < marked; i++)
+    if (reqs[i] && reqs[i]->req_row > 0) f->row_seen[reqs[i]->req_row] = 0;
+  if (vst != KVC_OK) return vst;
   f->stream = stream;
   KVC_FORWARD(kvc__flow_group_begin(f));
   kvc_status st = KVC_OK;

@@ -254,6 +254,16 @@ static void test_arguments_are_validated(void **state) {
   KVT_STATUS(kvc_flow_alloc_for_extend(NULL, one, 1, f.out, NULL), KVC_ERR_INVALID_ARGUMENT);
   assert_int_equal(kvc_allocator_available_size(f.alloc), 256);
   assert_int_equal(kvc_req_to_token_pool_available(f.pool), 4);
+  /* The same request twice in one release: misuse, nothing freed; then a clean release. */
+  a = req0(10);
+  KVT_OK(kvc_flow_alloc_for_extend(f.flow, one, 1, f.out, NULL));
+  kvc_req_state *twice[] = {&a, &a};
+  KVT_STATUS(kvc_flow_release(f.flow, twice, 2, 1, NULL), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "share row"));
+  assert_int_equal(kvc_allocator_available_size(f.alloc), 256 - 12);
+  KVT_OK(kvc_flow_release(f.flow, one, 1, 1, NULL));
+  assert_int_equal(kvc_allocator_available_size(f.alloc), 256);
+  assert_int_equal(kvc_req_to_token_pool_available(f.pool), 4);
   kvc_flow_config bad = KVC_FLOW_CONFIG_INIT;
   bad.req_pool = f.pool;
   bad.allocator = f.alloc;
