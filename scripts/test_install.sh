@@ -66,7 +66,8 @@ for kind in shared static; do
   if [ "$kind" = static ]; then
     ! ldd "$b/consumer" | grep -q libkvcache || fail "static consumer links libkvcache.so"
   else
-    ldd "$b/consumer" | grep -q "libkvcache.so.$major => $libdir" || fail "shared consumer does not load $libdir"
+    ldd "$b/consumer" | grep -q "libkvcache.so.$major => $libdir" ||
+      { ldd "$b/consumer" >&2; readelf -d "$b/consumer" | grep -iE "rpath|runpath" >&2; fail "shared consumer does not load $libdir"; }
   fi
   run_consumer "find_package $kind" "$b/consumer"
 done
