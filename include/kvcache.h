@@ -172,6 +172,10 @@ typedef struct kvc_context kvc_context;
 #define KVC_CONTEXT_CHECK 0x1u /* check mode: verify conservation after every mutating call
                                   (also enabled by env KVC_CHECK=1) */
 #define KVC_CONTEXT_NO_DISK_CACHE 0x2u /* keep compiled kernels in memory only */
+#define KVC_CONTEXT_CANARY 0x4u /* canary mode (also env KVC_CANARY=1): every flow created
+                                   in the context guards the context's most recently created
+                                   KV pool as kvc_flow_set_canary() does (a debug mode: it
+                                   synchronizes to check) */
 
 typedef struct kvc_context_config {
   size_t struct_size;  /* sizeof(kvc_context_config) as the caller compiled it */

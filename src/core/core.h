@@ -27,6 +27,7 @@ typedef enum kvc__log_level {
 typedef struct kvc__options {
   int log_level;          /* KVC_LOG: error|warn|info|debug (default warn) */
   bool check;             /* KVC_CHECK: check mode */
+  bool canary;            /* KVC_CANARY: flows guard the context's KV pool with canaries */
   bool dump_kernels;      /* KVC_DUMP_KERNELS: dump numbered source on compile failure */
   bool no_disk_cache;     /* KVC_NO_DISK_CACHE */
   int backend;            /* KVC_BACKEND: auto|host|cuda, -1 = not set */

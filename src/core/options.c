@@ -23,6 +23,7 @@ typedef struct opt_desc {
 static const opt_desc options[] = {
     OPT("LOG", OPT_LOG, log_level, 0),
     OPT("CHECK", OPT_BOOL, check, 0),
+    OPT("CANARY", OPT_BOOL, canary, 0),
     OPT("DUMP_KERNELS", OPT_BOOL, dump_kernels, 0),
     OPT("NO_DISK_CACHE", OPT_BOOL, no_disk_cache, 0),
     OPT("BACKEND", OPT_BACKEND, backend, 0),

@@ -18,6 +18,7 @@ void kvc__core_init(kvc__core *core, const kvc_context_config *config) {
   if (config) core->host_allocator = config->host_allocator;
   kvc__options_load(&core->options);
   if (config && (config->flags & KVC_CONTEXT_CHECK)) core->options.check = true;
+  if (config && (config->flags & KVC_CONTEXT_CANARY)) core->options.canary = true;
   if (config && (config->flags & KVC_CONTEXT_NO_DISK_CACHE)) core->options.no_disk_cache = true;
   if (config && config->cache_dir) {
     size_t n = strlen(config->cache_dir);

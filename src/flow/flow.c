@@ -12,6 +12,7 @@
  *   alloc_for_decode:  validate -> [SWA window eviction] -> evict/check -> slots (1 launch)
  */
 #include "flow.h"
+#include "../device/context.h"
 #include "../pool/pool.h"
 
 #include <stdio.h>
@@ -105,6 +106,14 @@ kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_
   if (st != KVC_OK) {
     kvc_flow_destroy(f);
     return st == KVC_ERR_HOST_OOM ? kvc__error(ctx, st, __func__, "flow scratch") : st;
+  }
+  if (ctx->core.options.canary && ctx->canary_pool) {
+    /* KVC_CANARY / KVC_CONTEXT_CANARY: guard the context's latest KV pool. */
+    st = kvc_flow_set_canary(f, (kvc_kv_pool *)ctx->canary_pool);
+    if (st != KVC_OK) {
+      kvc__log(ctx, KVC_LOG_WARN, "canary mode not enabled for this flow: %s", kvc_last_error(ctx));
+      st = KVC_OK;
+    }
   }
   *out = f;
   return KVC_OK;

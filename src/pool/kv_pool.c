@@ -11,6 +11,7 @@
  *            (pages, ps*(128+4)) bytes with pages = (index_buf_size + ps + 1) / ps
  */
 #include "kv_pool.h"
+#include "../device/context.h"
 
 #include <string.h>
 
@@ -215,6 +216,7 @@ kvc_status kvc_kv_pool_create(kvc_context *ctx, const kvc_kv_pool_config *config
   for (int32_t i = 0; i < nbuf; i++) p->buffers[i].base = (unsigned char *)p->mem + offsets[i];
   KVC_CHECK_GOTO(kvc__dev_memset(ctx, p->mem, 0, offset, NULL), st, fail);
   KVC_CHECK_GOTO(kvc__dev_sync(ctx, NULL), st, fail);
+  if (ctx->core.options.canary) ctx->canary_pool = p; /* flows created later guard it */
   *out = p;
   return KVC_OK;
 fail:
@@ -228,6 +230,7 @@ fail:
 void kvc_kv_pool_destroy(kvc_kv_pool *pool) {
   if (!pool || pool->magic != KVC__KV_POOL_MAGIC) return;
   kvc_context *ctx = pool->ctx;
+  if (ctx->canary_pool == pool) ctx->canary_pool = NULL;
   kvc__dev_free(ctx, pool->mem);
   kvc__dev_free(ctx, pool->canary_result);
   kvc__free(ctx, pool->buffers);

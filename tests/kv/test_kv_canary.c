@@ -145,6 +145,55 @@ static void test_flow_canary_argument_errors(void **state) {
   fixture_free(&f);
 }
 
+
+/* KVC_CONTEXT_CANARY (or env KVC_CANARY=1): a flow created after the pool guards it without
+ * an explicit kvc_flow_set_canary — the pool's rows hold the marker from then on. */
+static void test_context_canary_flag_enables_flows(void **state) {
+  (void)state;
+  kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
+  cfg.backend = kvc_context_backend(kvt_ctx);
+  cfg.flags = KVC_CONTEXT_CANARY;
+  kvc_context *c = NULL;
+  KVT_OK(kvc_context_create(&cfg, &c));
+  kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  rc.size = 4;
+  rc.max_context_len = 64;
+  kvc_req_to_token_pool *rp = NULL;
+  KVT_OK(kvc_req_to_token_pool_create(c, &rc, &rp));
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = KVC_ALLOCATOR_PAGED;
+  ac.size = 64;
+  ac.page_size = 4;
+  kvc_allocator *al = NULL;
+  KVT_OK(kvc_allocator_create(c, &ac, &al));
+  kvc_kv_pool_config kc = KVC_KV_POOL_CONFIG_INIT;
+  kc.kind = KVC_KV_MHA;
+  kc.size = 64;
+  kc.page_size = 4;
+  kc.dtype = KVC_DTYPE_BF16;
+  kc.layer_num = 2;
+  kc.head_num = 2;
+  kc.head_dim = 8;
+  kvc_kv_pool *p = NULL;
+  KVT_OK(kvc_kv_pool_create(c, &kc, &p));
+  const int64_t slots[] = {4, 5, 6, 7, 40};
+  /* Before any flow exists the pool is zero-filled: the check fails. */
+  assert_int_equal(kvc_kv_pool_canary_check(p, slots, 5, NULL), KVC_ERR_INTERNAL);
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.page_size = 4;
+  fc.req_pool = rp;
+  fc.allocator = al;
+  kvc_flow *fl = NULL;
+  KVT_OK(kvc_flow_create(c, &fc, &fl));
+  if (kvc_kv_pool_canary_check(p, slots, 5, NULL) != KVC_OK)
+    fail_msg("the flow did not fill the pool: %s", kvc_last_error(c));
+  kvc_flow_destroy(fl);
+  kvc_kv_pool_destroy(p);
+  kvc_allocator_destroy(al);
+  kvc_req_to_token_pool_destroy(rp);
+  kvc_context_destroy(c);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_fill_check_16_byte_rows),
     cmocka_unit_test(test_fill_check_byte_rows),
@@ -152,6 +201,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_flow_detects_use_after_free),
     cmocka_unit_test(test_flow_clean_reuse_passes),
     cmocka_unit_test(test_flow_canary_argument_errors),
+    cmocka_unit_test(test_context_canary_flag_enables_flows),
 };
 
 KVT_MAIN("kv_canary", tests)
