@@ -292,12 +292,15 @@ static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slo
     a->state[p] = (uint8_t)(s | KVC__PG_MARK);
     v[k++] = p;
   }
-  unmark(a, v, k);
-  if (st != KVC_OK) return st;
+  if (st != KVC_OK) {
+    unmark(a, v, k);
+    return st;
+  }
   a->epoch++;
+  /* The marks are cleared by the state writes below (no separate pass). */
   if (a->in_group) {
     for (int64_t j = 0; j < k; j++) {
-      a->state[v[j]] |= KVC__PG_GFREE;
+      a->state[v[j]] = (uint8_t)((a->state[v[j]] & ~KVC__PG_MARK) | KVC__PG_GFREE);
       a->group[a->group_free_n++] = v[j];
     }
   } else {
