@@ -43,6 +43,15 @@ kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel
                             kvc__dim3 block, kvc_stream stream, const void *header);
 void kvc__plan_cancel(kvc_context *ctx, kvc__plan *plan);
 
+/** The kernel of inline variant `variant` (0 small, 1 large; staged plans use 0) for `def`
+ *  with `extra` defines. */
+kvc_status kvc__plan_kernel(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *extra, int variant,
+                            const kvc__kfunc **out);
+/** Resolves both inline variants into kcache[0..1] (entries already set are kept), so a
+ *  hot path never hashes or compiles. */
+kvc_status kvc__plan_prefetch(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *extra,
+                              const kvc__kfunc **kcache);
+
 /** Writes n host slots (int32) into table[offset ...] with one launch: the row write used
  *  by kvc_req_to_token_pool_write. */
 kvc_status kvc__row_write(kvc_context *ctx, unsigned char *scratch, const kvc__kfunc **kcache,

@@ -42,6 +42,25 @@ void kvc__plan_cancel(kvc_context *ctx, kvc__plan *plan) {
   plan->variant = -1;
 }
 
+/* The kernel of one inline-capacity variant: `extra` plus KVC_INLINE_WORDS. The only place
+ * that turns a variant into a specialisation. */
+kvc_status kvc__plan_kernel(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *extra, int variant,
+                            const kvc__kfunc **out) {
+  kvc__spec spec = extra ? *extra : (kvc__spec){0};
+  if (spec.count >= 8) return kvc__error(ctx, KVC_ERR_INTERNAL, "kvc__plan_kernel", "spec of %s is full", def->name);
+  spec.def[spec.count].name = "KVC_INLINE_WORDS";
+  spec.def[spec.count].value = (int64_t)variant_words[variant];
+  spec.count++;
+  return kvc__kernel_get(ctx, def, &spec, out);
+}
+
+kvc_status kvc__plan_prefetch(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *extra,
+                              const kvc__kfunc **kcache) {
+  for (int v = 0; v < 2; v++)
+    if (!kcache[v]) KVC_FORWARD(kvc__plan_kernel(ctx, def, extra, v, &kcache[v]));
+  return KVC_OK;
+}
+
 kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def,
                             const kvc__spec *extra, const kvc__kfunc **kcache, kvc__dim3 grid,
                             kvc__dim3 block, kvc_stream stream, const void *header) {
@@ -49,11 +68,7 @@ kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel
   kvc_status st = KVC_OK;
   const kvc__kfunc *f = kcache ? kcache[v] : NULL;
   if (!f) {
-    kvc__spec spec = extra ? *extra : (kvc__spec){0};
-    spec.def[spec.count].name = "KVC_INLINE_WORDS";
-    spec.def[spec.count].value = (int64_t)variant_words[v];
-    spec.count++;
-    KVC_CHECK_GOTO(kvc__kernel_get(ctx, def, &spec, &f), st, done);
+    KVC_CHECK_GOTO(kvc__plan_kernel(ctx, def, extra, v, &f), st, done);
     if (kcache) kcache[v] = f;
   }
   memcpy(plan->scratch, header, plan->header_bytes);

@@ -56,16 +56,6 @@ kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n) 
   return KVC_OK;
 }
 
-kvc_status kvc__plan_prefetch(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *extra,
-                              const kvc__kfunc **kcache) {
-  /* Same spec as kvc__plan_launch builds for variant 0 (the one staged plans use). */
-  kvc__spec spec = extra ? *extra : (kvc__spec){0};
-  spec.def[spec.count].name = "KVC_INLINE_WORDS";
-  spec.def[spec.count].value = KVC_INLINE_SMALL;
-  spec.count++;
-  return kvc__kernel_get(ctx, def, &spec, &kcache[0]);
-}
-
 /* --- Create / destroy -------------------------------------------------------------- */
 
 static void alloc_free_all(kvc_context *ctx, kvc_allocator *a) {

@@ -143,19 +143,9 @@ static int vec_index(int vec) { return vec == 16 ? 4 : vec == 8 ? 3 : vec == 4 ?
 /* Resolves both inline variants of `kernel` for `vec` before any staging reservation
  * (which holds the context lock that a kernel lookup also takes). */
 static kvc_status ensure_kernels(kvc_mamba_pool *p, int kernel, int vec) {
-  static const int64_t words[2] = {KVC_INLINE_SMALL, KVC_INLINE_LARGE};
   const kvc__kfunc **kc = p->kc[kernel][vec_index(vec)];
-  for (int v = 0; v < 2; v++) {
-    if (kc[v]) continue;
-    kvc__spec spec = {0};
-    spec.def[0].name = "KVC_MAMBA_VEC";
-    spec.def[0].value = vec;
-    spec.def[1].name = "KVC_INLINE_WORDS";
-    spec.def[1].value = words[v];
-    spec.count = 2;
-    KVC_FORWARD(kvc__kernel_get(p->ctx, kernel ? &kvc__k_mamba_copy_staged : &kvc__k_mamba_rows, &spec, &kc[v]));
-  }
-  return KVC_OK;
+  kvc__spec spec = {1, {{"KVC_MAMBA_VEC", vec}}};
+  return kvc__plan_prefetch(p->ctx, kernel ? &kvc__k_mamba_copy_staged : &kvc__k_mamba_rows, &spec, kc);
 }
 
 /* One launch over every state tensor and layer. ids: n (or 2n for COPY: src then dst)

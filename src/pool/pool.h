@@ -174,7 +174,4 @@ static inline int64_t kvc__pg_mod(const kvc_allocator *a, int64_t x) {
   return a->ps_shift >= 0 ? x & (a->ps - 1) : x % a->ps;
 }
 
-kvc_status kvc__plan_prefetch(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *extra,
-                              const kvc__kfunc **kcache);
-
 #endif /* KVC_POOL_H */
