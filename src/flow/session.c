@@ -132,17 +132,24 @@ static kvc_status sc_finished(void *self, kvc_flow *f, kvc_req_state *req, int i
   KVC_RETURN_IF(x && x->req_row && x->req_row != req->req_row, s->ctx, KVC_ERR_MISUSE,
                 "session %llu already holds row %d (match the new turn before finishing it)",
                 (unsigned long long)req->session_id, x->req_row);
-  /* Whole pages allocated past the committed tokens (speculative decoding) are trimmed
-   * here, so the next turn continues exactly at the committed length. SGLang keeps them
-   * with the slot and the next turn overwrites their row entries (a leak). */
-  int64_t keep = f->ps > 1 ? kvc__ceil_align(req->kv_committed_len, f->ps) : req->kv_committed_len;
-  if (req->kv_allocated_len > keep) {
-    KVC_FORWARD(kvc_flow_row_slots(f, req->req_row, keep, req->kv_allocated_len, f->row_slots));
-    KVC_FORWARD(kvc_flow_free_slots(f, f->row_slots, (size_t)(req->kv_allocated_len - keep)));
-    req->kv_allocated_len = req->kv_committed_len;
-  }
+  /* The slot first (its only failure, HOST_OOM, then changes nothing). */
   bool first = x == NULL;
   if (first) KVC_FORWARD(insert(s, req->session_id, &x));
+  /* Tokens allocated past the committed ones (speculative decoding): whole pages beyond
+   * the committed page are freed, and the request's allocated length drops to the
+   * committed one in every case, so the next turn continues exactly there (its first new
+   * tokens reuse the rest of the committed page). SGLang keeps the tail with the slot and
+   * the next turn overwrites those row entries (a leak). */
+  int64_t keep = f->ps > 1 ? kvc__ceil_align(req->kv_committed_len, f->ps) : req->kv_committed_len;
+  if (req->kv_allocated_len > keep) {
+    kvc_status st = kvc_flow_row_slots(f, req->req_row, keep, req->kv_allocated_len, f->row_slots);
+    if (st == KVC_OK) st = kvc_flow_free_slots(f, f->row_slots, (size_t)(req->kv_allocated_len - keep));
+    if (st != KVC_OK) {
+      if (first) memset(x, 0, sizeof *x), x->id = TOMBSTONE;
+      return st;
+    }
+  }
+  if (req->kv_allocated_len > req->kv_committed_len) req->kv_allocated_len = req->kv_committed_len;
   s->ps = f->ps;
   x->lent = 0;
   x->req_row = req->req_row;

@@ -138,9 +138,48 @@ static void test_non_session_requests_pass_through(void **state) {
   sfix_free(&s);
 }
 
+
+/* Speculative decoding leaves tokens allocated past the committed ones: at the end of a
+ * turn, whole pages past the committed page go back, and the next turn continues exactly
+ * at the committed length (no rewind error, no leak). */
+static void test_session_trims_over_allocated_tail(void **state) {
+  (void)state;
+  for (int variant = 0; variant < 2; variant++) {
+    sfix s;
+    sfix_make(&s, 16);
+    fixture *f = &s.f;
+    const int64_t total = kvc_allocator_available_size(f->alloc);
+    const int64_t allocated = variant ? 70 : 40; /* beyond the committed page, or within it */
+    kvc_req_state t1 = turn(11, allocated);
+    kvc_req_state *b1[] = {&t1};
+    KVT_OK(kvc_flow_alloc_for_extend(f->flow, b1, 1, f->out, NULL));
+    t1.kv_committed_len = 35; /* drafts rejected */
+    KVT_OK(kvc_flow_release(f->flow, b1, 1, 1, NULL));
+    int64_t held;
+    KVT_OK(kvc_session_cache_held(s.sc, 16, &held, NULL, NULL));
+    assert_int_equal(held, 48); /* pages of the 35 committed tokens only */
+    assert_int_equal(kvc_allocator_available_size(f->alloc), total - 48);
+    kvc_req_state t2 = turn(11, 60);
+    int matched = 0;
+    KVT_OK(kvc_session_cache_match(s.sc, &t2, 60, &matched));
+    assert_int_equal(matched, 1);
+    assert_int_equal(t2.prefix_len, 35);
+    kvc_req_state *b2[] = {&t2};
+    KVT_OK(kvc_flow_alloc_for_extend(f->flow, b2, 1, f->out, NULL));
+    const int32_t *m = kvc_req_to_token_pool_row(f->pool, t2.req_row);
+    assert_int_equal(m[35], m[34] + 1); /* continues the committed page */
+    KVT_OK(kvc_flow_release(f->flow, b2, 1, 1, NULL));
+    KVT_OK(kvc_session_cache_release(s.sc, f->flow, 11));
+    assert_int_equal(kvc_allocator_available_size(f->alloc), total);
+    KVT_OK(kvc_flow_check(f->flow, NULL, 0));
+    sfix_free(&s);
+  }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_session_keeps_kv_between_turns),
     cmocka_unit_test(test_chunked_session_turn),
     cmocka_unit_test(test_non_session_requests_pass_through),
+    cmocka_unit_test(test_session_trims_over_allocated_tail),
 };
 KVT_MAIN("session", tests)
