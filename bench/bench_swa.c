@@ -20,38 +20,17 @@
 #include <string.h>
 #include <time.h>
 
-#include "kvcache.h"
+#include "bench_util.h"
 
 static kvc_context *ctx;
 static int reps = 2000, warm = 100;
 static FILE *csv;
 
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    kvc_status st_ = (call);                                                                \
-    if (st_ != KVC_OK) {                                                                    \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, kvc_status_name(st_), \
-              kvc_last_error(ctx));                                                         \
-      exit(1);                                                                              \
-    }                                                                                       \
-  } while (0)
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
-static int cmpd(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+#define CHECK(call) KVB_CHECK(ctx, call)
+#define now_us kvb_now_us
 
 static void report(const char *name, const char *variant, int batch, int ps, double *t, int n) {
-  qsort(t, (size_t)n, sizeof *t, cmpd);
-  double med = t[n / 2], p99 = t[(int)((double)n * 0.99)];
-  printf("%-11s %-40s %6d %5d %10.2f %10.2f\n", name, variant, batch, ps, med, p99);
-  if (csv) fprintf(csv, "%s,%s,%d,%d,%.3f,%.3f,%d\n", name, variant, batch, ps, med, p99, n);
+  kvb_report(csv, name, variant, batch, ps, t, n);
 }
 
 #define BS 256
