@@ -3,7 +3,9 @@
  * the same bytes timed in the same run:
  *   set_kv  Llama-3-8B rows (8 heads x 128 bf16 = 2048 B per K and per V row),
  *           N = 1, 256, 8192, 65536; bytes = 2 * N * 2048 read and written
- *   move    32 layers of K and V, N = 64, 1024, 8192; bytes = 64 * N * 2048
+ *   move    32 layers of K and V, N = 64, 1024, 8192; bytes = 64 * N * 2048; disjoint
+ *           src / tgt sets ("move": rows streamed directly) and a cycle over the source
+ *           set, every target also a source ("move_overlap": the staged path)
  * plus the host microseconds per set_kv call at N = 256 (median, no synchronisation).
  *
  * Timing: `reps` back-to-back launches between two kvc_stream_synchronize calls,
@@ -77,10 +79,10 @@ static FILE *csv;
 typedef struct op_ctx {
   kvc_kv_pool *pool;
   int layers;
-  void *k[SETS], *v[SETS], *loc[SETS], *loc2[SETS];
+  void *k[SETS], *v[SETS], *loc[SETS], *loc2[SETS], *loc3[SETS];
   void *csrc[SETS], *cdst[SETS];
   size_t n, copy_bytes;
-  int kind; /* 0 set_kv, 1 move, 2 copy */
+  int kind; /* 0 set_kv, 1 move, 2 copy, 3 move with overlapping sets */
 } op_ctx;
 
 static void run_op(op_ctx *o, int i) {
@@ -90,6 +92,8 @@ static void run_op(op_ctx *o, int i) {
                              NULL, 1.0f, NULL, 1.0f, NULL));
   else if (o->kind == 1)
     CHECK(kvc_kv_pool_move(o->pool, o->loc2[s], o->loc[s], KVC_INDEX_I64, o->n, NULL));
+  else if (o->kind == 3)
+    CHECK(kvc_kv_pool_move(o->pool, o->loc3[s], o->loc[s], KVC_INDEX_I64, o->n, NULL));
   else
     CHECK(kvc_memcpy_d2d(ctx, o->cdst[s], o->csrc[s], o->copy_bytes, NULL));
 }
@@ -110,7 +114,7 @@ static double time_op(op_ctx *o, int reps) {
 
 static void report(const char *op, size_t n, double bytes, double t_op, double t_copy) {
   double gbs = bytes / t_op * 1e-9, cgbs = bytes / t_copy * 1e-9;
-  printf("%-8s %8zu %12.0f %10.2f %10.1f %10.1f %8.1f%%\n", op, n, bytes, t_op * 1e6, gbs, cgbs, 100.0 * gbs / cgbs);
+  printf("%-12s %8zu %12.0f %10.2f %10.1f %10.1f %8.1f%%\n", op, n, bytes, t_op * 1e6, gbs, cgbs, 100.0 * gbs / cgbs);
   if (csv) fprintf(csv, "%s,%zu,%.0f,%.3f,%.2f,%.2f,%.2f\n", op, n, bytes, t_op * 1e6, gbs, cgbs, 100.0 * gbs / cgbs);
 }
 
@@ -146,7 +150,7 @@ int main(int argc, char **argv) {
     fprintf(csv, "op,n,bytes,us,gbps,copy_gbps,pct_of_copy\n");
   }
   printf("backend %s%s\n", cuda ? "cuda" : "host", quick ? " (quick)" : "");
-  printf("%-8s %8s %12s %10s %10s %10s %9s\n", "op", "N", "bytes(R+W)", "us/call", "GB/s", "copyGB/s", "of copy");
+  printf("%-12s %8s %12s %10s %10s %10s %9s\n", "op", "N", "bytes(R+W)", "us/call", "GB/s", "copyGB/s", "of copy");
 
   const int64_t row = 2048; /* 8 x 128 bf16 */
   /* --- set_kv --------------------------------------------------------------------- */
@@ -240,6 +244,10 @@ int main(int argc, char **argv) {
         int64_t *sl = distinct_slots(2 * (int64_t)o.n, size); /* disjoint src / tgt */
         o.loc[s] = dev_upload(sl, o.n * 8);
         o.loc2[s] = dev_upload(sl + o.n, o.n * 8);
+        int64_t first = sl[0];
+        memmove(sl, sl + 1, (o.n - 1) * 8); /* tgt[i] = src[i + 1], the last -> src[0] */
+        sl[o.n - 1] = first;
+        o.loc3[s] = dev_upload(sl, o.n * 8);
         free(sl);
         CHECK(kvc_memory_alloc(ctx, o.copy_bytes, &o.csrc[s]));
         CHECK(kvc_memory_alloc(ctx, o.copy_bytes, &o.cdst[s]));
@@ -250,9 +258,13 @@ int main(int argc, char **argv) {
       o.kind = 2;
       double t_copy = time_op(&o, reps);
       report("move", o.n, 2.0 * (double)o.copy_bytes, t_op, t_copy);
+      o.kind = 3;
+      double t_ov = time_op(&o, reps);
+      report("move_overlap", o.n, 2.0 * (double)o.copy_bytes, t_ov, t_copy);
       for (int s = 0; s < SETS; s++) {
         kvc_memory_free(ctx, o.loc[s]);
         kvc_memory_free(ctx, o.loc2[s]);
+        kvc_memory_free(ctx, o.loc3[s]);
         kvc_memory_free(ctx, o.csrc[s]);
         kvc_memory_free(ctx, o.cdst[s]);
       }

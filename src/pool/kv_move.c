@@ -21,6 +21,14 @@
  * KVC_MOVE_TUNE="W,S[,threads]" overrides the choice (benchmarks only; read once per
  * process).
  *
+ * Disjoint sets: when no target slot is the source of another pair (the common case:
+ * speculative decoding accepting draft tokens, compaction into fresh slots), no row the
+ * move writes is read by it, so the order of the copies cannot matter. Each CTA checks
+ * this on the device (a shared-memory hash set of the sources, probed with the targets;
+ * the locs may be device data the host must not read back) and then streams rows straight
+ * from source to target without the staging round trip; overlapping sets take the staged
+ * path. Both give exactly the semantics above.
+ *
  * pool->kfunc[10..13] memoise the four W variants (S is read from the launch's dynamic
  * shared-memory size, so it needs no variant).
  */
@@ -179,6 +187,15 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   const int threads = tt ? tt : per_sm >= 4 ? 256 : 512;
   const int64_t resident = (int64_t)kvc__num_sms(ctx) * KVC__MIN(per_sm, 2048 / threads);
   const int64_t grid = KVC__MAX(1, KVC__MIN(ctas, resident));
+  /* Disjoint sets (decided on the device, every CTA for itself) skip the staging when all
+   * n slot pairs and a set of >= 2n entries fit in the shared memory the staged path
+   * reserves anyway: up to n = 8192 with 128-byte tiles. */
+  int64_t set = 2;
+  while (set < 2 * nn) set *= 2;
+  if (4 * (2 * nn + set) <= smem) {
+    p.direct_set = (int32_t)set;
+    p.direct_rows = (int32_t)KVC__MAX(1, (int64_t)threads * 8 * 16 / w); /* 8 accesses of 16 bytes per thread */
+  }
   return kvc__kernel_launch(ctx, *memo, kvc__dim((unsigned)grid, 1, 1), kvc__dim((unsigned)threads, 1, 1), (unsigned)smem,
                             stream, &p, sizeof p);
 }

@@ -195,7 +195,74 @@ static void test_move_pipelined_many_tiles(void **state) {
   free(t); free(s);
 }
 
+/* n pairs of 2n distinct slots from [1, rows), with every 97th pair out of range on one
+ * side and every 89th pair a self copy (tgt == src): no target is another pair's source,
+ * so the CUDA kernel streams rows without staging. */
+static void disjoint_pairs(kvt_rng *r, int64_t rows, size_t n, int64_t *tgt, int64_t *src) {
+  int64_t *perm = malloc((size_t)rows * 8);
+  for (int64_t i = 0; i < rows; i++) perm[i] = i;
+  assert_true((int64_t)(2 * n) < rows);
+  for (size_t i = 0; i < 2 * n; i++) { /* partial Fisher-Yates over [1, rows) */
+    const int64_t j = 1 + (int64_t)i + (int64_t)(kvt_next(r) % (uint64_t)(rows - 1 - (int64_t)i));
+    const int64_t t = perm[1 + i];
+    perm[1 + i] = perm[j];
+    perm[j] = t;
+  }
+  for (size_t i = 0; i < n; i++) {
+    src[i] = perm[1 + i];
+    tgt[i] = perm[1 + n + i];
+    if (i % 97 == 5) src[i] = -1;
+    if (i % 97 == 11) tgt[i] = rows + 3;
+    if (i % 89 == 7) tgt[i] = src[i];
+  }
+  free(perm);
+}
+
+static void test_move_disjoint_sets(void **state) {
+  (void)state;
+  kvt_rng r = {kvt_seed()};
+  int64_t *t = malloc(8192 * 8), *s = malloc(8192 * 8);
+  /* V rows wider than K rows, 4 layers: direct path for n <= 6826 (one simultaneous copy) */
+  kvc_kv_pool *p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_BF16, 2, 128, 192, 4200, 4, 1);
+  const size_t sizes[5] = {1, 2, 64, 1000, 2048};
+  for (int k = 0; k < 5; k++) {
+    disjoint_pairs(&r, 4201, sizes[k], t, s);
+    run_move(p, t, s, sizes[k], k % 2 ? KVC_INDEX_I32 : KVC_INDEX_I64, 1, &r);
+    if (sizes[k] < 2) continue;
+    /* the same sets with one overlap (the last target is the first source): staged */
+    t[sizes[k] - 1] = s[0] >= 0 ? s[0] : s[1];
+    run_move(p, t, s, sizes[k], KVC_INDEX_I64, 1, &r);
+  }
+  kvc_kv_pool_destroy(p);
+  /* n = 8192 > 6826 (chunked semantics) on 256-byte rows: still direct when disjoint */
+  p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_BF16, 1, 128, 0, 16500, 1, 1);
+  disjoint_pairs(&r, 16501, 8192, t, s);
+  run_move(p, t, s, 8192, KVC_INDEX_I64, 1, &r);
+  t[4000] = s[6000];
+  run_move(p, t, s, 8192, KVC_INDEX_I32, 1, &r);
+  kvc_kv_pool_destroy(p);
+  /* FP4 (8-byte rows + 1-byte scale planes) and NSA (index-K keys and scales per slot) */
+  p = kvt_mha_pool(KVC_KV_MHA_FP4, KVC_DTYPE_BF16, 1, 16, 0, 300, 2, 1);
+  disjoint_pairs(&r, 301, 100, t, s);
+  run_move(p, t, s, 100, KVC_INDEX_I32, 1, &r);
+  kvc_kv_pool_destroy(p);
+  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
+  c.kind = KVC_KV_NSA;
+  c.dtype = KVC_DTYPE_BF16;
+  c.kv_lora_rank = 64;
+  c.qk_rope_head_dim = 16;
+  c.size = 512;
+  c.page_size = 64;
+  c.layer_num = 2;
+  KVT_OK(kvc_kv_pool_create(kvt_ctx, &c, &p));
+  disjoint_pairs(&r, 512, 200, t, s);
+  run_move(p, t, s, 200, KVC_INDEX_I64, 64, &r);
+  kvc_kv_pool_destroy(p);
+  free(t); free(s);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_move_disjoint_sets),
     cmocka_unit_test(test_move_permutation_cycle_is_simultaneous),
     cmocka_unit_test(test_move_large_n_swaps),
     cmocka_unit_test(test_move_fp4_and_odd_rows),
