@@ -791,10 +791,12 @@ KVC_API kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const
 
 /** kvc_kv_pool_move() : SGLang move_kv_cache: for every layer and every region of the
  *  pool (K, V, scales, latent rows, index keys), row tgt[i] = row src[i], for all i < n,
- *  in ONE launch. All sources are read before any target of the same (buffer, byte tile)
- *  is written, so overlapping src/tgt sets behave as one simultaneous copy (duplicate
- *  targets: one unspecified winner). V rows wider than K rows are copied in full.
- *  Out-of-range slots are skipped. Capturable. */
+ *  in ONE launch, with SGLang's semantics: pairs are taken in chunks of 256 (128 when
+ *  the pool's first region has rows of 8192 bytes or more), in order; within a chunk all
+ *  sources are read before any target is written (overlapping src/tgt sets of up to a
+ *  chunk behave as one simultaneous copy; duplicate targets: one unspecified winner), and
+ *  a later chunk sees the earlier chunks' writes (SGLang launches once per chunk). V rows
+ *  wider than K rows are copied in full. Out-of-range slots are skipped. Capturable. */
 KVC_API kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *src_loc,
                                     kvc_index_type loc_type, size_t n, kvc_stream stream);
 

@@ -167,10 +167,9 @@ typedef struct kvc_p_kv_move {
   uint64_t tgt, src; /* int32 or int64 [n] */
   int64_t n;
   int32_t loc_i64, nseg;
-  int32_t chunk;
-  int32_t direct_rows; /* > 0: try the unstaged path for disjoint sets, units of this many rows */
+  int32_t chunk, pad_;
   int32_t cta_first[KVC_MAX_SEGS + 1];
-  int32_t direct_set; /* entries of the shared-memory slot set (a power of two >= 2n) */
+  int32_t pad2_;
   kvc_kv_seg seg[KVC_MAX_SEGS];
 } kvc_p_kv_move;
 

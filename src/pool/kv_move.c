@@ -2,32 +2,21 @@
  * kv_move.c — kvc_kv_pool_move (SGLang move_kv_cache) in ONE launch over every buffer of
  * the pool, and the segment description shared with kv_offload.c.
  *
- * Semantics (depend only on n, identical on both backends): locs are moved in chunks;
- *   n * 24 <= 160 KB (n <= 6826)  -> chunk = n: one simultaneous copy in every (buffer, byte)
- *   else                          -> chunk = 96 KB / (min(64, wcap) + 8) (1365 for rows of
- *                                    33+ bytes; wcap = widest row rounded up to a power of
- *                                    two, at least 16): chunks in order, each a simultaneous
- *                                    copy that sees the earlier chunks' writes
- * which SGLang only achieves for n <= 128/256 (beyond that it launches chunk after chunk).
+ * Semantics (SGLang's, spec 9.2 move_kv_cache; identical on both backends): locs are
+ * moved in chunks of cap = 256 pairs (128 when the pool's first region has rows of 8192
+ * bytes or more: SGLang's 512-byte tiles), in order; each chunk is one simultaneous copy
+ * (every source of the chunk read before any of its targets is written, per buffer and
+ * byte range), and a later chunk sees the writes of the earlier ones. SGLang launches
+ * one kernel per chunk; here one launch does all of them.
  *
  * Implementation (kernels/kv_move.cu): tiles of W bytes of a row per (segment, layer);
- * a persistent grid (a few CTAs per multiprocessor) walks the tiles with an S-deep
- * pipeline of shared-memory tile buffers, so reads of the next tiles overlap the writes
- * of the current one. Shared memory = chunk * (S * W + 8) (tile buffers + staged slots).
- * (W, S) is chosen per call from the device's shared-memory limit: the widest W in
- * {128, 64, 32, 16} that fits with S = 1 (never wider than the widest row rounded up to a
- * power of two; W = 16 always fits on sm_80+ for n <= 6826: 6826 * 24 B). On the H200 the
- * width mattered and S = 2/3 at a narrower width lost (bench/NOTES-kernels.md).
- * KVC_MOVE_TUNE="W,S[,threads]" overrides the choice (benchmarks only; read once per
- * process).
- *
- * Disjoint sets: when no target slot is the source of another pair (the common case:
- * speculative decoding accepting draft tokens, compaction into fresh slots), no row the
- * move writes is read by it, so the order of the copies cannot matter. Each CTA checks
- * this on the device (a shared-memory hash set of the sources, probed with the targets;
- * the locs may be device data the host must not read back) and then streams rows straight
- * from source to target without the staging round trip; overlapping sets take the staged
- * path. Both give exactly the semantics above.
+ * each CTA owns the same number of tiles and, chunk by chunk, stages the chunk's source
+ * bytes of a tile in shared memory before writing its targets (S-deep pipeline over the
+ * CTA's tiles). Shared memory = chunk * (S * W + 8) (tile buffers + staged slots): with
+ * at most 256 pairs per chunk, W = 128 (whole 128-byte lines; bench/NOTES-kernels.md)
+ * with S = 1 takes 34 KB, so six CTAs share a multiprocessor and one CTA's reads overlap
+ * another's writes. KVC_MOVE_TUNE="W,S[,threads]" overrides the shape (benchmarks only;
+ * read once per process).
  *
  * pool->kfunc[10..13] memoise the four W variants (S is read from the launch's dynamic
  * shared-memory size, so it needs no variant).
@@ -39,8 +28,6 @@
 #include <string.h>
 
 #define MEMO_MOVE 10
-#define SMEM_SOFT (96 * 1024)
-#define SMEM_MAX (160 * 1024)
 
 /* KVC_MOVE_TUNE="W,S[,threads]" (benchmarks): forced tile width / depth / CTA size. */
 static void move_tune(int *w, int *s, int *t) {
@@ -141,10 +128,11 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   int64_t wcap = 16;
   while (wcap < widest && wcap < 128) wcap *= 2;
 
-  /* Semantics: chunk depends on n only (see the top of this file). */
+  /* Semantics: SGLang's chunk cap (see the top of this file). */
   const int64_t nn = (int64_t)n;
-  const int64_t chunk = nn * (16 + 8) <= SMEM_MAX ? nn : SMEM_SOFT / (KVC__MIN(64, wcap) + 8);
-  const int64_t cnt = KVC__MIN(nn, chunk);
+  const int64_t cap = p.seg[0].row_bytes >= 8192 ? 128 : 256;
+  const int64_t chunk = KVC__MIN(nn, cap);
+  const int64_t cnt = chunk;
 
   /* Shape: (W, S) from the device's shared memory; cnt * (S * W + 8) bytes. */
   int64_t blk_max, sm_max;
@@ -186,16 +174,11 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   const int64_t per_sm = KVC__MAX(1, sm_max / (smem + 1024));
   const int threads = tt ? tt : per_sm >= 4 ? 256 : 512;
   const int64_t resident = (int64_t)kvc__num_sms(ctx) * KVC__MIN(per_sm, 2048 / threads);
-  const int64_t grid = KVC__MAX(1, KVC__MIN(ctas, resident));
-  /* Disjoint sets (decided on the device, every CTA for itself) skip the staging when all
-   * n slot pairs and a set of >= 2n entries fit in the shared memory the staged path
-   * reserves anyway: up to n = 8192 with 128-byte tiles. */
-  int64_t set = 2;
-  while (set < 2 * nn) set *= 2;
-  if (4 * (2 * nn + set) <= smem) {
-    p.direct_set = (int32_t)set;
-    p.direct_rows = (int32_t)KVC__MAX(1, (int64_t)threads * 8 * 16 / w); /* 8 accesses of 16 bytes per thread */
-  }
+  /* Equal tile counts per CTA: k tiles each on ceil(ctas / k) CTAs, k the fewest that
+   * fits the resident CTAs (a persistent grid with some CTAs owning one tile more would
+   * leave most of the GPU idle at the end). */
+  const int64_t per_cta = (ctas + resident - 1) / KVC__MAX(1, resident);
+  const int64_t grid = KVC__MAX(1, (ctas + per_cta - 1) / KVC__MAX(1, per_cta));
   return kvc__kernel_launch(ctx, *memo, kvc__dim((unsigned)grid, 1, 1), kvc__dim((unsigned)threads, 1, 1), (unsigned)smem,
                             stream, &p, sizeof p);
 }

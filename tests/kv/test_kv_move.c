@@ -1,5 +1,6 @@
-/* test_kv_move.c — kvc_kv_pool_move: one launch over every buffer, simultaneous-copy
- * semantics for overlapping src/tgt (permutation cycles), V wider than K, FP4 scale
+/* test_kv_move.c — kvc_kv_pool_move: one launch over every buffer, SGLang's semantics
+ * (chunks of 256 / 128 pairs in order, each a simultaneous copy) for overlapping src/tgt
+ * (permutation cycles), disjoint sets, V wider than K, FP4 scale
  * regions, NSA index pages, bounds, int32/int64, N = 0/1/large. */
 #include "kv_test_util.h"
 
@@ -57,9 +58,9 @@ static void expect_move(const snap *before, snap *want, const int64_t *tgt, cons
   }
 }
 
-/* Documented semantics of kv_move.c: one simultaneous copy up to n = 6826 locs, then
- * chunks of 1365 (W = 64) in order. */
-static size_t move_chunk(size_t n) { return n * 24 <= 160 * 1024 ? (n ? n : 1) : (96 * 1024) / 72; }
+/* SGLang's chunks (kv_move.c): 256 pairs, 128 when the first region's rows are 8192
+ * bytes or wider; each a simultaneous copy, in order. */
+static size_t move_chunk(int64_t first_row_bytes) { return first_row_bytes >= 8192 ? 128 : 256; }
 
 static void run_move(kvc_kv_pool *p, const int64_t *tgt, const int64_t *src, size_t n, kvc_index_type lt, int ps,
                      kvt_rng *r) {
@@ -67,7 +68,7 @@ static void run_move(kvc_kv_pool *p, const int64_t *tgt, const int64_t *src, siz
   snap before, want, got;
   take(p, &before);
   take(p, &want);
-  expect_move(&before, &want, tgt, src, n, ps, move_chunk(n));
+  expect_move(&before, &want, tgt, src, n, ps, move_chunk(before.d[0].bytes_per_token));
   size_t es = lt == KVC_INDEX_I64 ? 8 : 4;
   void *ht = malloc(n * es + 8), *hs = malloc(n * es + 8);
   for (size_t i = 0; i < n; i++) {
@@ -121,7 +122,7 @@ static void test_move_large_n_swaps(void **state) {
   (void)state;
   kvt_rng r = {kvt_seed()};
   kvc_kv_pool *p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_FP8_E4M3, 1, 24, 40, 9000, 2, 1);
-  const size_t sizes[2] = {6000, 8192}; /* simultaneous (W = 16), then chunked */
+  const size_t sizes[2] = {6000, 8192}; /* 24 and 32 chunks, each seeing the earlier ones */
   int64_t *t = malloc(8192 * 8), *s = malloc(8192 * 8);
   for (int k = 0; k < 2; k++) {
     size_t n = sizes[k];
@@ -166,9 +167,9 @@ static void test_move_nsa_index_pages(void **state) {
 }
 
 
-/* Many tiles per CTA (the persistent grid): 16 layers of 512-byte K and 768-byte V rows,
- * a 1024-cycle plus a reversed overlapping range (one simultaneous copy), then n = 8192
- * half swaps (chunked) on 1024-byte rows. */
+/* Many tiles per CTA: 16 layers of 512-byte K and 768-byte V rows, a 1024-cycle plus a
+ * reversed overlapping range (4 chunks, each seeing the earlier ones' writes), then
+ * n = 8192 half swaps on 1024-byte rows. */
 static void test_move_pipelined_many_tiles(void **state) {
   (void)state;
   kvt_rng r = {kvt_seed()};
@@ -195,9 +196,9 @@ static void test_move_pipelined_many_tiles(void **state) {
   free(t); free(s);
 }
 
-/* n pairs of 2n distinct slots from [1, rows), with every 97th pair out of range on one
- * side and every 89th pair a self copy (tgt == src): no target is another pair's source,
- * so the CUDA kernel streams rows without staging. */
+/* n pairs of 2n distinct slots from [1, rows) (rows: the pool's row count), with every
+ * 97th pair out of range on one side and every 89th pair a self copy (tgt == src): no
+ * target is another pair's source and no target repeats, so the result is defined. */
 static void disjoint_pairs(kvt_rng *r, int64_t rows, size_t n, int64_t *tgt, int64_t *src) {
   int64_t *perm = malloc((size_t)rows * 8);
   for (int64_t i = 0; i < rows; i++) perm[i] = i;
@@ -222,7 +223,7 @@ static void test_move_disjoint_sets(void **state) {
   (void)state;
   kvt_rng r = {kvt_seed()};
   int64_t *t = malloc(8192 * 8), *s = malloc(8192 * 8);
-  /* V rows wider than K rows, 4 layers: direct path for n <= 6826 (one simultaneous copy) */
+  /* V rows wider than K rows, 4 layers */
   kvc_kv_pool *p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_BF16, 2, 128, 192, 4200, 4, 1);
   const size_t sizes[5] = {1, 2, 64, 1000, 2048};
   for (int k = 0; k < 5; k++) {
@@ -234,7 +235,7 @@ static void test_move_disjoint_sets(void **state) {
     run_move(p, t, s, sizes[k], KVC_INDEX_I64, 1, &r);
   }
   kvc_kv_pool_destroy(p);
-  /* n = 8192 > 6826 (chunked semantics) on 256-byte rows: still direct when disjoint */
+  /* n = 8192 on 256-byte rows */
   p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_BF16, 1, 128, 0, 16500, 1, 1);
   disjoint_pairs(&r, 16501, 8192, t, s);
   run_move(p, t, s, 8192, KVC_INDEX_I64, 1, &r);
@@ -255,13 +256,29 @@ static void test_move_disjoint_sets(void **state) {
   c.page_size = 64;
   c.layer_num = 2;
   KVT_OK(kvc_kv_pool_create(kvt_ctx, &c, &p));
-  disjoint_pairs(&r, 512, 200, t, s);
+  disjoint_pairs(&r, 512 + 64, 200, t, s); /* rows: size + one padding page */
   run_move(p, t, s, 200, KVC_INDEX_I64, 64, &r);
   kvc_kv_pool_destroy(p);
   free(t); free(s);
 }
 
+/* Rows of 8192 bytes (32 heads x 128 bf16): SGLang's cap drops to 128 pairs per chunk.
+ * A 300-cycle then shows where the chunks end: pair 128 reads the row pair 127 wrote. */
+static void test_move_chunks_of_128_for_wide_rows(void **state) {
+  (void)state;
+  kvt_rng r = {kvt_seed()};
+  kvc_kv_pool *p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_BF16, 32, 128, 0, 400, 1, 1);
+  int64_t t[300], s[300];
+  for (int i = 0; i < 300; i++) {
+    s[i] = 1 + i;
+    t[i] = 1 + (i + 1) % 300;
+  }
+  run_move(p, t, s, 300, KVC_INDEX_I32, 1, &r);
+  kvc_kv_pool_destroy(p);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_move_chunks_of_128_for_wide_rows),
     cmocka_unit_test(test_move_disjoint_sets),
     cmocka_unit_test(test_move_permutation_cycle_is_simultaneous),
     cmocka_unit_test(test_move_large_n_swaps),
