@@ -3,7 +3,9 @@
  * a naive version of the same step measured in the same run.
  *
  *   decode  : alloc_decode + req_to_token write (one planned launch)  vs  host plan +
- *             4 uploads + the level-1 write_req_to_token launch (SGLang's shape)
+ *             4 uploads + the level-1 write_req_to_token launch (SGLang's shape); and the
+ *             decode channel's host half (the graph path: the kernel replays inside the
+ *             engine's CUDA graph), alone and followed by a plain launch of its kernel
  *   extend  : alloc_extend + write (one launch)  vs  the same allocation + one row-write
  *             launch per request
  *   free    : kvc_allocator_free of a 4096-token request  vs  qsort+unique of the page
@@ -74,12 +76,27 @@ static void bench_decode(int bs, int ps) {
     last[i] = kvc_req_to_token_pool_row(pool, rows[i])[seq[i] - 2];
   }
   double *t = malloc(sizeof(double) * (size_t)(reps + warm));
-  for (int variant = 0; variant < 2; variant++) {
+  /* The decode channel (graph path): the host half alone, and with a plain launch of the
+   * kernel an engine would have captured in its graph. depth 64; when the device is that
+   * far behind, the bench waits (untimed) instead of measuring a KVC_ERR_BUSY. */
+  kvc_decode_channel *ch;
+  CHECK(kvc_decode_channel_create(a, pool, (size_t)bs, 64, dev_out, &ch));
+  for (int variant = 0; variant < 4; variant++) {
     for (int r = 0; r < reps + warm; r++) {
       kvc_allocator_state s;
       CHECK(kvc_allocator_backup_state(a, &s));
+      if (variant >= 2) {
+        uint64_t pub, app;
+        CHECK(kvc_decode_channel_check(ch, &pub, &app));
+        if (pub - app >= 60) CHECK(kvc_stream_synchronize(ctx, NULL));
+      }
       double t0 = now_us();
-      if (variant == 0) {
+      if (variant == 2) {
+        CHECK(kvc_decode_channel_alloc(ch, (size_t)bs, seq, NULL, rows, out));
+      } else if (variant == 3) {
+        CHECK(kvc_decode_channel_alloc(ch, (size_t)bs, seq, NULL, rows, out));
+        CHECK(kvc_decode_channel_enqueue(ch, NULL));
+      } else if (variant == 0) {
         CHECK(kvc_allocator_alloc_decode(a, (size_t)bs, seq, NULL, pool, rows, out, dev_out, NULL));
       } else {
         CHECK(kvc_allocator_alloc_decode(a, (size_t)bs, seq, last, NULL, NULL, out, NULL, NULL));
@@ -91,12 +108,17 @@ static void bench_decode(int bs, int ps) {
                                      NULL, dev_pre, dev_seq, KVC_INDEX_I64, dev_loc, (size_t)bs, NULL));
       }
       double t1 = now_us();
+      if (variant == 2) CHECK(kvc_decode_channel_enqueue(ch, NULL)); /* untimed: the graph's part */
       if (r >= warm) t[r - warm] = t1 - t0;
       CHECK(kvc_allocator_restore_state(a, &s));
     }
-    report("decode", variant ? "naive: 4 uploads + r2t launch" : "alloc_decode (1 planned launch)", bs, ps, t, reps);
+    static const char *const names[4] = {"alloc_decode (1 planned launch)", "naive: 4 uploads + r2t launch",
+                                         "channel: host half (graph path)", "channel: host half + launch"};
+    report("decode", names[variant], bs, ps, t, reps);
   }
   CHECK(kvc_stream_synchronize(ctx, NULL));
+  CHECK(kvc_decode_channel_check(ch, NULL, NULL)); /* every execution found its step */
+  kvc_decode_channel_destroy(ch);
   kvc_memory_free(ctx, dev_out);
   kvc_memory_free(ctx, dev_rows);
   kvc_memory_free(ctx, dev_pre);

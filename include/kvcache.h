@@ -93,7 +93,8 @@ KVC_API const char *kvc_version_string(void);
   XX(ERR_MISUSE, 9, "API misuse: call not allowed in the object's current state")           \
   XX(ERR_VERSION, 10, "struct version or size not understood by this library")              \
   XX(ERR_INTERNAL, 11, "internal invariant violated (a bug; please report)")                \
-  XX(ERR_IO, 12, "file system error (kernel cache)")
+  XX(ERR_IO, 12, "file system error (kernel cache)")                                        \
+  XX(ERR_BUSY, 13, "the device is too many steps behind the host: retry after it caught up")
 
 typedef enum kvc_status {
 #define KVC_XX_ENUM_(name, value, text) KVC_##name = value,
@@ -652,6 +653,72 @@ KVC_API kvc_status kvc_allocator_alloc_decode(kvc_allocator *alloc, size_t batch
                                               kvc_req_to_token_pool *req_pool,
                                               const int32_t *req_rows, int64_t *out_host,
                                               int64_t *out_device, kvc_stream stream);
+
+/* --- Decode channel: the decode step's device writes inside the engine's CUDA graph ---
+ *
+ * kvc_allocator_alloc_decode() enqueues one kernel per step whose parameters change every
+ * step: it cannot be captured, and the launch is most of its host time (3-4 us on an H200
+ * host). A decode channel splits the step in two:
+ *   - host half, kvc_decode_channel_alloc(): the same validation, slots and host state as
+ *     alloc_decode, then the step's (row, position, slot) triples are written into a ring
+ *     of pinned host memory. No driver call at all.
+ *   - device half, kvc_decode_channel_enqueue(): one kernel with fixed parameters, meant
+ *     to be captured once into the engine's decode CUDA graph. Each execution applies the
+ *     oldest published step it has not applied: out_device[0, n) = the new slots,
+ *     out_device[n, max_batch) = 0 (the padding slot, for padded graph batches), and
+ *     req_to_token[row][seq - 1] = slot. It reads the step over PCIe (a few us of GPU
+ *     time inside the graph, none on the host).
+ * Protocol, per decode step: one kvc_decode_channel_alloc(), then one execution of the
+ * kernel (graph replay, or kvc_decode_channel_enqueue() outside graphs) on the stream
+ * before anything there reads out_device or the new table entries, and before any other
+ * library call enqueues writes to the same req_to_token rows. The host may run up to
+ * `depth` steps ahead of the device. An execution that finds no published step (kernel
+ * run before the alloc) writes 0 into all of out_device, so that step's KV goes to the
+ * padding page, not into live slots, and the next alloc/check reports KVC_ERR_MISUSE.
+ * Other allocator calls (extend, free, ...) mix freely with channel steps: the host state
+ * is one. PAGED and TOKEN allocators only (not the SWA allocator). Single writer, as the
+ * allocator. */
+typedef struct kvc_decode_channel kvc_decode_channel;
+
+/** kvc_decode_channel_create() : a channel for `alloc` writing rows of `req_pool` (may be
+ *  NULL: no table writes) and `out_device` (int64 [max_batch] device array, may be NULL;
+ *  not both NULL). `depth` (2..4096, rounded up to a power of two) steps may be
+ *  published ahead of the device. Allocates depth * (3 * max_batch + 4) * 4 bytes of
+ *  pinned host memory and 256 bytes of device memory, resolves the kernel (compiling it on
+ *  first use) and synchronizes the default stream once. The channel does not own alloc,
+ *  req_pool or out_device; they must outlive it. Not capturable.
+ *  @return KVC_ERR_INVALID_ARGUMENT for bad handles or sizes (max_batch in [1, 2^20]),
+ *  KVC_ERR_HOST_OOM / KVC_ERR_DEVICE_OOM, KVC_ERR_NVRTC, KVC_ERR_CUDA. */
+KVC_API kvc_status kvc_decode_channel_create(kvc_allocator *alloc, kvc_req_to_token_pool *req_pool,
+                                             size_t max_batch, unsigned depth,
+                                             int64_t *out_device, kvc_decode_channel **out);
+/** kvc_decode_channel_destroy() : frees the channel. The caller must make sure no
+ *  execution of its kernel is pending (synchronize the stream) and that no graph holding
+ *  it is launched again. NULL is a no-op. */
+KVC_API void kvc_decode_channel_destroy(kvc_decode_channel *channel);
+/** kvc_decode_channel_enqueue() : enqueues one execution of the channel's kernel on
+ *  `stream` (one CTA). Graph-capturable: capture it once, replay it every step; its
+ *  parameters never change. Host backend: applies the step now.
+ *  @return KVC_ERR_INVALID_ARGUMENT for a bad handle, KVC_ERR_CUDA. */
+KVC_API kvc_status kvc_decode_channel_enqueue(kvc_decode_channel *channel, kvc_stream stream);
+/** kvc_decode_channel_alloc() : kvc_allocator_alloc_decode() with the device writes
+ *  published for the channel's next kernel execution instead of launched (arguments,
+ *  slots and host state exactly as alloc_decode with the channel's req_pool and
+ *  out_device; out_host may be NULL). Host memory only: no driver call, no sync.
+ *  batch_size 0 publishes an empty step (the execution zeroes out_device).
+ *  @return as alloc_decode (nothing changed on error, nothing published), plus
+ *  KVC_ERR_INVALID_ARGUMENT for batch_size > max_batch, KVC_ERR_BUSY when the device
+ *  has not yet applied the step published `depth` steps ago (retry later; nothing
+ *  changed), KVC_ERR_MISUSE when an execution found its step unpublished. Not a stream
+ *  operation: calling it during a capture is allowed and captures nothing. */
+KVC_API kvc_status kvc_decode_channel_alloc(kvc_decode_channel *channel, size_t batch_size,
+                                            const int64_t *seq_lens, const int64_t *last_locs,
+                                            const int32_t *req_rows, int64_t *out_host);
+/** kvc_decode_channel_check() : steps published by the host and applied by the device so
+ *  far (either pointer may be NULL). Reads host memory only; never waits.
+ *  @return KVC_ERR_MISUSE naming the step when an execution found its step unpublished. */
+KVC_API kvc_status kvc_decode_channel_check(const kvc_decode_channel *channel,
+                                            uint64_t *published, uint64_t *applied);
 
 /** kvc_allocator_free() : releases slots (host ids). TOKEN: appended to the back of the
  *  free list in the given order. PAGED: every page touched is released whole, pages

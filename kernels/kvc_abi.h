@@ -105,6 +105,21 @@ typedef struct kvc_p_plan_decode {
 } kvc_p_plan_decode; /* followed by the inline payload: 3 words per request (row,
                         position, slot) */
 
+/* --- alloc_channel.cu: decode steps published by the host, applied by a kernel that
+ * may sit in a CUDA graph (kvc_decode_channel) ------------------------------------- */
+#define KVC_CHANNEL_HEADER_WORDS 4 /* step, n, 2 reserved; then (row, position, slot) x n */
+typedef struct kvc_p_decode_channel {
+  uint64_t ring;       /* host memory the device reads: depth slots of slot_words uint32 */
+  uint64_t applied;    /* device uint32: steps applied so far */
+  uint64_t host_state; /* host memory the device writes: [0] last step applied, [1] first
+                          step an execution found unpublished (0 = none) */
+  uint64_t table;      /* int32 req_to_token table, or 0 */
+  uint64_t out;        /* int64 [max_batch] out_cache_loc, or 0 */
+  int64_t row_stride;
+  int32_t depth, slot_words;
+  int32_t max_batch, pad_;
+} kvc_p_decode_channel;
+
 /* --- req_to_token.cu: write host-planned slots into one row ------------------------ */
 typedef struct kvc_p_row_write {
   uint64_t table;  /* int32 */

@@ -12,6 +12,8 @@ const kvc__kernel_def kvc__k_extend_fill = {"kvc_alloc_extend_fill", "alloc_fill
 const kvc__kernel_def kvc__k_decode_fill = {"kvc_alloc_decode_fill", "alloc_fill.cu", kvc_host_alloc_decode_fill};
 const kvc__kernel_def kvc__k_plan_extend = {"kvc_plan_extend", "alloc_plan.cu", kvc_host_plan_extend};
 const kvc__kernel_def kvc__k_plan_decode = {"kvc_plan_decode", "alloc_plan.cu", kvc_host_plan_decode};
+const kvc__kernel_def kvc__k_decode_channel = {"kvc_decode_channel_apply", "alloc_channel.cu",
+                                                kvc_host_decode_channel_apply};
 const kvc__kernel_def kvc__k_kv_rows = {"kvc_kv_rows", "kv_store.cu", kvc_host_kv_rows};
 const kvc__kernel_def kvc__k_kv_move = {"kvc_kv_move", "kv_move.cu", kvc_host_kv_move};
 const kvc__kernel_def kvc__k_kv_offload = {"kvc_kv_offload", "kv_offload.cu", kvc_host_kv_offload};

@@ -14,6 +14,7 @@ extern const kvc__kernel_def kvc__k_extend_fill;
 extern const kvc__kernel_def kvc__k_decode_fill;
 extern const kvc__kernel_def kvc__k_plan_extend;
 extern const kvc__kernel_def kvc__k_plan_decode;
+extern const kvc__kernel_def kvc__k_decode_channel;
 
 /* --- Planned launches: a header struct followed by a uint32 payload ----------------- */
 

@@ -260,17 +260,18 @@ kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t
 
 /* --- alloc_decode ------------------------------------------------------------------- */
 
-kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t *seq_lens,
-                                      const int64_t *last_locs, kvc_req_to_token_pool *rp,
-                                      const int32_t *req_rows, int64_t *out_host, int64_t *out_device,
-                                      kvc_stream stream) {
-  ALLOC_ENTRY(a);
+/* Validates a decode batch (spec 6.7): fills b_last with each request's last_loc (or -1)
+ * and b_pages with 1 where the token opens a page, merges the side list when SGLang
+ * would, and checks capacity. On success the rows stay marked (the commit unmarks them in
+ * passing: one pass less) and *need is the number of pages or slots taken; on failure
+ * nothing is changed. */
+kvc_status kvc__alloc_decode_prepare(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                     const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                     int64_t *need_out) {
   kvc_context *ctx = a->ctx;
-  if (bs == 0) return KVC_OK;
-  KVC_RETURN_IF(!seq_lens, ctx, KVC_ERR_INVALID_ARGUMENT, "seq_lens is NULL");
-  KVC_FORWARD(check_common(a, __func__, bs, rp, req_rows));
+  if (!seq_lens) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "seq_lens is NULL");
+  KVC_FORWARD(check_common(a, fn, bs, rp, req_rows));
   const bool paged = a->kind == KVC_ALLOCATOR_PAGED;
-  const int64_t ps = a->ps;
   const int64_t width = rp ? rp->width : INT32_MAX;
   int64_t need = 0;
   kvc_status st = KVC_OK;
@@ -284,14 +285,14 @@ kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t
     if (rp && !last_locs && i + AHEAD < bs) prefetch_mirror(rp, req_rows[i + AHEAD], seq_lens[i + AHEAD]);
     const int64_t s = seq_lens[i];
     if (s < 1 || s > width) {
-      st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "request %zu: seq_len %lld is out of [1, %lld]", i,
+      st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "request %zu: seq_len %lld is out of [1, %lld]", i,
                       (long long)s, (long long)width);
       break;
     }
     int32_t row = -1;
     if (rp) {
       row = req_rows[i];
-      if ((st = check_row(a, __func__, rp, i, row)) != KVC_OK) break;
+      if ((st = check_row(a, fn, rp, i, row)) != KVC_OK) break;
       marked++;
     }
     /* A new page iff (s-1) % ps == 0 — also for ps == 1, where SGLang's page counter
@@ -300,49 +301,91 @@ kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t
     int64_t last = -1;
     if (!fresh) {
       if (!last_locs && !rp) {
-        st = no_last_loc(a, __func__, i);
+        st = no_last_loc(a, fn, i);
         break;
       }
       last = last_locs ? last_locs[i] : kvc__req_pool_mirror_row(rp, row)[s - 2];
-      if ((st = check_last_loc(a, __func__, i, last, s - 2)) != KVC_OK) break;
+      if ((st = check_last_loc(a, fn, i, last, s - 2)) != KVC_OK) break;
     }
     a->b_last[i] = last;
     a->b_pages[i] = fresh;
     need += fresh;
   }
-  /* The rows stay marked until the commit loop (which unmarks them in passing) or an
-   * early return below: one pass less over the batch. */
   if (st != KVC_OK) {
     if (rp) unmark_rows(rp, req_rows, marked);
     return st;
   }
-
   kvc__ring *r = &a->ring;
   if ((int64_t)bs > r->count) kvc__fl_merge(a);
   if (need > r->count) {
     if (rp) unmark_rows(rp, req_rows, bs);
-    return kvc__alloc_finish(a, __func__,
-                             kvc__error(ctx, KVC_ERR_OUT_OF_SLOTS, __func__, "%lld %s needed, %lld free", (long long)need,
+    return kvc__alloc_finish(a, fn,
+                             kvc__error(ctx, KVC_ERR_OUT_OF_SLOTS, fn, "%lld %s needed, %lld free", (long long)need,
                                         paged ? "pages" : "slots", (long long)r->count));
   }
+  *need_out = need;
+  return KVC_OK;
+}
 
+void kvc__alloc_decode_cancel(kvc_allocator *a, size_t bs, kvc_req_to_token_pool *rp, const int32_t *req_rows) {
+  if (rp) unmark_rows(rp, req_rows, bs);
+}
+
+/* Resolves b_last to each request's new slot (the next free page in batch order, or
+ * last_loc + 1) and, when w is not NULL, writes the (row, position, slot) triples of the
+ * decode kernel's payload in the same pass. */
+void kvc__alloc_decode_slots(kvc_allocator *a, size_t bs, const int64_t *seq_lens, kvc_req_to_token_pool *rp,
+                             const int32_t *req_rows, uint32_t *w) {
+  const kvc__ring *r = &a->ring;
+  const int64_t ps = a->ps;
+  if (!w) {
+    for (size_t i = 0, k = 0; i < bs; i++)
+      a->b_last[i] = a->b_pages[i] ? (int64_t)kvc__ring_at(r, (int64_t)k++) * ps : a->b_last[i] + 1;
+    return;
+  }
+  for (size_t i = 0, k = 0; i < bs; i++) {
+    const int64_t slot = a->b_pages[i] ? (int64_t)kvc__ring_at(r, (int64_t)k++) * ps : a->b_last[i] + 1;
+    a->b_last[i] = slot;
+    w[3 * i] = rp ? (uint32_t)req_rows[i] : UINT32_MAX; /* -1: no table write */
+    w[3 * i + 1] = (uint32_t)(seq_lens[i] - 1);
+    w[3 * i + 2] = (uint32_t)slot;
+  }
+}
+
+/* Makes the step the allocator's state: out_host, the req pool mirror (rows unmarked in
+ * passing) and the popped pages. */
+kvc_status kvc__alloc_decode_commit(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                    kvc_req_to_token_pool *rp, const int32_t *req_rows, int64_t *out_host,
+                                    int64_t need) {
+  if (out_host) memcpy(out_host, a->b_last, bs * sizeof(int64_t));
+  if (rp)
+    for (size_t i = 0; i < bs; i++) {
+      kvc__req_pool_mirror_row(rp, req_rows[i])[seq_lens[i] - 1] = (int32_t)a->b_last[i];
+      rp->rowflag[req_rows[i]] &= (uint8_t)~KVC__ROW_MARK;
+    }
+  kvc__fl_pop(a, need);
+  return kvc__alloc_finish(a, fn, KVC_OK);
+}
+
+kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t *seq_lens,
+                                      const int64_t *last_locs, kvc_req_to_token_pool *rp,
+                                      const int32_t *req_rows, int64_t *out_host, int64_t *out_device,
+                                      kvc_stream stream) {
+  ALLOC_ENTRY(a);
+  kvc_context *ctx = a->ctx;
+  if (bs == 0) return KVC_OK;
+  int64_t need = 0;
+  KVC_FORWARD(kvc__alloc_decode_prepare(a, __func__, bs, seq_lens, last_locs, rp, req_rows, &need));
   if (rp || out_device) {
+    kvc_status st = KVC_OK;
     if (!a->k_decode[0]) st = kvc__plan_prefetch(ctx, &kvc__k_plan_decode, NULL, a->k_decode);
     kvc__plan plan;
     if (st == KVC_OK) st = kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode), 3 * bs);
     if (st != KVC_OK) {
-      if (rp) unmark_rows(rp, req_rows, bs);
+      kvc__alloc_decode_cancel(a, bs, rp, req_rows);
       return st;
     }
-    /* New slot of each request (into b_last) and its payload triple, in one pass. */
-    uint32_t *w = plan.payload;
-    for (size_t i = 0, k = 0; i < bs; i++) {
-      const int64_t slot = a->b_pages[i] ? (int64_t)kvc__ring_at(r, (int64_t)k++) * ps : a->b_last[i] + 1;
-      a->b_last[i] = slot;
-      w[3 * i] = rp ? (uint32_t)req_rows[i] : UINT32_MAX; /* -1: no table write */
-      w[3 * i + 1] = (uint32_t)(seq_lens[i] - 1);
-      w[3 * i + 2] = (uint32_t)slot;
-    }
+    kvc__alloc_decode_slots(a, bs, seq_lens, rp, req_rows, plan.payload);
     kvc_p_plan_decode h;
     memset(&h, 0, sizeof h);
     h.table = rp ? (uint64_t)(uintptr_t)rp->table : 0;
@@ -353,20 +396,11 @@ kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t
     st = kvc__plan_launch(ctx, &plan, &kvc__k_plan_decode, NULL, a->k_decode,
                           kvc__dim((unsigned)((bs + 255) / 256), 1, 1), kvc__dim(256, 1, 1), stream, &h);
     if (st != KVC_OK) {
-      if (rp) unmark_rows(rp, req_rows, bs);
+      kvc__alloc_decode_cancel(a, bs, rp, req_rows);
       return st;
     }
   } else {
-    for (size_t i = 0, k = 0; i < bs; i++)
-      a->b_last[i] = a->b_pages[i] ? (int64_t)kvc__ring_at(r, (int64_t)k++) * ps : a->b_last[i] + 1;
+    kvc__alloc_decode_slots(a, bs, seq_lens, rp, req_rows, NULL);
   }
-
-  if (out_host) memcpy(out_host, a->b_last, bs * sizeof(int64_t));
-  if (rp)
-    for (size_t i = 0; i < bs; i++) {
-      kvc__req_pool_mirror_row(rp, req_rows[i])[seq_lens[i] - 1] = (int32_t)a->b_last[i];
-      rp->rowflag[req_rows[i]] &= (uint8_t)~KVC__ROW_MARK;
-    }
-  kvc__fl_pop(a, need);
-  return kvc__alloc_finish(a, __func__, KVC_OK);
+  return kvc__alloc_decode_commit(a, __func__, bs, seq_lens, rp, req_rows, out_host, need);
 }

@@ -163,6 +163,20 @@ kvc_status kvc__fl_audit(const kvc_allocator *a, const char *fn);
 kvc_status kvc__alloc_finish(kvc_allocator *a, const char *fn, kvc_status st);
 /** Makes the per-batch arrays hold at least n requests (HOST_OOM, nothing changed). */
 kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n);
+
+/* alloc_decode in pieces (allocator_plan.c), shared by kvc_allocator_alloc_decode and
+ * the decode channel: prepare validates and checks capacity (rows left marked), slots
+ * resolves the new slots (and writes the kernel payload), commit makes it the state;
+ * cancel undoes a successful prepare. */
+kvc_status kvc__alloc_decode_prepare(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                     const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                     int64_t *need);
+void kvc__alloc_decode_cancel(kvc_allocator *a, size_t bs, kvc_req_to_token_pool *rp, const int32_t *req_rows);
+void kvc__alloc_decode_slots(kvc_allocator *a, size_t bs, const int64_t *seq_lens, kvc_req_to_token_pool *rp,
+                             const int32_t *req_rows, uint32_t *payload);
+kvc_status kvc__alloc_decode_commit(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                    kvc_req_to_token_pool *rp, const int32_t *req_rows, int64_t *out_host,
+                                    int64_t need);
 /** Resolves the kernel of variant 0 into kcache before a staged plan: the staging
  *  reservation holds the context lock, which the kernel lookup also takes. */
 /* Page arithmetic without a division when the page size is a power of two (the hot

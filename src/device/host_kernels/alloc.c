@@ -1,6 +1,8 @@
 /* C reference of kernels/alloc_fill.cu and kernels/alloc_plan.cu. */
 #include "host_kernels.h"
 
+#include <stdbool.h>
+
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void kvc_host_alloc_extend_fill(const void *params) {
@@ -79,5 +81,30 @@ void kvc_host_plan_decode(const void *params) {
     int32_t row = (int32_t)w[3 * i], pos = (int32_t)w[3 * i + 1], slot = (int32_t)w[3 * i + 2];
     if (p->out) KVC_HPTR(int64_t *, p->out)[i] = slot;
     if (p->table && row >= 0) KVC_HPTR(int32_t *, p->table)[(int64_t)row * p->row_stride + pos] = slot;
+  }
+}
+
+void kvc_host_decode_channel_apply(const void *params) {
+  const kvc_p_decode_channel *p = params;
+  uint32_t *applied = KVC_HPTR(uint32_t *, p->applied);
+  uint32_t *host_state = KVC_HPTR(uint32_t *, p->host_state);
+  const uint32_t step = *applied + 1;
+  const uint32_t *slot = KVC_HPTR(const uint32_t *, p->ring) + (size_t)((step - 1) % (uint32_t)p->depth) * (size_t)p->slot_words;
+  const bool ok = slot[0] == step && slot[1] <= (uint32_t)p->max_batch;
+  const int n = ok ? (int)slot[1] : 0;
+  const uint32_t *w = slot + KVC_CHANNEL_HEADER_WORDS;
+  int64_t *out = p->out ? KVC_HPTR(int64_t *, p->out) : NULL;
+  for (int i = 0; i < n; i++) {
+    const int32_t row = (int32_t)w[3 * i], pos = (int32_t)w[3 * i + 1], s = (int32_t)w[3 * i + 2];
+    if (out) out[i] = s;
+    if (p->table && row >= 0) KVC_HPTR(int32_t *, p->table)[(int64_t)row * p->row_stride + pos] = s;
+  }
+  if (out)
+    for (int i = n; i < p->max_batch; i++) out[i] = 0;
+  if (ok) {
+    *applied = step;
+    host_state[0] = step;
+  } else if (host_state[1] == 0) {
+    host_state[1] = step;
   }
 }

@@ -28,6 +28,7 @@ void kvc_host_alloc_extend_fill(const void *params);
 void kvc_host_alloc_decode_fill(const void *params);
 void kvc_host_plan_extend(const void *params);
 void kvc_host_plan_decode(const void *params);
+void kvc_host_decode_channel_apply(const void *params);
 
 
 /* kv_mha.c: KV row store/gather, move, offload. The row kernel's specialisation

@@ -1,0 +1,70 @@
+/*
+ * alloc_channel.cu — the device half of kvc_decode_channel: applies the oldest decode
+ * step the host has published and this kernel has not applied yet.
+ *
+ * The kernel's parameters never change (only addresses), so it can be captured once
+ * into an engine's CUDA graph and replayed every step; the per-step data (row, position,
+ * slot per request) lives in a ring of host memory the GPU reads directly. Each execution
+ * takes step `applied + 1` from ring slot (step - 1) % depth, checks that the host has
+ * published it (the slot's step word, read with acquire semantics at system scope), writes
+ * out_cache_loc and the req_to_token entries, and reports the step back to the host
+ * (release store into host memory) so the host knows the ring slot may be reused.
+ *
+ * An execution that finds its step unpublished (the engine replayed before publishing)
+ * writes the padding slot 0 into all of out_cache_loc, so the step's KV writes land in the
+ * page that is never handed out instead of in live slots, records the step in host_state[1]
+ * and leaves `applied` unchanged (the next execution applies that step).
+ *
+ * One CTA: the step is a few KB; the execution's time is the PCIe round trips.
+ */
+#include "common.cuh"
+
+KVC_DEVICE uint32_t kvc_ld_acquire_sys(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+KVC_DEVICE void kvc_st_release_sys(uint32_t *p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(1024) kvc_decode_channel_apply(const __grid_constant__ kvc_p_decode_channel p) {
+  __shared__ uint32_t s_step, s_n;
+  __shared__ int s_ok;
+  uint32_t *applied = kvc_ptr<uint32_t *>(p.applied);
+  uint32_t *host_state = kvc_ptr<uint32_t *>(p.host_state);
+  const uint32_t *ring = kvc_ptr<const uint32_t *>(p.ring);
+  if (threadIdx.x == 0) {
+    const uint32_t step = *applied + 1;
+    const uint32_t *slot = ring + (size_t)((step - 1) % (uint32_t)p.depth) * (size_t)p.slot_words;
+    const uint32_t published = kvc_ld_acquire_sys(slot);
+    const uint32_t n = published == step ? __ldcv(slot + 1) : 0;
+    s_ok = published == step && n <= (uint32_t)p.max_batch;
+    s_n = s_ok ? n : 0;
+    s_step = step;
+  }
+  __syncthreads();
+  const int n = (int)s_n;
+  const uint32_t *w = ring + (size_t)((s_step - 1) % (uint32_t)p.depth) * (size_t)p.slot_words + KVC_CHANNEL_HEADER_WORDS;
+  int64_t *out = p.out ? kvc_ptr<int64_t *>(p.out) : nullptr;
+  int32_t *table = p.table ? kvc_ptr<int32_t *>(p.table) : nullptr;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    /* cache-volatile loads: the ring slot held another step depth steps ago */
+    const int32_t row = (int32_t)__ldcv(w + 3 * i), pos = (int32_t)__ldcv(w + 3 * i + 1);
+    const int32_t slot = (int32_t)__ldcv(w + 3 * i + 2);
+    if (out) out[i] = slot;
+    if (table && row >= 0) table[(int64_t)row * p.row_stride + pos] = slot;
+  }
+  if (out)
+    for (int i = n + threadIdx.x; i < p.max_batch; i += blockDim.x) out[i] = 0;
+  __syncthreads(); /* every payload word has been read */
+  if (threadIdx.x == 0) {
+    if (s_ok) {
+      *applied = s_step;
+      kvc_st_release_sys(host_state, s_step);
+    } else if (host_state[1] == 0) {
+      kvc_st_release_sys(host_state + 1, s_step);
+    }
+  }
+}
