@@ -21,7 +21,7 @@
  *
  * Segments (kvc_kv_seg) describe a region across layers; each has its own access width
  * `vec`, dispatched once per tile. Slots outside [0, limit) are skipped.
- * Specialisation: KVC_W (tile bytes, 16..128, power of two).
+ * Specialisation: KVC_W (tile bytes, 16..512, power of two).
  */
 #include "common.cuh"
 

@@ -18,7 +18,7 @@
  * another's writes. KVC_MOVE_TUNE="W,S[,threads]" overrides the shape (benchmarks only;
  * read once per process).
  *
- * pool->kfunc[10..13] memoise the four W variants (S is read from the launch's dynamic
+ * pool->kfunc[10..13] and [28..29] memoise the six W variants (S is read from the launch's dynamic
  * shared-memory size, so it needs no variant).
  */
 #include "kv_segments.h"
@@ -27,7 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MEMO_MOVE 10
+#define MEMO_MOVE 10      /* W = 16, 32, 64, 128 */
+#define MEMO_MOVE_WIDE 28 /* W = 256, 512 */
 
 /* KVC_MOVE_TUNE="W,S[,threads]" (benchmarks): forced tile width / depth / CTA size. */
 static void move_tune(int *w, int *s, int *t) {
@@ -35,7 +36,7 @@ static void move_tune(int *w, int *s, int *t) {
   if (!done) {
     const char *e = getenv("KVC_MOVE_TUNE");
     int a = 0, b = 0, c = 0;
-    if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) >= 2 && (a == 16 || a == 32 || a == 64 || a == 128) && b >= 1 && b <= 4) {
+    if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) >= 2 && (a == 16 || a == 32 || a == 64 || a == 128 || a == 256 || a == 512) && b >= 1 && b <= 4) {
       tw = a;
       ts = b;
       tt = (c == 256 || c == 512) ? c : 0;
@@ -126,7 +127,7 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   int64_t widest = 16;
   for (int i = 0; i < ns; i++) widest = KVC__MAX(widest, p.seg[i].row_bytes);
   int64_t wcap = 16;
-  while (wcap < widest && wcap < 128) wcap *= 2;
+  while (wcap < widest && wcap < 512) wcap *= 2;
 
   /* Semantics: SGLang's chunk cap (see the top of this file). */
   const int64_t nn = (int64_t)n;
@@ -163,8 +164,8 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   p.nseg = ns;
   p.chunk = (int32_t)chunk;
 
-  int wi = w == 16 ? 0 : w == 32 ? 1 : w == 64 ? 2 : 3;
-  const kvc__kfunc **memo = &pool->kfunc[MEMO_MOVE + wi];
+  const int memo_i = w == 16 ? 0 : w == 32 ? 1 : w == 64 ? 2 : w == 128 ? 3 : w == 256 ? 4 : 5;
+  const kvc__kfunc **memo = &pool->kfunc[memo_i < 4 ? MEMO_MOVE + memo_i : MEMO_MOVE_WIDE + memo_i - 4];
   if (!*memo) {
     kvc__spec spec = {1, {{"KVC_W", w}}};
     KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_kv_move, &spec, memo));
