@@ -13,13 +13,12 @@
  * each CTA owns the same number of tiles and, chunk by chunk, stages the chunk's source
  * bytes of a tile in shared memory before writing its targets (S-deep pipeline over the
  * CTA's tiles). Shared memory = chunk * (S * W + 8) (tile buffers + staged slots): with
- * at most 256 pairs per chunk, W = 128 (whole 128-byte lines; bench/NOTES-kernels.md)
- * with S = 1 takes 34 KB, so six CTAs share a multiprocessor and one CTA's reads overlap
- * another's writes. KVC_MOVE_TUNE="W,S[,threads]" overrides the shape (benchmarks only;
- * read once per process).
+ * at most 256 pairs per chunk, W = 256 with S = 1 takes 66 KB, so three CTAs share a
+ * multiprocessor and one CTA's reads overlap another's writes. KVC_MOVE_TUNE=
+ * "W,S[,threads]" overrides the shape (benchmarks only; read once per process).
  *
- * pool->kfunc[10..13] and [28..29] memoise the six W variants (S is read from the launch's dynamic
- * shared-memory size, so it needs no variant).
+ * pool->kfunc[10..13] and [28..29] memoise the six W variants (S is read from the
+ * launch's dynamic shared-memory size, so it needs no variant).
  */
 #include "kv_segments.h"
 
@@ -138,11 +137,13 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   /* Shape: (W, S) from the device's shared memory; cnt * (S * W + 8) bytes. */
   int64_t blk_max, sm_max;
   smem_limits(ctx, &blk_max, &sm_max);
-  /* Measured on the H200 (bench/NOTES-kernels.md): the tile width dominates (128-byte
-   * tiles read and write whole 128-byte lines) and deeper pipelines did not pay at the
-   * widths that fit, so: the widest W that fits with S = 1. */
+  /* Measured on the H200 (bench/NOTES-kernels.md, bench/RESULTS.md run 6): the tile
+   * width dominates — 256-byte tiles keep both 128-byte lines of a 256-byte DRAM segment
+   * in one access burst (+5-10 points over 128), 512-byte tiles leave one CTA per
+   * multiprocessor (worse) — and deeper pipelines did not pay, so: W = 256 (or the
+   * widest row, rounded up) with S = 1. */
   int64_t w = 0, stages = 1;
-  for (int64_t c = KVC__MIN(128, wcap); c >= 16 && !w; c /= 2)
+  for (int64_t c = KVC__MIN(256, wcap); c >= 16 && !w; c /= 2)
     if (cnt * (c + 8) <= blk_max) w = c;
   if (!w) w = 16; /* the launch reports the shared-memory limit */
   int tw, ts, tt;
