@@ -260,109 +260,146 @@ kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t
 
 /* --- alloc_decode ------------------------------------------------------------------- */
 
-/* Validates a decode batch (spec 6.7): fills b_last with each request's last_loc (or -1)
- * and b_pages with 1 where the token opens a page, merges the side list when SGLang
- * would, and checks capacity. On success the rows stay marked (the commit unmarks them in
- * passing: one pass less) and *need is the number of pages or slots taken; on failure
- * nothing is changed. */
-kvc_status kvc__alloc_decode_prepare(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                     const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
-                                     int64_t *need_out) {
-  kvc_context *ctx = a->ctx;
-  if (!seq_lens) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "seq_lens is NULL");
-  KVC_FORWARD(check_common(a, fn, bs, rp, req_rows));
-  const bool paged = a->kind == KVC_ALLOCATOR_PAGED;
+/* Validates request i of a decode batch (spec 6.7): seq_len range, row held and not
+ * listed earlier (marked), and, when the token continues a page, its last_loc. Sets
+ * *fresh (the token opens a page) and *last. */
+static inline kvc_status decode_check_one(kvc_allocator *a, const char *fn, size_t i, const int64_t *seq_lens,
+                                          const int64_t *last_locs, kvc_req_to_token_pool *rp,
+                                          const int32_t *req_rows, int64_t width, bool *fresh, int64_t *last) {
+  const int64_t s = seq_lens[i];
+  if (s < 1 || s > width)
+    return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "request %zu: seq_len %lld is out of [1, %lld]", i,
+                      (long long)s, (long long)width);
+  if (rp) KVC_FORWARD(check_row(a, fn, rp, i, req_rows[i]));
+  /* A new page iff (s-1) % ps == 0 — also for ps == 1, where SGLang's page counter
+   * (seq % ps == 1) says 0 (spec 15.1 item 4); the TOKEN kind always takes a slot. */
+  *fresh = a->kind != KVC_ALLOCATOR_PAGED || kvc__pg_mod(a, s - 1) == 0;
+  *last = -1;
+  if (*fresh) return KVC_OK;
+  if (!last_locs && !rp) return no_last_loc(a, fn, i);
+  *last = last_locs ? last_locs[i] : kvc__req_pool_mirror_row(rp, req_rows[i])[s - 2];
+  return check_last_loc(a, fn, i, *last, s - 2);
+}
+
+/* The step's effects for request i once its slot is known: b_last, the payload triple
+ * (when w), and the mirror entry (its old value kept in b_pages for kvc__alloc_decode_undo). */
+static inline void decode_apply_one(kvc_allocator *a, size_t i, int64_t slot, const int64_t *seq_lens,
+                                    kvc_req_to_token_pool *rp, const int32_t *req_rows, uint32_t *w) {
+  a->b_last[i] = slot;
+  if (w) {
+    w[3 * i] = rp ? (uint32_t)req_rows[i] : UINT32_MAX; /* -1: no table write */
+    w[3 * i + 1] = (uint32_t)(seq_lens[i] - 1);
+    w[3 * i + 2] = (uint32_t)slot;
+  }
+  if (rp) {
+    int32_t *m = kvc__req_pool_mirror_row(rp, req_rows[i]) + (seq_lens[i] - 1);
+    a->b_pages[i] = *m;
+    *m = (int32_t)slot;
+  }
+}
+
+/* Puts back the mirror entries of requests [0, n) written by decode_apply_one. Reverse
+ * order, so that the oldest value wins if two requests wrote one entry (they cannot:
+ * rows are distinct, but the undo does not depend on it). */
+static void decode_undo_mirror(kvc_allocator *a, size_t n, const int64_t *seq_lens, kvc_req_to_token_pool *rp,
+                               const int32_t *req_rows) {
+  if (!rp) return;
+  for (size_t j = n; j-- > 0;) kvc__req_pool_mirror_row(rp, req_rows[j])[seq_lens[j] - 1] = (int32_t)a->b_pages[j];
+}
+
+/* Clears the marks of a batch whose request i failed: rows [0, i), and row i when its
+ * own row check passed before a later check failed (a held row; a duplicate's mark is
+ * the earlier request's and is cleared either way). */
+static void unmark_failed(kvc_req_to_token_pool *rp, const int32_t *req_rows, size_t i) {
+  if (!rp) return;
+  unmark_rows(rp, req_rows, i);
+  if (kvc__req_pool_row_held(rp, req_rows[i])) rp->rowflag[req_rows[i]] &= (uint8_t)~KVC__ROW_MARK;
+}
+
+/* The mirror rows are far apart (one per request, row width apart): the line holding
+ * positions s-2 (read) and s-1 (written) is prefetched a few requests ahead, so the
+ * misses overlap instead of stalling the loop one by one. */
+enum { AHEAD = 8 };
+
+/* A batch of at most ring.count requests (SGLang's merge trigger, bs > free pages, cannot
+ * fire and capacity cannot run out): one pass validates each request, takes its slot
+ * and applies it; a failure at request i undoes requests [0, i). */
+static kvc_status decode_plan_one_pass(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                       const int64_t *last_locs, kvc_req_to_token_pool *rp,
+                                       const int32_t *req_rows, uint32_t *w, int64_t *need_out) {
+  const kvc__ring *r = &a->ring;
+  const int64_t ps = a->ps, width = rp ? rp->width : INT32_MAX;
+  const bool pf = rp != NULL;
+  int64_t k = 0;
+  for (size_t j = 0; pf && j < bs && j < AHEAD; j++) prefetch_mirror(rp, req_rows[j], seq_lens[j]);
+  for (size_t i = 0; i < bs; i++) {
+    if (pf && i + AHEAD < bs) prefetch_mirror(rp, req_rows[i + AHEAD], seq_lens[i + AHEAD]);
+    bool fresh = false;
+    int64_t last = -1;
+    kvc_status st = decode_check_one(a, fn, i, seq_lens, last_locs, rp, req_rows, width, &fresh, &last);
+    if (st != KVC_OK) {
+      decode_undo_mirror(a, i, seq_lens, rp, req_rows);
+      unmark_failed(rp, req_rows, i);
+      return st;
+    }
+    decode_apply_one(a, i, fresh ? (int64_t)kvc__ring_at(r, k++) * ps : last + 1, seq_lens, rp, req_rows, w);
+  }
+  if (rp) unmark_rows(rp, req_rows, bs);
+  *need_out = k;
+  return KVC_OK;
+}
+
+/* Larger batches: validation first (nothing changes on failure), then SGLang's merge
+ * trigger and the capacity check, then the slots. */
+static kvc_status decode_plan_checked(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                      const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                      uint32_t *w, int64_t *need_out) {
   const int64_t width = rp ? rp->width : INT32_MAX;
   int64_t need = 0;
-  kvc_status st = KVC_OK;
-  size_t marked = 0;
-  /* The mirror rows are far apart (one per request, row width apart): prefetch the line
-   * holding position s-2 (read here) and s-1 (written at commit) a few requests ahead, so
-   * the misses overlap instead of stalling the loop one by one. */
-  enum { AHEAD = 8 };
-  for (size_t j = 0; rp && !last_locs && j < bs && j < AHEAD; j++) prefetch_mirror(rp, req_rows[j], seq_lens[j]);
   for (size_t i = 0; i < bs; i++) {
-    if (rp && !last_locs && i + AHEAD < bs) prefetch_mirror(rp, req_rows[i + AHEAD], seq_lens[i + AHEAD]);
-    const int64_t s = seq_lens[i];
-    if (s < 1 || s > width) {
-      st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "request %zu: seq_len %lld is out of [1, %lld]", i,
-                      (long long)s, (long long)width);
-      break;
-    }
-    int32_t row = -1;
-    if (rp) {
-      row = req_rows[i];
-      if ((st = check_row(a, fn, rp, i, row)) != KVC_OK) break;
-      marked++;
-    }
-    /* A new page iff (s-1) % ps == 0 — also for ps == 1, where SGLang's page counter
-     * (seq % ps == 1) says 0 (spec 15.1 item 4); the TOKEN kind always takes a slot. */
-    const bool fresh = !paged || kvc__pg_mod(a, s - 1) == 0;
+    bool fresh = false;
     int64_t last = -1;
-    if (!fresh) {
-      if (!last_locs && !rp) {
-        st = no_last_loc(a, fn, i);
-        break;
-      }
-      last = last_locs ? last_locs[i] : kvc__req_pool_mirror_row(rp, row)[s - 2];
-      if ((st = check_last_loc(a, fn, i, last, s - 2)) != KVC_OK) break;
+    kvc_status st = decode_check_one(a, fn, i, seq_lens, last_locs, rp, req_rows, width, &fresh, &last);
+    if (st != KVC_OK) {
+      unmark_failed(rp, req_rows, i);
+      return st;
     }
     a->b_last[i] = last;
     a->b_pages[i] = fresh;
     need += fresh;
   }
-  if (st != KVC_OK) {
-    if (rp) unmark_rows(rp, req_rows, marked);
-    return st;
-  }
+  if (rp) unmark_rows(rp, req_rows, bs);
   kvc__ring *r = &a->ring;
   if ((int64_t)bs > r->count) kvc__fl_merge(a);
-  if (need > r->count) {
-    if (rp) unmark_rows(rp, req_rows, bs);
+  if (need > r->count)
     return kvc__alloc_finish(a, fn,
-                             kvc__error(ctx, KVC_ERR_OUT_OF_SLOTS, fn, "%lld %s needed, %lld free", (long long)need,
-                                        paged ? "pages" : "slots", (long long)r->count));
+                             kvc__error(a->ctx, KVC_ERR_OUT_OF_SLOTS, fn, "%lld %s needed, %lld free", (long long)need,
+                                        a->kind == KVC_ALLOCATOR_PAGED ? "pages" : "slots", (long long)r->count));
+  for (size_t i = 0, k = 0; i < bs; i++) {
+    const int64_t slot = a->b_pages[i] ? (int64_t)kvc__ring_at(r, (int64_t)k++) * a->ps : a->b_last[i] + 1;
+    decode_apply_one(a, i, slot, seq_lens, rp, req_rows, w);
   }
   *need_out = need;
   return KVC_OK;
 }
 
-void kvc__alloc_decode_cancel(kvc_allocator *a, size_t bs, kvc_req_to_token_pool *rp, const int32_t *req_rows) {
-  if (rp) unmark_rows(rp, req_rows, bs);
+kvc_status kvc__alloc_decode_plan(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                  const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                  uint32_t *payload, int64_t *need) {
+  if (!seq_lens) return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "seq_lens is NULL");
+  KVC_FORWARD(check_common(a, fn, bs, rp, req_rows));
+  if ((int64_t)bs <= a->ring.count)
+    return decode_plan_one_pass(a, fn, bs, seq_lens, last_locs, rp, req_rows, payload, need);
+  return decode_plan_checked(a, fn, bs, seq_lens, last_locs, rp, req_rows, payload, need);
 }
 
-/* Resolves b_last to each request's new slot (the next free page in batch order, or
- * last_loc + 1) and, when w is not NULL, writes the (row, position, slot) triples of the
- * decode kernel's payload in the same pass. */
-void kvc__alloc_decode_slots(kvc_allocator *a, size_t bs, const int64_t *seq_lens, kvc_req_to_token_pool *rp,
-                             const int32_t *req_rows, uint32_t *w) {
-  const kvc__ring *r = &a->ring;
-  const int64_t ps = a->ps;
-  if (!w) {
-    for (size_t i = 0, k = 0; i < bs; i++)
-      a->b_last[i] = a->b_pages[i] ? (int64_t)kvc__ring_at(r, (int64_t)k++) * ps : a->b_last[i] + 1;
-    return;
-  }
-  for (size_t i = 0, k = 0; i < bs; i++) {
-    const int64_t slot = a->b_pages[i] ? (int64_t)kvc__ring_at(r, (int64_t)k++) * ps : a->b_last[i] + 1;
-    a->b_last[i] = slot;
-    w[3 * i] = rp ? (uint32_t)req_rows[i] : UINT32_MAX; /* -1: no table write */
-    w[3 * i + 1] = (uint32_t)(seq_lens[i] - 1);
-    w[3 * i + 2] = (uint32_t)slot;
-  }
+void kvc__alloc_decode_undo(kvc_allocator *a, size_t bs, const int64_t *seq_lens, kvc_req_to_token_pool *rp,
+                            const int32_t *req_rows) {
+  decode_undo_mirror(a, bs, seq_lens, rp, req_rows);
 }
 
-/* Makes the step the allocator's state: out_host, the req pool mirror (rows unmarked in
- * passing) and the popped pages. */
-kvc_status kvc__alloc_decode_commit(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                    kvc_req_to_token_pool *rp, const int32_t *req_rows, int64_t *out_host,
-                                    int64_t need) {
+kvc_status kvc__alloc_decode_finish(kvc_allocator *a, const char *fn, size_t bs, int64_t *out_host, int64_t need) {
   if (out_host) memcpy(out_host, a->b_last, bs * sizeof(int64_t));
-  if (rp)
-    for (size_t i = 0; i < bs; i++) {
-      kvc__req_pool_mirror_row(rp, req_rows[i])[seq_lens[i] - 1] = (int32_t)a->b_last[i];
-      rp->rowflag[req_rows[i]] &= (uint8_t)~KVC__ROW_MARK;
-    }
   kvc__fl_pop(a, need);
   return kvc__alloc_finish(a, fn, KVC_OK);
 }
@@ -375,32 +412,30 @@ kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t
   kvc_context *ctx = a->ctx;
   if (bs == 0) return KVC_OK;
   int64_t need = 0;
-  KVC_FORWARD(kvc__alloc_decode_prepare(a, __func__, bs, seq_lens, last_locs, rp, req_rows, &need));
-  if (rp || out_device) {
-    kvc_status st = KVC_OK;
-    if (!a->k_decode[0]) st = kvc__plan_prefetch(ctx, &kvc__k_plan_decode, NULL, a->k_decode);
-    kvc__plan plan;
-    if (st == KVC_OK) st = kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode), 3 * bs);
-    if (st != KVC_OK) {
-      kvc__alloc_decode_cancel(a, bs, rp, req_rows);
-      return st;
-    }
-    kvc__alloc_decode_slots(a, bs, seq_lens, rp, req_rows, plan.payload);
-    kvc_p_plan_decode h;
-    memset(&h, 0, sizeof h);
-    h.table = rp ? (uint64_t)(uintptr_t)rp->table : 0;
-    h.out = (uint64_t)(uintptr_t)out_device;
-    h.staged = plan.staged_dev;
-    h.row_stride = rp ? rp->width : 0;
-    h.n = (int32_t)bs;
-    st = kvc__plan_launch(ctx, &plan, &kvc__k_plan_decode, NULL, a->k_decode,
-                          kvc__dim((unsigned)((bs + 255) / 256), 1, 1), kvc__dim(256, 1, 1), stream, &h);
-    if (st != KVC_OK) {
-      kvc__alloc_decode_cancel(a, bs, rp, req_rows);
-      return st;
-    }
-  } else {
-    kvc__alloc_decode_slots(a, bs, seq_lens, rp, req_rows, NULL);
+  if (!rp && !out_device) {
+    KVC_FORWARD(kvc__alloc_decode_plan(a, __func__, bs, seq_lens, last_locs, rp, req_rows, NULL, &need));
+    return kvc__alloc_decode_finish(a, __func__, bs, out_host, need);
   }
-  return kvc__alloc_decode_commit(a, __func__, bs, seq_lens, rp, req_rows, out_host, need);
+  if (!a->k_decode[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_plan_decode, NULL, a->k_decode));
+  kvc__plan plan;
+  KVC_FORWARD(kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode), 3 * bs));
+  kvc_status st = kvc__alloc_decode_plan(a, __func__, bs, seq_lens, last_locs, rp, req_rows, plan.payload, &need);
+  if (st != KVC_OK) {
+    kvc__plan_cancel(ctx, &plan);
+    return st;
+  }
+  kvc_p_plan_decode h;
+  memset(&h, 0, sizeof h);
+  h.table = rp ? (uint64_t)(uintptr_t)rp->table : 0;
+  h.out = (uint64_t)(uintptr_t)out_device;
+  h.staged = plan.staged_dev;
+  h.row_stride = rp ? rp->width : 0;
+  h.n = (int32_t)bs;
+  st = kvc__plan_launch(ctx, &plan, &kvc__k_plan_decode, NULL, a->k_decode,
+                        kvc__dim((unsigned)((bs + 255) / 256), 1, 1), kvc__dim(256, 1, 1), stream, &h);
+  if (st != KVC_OK) {
+    kvc__alloc_decode_undo(a, bs, seq_lens, rp, req_rows);
+    return st;
+  }
+  return kvc__alloc_decode_finish(a, __func__, bs, out_host, need);
 }

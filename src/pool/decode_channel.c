@@ -148,15 +148,16 @@ kvc_status kvc_decode_channel_alloc(kvc_decode_channel *ch, size_t bs, const int
                       "the channel's kernel has not run for the earlier steps",
                       applied, step, ch->depth);
   int64_t need = 0;
-  if (bs) KVC_FORWARD(kvc__alloc_decode_prepare(a, __func__, bs, seq_lens, last_locs, ch->req_pool, req_rows, &need));
   uint32_t *slot = ring_slot(ch, step);
-  if (bs) kvc__alloc_decode_slots(a, bs, seq_lens, ch->req_pool, req_rows, slot + KVC_CHANNEL_HEADER_WORDS);
+  if (bs)
+    KVC_FORWARD(kvc__alloc_decode_plan(a, __func__, bs, seq_lens, last_locs, ch->req_pool, req_rows,
+                                       slot + KVC_CHANNEL_HEADER_WORDS, &need));
   slot[1] = (uint32_t)bs;
   /* Last: a kernel that sees this step number sees the payload and n written above. */
   __atomic_store_n(&slot[0], step, __ATOMIC_RELEASE);
   ch->published = step;
   if (!bs) return KVC_OK;
-  return kvc__alloc_decode_commit(a, __func__, bs, seq_lens, ch->req_pool, req_rows, out_host, need);
+  return kvc__alloc_decode_finish(a, __func__, bs, out_host, need);
 }
 
 kvc_status kvc_decode_channel_check(const kvc_decode_channel *ch, uint64_t *published, uint64_t *applied) {

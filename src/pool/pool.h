@@ -105,7 +105,6 @@ struct kvc_allocator {
   bool need_sort;
   bool check; /* audit after every mutating call */
   int64_t num_pages;
-  int sort_bits; /* bits needed to hold any page id (radix passes) */
 
   kvc__ring ring;
   uint8_t *state; /* num_pages + 1 */
@@ -165,18 +164,16 @@ kvc_status kvc__alloc_finish(kvc_allocator *a, const char *fn, kvc_status st);
 kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n);
 
 /* alloc_decode in pieces (allocator_plan.c), shared by kvc_allocator_alloc_decode and
- * the decode channel: prepare validates and checks capacity (rows left marked), slots
- * resolves the new slots (and writes the kernel payload), commit makes it the state;
- * cancel undoes a successful prepare. */
-kvc_status kvc__alloc_decode_prepare(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                     const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
-                                     int64_t *need);
-void kvc__alloc_decode_cancel(kvc_allocator *a, size_t bs, kvc_req_to_token_pool *rp, const int32_t *req_rows);
-void kvc__alloc_decode_slots(kvc_allocator *a, size_t bs, const int64_t *seq_lens, kvc_req_to_token_pool *rp,
-                             const int32_t *req_rows, uint32_t *payload);
-kvc_status kvc__alloc_decode_commit(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                    kvc_req_to_token_pool *rp, const int32_t *req_rows, int64_t *out_host,
-                                    int64_t need);
+ * the decode channel. plan validates the batch, picks every slot, writes the kernel
+ * payload (when not NULL: 3 words per request) and the req pool mirror; nothing changes
+ * on failure. undo reverts a successful plan's mirror writes (the launch failed); finish
+ * copies out_host and pops the pages taken. */
+kvc_status kvc__alloc_decode_plan(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                  const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                  uint32_t *payload, int64_t *need);
+void kvc__alloc_decode_undo(kvc_allocator *a, size_t bs, const int64_t *seq_lens, kvc_req_to_token_pool *rp,
+                            const int32_t *req_rows);
+kvc_status kvc__alloc_decode_finish(kvc_allocator *a, const char *fn, size_t bs, int64_t *out_host, int64_t need);
 /** Resolves the kernel of variant 0 into kcache before a staged plan: the staging
  *  reservation holds the context lock, which the kernel lookup also takes. */
 /* Page arithmetic without a division when the page size is a power of two (the hot
