@@ -29,20 +29,22 @@
 #define MEMO_MOVE 10      /* W = 16, 32, 64, 128 */
 #define MEMO_MOVE_WIDE 28 /* W = 256, 512 */
 
-/* KVC_MOVE_TUNE="W,S[,threads]" (benchmarks): forced tile width / depth / CTA size. */
-static void move_tune(int *w, int *s, int *t) {
-  static volatile int done, tw, ts, tt;
+/* KVC_MOVE_TUNE="W,S[,threads[,one]]" (benchmarks): forced tile width / depth / CTA size;
+ * one = 1: one tile per CTA (a partial second wave) instead of equal tile counts. */
+static void move_tune(int *w, int *s, int *t, int *one) {
+  static volatile int done, tw, ts, tt, t1;
   if (!done) {
     const char *e = getenv("KVC_MOVE_TUNE");
-    int a = 0, b = 0, c = 0;
-    if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) >= 2 && (a == 16 || a == 32 || a == 64 || a == 128 || a == 256 || a == 512) && b >= 1 && b <= 4) {
+    int a = 0, b = 0, c = 0, d = 0;
+    if (e && sscanf(e, "%d,%d,%d,%d", &a, &b, &c, &d) >= 2 && (a == 16 || a == 32 || a == 64 || a == 128 || a == 256 || a == 512) && b >= 1 && b <= 4) {
       tw = a;
       ts = b;
       tt = (c == 256 || c == 512) ? c : 0;
+      t1 = d == 1;
     }
     done = 1;
   }
-  *w = tw, *s = ts, *t = tt;
+  *w = tw, *s = ts, *t = tt, *one = t1;
 }
 
 /* Dynamic shared memory a block may use / a multiprocessor holds, by compute capability
@@ -146,8 +148,8 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   for (int64_t c = KVC__MIN(256, wcap); c >= 16 && !w; c /= 2)
     if (cnt * (c + 8) <= blk_max) w = c;
   if (!w) w = 16; /* the launch reports the shared-memory limit */
-  int tw, ts, tt;
-  move_tune(&tw, &ts, &tt);
+  int tw, ts, tt, one_tile;
+  move_tune(&tw, &ts, &tt, &one_tile);
   if (tw && tw <= KVC__MAX(16, wcap) && cnt * (ts * tw + 8) <= blk_max) w = tw, stages = ts;
 
   int64_t ctas = 0;
@@ -179,7 +181,7 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   /* Equal tile counts per CTA: k tiles each on ceil(ctas / k) CTAs, k the fewest that
    * fits the resident CTAs (a persistent grid with some CTAs owning one tile more would
    * leave most of the GPU idle at the end). */
-  const int64_t per_cta = (ctas + resident - 1) / KVC__MAX(1, resident);
+  const int64_t per_cta = one_tile ? 1 : (ctas + resident - 1) / KVC__MAX(1, resident);
   const int64_t grid = KVC__MAX(1, (ctas + per_cta - 1) / KVC__MAX(1, per_cta));
   return kvc__kernel_launch(ctx, *memo, kvc__dim((unsigned)grid, 1, 1), kvc__dim((unsigned)threads, 1, 1), (unsigned)smem,
                             stream, &p, sizeof p);
