@@ -102,8 +102,6 @@ kvc_status kvc_allocator_create(kvc_context *ctx, const kvc_allocator_config *co
   a->check = kvc_context_check_mode(ctx) != 0;
   a->num_pages = c.size / c.page_size;
   a->ps_shift = (c.page_size & (c.page_size - 1)) ? -1 : __builtin_ctz((unsigned)c.page_size);
-  a->sort_bits = 0;
-  while (a->sort_bits < 32 && ((uint64_t)a->num_pages >> a->sort_bits)) a->sort_bits++;
   uint64_t cap = 1;
   while (cap < (uint64_t)a->num_pages) cap <<= 1;
   a->ring.mask = cap - 1;
@@ -209,20 +207,76 @@ static uint32_t checked_page(kvc_allocator *a, const char *fn, const char *what,
   return (uint32_t)(slot / ps);
 }
 
-/* Non-zero unless all n slots lie in page p0 (slot >> shift == p0). Constant trip counts
- * for the usual page sizes let the compiler unroll and vectorise the OR. */
-static inline uint64_t chunk_or(const int64_t *v, int64_t n, int shift, uint64_t p0) {
-  uint64_t diff = 0;
-  for (int64_t j = 0; j < n; j++) diff |= ((uint64_t)v[j] >> shift) ^ p0;
-  return diff;
+/* --- PAGED fast path for rows of whole pages ---------------------------------------- */
+
+/* A chunk of ps slots lies in the page of its first slot s0 iff every slot agrees with s0
+ * above the low `shift` bits: OR(slot ^ s0) >> shift == 0 (a negative slot differs from
+ * s0 >= 0 in the sign bit). This test is most of a free's time (4096 slots for a
+ * 4096-token request), so:
+ *   - XOR against s0 and shift once, not a shift per slot;
+ *   - explicit two-lane vectors (GNU C vector extension: SSE2 / NEON, or scalar pairs)
+ *     with two accumulators: GCC turns a scalar OR reduction into one dependent chain,
+ *     a cycle per slot, and does not vectorise it once the short loop is unrolled. */
+typedef uint64_t u64x2 __attribute__((vector_size(16)));
+
+/* OR over the chunk's slots of slot ^ s0, in two lanes; n a multiple of 4. memcpy is the
+ * alignment- and aliasing-safe vector load. */
+static inline u64x2 chunk_xor(const int64_t *v, int64_t n, uint64_t s0) {
+  const u64x2 s = {s0, s0};
+  u64x2 d0 = {0, 0}, d1 = {0, 0};
+  for (int64_t j = 0; j < n; j += 4) {
+    u64x2 x, y;
+    memcpy(&x, v + j, sizeof x);
+    memcpy(&y, v + j + 2, sizeof y);
+    d0 |= x ^ s;
+    d1 |= y ^ s;
+  }
+  return d0 | d1;
 }
-static uint64_t chunk_differs(const int64_t *v, int64_t ps, int shift, uint64_t p0) {
-  switch (ps) {
-  case 16: return chunk_or(v, 16, shift, p0);
-  case 32: return chunk_or(v, 32, shift, p0);
-  case 64: return chunk_or(v, 64, shift, p0);
-  case 128: return chunk_or(v, 128, shift, p0);
-  default: return chunk_or(v, ps, shift, p0);
+
+/* Consumes chunks of ps slots from slots[0] while they are whole pages in range that are
+ * HELD (appended to v and marked) or already seen in this call or group (skipped), and
+ * returns the number of slots consumed. v[0:*k) is then exactly what the slow loop would
+ * have recorded for them, so the slow loop carries on from there (and reports any error).
+ * Always inlined with a constant ps (see free_whole_pages): the chunk test unrolls fully
+ * and the loop keeps its few variables in registers. */
+static inline __attribute__((always_inline)) size_t whole_pages(kvc_allocator *a, const int64_t *slots, size_t n,
+                                                                uint32_t *v, int64_t *k_io, const int64_t ps,
+                                                                const int shift) {
+  uint8_t *const state = a->state;
+  const uint64_t slot_span = (uint64_t)(a->num_pages * ps);
+  int64_t k = *k_io;
+  size_t i = 0;
+  for (; i + (size_t)ps <= n; i += (size_t)ps) {
+    const uint64_t s0 = (uint64_t)slots[i];
+    if (s0 - (uint64_t)ps >= slot_span) break; /* page 0, negative or past the end */
+    u64x2 diff = {0, 0};
+    if (ps % 4 == 0) {
+      diff = chunk_xor(slots + i, ps, s0);
+    } else {
+      for (int64_t j = 0; j < ps; j++) diff[0] |= (uint64_t)slots[i + (size_t)j] ^ s0;
+    }
+    if ((diff[0] | diff[1]) >> shift) break;
+    const uint32_t p = (uint32_t)(s0 >> shift);
+    const uint8_t s = state[p];
+    if (s & (KVC__PG_MARK | KVC__PG_GFREE)) continue; /* seen in this call / group: dedup */
+    if ((s & (KVC__PG_STATE | KVC__PG_GSEG)) != KVC__PG_HELD) break;
+    state[p] = (uint8_t)(s | KVC__PG_MARK);
+    v[k++] = p;
+  }
+  *k_io = k;
+  return i;
+}
+
+/* The usual page sizes get their own copy of the loop, other powers of two > 1 a generic
+ * one. */
+static size_t free_whole_pages(kvc_allocator *a, const int64_t *slots, size_t n, uint32_t *v, int64_t *k_io) {
+  switch (a->ps) {
+  case 16: return whole_pages(a, slots, n, v, k_io, 16, 4);
+  case 32: return whole_pages(a, slots, n, v, k_io, 32, 5);
+  case 64: return whole_pages(a, slots, n, v, k_io, 64, 6);
+  case 128: return whole_pages(a, slots, n, v, k_io, 128, 7);
+  default: return whole_pages(a, slots, n, v, k_io, a->ps, a->ps_shift);
   }
 }
 
@@ -237,25 +291,7 @@ static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slo
   const int shift = a->ps_shift;
   uint32_t prev = 0;
   size_t i = 0;
-  if (paged && shift >= 0 && ps > 1) {
-    /* Fast path for rows of whole pages (what releases free): a chunk of ps slots that all
-     * lie in one page is checked with a branch-free, vectorisable OR, and the page once. */
-    for (; i + (size_t)ps <= n; i += (size_t)ps) {
-      const int64_t s0 = slots[i];
-      if (((uint64_t)s0 - (uint64_t)ps) >= (uint64_t)slot_span) break; /* the slow loop reports it */
-      const uint64_t p0 = (uint64_t)s0 >> shift;
-      if (chunk_differs(slots + i, ps, shift, p0)) break;
-      const uint32_t p = (uint32_t)p0;
-      if (p == prev) continue;
-      const uint8_t s = a->state[p];
-      if (!(s & (KVC__PG_MARK | KVC__PG_GFREE))) { /* else seen in this call / group */
-        if ((s & KVC__PG_STATE) != KVC__PG_HELD || (s & KVC__PG_GSEG)) break; /* slow loop reports */
-        a->state[p] = (uint8_t)(s | KVC__PG_MARK);
-        v[k++] = p;
-      }
-      prev = p;
-    }
-  }
+  if (paged && shift >= 0 && ps > 1) i = free_whole_pages(a, slots, n, v, &k); /* rows of whole pages */
   for (; i < n; i++) {
     const int64_t slot = slots[i];
     uint32_t p;
@@ -289,10 +325,13 @@ static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slo
   a->epoch++;
   /* The marks are cleared by the state writes below (no separate pass). */
   if (a->in_group) {
+    uint8_t *const state = a->state; /* locals: byte stores may alias the fields */
+    uint32_t *const g = a->group + a->group_free_n;
     for (int64_t j = 0; j < k; j++) {
-      a->state[v[j]] = (uint8_t)((a->state[v[j]] & ~KVC__PG_MARK) | KVC__PG_GFREE);
-      a->group[a->group_free_n++] = v[j];
+      state[v[j]] = (uint8_t)((state[v[j]] & ~KVC__PG_MARK) | KVC__PG_GFREE);
+      g[j] = v[j];
     }
+    a->group_free_n += k;
   } else {
     if (paged) kvc__fl_sort(a, v, k);
     kvc__fl_release(a, v, k);

@@ -50,25 +50,35 @@ void kvc__fl_pop(kvc_allocator *a, int64_t n) {
 }
 
 void kvc__fl_release(kvc_allocator *a, const uint32_t *pages, int64_t n) {
+  /* Locals, not a->/r-> fields, inside the loops: the state stores are bytes, which may
+   * alias anything, so the compiler would otherwise reload (and for head re-store) the
+   * fields on every page, a store-to-load chain that cost more than the work itself. */
+  uint8_t *const state = a->state;
   if (a->need_sort) {
+    uint32_t *const def = a->deferred + a->deferred_count;
     for (int64_t i = 0; i < n; i++) {
-      a->state[pages[i]] = KVC__PG_DEFERRED;
-      a->deferred[a->deferred_count++] = pages[i];
+      state[pages[i]] = KVC__PG_DEFERRED;
+      def[i] = pages[i];
     }
+    a->deferred_count += n;
     return;
   }
   kvc__ring *r = &a->ring;
+  uint32_t *const buf = r->buf;
+  const uint64_t mask = r->mask;
   if (a->kind == KVC_ALLOCATOR_PAGED) {
-    /* released ++ free_pages: push the last first so pages[0] ends up at the front. */
-    for (int64_t i = n - 1; i >= 0; i--) {
-      a->state[pages[i]] = KVC__PG_FREE;
-      r->head--;
-      r->buf[r->head & r->mask] = pages[i];
-    }
-  } else {
+    /* released ++ free_pages: the new head is n entries earlier, pages[0] at the front. */
+    const uint64_t head = r->head - (uint64_t)n;
     for (int64_t i = 0; i < n; i++) {
-      a->state[pages[i]] = KVC__PG_FREE;
-      r->buf[(r->head + (uint64_t)r->count + (uint64_t)i) & r->mask] = pages[i];
+      state[pages[i]] = KVC__PG_FREE;
+      buf[(head + (uint64_t)i) & mask] = pages[i];
+    }
+    r->head = head;
+  } else {
+    const uint64_t tail = r->head + (uint64_t)r->count;
+    for (int64_t i = 0; i < n; i++) {
+      state[pages[i]] = KVC__PG_FREE;
+      buf[(tail + (uint64_t)i) & mask] = pages[i];
     }
   }
   r->count += n;
@@ -76,15 +86,83 @@ void kvc__fl_release(kvc_allocator *a, const uint32_t *pages, int64_t n) {
 
 /* --- Sorting ------------------------------------------------------------------------ */
 
-/* LSD radix sort on 8-bit digits, only as many passes as page ids have bytes (3 for up
- * to 16M pages). Short or already-sorted inputs (a request's pages usually are) skip it. */
+/* The lists sorted here are a request's pages (free), a group's, or the free list plus
+ * the deferred pages (merge). A request's pages are mostly ascending or descending runs
+ * (pops take ascending runs from the front; LIFO reuse reverses them) over a narrow id
+ * range, so the cheap cases come first, chosen by O(n) scans:
+ *   ascending             nothing to do
+ *   strictly descending   reverse, O(n)
+ *   n <= 48               insertion sort
+ *   narrow id range       byte map over [lo, hi] (a counting sort of distinct ids), O(n + range)
+ *   otherwise             LSD radix sort on v - lo, only as many 8-bit passes as the
+ *                         range needs (2 up to 65536 ids, where the pool's id width
+ *                         could need 3; each pass clears and sums 256 counters, which
+ *                         made it most of a 256-page free when it was the only choice) */
+
+static void reverse_u32(uint32_t *v, int64_t n) {
+  for (int64_t i = 0, j = n - 1; i < j; i++, j--) {
+    uint32_t t = v[i];
+    v[i] = v[j];
+    v[j] = t;
+  }
+}
+
+/* v[0:n) distinct ids in [lo, lo + span): mark each in a byte map and read them back in
+ * order, skipping 8 empty bytes at a time. The map lives in a->tmp_b (4 * num_pages bytes,
+ * >= span rounded up to 8 since span <= num_pages and n > 48; byte stores may alias any
+ * object). Emission is branch-free (write v[k], then advance k by the byte), which stays
+ * in bounds: k < n until the last id, hi, whose byte ends the scan. */
+static void bytemap_sort(kvc_allocator *a, uint32_t *v, int64_t n, uint32_t lo, uint64_t span) {
+  uint8_t *const seen = (uint8_t *)a->tmp_b;
+  const uint64_t words = (span + 7) / 8;
+  memset(seen, 0, (size_t)words * 8);
+  for (int64_t i = 0; i < n; i++) seen[v[i] - lo] = 1;
+  int64_t k = 0;
+  for (uint64_t w = 0; w < words; w++) {
+    uint64_t bits;
+    memcpy(&bits, seen + w * 8, sizeof bits);
+    if (!bits) continue;
+    const uint64_t end = KVC__MIN(w * 8 + 8, span);
+    for (uint64_t j = w * 8; j < end; j++) {
+      v[k] = lo + (uint32_t)j;
+      k += seen[j];
+    }
+  }
+}
+
+static void radix_sort(kvc_allocator *a, uint32_t *v, int64_t n, uint32_t lo, uint64_t span) {
+  uint32_t *src = v, *dst = a->tmp_b;
+  for (int shift = 0; shift < 32 && ((span - 1) >> shift); shift += 8) {
+    uint32_t cnt[256];
+    memset(cnt, 0, sizeof cnt);
+    for (int64_t i = 0; i < n; i++) cnt[((src[i] - lo) >> shift) & 255u]++;
+    uint32_t sum = 0;
+    for (int d = 0; d < 256; d++) {
+      uint32_t c = cnt[d];
+      cnt[d] = sum;
+      sum += c;
+    }
+    for (int64_t i = 0; i < n; i++) dst[cnt[((src[i] - lo) >> shift) & 255u]++] = src[i];
+    uint32_t *t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != v) memcpy(v, src, (size_t)n * sizeof *v);
+}
+
 void kvc__fl_sort(kvc_allocator *a, uint32_t *v, int64_t n) {
   if (n < 2) return;
-  int64_t i = 1;
-  while (i < n && v[i - 1] < v[i]) i++;
-  if (i == n) return;
+  /* Ascending pairs, counted branch-free (vectorised); a 32-bit count suffices as n
+   * <= num_pages < 2^31. The id range is only needed, and only scanned, further down. */
+  uint32_t ups = 0;
+  for (int64_t i = 1; i < n; i++) ups += v[i - 1] < v[i];
+  if (ups == (uint64_t)n - 1) return;
+  if (ups == 0) { /* distinct ids, no ascending pair: strictly descending */
+    reverse_u32(v, n);
+    return;
+  }
   if (n <= 48) {
-    for (; i < n; i++) {
+    for (int64_t i = 1; i < n; i++) {
       uint32_t x = v[i];
       int64_t j = i;
       while (j > 0 && v[j - 1] > x) v[j] = v[j - 1], j--;
@@ -92,23 +170,17 @@ void kvc__fl_sort(kvc_allocator *a, uint32_t *v, int64_t n) {
     }
     return;
   }
-  uint32_t *src = v, *dst = a->tmp_b;
-  for (int shift = 0; shift < a->sort_bits; shift += 8) {
-    uint32_t cnt[256];
-    memset(cnt, 0, sizeof cnt);
-    for (i = 0; i < n; i++) cnt[(src[i] >> shift) & 255u]++;
-    uint32_t sum = 0;
-    for (int d = 0; d < 256; d++) {
-      uint32_t c = cnt[d];
-      cnt[d] = sum;
-      sum += c;
-    }
-    for (i = 0; i < n; i++) dst[cnt[(src[i] >> shift) & 255u]++] = src[i];
-    uint32_t *t = src;
-    src = dst;
-    dst = t;
+  uint32_t lo = v[0], hi = v[0];
+  for (int64_t i = 1; i < n; i++) {
+    lo = v[i] < lo ? v[i] : lo;
+    hi = v[i] > hi ? v[i] : hi;
   }
-  if (src != v) memcpy(v, src, (size_t)n * sizeof *v);
+  /* The byte map costs about span / 8 + 8 n (the 8-byte groups holding an id are read
+   * byte by byte), radix about passes * (3 n + 512): the map wins up to a range of
+   * several times n. */
+  const uint64_t span = (uint64_t)(hi - lo) + 1;
+  if (span <= 8 * (uint64_t)n + 1024) bytemap_sort(a, v, n, lo, span);
+  else radix_sort(a, v, n, lo, span);
 }
 
 /* --- Merge -------------------------------------------------------------------------- */

@@ -558,6 +558,167 @@ static void test_large_batches_staged(void **state) {
   kvc_allocator_destroy(a);
 }
 
+/* --- Free orders ------------------------------------------------------------------- */
+
+/* A PAGED free sorts the distinct pages of its slots ascending and puts them in front of
+ * the free list (SGLang: torch.unique, then released ++ free_pages), whatever the order of
+ * the row: ascending, descending, runs of both, shuffled, pages repeated, whole pages or
+ * single slots, rows not aligned to pages. Checked against a sorted-unique reference for
+ * plain frees, free groups (several frees, one sort at the end) and need_sort merges, over
+ * page sets narrow and wide enough to take every sort path (reverse, insertion, byte map,
+ * radix) and page sizes taking the vector fast path (16, 64), its generic version (2, 8)
+ * or the slow loop (1, 3). */
+
+static int cmp_u32(const void *x, const void *y) {
+  uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+  return (a > b) - (a < b);
+}
+
+static int64_t min_i64(int64_t x, int64_t y) { return x < y ? x : y; }
+
+/* n distinct pages of [1, num_pages], in one of the orders above; a narrow set spans about
+ * 2n ids, a wide one the whole pool. */
+static void pick_pages(kvt_rng *r, uint32_t *pg, int n, int64_t num_pages, int order) {
+  const int narrow = kvt_range(r, 0, 1) == 0;
+  const int64_t lo = narrow ? kvt_range(r, 1, num_pages - 2 * n) : 1, hi = narrow ? lo + 2 * n - 1 : num_pages;
+  for (int i = 0; i < n;) { /* rejection sampling: n is small against the range */
+    uint32_t p = (uint32_t)kvt_range(r, lo, hi);
+    int dup = 0;
+    for (int j = 0; j < i && !dup; j++) dup = pg[j] == p;
+    if (!dup) pg[i++] = p;
+  }
+  qsort(pg, (size_t)n, sizeof *pg, cmp_u32);
+  if (order == 1) { /* descending */
+    for (int i = 0, j = n - 1; i < j; i++, j--) {
+      uint32_t t = pg[i];
+      pg[i] = pg[j];
+      pg[j] = t;
+    }
+  } else if (order == 2) { /* runs of random lengths, every other one reversed */
+    for (int i = 0, run = 0; i < n; run++) {
+      int len = (int)min_i64(kvt_range(r, 1, 40), n - i);
+      if (run % 2)
+        for (int a = i, b = i + len - 1; a < b; a++, b--) {
+          uint32_t t = pg[a];
+          pg[a] = pg[b];
+          pg[b] = t;
+        }
+      i += len;
+    }
+  } else if (order == 3) { /* shuffled */
+    for (int i = n - 1; i > 0; i--) {
+      int j = (int)kvt_range(r, 0, i);
+      uint32_t t = pg[i];
+      pg[i] = pg[j];
+      pg[j] = t;
+    }
+  }
+}
+
+/* The slots of pages pg[0:n) as a row: whole pages (or single slots, or a row shifted off
+ * the page grid by dropping the first slots), some pages listed again later. */
+static int64_t make_row(kvt_rng *r, const uint32_t *pg, int n, int32_t ps, int64_t *row) {
+  const int shape = (int)kvt_range(r, 0, 2); /* 0 whole pages, 1 a slot per page, 2 off the grid */
+  int64_t m = 0;
+  for (int i = 0; i < n; i++) {
+    const int64_t base = (int64_t)pg[i] * ps;
+    if (shape == 1) {
+      row[m++] = base + kvt_range(r, 0, ps - 1);
+    } else {
+      for (int32_t q = (shape == 2 && i == 0) ? ps / 2 : 0; q < ps; q++) row[m++] = base + q;
+    }
+    if (kvt_range(r, 0, 7) == 0) { /* a repeat of an earlier page, whole or one slot */
+      const int64_t again = (int64_t)pg[kvt_range(r, 0, i)] * ps;
+      if (kvt_range(r, 0, 1))
+        for (int32_t q = 0; q < ps; q++) row[m++] = again + q;
+      else
+        row[m++] = again + ps - 1;
+    }
+  }
+  return m;
+}
+
+/* The next alloc returns exactly the pages want[0:n) (ascending, distinct), slot by slot. */
+static void expect_pages_front(kvc_allocator *a, const uint32_t *want, int n, int32_t ps, int64_t *buf) {
+  KVT_OK(kvc_allocator_alloc(a, (int64_t)n * ps, buf));
+  for (int i = 0; i < n; i++)
+    for (int32_t q = 0; q < ps; q++)
+      if (buf[(int64_t)i * ps + q] != (int64_t)want[i] * ps + q)
+        fail_msg("ps %d: slot %lld = %lld, want page %u (seed %llu)", ps, (long long)i * ps + q,
+                 (long long)buf[(int64_t)i * ps + q], want[i], (unsigned long long)kvt_seed());
+  KVT_OK(kvc_allocator_check(a));
+  assert_int_equal(kvc_allocator_available_size(a), 0);
+}
+
+static void run_free_orders(int32_t ps, uint32_t flags, int group) {
+  const int64_t num_pages = 2500, max_pages = 300;
+  kvt_rng r = {kvt_seed() ^ ((uint64_t)ps << 32) ^ flags ^ (group ? 0x5eedull : 0)};
+  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, num_pages * ps, ps, flags);
+  int64_t *buf = malloc(sizeof(int64_t) * (size_t)(num_pages * ps));
+  int64_t *row = malloc(sizeof(int64_t) * (size_t)(2 * max_pages * ps));
+  uint32_t *pg = malloc(sizeof(uint32_t) * (size_t)max_pages), *want = malloc(sizeof(uint32_t) * (size_t)max_pages);
+  assert_non_null(buf);
+  assert_non_null(row);
+  assert_non_null(pg);
+  assert_non_null(want);
+  KVT_OK(kvc_allocator_alloc(a, num_pages * ps, buf)); /* all held: the list starts empty */
+  for (int t = 0; t < 48; t++) {
+    const int n = (int)((t / 4) % 3 == 0 ? kvt_range(&r, 1, 48) : kvt_range(&r, 49, max_pages));
+    pick_pages(&r, pg, n, num_pages, t % 4);
+    memcpy(want, pg, sizeof(uint32_t) * (size_t)n);
+    qsort(want, (size_t)n, sizeof *want, cmp_u32);
+    const int64_t m = make_row(&r, pg, n, ps, row);
+    if (!group && !flags && t % 8 == 1) {
+      /* A page in the middle of the row is already free: MISUSE and nothing changes
+       * (no page freed, none left marked: the audit and the free below would see it). */
+      uint32_t stray = 1;
+      while (bsearch(&stray, want, (size_t)n, sizeof *want, cmp_u32)) stray++;
+      const int64_t one = (int64_t)stray * ps;
+      KVT_OK(kvc_allocator_free(a, &one, 1));
+      int64_t *bad = malloc(sizeof(int64_t) * (size_t)(m + ps));
+      assert_non_null(bad);
+      const int64_t cut = m / 2 - (m / 2) % ps;
+      memcpy(bad, row, sizeof(int64_t) * (size_t)cut);
+      for (int32_t q = 0; q < ps; q++) bad[cut + q] = one + q;
+      memcpy(bad + cut + ps, row + cut, sizeof(int64_t) * (size_t)(m - cut));
+      KVT_STATUS(kvc_allocator_free(a, bad, (size_t)(m + ps)), KVC_ERR_MISUSE);
+      free(bad);
+      KVT_OK(kvc_allocator_check(a));
+      assert_int_equal(kvc_allocator_available_size(a), ps);
+      expect_pages_front(a, &stray, 1, ps, buf);
+    }
+    if (group) {
+      /* Three frees in one group, the last repeating some of the first: one sort of the
+       * union at the end. */
+      KVT_OK(kvc_allocator_free_group_begin(a));
+      const int64_t c1 = kvt_range(&r, 0, m), c2 = kvt_range(&r, c1, m);
+      KVT_OK(kvc_allocator_free(a, row, (size_t)c1));
+      KVT_OK(kvc_allocator_free(a, row + c1, (size_t)(c2 - c1)));
+      KVT_OK(kvc_allocator_free(a, row + c2, (size_t)(m - c2)));
+      KVT_OK(kvc_allocator_free(a, row, (size_t)min_i64(c1, 3 * ps)));
+      KVT_OK(kvc_allocator_free_group_end(a));
+    } else {
+      KVT_OK(kvc_allocator_free(a, row, (size_t)m));
+    }
+    expect_pages_front(a, want, n, ps, buf); /* need_sort: this alloc merges first */
+  }
+  free(want);
+  free(pg);
+  free(row);
+  free(buf);
+  kvc_allocator_destroy(a);
+}
+
+static void test_free_orders_sorted_unique(void **state) {
+  (void)state;
+  const int32_t sizes[] = {1, 2, 3, 8, 16, 64};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    run_free_orders(sizes[i], 0, 0);
+    run_free_orders(sizes[i], 0, 1);
+    run_free_orders(sizes[i], KVC_ALLOCATOR_NEED_SORT, 0);
+  }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_create_rejects_bad_config),
     cmocka_unit_test(test_token_allocator_reuses_fifo),
@@ -575,5 +736,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_misuse_changes_nothing),
     cmocka_unit_test(test_out_of_slots_changes_nothing),
     cmocka_unit_test(test_large_batches_staged),
+    cmocka_unit_test(test_free_orders_sorted_unique),
 };
 KVT_MAIN("allocator", tests)
