@@ -6,8 +6,7 @@
  *   move    32 layers of K and V, N = 64, 1024, 8192; bytes = 64 * N * 2048; disjoint
  *           src / tgt sets ("move": rows streamed directly) and a cycle over the source
  *           set, every target also a source ("move_overlap": the staged path)
- * plus the host microseconds per set_kv call at N = 256 (median, no synchronisation), next
- * to the smallest launch through the same path (the machine's floor).
+ * plus the host microseconds per set_kv call at N = 256 (median, no synchronisation).
  *
  * Timing: `reps` back-to-back launches between two kvc_stream_synchronize calls,
  * divided by reps (no event API is public); 7 such batches, median. Inputs rotate over
@@ -208,28 +207,6 @@ int main(int argc, char **argv) {
         double us = median(t, BATCHES) * 1e6;
         printf("set_kv host time per call at N=256: %.2f us (median of %d x %d calls)\n", us, BATCHES, calls);
         if (csv) fprintf(csv, "set_kv_host_us,256,0,%.3f,0,0,0\n", us);
-        /* The floor on this machine: the smallest launch through the same path (the
-         * level-1 get_last_loc op on one row: a 64-byte parameter block, one thread). */
-        int32_t *table;
-        int64_t *small;
-        CHECK(kvc_memory_alloc(ctx, 64 * sizeof(int32_t), (void **)&table));
-        CHECK(kvc_memory_alloc(ctx, 3 * sizeof(int64_t), (void **)&small));
-        CHECK(kvc_memset_d8(ctx, table, 0, 64 * sizeof(int32_t), NULL));
-        CHECK(kvc_memset_d8(ctx, small, 0, 3 * sizeof(int64_t), NULL));
-        for (int b = 0; b < BATCHES; b++) {
-          CHECK(kvc_stream_synchronize(ctx, NULL));
-          double t0 = now();
-          for (int i = 0; i < calls; i++)
-            CHECK(kvc_get_last_loc(ctx, table, 2, 32, small, KVC_INDEX_I64, small + 1, KVC_INDEX_I64, small + 2, 1,
-                                   NULL));
-          t[b] = (now() - t0) / calls;
-        }
-        CHECK(kvc_stream_synchronize(ctx, NULL));
-        const double floor_us = median(t, BATCHES) * 1e6;
-        printf("launch floor (get_last_loc, n = 1) host time per call: %.2f us\n", floor_us);
-        if (csv) fprintf(csv, "launch_floor_host_us,1,0,%.3f,0,0,0\n", floor_us);
-        kvc_memory_free(ctx, table);
-        kvc_memory_free(ctx, small);
       }
       for (int s = 0; s < SETS; s++) {
         kvc_memory_free(ctx, o.loc[s]);
