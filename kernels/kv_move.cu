@@ -142,102 +142,6 @@ KVC_DEVICE void kvc_mv_write(const kvc_p_kv_move &p, int32_t tile, int cnt, cons
   }
 }
 
-#ifndef KVC_MOVE_REG
-#define KVC_MOVE_REG 0
-#endif
-
-#if KVC_MOVE_REG
-/* Register-staged variant (KVC_MOVE_REG=1; 512 threads, chunk <= 256, every segment
- * moved in 16-byte accesses): the next tile's source rows are loaded into registers while
- * the current tile is stored from shared memory, so each CTA overlaps its own reads and
- * writes without a second shared-memory buffer. KVC_MV_RU = the accesses per thread of a
- * full tile: 256 rows x KVC_W / 16 / 512. */
-#define KVC_MV_RU (KVC_W / 32)
-
-KVC_DEVICE void kvc_mv_reg_load(const kvc_mv_tile &t, int cnt, const int32_t *ssrc, uint4 *r) {
-  constexpr int WV = KVC_W / 16;
-  const int vlen = t.len / 16, total = cnt * WV;
-  const kvc_kv_seg &s = *t.s;
-#pragma unroll
-  for (int u = 0; u < KVC_MV_RU; u++) {
-    const int i = threadIdx.x + u * blockDim.x;
-    if (i >= total) continue;
-    const int row = i / WV, v = i % WV;
-    const int32_t src = ssrc[row];
-    if (v < vlen && src >= 0 && src < s.limit)
-      r[u] = *reinterpret_cast<const uint4 *>(t.base + kvc_seg_offset(s, src) + v * 16);
-  }
-}
-
-/* Registers -> the tile buffer (only the accesses kvc_mv_reg_load made). */
-KVC_DEVICE void kvc_mv_reg_put(const kvc_mv_tile &t, int cnt, const int32_t *ssrc, const uint4 *r, uint8_t *buf) {
-  constexpr int WV = KVC_W / 16;
-  const int vlen = t.len / 16, total = cnt * WV;
-  const kvc_kv_seg &s = *t.s;
-#pragma unroll
-  for (int u = 0; u < KVC_MV_RU; u++) {
-    const int i = threadIdx.x + u * blockDim.x;
-    if (i >= total) continue;
-    const int row = i / WV, v = i % WV;
-    const int32_t src = ssrc[row];
-    if (v < vlen && src >= 0 && src < s.limit) *reinterpret_cast<uint4 *>(buf + row * KVC_W + v * 16) = r[u];
-  }
-}
-
-KVC_DEVICE void kvc_mv_stage_slots(const kvc_p_kv_move &p, int64_t c0, int cnt, int32_t *ssrc, int32_t *stgt) {
-  for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
-    const int64_t a = kvc_load_index(p.src, c0 + i, p.loc_i64), b = kvc_load_index(p.tgt, c0 + i, p.loc_i64);
-    ssrc[i] = (a >= 0 && a <= 0x7fffffff) ? (int32_t)a : -1;
-    stgt[i] = (b >= 0 && b <= 0x7fffffff) ? (int32_t)b : -1;
-  }
-}
-
-/* Items j = (chunk j / mine, the CTA's tile j % mine), in order. Slots are double-buffered
- * by chunk parity; item j+1's loads fly while item j is stored unless both are the same
- * tile (one tile per CTA), where the next chunk must see this chunk's writes. */
-KVC_DEVICE void kvc_mv_register_staged(const kvc_p_kv_move &p, int32_t first, int32_t stride, int32_t mine) {
-  int32_t *slots = reinterpret_cast<int32_t *>(kvc_move_smem + (int64_t)p.chunk * KVC_W);
-  const int64_t nchunks = (p.n + p.chunk - 1) / p.chunk, items = nchunks * mine;
-  uint4 r[KVC_MV_RU];
-  kvc_mv_stage_slots(p, 0, (int)(p.n < p.chunk ? p.n : p.chunk), slots, slots + p.chunk);
-  __syncthreads();
-  kvc_mv_reg_load(kvc_mv_tile_of(p, first), (int)(p.n < p.chunk ? p.n : p.chunk), slots, r);
-  for (int64_t j = 0; j < items; j++) {
-    const int64_t c = j / mine, c0 = c * p.chunk;
-    const int32_t t = first + (int32_t)(j % mine) * stride;
-    const int cnt = (int)(p.n - c0 < p.chunk ? p.n - c0 : p.chunk);
-    int32_t *ssrc = slots + (c & 1) * 2 * p.chunk, *stgt = ssrc + p.chunk;
-    const kvc_mv_tile tile = kvc_mv_tile_of(p, t);
-    __syncthreads(); /* everyone is done storing item j - 1 from the buffer */
-    kvc_mv_reg_put(tile, cnt, ssrc, r, kvc_move_smem);
-    __syncthreads();
-    bool deferred = false;
-    int64_t cn = c, c0n = c0;
-    int32_t tn = t;
-    int cntn = 0;
-    int32_t *nsrc = ssrc;
-    if (j + 1 < items) {
-      cn = (j + 1) / mine;
-      c0n = cn * p.chunk;
-      tn = first + (int32_t)((j + 1) % mine) * stride;
-      cntn = (int)(p.n - c0n < p.chunk ? p.n - c0n : p.chunk);
-      nsrc = slots + (cn & 1) * 2 * p.chunk;
-      if (cn != c) { /* the other parity's chunk was stored completely before the barrier above */
-        kvc_mv_stage_slots(p, c0n, cntn, nsrc, nsrc + p.chunk);
-        __syncthreads();
-      }
-      if (tn != t) kvc_mv_reg_load(kvc_mv_tile_of(p, tn), cntn, nsrc, r);
-      else deferred = true;
-    }
-    kvc_mv_store<16>(tile, cnt, ssrc, stgt, kvc_move_smem);
-    if (deferred) {
-      __syncthreads(); /* this chunk's writes of the tile, visible to the next chunk's reads */
-      kvc_mv_reg_load(kvc_mv_tile_of(p, tn), cntn, nsrc, r);
-    }
-  }
-}
-#endif
-
 /* Shared memory: [S][chunk x KVC_W tile bytes][chunk x int32 src slot][chunk x int32 tgt
  * slot]. Slots are staged once per chunk (coalesced, shared by every tile of the CTA) as
  * int32, -1 for values outside [0, 2^31); each tile applies its segment's [0, limit). */
@@ -246,10 +150,6 @@ extern "C" __global__ void __launch_bounds__(512) kvc_kv_move(const __grid_const
   const int32_t first = (int32_t)blockIdx.x, stride = (int32_t)gridDim.x;
   if (first >= ntiles) return;
   const int32_t mine = (ntiles - 1 - first) / stride + 1; /* tiles of this CTA */
-#if KVC_MOVE_REG
-  kvc_mv_register_staged(p, first, stride, mine);
-  return;
-#endif
   uint32_t dyn;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
   const int64_t per_buf = (int64_t)p.chunk * KVC_W;
