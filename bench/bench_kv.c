@@ -6,7 +6,8 @@
  *   move    32 layers of K and V, N = 64, 1024, 8192; bytes = 64 * N * 2048; disjoint
  *           src / tgt sets ("move": rows streamed directly) and a cycle over the source
  *           set, every target also a source ("move_overlap": the staged path)
- * plus the host microseconds per set_kv call at N = 256 (median, no synchronisation).
+ * plus the host microseconds per set_kv call at N = 256 (median, no synchronisation), next
+ * to an empty kernel launched through the same path (this machine's floor).
  *
  * Timing: `reps` back-to-back launches between two kvc_stream_synchronize calls,
  * divided by reps (no event API is public); 7 such batches, median. Inputs rotate over
@@ -17,6 +18,7 @@
  */
 #define _POSIX_C_SOURCE 199309L
 #include "kvcache.h"
+#include "ops/ops.h" /* internal: the empty-launch baseline */
 
 #include <stdint.h>
 #include <stdio.h>
@@ -207,6 +209,28 @@ int main(int argc, char **argv) {
         double us = median(t, BATCHES) * 1e6;
         printf("set_kv host time per call at N=256: %.2f us (median of %d x %d calls)\n", us, BATCHES, calls);
         if (csv) fprintf(csv, "set_kv_host_us,256,0,%.3f,0,0,0\n", us);
+        /* The floor on this machine: an empty kernel (the decode plan kernel with no
+         * requests and a 2-word payload: 48 bytes of parameters, one warp that returns)
+         * launched through the same path, kvc__kernel_launch -> cuLaunchKernel. */
+        const kvc__kfunc *empty;
+        const kvc__spec spec = {1, {{"KVC_INLINE_WORDS", 2}}};
+        CHECK(kvc__kernel_get(ctx, &kvc__k_plan_decode, &spec, &empty));
+        struct {
+          kvc_p_plan_decode h;
+          uint32_t words[2];
+        } blk;
+        memset(&blk, 0, sizeof blk);
+        for (int b = 0; b < BATCHES; b++) {
+          CHECK(kvc_stream_synchronize(ctx, NULL));
+          double t0 = now();
+          for (int i = 0; i < calls; i++)
+            CHECK(kvc__kernel_launch(ctx, empty, kvc__dim(1, 1, 1), kvc__dim(32, 1, 1), 0, NULL, &blk, sizeof blk));
+          t[b] = (now() - t0) / calls;
+        }
+        CHECK(kvc_stream_synchronize(ctx, NULL));
+        const double floor_us = median(t, BATCHES) * 1e6;
+        printf("empty kernel launch (48-byte parameters) host time per call: %.2f us\n", floor_us);
+        if (csv) fprintf(csv, "empty_launch_host_us,1,0,%.3f,0,0,0\n", floor_us);
       }
       for (int s = 0; s < SETS; s++) {
         kvc_memory_free(ctx, o.loc[s]);
