@@ -26,8 +26,8 @@ __all__ = [
     "__version__", "version", "version_number", "library_path",
     "KvcacheError", "InvalidArgument", "OutOfSlots", "HostOOM", "DeviceOOM", "CudaError",
     "NvrtcError", "NoDevice", "Unsupported", "Misuse", "VersionError", "InternalError",
-    "KvcIOError", "Context", "DeviceBuffer", "ReqToTokenPool", "Allocator", "KVPool",
-    "Tensor", "ReqState", "Flow", "SessionCache", "live_exports",
+    "KvcIOError", "Busy", "Context", "DeviceBuffer", "ReqToTokenPool", "Allocator", "KVPool",
+    "Tensor", "ReqState", "Flow", "SessionCache", "DecodeChannel", "live_exports",
     "REQ_CHUNKED", "REQ_SKIP_CACHE_INSERT",
 ]
 
@@ -114,9 +114,13 @@ class KvcIOError(KvcacheError, OSError):
     pass
 
 
+class Busy(KvcacheError):
+    """The device is too many steps behind the host (decode channel): retry later."""
+
+
 _ERRORS = {1: InvalidArgument, 2: OutOfSlots, 3: HostOOM, 4: DeviceOOM, 5: CudaError,
            6: NvrtcError, 7: NoDevice, 8: Unsupported, 9: Misuse, 10: VersionError,
-           11: InternalError, 12: KvcIOError}
+           11: InternalError, 12: KvcIOError, 13: Busy}
 
 
 def _raise(status, ctx_ptr, func=None):
@@ -705,6 +709,44 @@ class Allocator(_Handle):
 
 
 # --- KV pools ----------------------------------------------------------------------------------
+
+
+class DecodeChannel(_Handle):
+    """alloc_decode split for CUDA graphs (kvc_decode_channel_*): alloc() is the host half
+    (no driver call), enqueue(stream) the device half, which an engine captures once into
+    its decode graph and replays every step."""
+
+    _destroy_fn = staticmethod(lambda p: lib.kvc_decode_channel_destroy(p))
+
+    def __init__(self, allocator, req_pool=None, max_batch=256, depth=8, out_device=None):
+        out = c_void_p()
+        allocator._check(lib.kvc_decode_channel_create(
+            allocator.handle, req_pool.handle if req_pool else None, max_batch, depth,
+            _ptr(out_device), byref(out)))
+        self._alloc = allocator
+        self._req_pool = req_pool
+        self._out_device = out_device
+        super().__init__(out.value, deps=(allocator, req_pool))
+
+    def alloc(self, seq_lens, req_rows=None, last_locs=None):
+        """One decode step: the new slot per request (as Allocator.alloc_decode), published
+        for the next kernel execution."""
+        seq, n = _i64_array(seq_lens)
+        last = _i64_array(last_locs)[0] if last_locs is not None else None
+        rows = _i32_array(req_rows)[0] if req_rows is not None else None
+        out = (c_int64 * max(n, 1))()
+        self._alloc._check(lib.kvc_decode_channel_alloc(self.handle, n, seq, last, rows, out))
+        return list(out[:n])
+
+    def enqueue(self, stream=None):
+        """One execution of the channel's kernel on `stream` (capturable)."""
+        self._alloc._check(lib.kvc_decode_channel_enqueue(self.handle, _stream(stream)))
+
+    def check(self):
+        """(published, applied) steps; raises Misuse if an execution found no step."""
+        pub, app = ctypes.c_uint64(), ctypes.c_uint64()
+        self._alloc._check(lib.kvc_decode_channel_check(self.handle, byref(pub), byref(app)))
+        return pub.value, app.value
 
 
 class KVPool(_Handle):

@@ -111,6 +111,26 @@ def test_decode_and_backup_restore(ctx):
         pass
 
 
+def test_decode_channel_matches_alloc_decode(ctx):
+    pools = [kvc.ReqToTokenPool(ctx, 4, 32) for _ in range(2)]
+    allocs = [kvc.Allocator(ctx, 64, page_size=4) for _ in range(2)]
+    rows = [p.alloc([0, 0]) for p in pools]
+    for a, p, r in zip(allocs, pools, rows):
+        a.alloc_extend([0, 0], [3, 4], req_pool=p, req_rows=r)
+    ch = kvc.DecodeChannel(allocs[0], pools[0], max_batch=2, depth=2)
+    for seq in ([4, 5], [5, 6]):
+        want = allocs[1].alloc_decode(seq, req_pool=pools[1], req_rows=rows[1])
+        assert ch.alloc(seq, req_rows=rows[0]) == want
+        ch.enqueue()
+    assert ch.check() == (2, 2)
+    assert pools[0].row(rows[0][1])[:6] == pools[1].row(rows[1][1])[:6]
+    ch.alloc([6, 7], req_rows=rows[0])
+    ch.alloc([7, 8], req_rows=rows[0])
+    with pytest.raises(kvc.Busy):  # depth 2 published, none applied
+        ch.alloc([8, 9], req_rows=rows[0])
+    ch.close()
+
+
 # --- Errors --------------------------------------------------------------------------------
 
 
