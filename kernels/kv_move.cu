@@ -142,79 +142,6 @@ KVC_DEVICE void kvc_mv_write(const kvc_p_kv_move &p, int32_t tile, int cnt, cons
   }
 }
 
-#ifndef KVC_MOVE_TMA
-#define KVC_MOVE_TMA 0
-#endif
-
-#if KVC_MOVE_TMA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-/* Bulk-copy variant (KVC_MOVE_TMA=1, sm_90+, every segment 16-byte aligned, one thread
- * per row of a chunk of at most blockDim.x rows): each row's tile bytes move with one
- * bulk copy (the Tensor Memory Accelerator) global -> shared, counted on an mbarrier, and
- * once all of the chunk's rows have landed, one bulk copy shared -> global per target row.
- * Same read-before-write order per (tile, chunk) as the cp.async path. */
-KVC_DEVICE uint32_t kvc_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-KVC_DEVICE void kvc_tma_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-}
-
-KVC_DEVICE void kvc_mv_bulk(const kvc_p_kv_move &p, int32_t first, int32_t stride, int32_t mine) {
-  __shared__ __align__(8) uint64_t bar_word;
-  const uint32_t bar = kvc_smem_addr(&bar_word);
-  int32_t *ssrc = reinterpret_cast<int32_t *>(kvc_move_smem + (int64_t)p.chunk * KVC_W), *stgt = ssrc + p.chunk;
-  if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  uint32_t parity = 0;
-  const int i = threadIdx.x;
-  uint8_t *row_buf = kvc_move_smem + (int64_t)i * KVC_W;
-  for (int64_t c0 = 0; c0 < p.n; c0 += p.chunk) {
-    const int cnt = (int)(p.n - c0 < p.chunk ? p.n - c0 : p.chunk);
-    if (i < cnt) {
-      const int64_t a = kvc_load_index(p.src, c0 + i, p.loc_i64), b = kvc_load_index(p.tgt, c0 + i, p.loc_i64);
-      ssrc[i] = (a >= 0 && a <= 0x7fffffff) ? (int32_t)a : -1;
-      stgt[i] = (b >= 0 && b <= 0x7fffffff) ? (int32_t)b : -1;
-    }
-    __syncthreads();
-    for (int k = 0; k < mine; k++) {
-      const kvc_mv_tile t = kvc_mv_tile_of(p, first + k * stride);
-      const kvc_kv_seg &s = *t.s;
-      const int32_t src = i < cnt ? ssrc[i] : -1, tgt = i < cnt ? stgt[i] : -1;
-      const bool load = t.len > 0 && src >= 0 && src < s.limit;
-      if (load) {
-        asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(t.len) : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                         kvc_smem_addr(row_buf)),
-                     "l"(t.base + kvc_seg_offset(s, src)), "r"(t.len), "r"(bar)
-                     : "memory");
-      }
-      __syncthreads(); /* every expected byte count is registered before the arrival */
-      if (threadIdx.x == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-      kvc_tma_wait(bar, parity);
-      parity ^= 1;
-      if (load && tgt >= 0 && tgt < s.limit) {
-        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(t.base + kvc_seg_offset(s, tgt)),
-                     "r"(kvc_smem_addr(row_buf)), "r"(t.len)
-                     : "memory");
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-      }
-      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); /* the buffer may be refilled */
-      __syncthreads();
-    }
-    /* this chunk's writes complete before the next chunk reads (and its slots restage) */
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-    __syncthreads();
-  }
-}
-#endif
-
 /* Shared memory: [S][chunk x KVC_W tile bytes][chunk x int32 src slot][chunk x int32 tgt
  * slot]. Slots are staged once per chunk (coalesced, shared by every tile of the CTA) as
  * int32, -1 for values outside [0, 2^31); each tile applies its segment's [0, limit). */
@@ -223,10 +150,6 @@ extern "C" __global__ void __launch_bounds__(512) kvc_kv_move(const __grid_const
   const int32_t first = (int32_t)blockIdx.x, stride = (int32_t)gridDim.x;
   if (first >= ntiles) return;
   const int32_t mine = (ntiles - 1 - first) / stride + 1; /* tiles of this CTA */
-#if KVC_MOVE_TMA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  kvc_mv_bulk(p, first, stride, mine);
-  return;
-#endif
   uint32_t dyn;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
   const int64_t per_buf = (int64_t)p.chunk * KVC_W;

@@ -28,7 +28,6 @@ static const compile_case cases[] = {
     {"kv_move.cu", {"-DKVC_W=64", NULL}},
     {"kv_move.cu", {"-DKVC_W=128", NULL}},
     {"kv_move.cu", {"-DKVC_W=512", NULL}},
-    {"kv_move.cu", {"-DKVC_W=256", "-DKVC_MOVE_TMA=1", NULL}},
     {"kv_offload.cu", {NULL}},
     {"req_to_token.cu", {NULL}},
     {"req_to_token.cu", {"-DKVC_INLINE_WORDS=1000", NULL}},

@@ -28,26 +28,23 @@
 
 #define MEMO_MOVE 10      /* W = 16, 32, 64, 128 */
 #define MEMO_MOVE_WIDE 28 /* W = 256, 512 */
-#define MEMO_MOVE_BULK 20 /* bulk-copy W = 256, 512, 128 */
 
-/* KVC_MOVE_TUNE="W,S[,threads[,one[,bulk]]]" (benchmarks): forced tile width / depth /
- * CTA size; one = 1: one tile per CTA (a partial second wave) instead of equal tile
- * counts; bulk = 1 / 2: force the bulk-copy (TMA) kernel on / off where it applies. */
-static void move_tune(int *w, int *s, int *t, int *one, int *bulk) {
-  static volatile int done, tw, ts, tt, t1, tb;
+/* KVC_MOVE_TUNE="W,S[,threads[,one]]" (benchmarks): forced tile width / depth / CTA size;
+ * one = 1: one tile per CTA (a partial second wave) instead of equal tile counts. */
+static void move_tune(int *w, int *s, int *t, int *one) {
+  static volatile int done, tw, ts, tt, t1;
   if (!done) {
     const char *e = getenv("KVC_MOVE_TUNE");
-    int a = 0, b = 0, c = 0, d = 0, f = 0;
-    if (e && sscanf(e, "%d,%d,%d,%d,%d", &a, &b, &c, &d, &f) >= 2 && (a == 16 || a == 32 || a == 64 || a == 128 || a == 256 || a == 512) && b >= 1 && b <= 4) {
+    int a = 0, b = 0, c = 0, d = 0;
+    if (e && sscanf(e, "%d,%d,%d,%d", &a, &b, &c, &d) >= 2 && (a == 16 || a == 32 || a == 64 || a == 128 || a == 256 || a == 512) && b >= 1 && b <= 4) {
       tw = a;
       ts = b;
       tt = (c == 256 || c == 512) ? c : 0;
       t1 = d == 1;
-      tb = (f == 1 || f == 2) ? f : 0;
     }
     done = 1;
   }
-  *w = tw, *s = ts, *t = tt, *one = t1, *bulk = tb;
+  *w = tw, *s = ts, *t = tt, *one = t1;
 }
 
 /* Dynamic shared memory a block may use / a multiprocessor holds, by compute capability
@@ -151,8 +148,8 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   for (int64_t c = KVC__MIN(256, wcap); c >= 16 && !w; c /= 2)
     if (cnt * (c + 8) <= blk_max) w = c;
   if (!w) w = 16; /* the launch reports the shared-memory limit */
-  int tw, ts, tt, one_tile, bulk_tune;
-  move_tune(&tw, &ts, &tt, &one_tile, &bulk_tune);
+  int tw, ts, tt, one_tile;
+  move_tune(&tw, &ts, &tt, &one_tile);
   if (tw && tw <= KVC__MAX(16, wcap) && cnt * (ts * tw + 8) <= blk_max) w = tw, stages = ts;
 
   int64_t ctas = 0;
@@ -170,26 +167,16 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   p.nseg = ns;
   p.chunk = (int32_t)chunk;
 
-  /* The bulk-copy (TMA) kernel: sm_90+, 16-byte accesses in every segment (bulk copies
-   * move multiples of 16 bytes between 16-byte aligned addresses), one thread per row. */
-  bool all16 = true;
-  for (int i = 0; i < ns; i++) all16 = all16 && p.seg[i].vec == 16;
-  kvc_device_info di;
-  const bool sm90 = kvc_context_backend(ctx) == KVC_BACKEND_CUDA && kvc_context_device_info(ctx, &di) == KVC_OK &&
-                    di.compute_major >= 9;
-  const bool use_bulk = bulk_tune == 1 && sm90 && all16 && stages == 1 && w >= 128;
   const int memo_i = w == 16 ? 0 : w == 32 ? 1 : w == 64 ? 2 : w == 128 ? 3 : w == 256 ? 4 : 5;
-  const int bulk_i = w == 256 ? 0 : w == 512 ? 1 : 2;
-  const kvc__kfunc **memo = use_bulk ? &pool->kfunc[MEMO_MOVE_BULK + bulk_i]
-                                     : &pool->kfunc[memo_i < 4 ? MEMO_MOVE + memo_i : MEMO_MOVE_WIDE + memo_i - 4];
+  const kvc__kfunc **memo = &pool->kfunc[memo_i < 4 ? MEMO_MOVE + memo_i : MEMO_MOVE_WIDE + memo_i - 4];
   if (!*memo) {
-    kvc__spec spec = {use_bulk ? 2 : 1, {{"KVC_W", w}, {"KVC_MOVE_TMA", 1}}};
+    kvc__spec spec = {1, {{"KVC_W", w}}};
     KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_kv_move, &spec, memo));
   }
   /* The kernel derives S from this exact size. Persistent grid: as many CTAs as fit. */
   const int64_t smem = cnt * (stages * w + 8);
   const int64_t per_sm = KVC__MAX(1, sm_max / (smem + 1024));
-  const int threads = use_bulk ? 256 : tt ? tt : per_sm >= 4 ? 256 : 512;
+  const int threads = tt ? tt : per_sm >= 4 ? 256 : 512;
   const int64_t resident = (int64_t)kvc__num_sms(ctx) * KVC__MIN(per_sm, 2048 / threads);
   /* Equal tile counts per CTA: k tiles each on ceil(ctas / k) CTAs, k the fewest that
    * fits the resident CTAs (a persistent grid with some CTAs owning one tile more would
