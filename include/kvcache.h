@@ -1530,7 +1530,8 @@ KVC_API kvc_status kvc_swa_kv_pool_set_kv(kvc_swa_kv_pool *pool, int32_t layer_i
 /** kvc_swa_kv_pool_move() : SGLang move_kv_cache: the full pool moves tgt <- src (full
  *  slots), then both vectors are translated (two small launches) and the SWA pool moves the
  *  translated rows (-1 skipped). Chunks of translate_capacity pairs are moved one after
- *  the other (overlap is simultaneous only within a chunk, as SGLang). Capturable. */
+ *  the other, each with kvc_kv_pool_move()'s semantics (SGLang's chunks of 256 / 128
+ *  pairs, each a simultaneous copy). Capturable. */
 KVC_API kvc_status kvc_swa_kv_pool_move(kvc_swa_kv_pool *pool, const void *tgt_loc,
                                         const void *src_loc, kvc_index_type loc_type, size_t n,
                                         kvc_stream stream);
