@@ -43,7 +43,7 @@ static inline kvc_status check_last_loc(kvc_allocator *a, const char *fn, size_t
   const int64_t ps = a->ps;
   if (last < ps || last >= (a->num_pages + 1) * ps)
     return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "request %zu: last_loc %lld is out of range [%lld, %lld)",
-                      i, (long long)last, (long long)ps, (long long)((a->num_pages + 1) * ps));
+                      i, (long long)last, (long long)ps, (long long)(a->num_pages + 1) * (long long)ps);
   if (kvc__pg_mod(a, last) != kvc__pg_mod(a, pos))
     return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn,
                       "request %zu: last_loc %lld sits at in-page offset %lld, token %lld needs offset %lld", i,

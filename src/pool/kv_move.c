@@ -56,9 +56,8 @@ static void smem_limits(kvc_context *ctx, int64_t *block, int64_t *sm) {
     return;
   }
   const int cc = di.compute_major * 10 + di.compute_minor;
-  if (cc >= 90 && cc < 100) *block = 227 * 1024, *sm = 228 * 1024;
+  if (cc >= 90) *block = 227 * 1024, *sm = 228 * 1024; /* Hopper, Blackwell */
   else if (cc == 80 || cc == 87) *block = 163 * 1024, *sm = 164 * 1024;
-  else if (cc >= 100) *block = 227 * 1024, *sm = 228 * 1024;
   else *block = 99 * 1024, *sm = 100 * 1024;
 }
 
