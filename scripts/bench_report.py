@@ -11,7 +11,8 @@ leaves. Each file is recognised by its header:
     ceiling measured in the same run (dashed);
   * host time per scheduler step (bench_alloc, bench_swa: case,variant,batch,page_size,
     median_us,...): one PNG per file, one panel per case, median microseconds per call vs
-    batch size, library (solid) vs naive (dashed), one colour per page size;
+    batch size, library (solid) vs naive (dashed), decode channel dotted / dash-dot, one
+    colour per page size;
   * startup (bench_startup): a bar chart of context / kernel-load time, cold vs warm.
 Writes <out>/<csv name>.png and prints what it wrote. Needs matplotlib (pip install
 matplotlib). Numbers come only from the CSVs; nothing is computed but unit changes.
@@ -154,7 +155,11 @@ def plot_host_step(name, rows, out):
                 ax.bar(i, pts[0][1], color=colors[ps], alpha=0.5 if naive else 1.0,
                        hatch="//" if naive else None, label=label)
             else:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], "--" if naive else "-",
+                # library solid, naive dashed, decode channel dotted (host half) or
+                # dash-dot (host half + a plain launch)
+                style = ("--" if naive else ":" if variant.endswith("(graph path)")
+                         else "-." if variant.startswith("channel") else "-")
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style,
                         marker="o", color=colors[ps], label=label)
         if single_batch:
             ax.set_xticks([])
