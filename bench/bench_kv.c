@@ -4,10 +4,11 @@
  *   set_kv  Llama-3-8B rows (8 heads x 128 bf16 = 2048 B per K and per V row),
  *           N = 1, 256, 8192, 65536; bytes = 2 * N * 2048 read and written
  *   move    32 layers of K and V, N = 64, 1024, 8192; bytes = 64 * N * 2048; disjoint
- *           src / tgt sets ("move": rows streamed directly) and a cycle over the source
- *           set, every target also a source ("move_overlap": the staged path)
+ *           src / tgt sets ("move") and a cycle over the source set, every target also a
+ *           source ("move_overlap"); both take the same staged kernel
  * plus the host microseconds per set_kv call at N = 256 (median, no synchronisation), next
- * to an empty kernel launched through the same path (this machine's floor).
+ * to an empty kernel launched through the same path (this machine's floor), on the legacy
+ * default stream and on a non-blocking stream (created through libcuda when it loads).
  *
  * Timing: `reps` back-to-back launches between two kvc_stream_synchronize calls,
  * divided by reps (no event API is public); 7 such batches, median. Inputs rotate over
@@ -19,6 +20,8 @@
 #define _POSIX_C_SOURCE 199309L
 #include "kvcache.h"
 #include "ops/ops.h" /* internal: the empty-launch baseline */
+
+#include <dlfcn.h>
 
 #include <stdint.h>
 #include <stdio.h>
@@ -85,19 +88,66 @@ typedef struct op_ctx {
   void *csrc[SETS], *cdst[SETS];
   size_t n, copy_bytes;
   int kind; /* 0 set_kv, 1 move, 2 copy, 3 move with overlapping sets */
+  kvc_stream stream;
 } op_ctx;
+
+/* The floor on this machine: an empty kernel (the decode plan kernel with no requests and
+ * a 2-word payload: 48 bytes of parameters, one warp that returns) launched through the
+ * same path as every library kernel, kvc__kernel_launch -> cuLaunchKernel. */
+static void empty_launch(kvc_stream stream) {
+  static const kvc__kfunc *empty;
+  if (!empty) {
+    const kvc__spec spec = {1, {{"KVC_INLINE_WORDS", 2}}};
+    CHECK(kvc__kernel_get(ctx, &kvc__k_plan_decode, &spec, &empty));
+  }
+  struct {
+    kvc_p_plan_decode h;
+    uint32_t words[2];
+  } blk;
+  memset(&blk, 0, sizeof blk);
+  CHECK(kvc__kernel_launch(ctx, empty, kvc__dim(1, 1, 1), kvc__dim(32, 1, 1), 0, stream, &blk, sizeof blk));
+}
+
+/* A CU_STREAM_NON_BLOCKING stream from libcuda (engines launch on their own streams), or
+ * NULL on the host backend / without the driver. Never destroyed (process lifetime). */
+static kvc_stream nonblocking_stream(void) {
+  if (kvc_context_backend(ctx) != KVC_BACKEND_CUDA) return NULL;
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return NULL;
+  int (*create)(void **, unsigned);
+  *(void **)&create = dlsym(lib, "cuStreamCreate");
+  void *stream = NULL;
+  if (!create || create(&stream, 1u /* CU_STREAM_NON_BLOCKING */) != 0) return NULL;
+  return stream;
+}
 
 static void run_op(op_ctx *o, int i) {
   const int s = i % SETS;
   if (o->kind == 0)
     CHECK(kvc_kv_pool_set_kv(o->pool, i % o->layers, o->loc[s], KVC_INDEX_I64, o->n, o->k[s], o->v[s], KVC_DTYPE_BF16, 0, 0,
-                             NULL, 1.0f, NULL, 1.0f, NULL));
+                             NULL, 1.0f, NULL, 1.0f, o->stream));
   else if (o->kind == 1)
     CHECK(kvc_kv_pool_move(o->pool, o->loc2[s], o->loc[s], KVC_INDEX_I64, o->n, NULL));
   else if (o->kind == 3)
     CHECK(kvc_kv_pool_move(o->pool, o->loc3[s], o->loc[s], KVC_INDEX_I64, o->n, NULL));
+  else if (o->kind == 4)
+    empty_launch(o->stream);
   else
     CHECK(kvc_memcpy_d2d(ctx, o->cdst[s], o->csrc[s], o->copy_bytes, NULL));
+}
+
+/* Median host seconds per call of `calls` back-to-back calls, in microseconds. */
+static double host_us_per_call(op_ctx *o, int calls) {
+  double t[BATCHES];
+  run_op(o, 0); /* resolves the kernel */
+  for (int b = 0; b < BATCHES; b++) {
+    CHECK(kvc_stream_synchronize(ctx, o->stream));
+    double t0 = now();
+    for (int i = 0; i < calls; i++) run_op(o, i);
+    t[b] = (now() - t0) / calls;
+  }
+  CHECK(kvc_stream_synchronize(ctx, o->stream));
+  return median(t, BATCHES) * 1e6;
 }
 
 /* Median seconds per call. */
@@ -196,41 +246,21 @@ int main(int argc, char **argv) {
       report("set_kv", o.n, 2.0 * (double)o.copy_bytes, t_op, t_copy);
       if (o.n == 256) {
         /* host cost per call: launches only, no synchronisation inside the timing */
-        o.kind = 0;
-        double t[BATCHES];
-        const int calls = quick ? 50 : 200;
-        for (int b = 0; b < BATCHES; b++) {
-          CHECK(kvc_stream_synchronize(ctx, NULL));
-          double t0 = now();
-          for (int i = 0; i < calls; i++) run_op(&o, i);
-          t[b] = (now() - t0) / calls;
+        kvc_stream streams[2] = {NULL, nonblocking_stream()};
+        for (int k = 0; k < 2; k++) {
+          if (k == 1 && !streams[1]) break;
+          const char *sname = k ? "non-blocking stream" : "default stream";
+          o.stream = streams[k];
+          o.kind = 0;
+          const double us = host_us_per_call(&o, quick ? 50 : 200);
+          printf("set_kv host time per call at N=256 (%s): %.2f us\n", sname, us);
+          if (csv) fprintf(csv, "set_kv_host_us%s,256,0,%.3f,0,0,0\n", k ? "_nonblocking" : "", us);
+          o.kind = 4;
+          const double floor_us = host_us_per_call(&o, quick ? 50 : 200);
+          printf("empty kernel launch (48-byte parameters) host time per call (%s): %.2f us\n", sname, floor_us);
+          if (csv) fprintf(csv, "empty_launch_host_us%s,1,0,%.3f,0,0,0\n", k ? "_nonblocking" : "", floor_us);
         }
-        CHECK(kvc_stream_synchronize(ctx, NULL));
-        double us = median(t, BATCHES) * 1e6;
-        printf("set_kv host time per call at N=256: %.2f us (median of %d x %d calls)\n", us, BATCHES, calls);
-        if (csv) fprintf(csv, "set_kv_host_us,256,0,%.3f,0,0,0\n", us);
-        /* The floor on this machine: an empty kernel (the decode plan kernel with no
-         * requests and a 2-word payload: 48 bytes of parameters, one warp that returns)
-         * launched through the same path, kvc__kernel_launch -> cuLaunchKernel. */
-        const kvc__kfunc *empty;
-        const kvc__spec spec = {1, {{"KVC_INLINE_WORDS", 2}}};
-        CHECK(kvc__kernel_get(ctx, &kvc__k_plan_decode, &spec, &empty));
-        struct {
-          kvc_p_plan_decode h;
-          uint32_t words[2];
-        } blk;
-        memset(&blk, 0, sizeof blk);
-        for (int b = 0; b < BATCHES; b++) {
-          CHECK(kvc_stream_synchronize(ctx, NULL));
-          double t0 = now();
-          for (int i = 0; i < calls; i++)
-            CHECK(kvc__kernel_launch(ctx, empty, kvc__dim(1, 1, 1), kvc__dim(32, 1, 1), 0, NULL, &blk, sizeof blk));
-          t[b] = (now() - t0) / calls;
-        }
-        CHECK(kvc_stream_synchronize(ctx, NULL));
-        const double floor_us = median(t, BATCHES) * 1e6;
-        printf("empty kernel launch (48-byte parameters) host time per call: %.2f us\n", floor_us);
-        if (csv) fprintf(csv, "empty_launch_host_us,1,0,%.3f,0,0,0\n", floor_us);
+        o.stream = NULL;
       }
       for (int s = 0; s < SETS; s++) {
         kvc_memory_free(ctx, o.loc[s]);
