@@ -325,7 +325,7 @@ static uint64_t fingerprint(void) {
 
 /* --- Scenarios ------------------------------------------------------------------------ */
 
-enum { C_NONE, C_RP, C_ALLOC, C_KV, C_MAMBA, C_SWA, C_SWAKV, C_HYB, C_HKV, C_FLOW, C_SESS };
+enum { C_NONE, C_RP, C_ALLOC, C_KV, C_MAMBA, C_SWA, C_SWAKV, C_HYB, C_HKV, C_FLOW, C_SESS, C_CHAN };
 
 static void destroy_created(void) {
   void *o = W.created;
@@ -342,6 +342,7 @@ static void destroy_created(void) {
   case C_HKV: kvc_hybrid_kv_pool_destroy(o); break;
   case C_FLOW: kvc_flow_destroy(o); break;
   case C_SESS: kvc_session_cache_destroy(o); break;
+  case C_CHAN: kvc_decode_channel_destroy(o); break;
   }
 }
 
@@ -355,6 +356,9 @@ static void destroy_created(void) {
     return st_;                                                                             \
   } while (0)
 
+static kvc_status op_create_chan(void) {
+  CREATE(C_CHAN, kvc_decode_channel_create(W.pag, W.rp, 4, 2, W.dout, (kvc_decode_channel **)&o_));
+}
 static kvc_status op_create_rp(void) {
   kvc_req_to_token_pool_config c = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
   c.size = 5, c.max_context_len = 33;
@@ -626,6 +630,7 @@ static const scenario scenarios[] = {
     {"hybrid_kv_pool_create", op_create_hkv, 0, 0, NULL},
     {"flow_create", op_create_flow, 0, 0, NULL},
     {"session_cache_create", op_create_sess, 0, 0, NULL},
+    {"decode_channel_create", op_create_chan, 0, 0, NULL},
     {"req_to_token_pool_alloc", op_rp_alloc, 0, 0, NULL},
     {"req_to_token_pool_write", op_rp_write, 0, 0, NULL},
     {"req_to_token_pool_write(staged)", op_rp_write_big, 0, 0, NULL},
