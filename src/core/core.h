@@ -76,12 +76,23 @@ void kvc__core_init(kvc__core *core, const kvc_context_config *config);
 
 /** Records "func: message" as the calling thread's last error on ctx (ctx may be NULL)
  *  and returns `status`. Never allocates. */
-kvc_status kvc__error(const kvc_context *ctx, kvc_status status, const char *func,
-                      const char *fmt, ...)
+kvc_status (kvc__error)(const kvc_context *ctx, kvc_status status, const char *func, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
+#if defined(__GNUC__)
+/* Calls go through this macro so that their result is visibly `status` itself (evaluated
+ * once): the static analyzer does not look into error.c, so it would otherwise assume
+ * that `return kvc__error(...)` may return KVC_OK, i.e. that a failed check falls through
+ * to callers with its out-parameters unset. */
+#define kvc__error(ctx, status, ...)                                                        \
+  __extension__({                                                                           \
+    const kvc_status kvc_err_st_ = (status);                                                \
+    (void)(kvc__error)((ctx), kvc_err_st_, __VA_ARGS__);                                    \
+    kvc_err_st_;                                                                            \
+  })
+#endif
 kvc_status kvc__verror(const kvc_context *ctx, kvc_status status, const char *func,
                        const char *fmt, va_list ap);
 /** Appends text to the thread's last error on ctx (for NVRTC logs). */

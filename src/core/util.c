@@ -35,6 +35,7 @@ void kvc__log(const kvc_context *ctx, int level, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "kvcache: %s: ", names[level < 0 ? 0 : level > 3 ? 3 : level]);
+  /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): va_start is above (see error.c) */
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);

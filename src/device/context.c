@@ -60,10 +60,7 @@ kvc_status kvc_context_create(const kvc_context_config *config, kvc_context **ou
     st = kvc__cuda_context_init(ctx, want == KVC_BACKEND_CUDA);
     if (st == KVC_OK) ctx->backend = KVC_BACKEND_CUDA;
     else if (want == KVC_BACKEND_CUDA) goto fail;
-    else {
-      kvc__log(ctx, KVC_LOG_INFO, "no CUDA (%s); using the host backend", kvc_last_error(ctx));
-      st = KVC_OK;
-    }
+    else kvc__log(ctx, KVC_LOG_INFO, "no CUDA (%s); using the host backend", kvc_last_error(ctx));
   }
   if (ctx->backend != KVC_BACKEND_CUDA) ctx->backend = KVC_BACKEND_HOST;
   KVC_CHECK_GOTO(kvc__kcache_create(ctx), st, fail);

@@ -44,7 +44,7 @@ kvc_status kvc__kcache_create(kvc_context *ctx) {
   kvc__kcache *kc = kvc__calloc(ctx, 1, sizeof *kc);
   if (!kc) return kvc__error(ctx, KVC_ERR_HOST_OOM, "kvc_context_create", "kernel cache");
   kc->cap = 64;
-  kc->slots = kvc__calloc(ctx, kc->cap, sizeof *kc->slots);
+  kc->slots = kvc__calloc(ctx, kc->cap, sizeof(kvc__kfunc *)); /* a table of pointers */
   if (!kc->slots) {
     kvc__free(ctx, kc);
     return kvc__error(ctx, KVC_ERR_HOST_OOM, "kvc_context_create", "kernel cache");
@@ -78,7 +78,7 @@ kvc_status kvc__kcache_stats(kvc_context *ctx, kvc_kernel_cache_stats *out) {
 static kvc_status table_insert(kvc_context *ctx, kvc__kcache *kc, kvc__kfunc *f) {
   if ((kc->count + 1) * 2 > kc->cap) {
     size_t cap = kc->cap * 2;
-    kvc__kfunc **slots = kvc__calloc(ctx, cap, sizeof *slots);
+    kvc__kfunc **slots = kvc__calloc(ctx, cap, sizeof(kvc__kfunc *));
     if (!slots) return kvc__error(ctx, KVC_ERR_HOST_OOM, "kvc__kernel_get", "kernel table");
     for (size_t i = 0; i < kc->cap; i++) {
       kvc__kfunc *g = kc->slots[i];
@@ -229,7 +229,8 @@ static kvc_status build(kvc_context *ctx, const kvc__kernel_def *def, const char
 /* Hash of (def, spec) without formatting anything: the hit path of every launch. Spec
  * names are compared by content, so equal specs built in different places match. */
 static uint64_t spec_hash(const kvc__kernel_def *def, const kvc__spec *spec) {
-  uint64_t h = kvc__hash(KVC__HASH_SEED, &def, sizeof def);
+  const uintptr_t def_id = (uintptr_t)def; /* the definition's address is its identity */
+  uint64_t h = kvc__hash(KVC__HASH_SEED, &def_id, sizeof def_id);
   int n = spec ? spec->count : 0;
   h = kvc__hash(h, &n, sizeof n);
   for (int i = 0; i < n; i++) {
@@ -243,7 +244,7 @@ static bool spec_equal(const kvc__kfunc *f, const kvc__kernel_def *def, const kv
   int n = spec ? spec->count : 0;
   if (f->def != def || f->spec.count != n) return false;
   for (int i = 0; i < n; i++)
-    if (f->spec.def[i].value != spec->def[i].value || strcmp(f->spec.def[i].name, spec->def[i].name)) return false;
+    if (f->spec.def[i].value != spec->def[i].value || strcmp(f->spec.def[i].name, spec->def[i].name) != 0) return false;
   return true;
 }
 

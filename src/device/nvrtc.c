@@ -39,7 +39,7 @@ static struct {
   int max_arch;
   int archs[64];
   int num_archs;
-#define X(req, name) __typeof__(name) *name;
+#define X(req, name) __typeof__(name) *name; /* NOLINT(bugprone-macro-parentheses): name is the member's declarator */
   NVRTC_SYMS(X)
 #undef X
 } nv;
@@ -49,7 +49,7 @@ static char nv_path[256];
 static bool nv_resolve(void *handle) {
 #define X(req, name)                                                                        \
   nv.name = (__typeof__(name) *)dlsym(handle, #name);                                       \
-  if (req && !nv.name) return false;
+  if ((req) && !nv.name) return false;
   NVRTC_SYMS(X)
 #undef X
   return true;

@@ -109,11 +109,9 @@ kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_
   }
   if (ctx->core.options.canary && ctx->canary_pool) {
     /* KVC_CANARY / KVC_CONTEXT_CANARY: guard the context's latest KV pool. */
-    st = kvc_flow_set_canary(f, (kvc_kv_pool *)ctx->canary_pool);
-    if (st != KVC_OK) {
+    /* Best effort: a flow without the canary still works, so the failure is only logged. */
+    if (kvc_flow_set_canary(f, (kvc_kv_pool *)ctx->canary_pool) != KVC_OK)
       kvc__log(ctx, KVC_LOG_WARN, "canary mode not enabled for this flow: %s", kvc_last_error(ctx));
-      st = KVC_OK;
-    }
   }
   *out = f;
   return KVC_OK;

@@ -121,8 +121,8 @@ kvc_status kvc_flow_release(kvc_flow *f, kvc_req_state *const *reqs, size_t n, i
   KVC_RETURN_IF(n > (size_t)INT32_MAX, f->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu too large", n);
   size_t marked = 0;
   kvc_status vst = validate_release(f, reqs, n, &marked);
-  for (size_t i = 0; i < marked; i++)
-    if (reqs[i] && reqs[i]->req_row > 0) f->row_seen[reqs[i]->req_row] = 0;
+  for (size_t i = 0; i < marked; i++) /* reqs[0, marked) passed the NULL check */
+    if (reqs[i]->req_row > 0) f->row_seen[reqs[i]->req_row] = 0;
   if (vst != KVC_OK) return vst;
   f->stream = stream;
   KVC_FORWARD(kvc__flow_group_begin(f));

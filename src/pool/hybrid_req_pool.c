@@ -116,7 +116,7 @@ static kvc_status reserve(kvc_hybrid_req_pool *p, const char *fn, size_t n) {
   if (n <= p->cap) return KVC_OK;
   size_t cap = KVC__MAX(n, 2 * p->cap);
   cap = KVC__MAX(cap, (size_t)64);
-  const size_t per = (size_t)(1 + p->pp);
+  const size_t per = 1 + (size_t)p->pp;
   int32_t *rows = kvc__malloc(p->ctx, cap * 4), *ids = kvc__malloc(p->ctx, cap * per * 4);
   int64_t *wi = kvc__malloc(p->ctx, cap * per * 8), *wv = kvc__malloc(p->ctx, cap * per * 8);
   uint32_t *words = kvc__malloc(p->ctx, (3 * cap * per + 16) * 4);

@@ -55,6 +55,10 @@ struct kvc_swa_allocator {
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* Whether the SWA side is an allocator of its own (a->swa non-NULL and != a->full): the
+ * invariant of create, stated once (pure: swa == full; ring: swa == NULL). */
+static bool has_swa_side(const kvc_swa_allocator *a) { return !a->pure && !a->ring; }
+
 /* --- Shared kernel helpers (declared in swa.h) -------------------------------------- */
 
 kvc_status kvc__swa_map_write(kvc_context *ctx, unsigned char *scratch, const kvc__kfunc **kcache, void *dst,
@@ -687,11 +691,12 @@ static kvc_status plan_swa_free(kvc_swa_allocator *a, const char *fn, const int6
       a->fmark[pg] = 1;
       a->pages[p_n++] = pg;
       for (int64_t j = 0; j < ps; j++) {
-        const int32_t w = a->map[pg * ps + j];
+        const int64_t fs = pg * ps + j;
+        const int32_t w = a->map[fs];
         if (w <= 0) continue;
         if (!page_held(a->swa, w / ps)) {
           st = kvc__error(a->ctx, KVC_ERR_INTERNAL, fn, "full slot %lld maps to SWA slot %d, which is not held",
-                          (long long)(pg * ps + j), w);
+                          (long long)fs, w);
           break;
         }
         if (a->smark[w / ps]) continue;
@@ -813,7 +818,7 @@ kvc_status kvc_swa_allocator_free_group_begin(kvc_swa_allocator *a) {
   SWA_ENTRY(a);
   KVC_RETURN_IF(a->in_group, a->ctx, KVC_ERR_MISUSE, "a free group is already open (groups do not nest)");
   KVC_FORWARD(kvc_allocator_free_group_begin(a->full));
-  if (a->swa && a->swa != a->full) {
+  if (has_swa_side(a)) {
     kvc_status st = kvc_allocator_free_group_begin(a->swa);
     if (st != KVC_OK) {
       kvc_allocator_free_group_end(a->full);
@@ -829,7 +834,7 @@ kvc_status kvc_swa_allocator_free_group_end(kvc_swa_allocator *a) {
   KVC_RETURN_IF(!a->in_group, a->ctx, KVC_ERR_MISUSE, "no free group is open");
   a->in_group = false;
   kvc_status st = KVC_OK;
-  if (a->swa && a->swa != a->full) st = kvc_allocator_free_group_end(a->swa); /* SWA releases first (7.8) */
+  if (has_swa_side(a)) st = kvc_allocator_free_group_end(a->swa); /* SWA releases first (7.8) */
   KVC_CLEANUP_KEEP_FIRST(kvc_allocator_free_group_end(a->full), st);
   return finish(a, st);
 }
@@ -838,7 +843,7 @@ kvc_status kvc_swa_allocator_clear(kvc_swa_allocator *a, kvc_stream stream) {
   SWA_ENTRY(a);
   if (!a->pure) KVC_FORWARD(kvc__dev_memset(a->ctx, a->dmap, 0, (size_t)(a->map_len - 1) * 8, stream));
   kvc_status st = kvc_allocator_clear(a->full);
-  if (a->swa && a->swa != a->full) KVC_CLEANUP_KEEP_FIRST(kvc_allocator_clear(a->swa), st);
+  if (has_swa_side(a)) KVC_CLEANUP_KEEP_FIRST(kvc_allocator_clear(a->swa), st);
   if (!a->pure) memset(a->map, 0, (size_t)(a->map_len - 1) * sizeof *a->map);
   a->in_group = false;
   return finish(a, st);
@@ -847,7 +852,7 @@ kvc_status kvc_swa_allocator_clear(kvc_swa_allocator *a, kvc_stream stream) {
 kvc_status kvc_swa_allocator_check(const kvc_swa_allocator *a) {
   SWA_ENTRY(a);
   KVC_FORWARD(kvc_allocator_check(a->full));
-  if (a->swa && a->swa != a->full) KVC_FORWARD(kvc_allocator_check(a->swa));
+  if (has_swa_side(a)) KVC_FORWARD(kvc_allocator_check(a->swa));
   KVC_RETURN_IF(a->map[a->map_len - 1] != -1, a->ctx, KVC_ERR_INTERNAL, "mapping's last entry is %d, not -1",
                 a->map[a->map_len - 1]);
   if (a->pure || a->ring) return KVC_OK;

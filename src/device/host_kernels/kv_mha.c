@@ -80,7 +80,9 @@ void kvc_host_kv_rows(const void *params) {
           memcpy(in, dense + r * sb, (size_t)sb);
           convert(sp->src_dt, sp->dst_dt, sp->g, 0, in, 0, side ? vdiv : kdiv, out, &s);
           memcpy(pool + r * db, out, (size_t)db);
-          if (sp->dst_dt == DT_FP4) pscale[r] = s;
+          /* An FP4 pool always has its scale region (src/pool/kv_mha.c pool_side); like the
+           * gather side above, only a present region is touched. */
+          if (sp->dst_dt == DT_FP4 && pscale) pscale[r] = s;
         }
       }
     }
@@ -101,6 +103,7 @@ void kvc_host_kv_move(const void *params) {
   int64_t max_row = 0;
   for (int g = 0; g < p->nseg; g++) max_row = p->seg[g].row_bytes > max_row ? p->seg[g].row_bytes : max_row;
   const int64_t chunk = p->n < p->chunk ? p->n : p->chunk;
+  if (chunk <= 0 || max_row <= 0) return; /* nothing to copy (and no malloc(0), which may return NULL) */
   uint8_t *tmp = malloc((size_t)(chunk * max_row));
   if (!tmp) abort(); /* host twin scratch; chunk * row bytes is small on the host backend */
   for (int g = 0; g < p->nseg; g++) {
