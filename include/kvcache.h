@@ -1823,6 +1823,18 @@ KVC_API kvc_status kvc_flow_alloc_for_decode(kvc_flow *flow, kvc_req_state *cons
                                              int32_t token_per_req, int64_t *out_cache_loc,
                                              kvc_stream stream);
 
+/** kvc_flow_set_decode_channel() : routes the flow's decode steps of one token per request
+ *  through `channel` (NULL: back to kvc_allocator_alloc_decode): kvc_flow_alloc_for_decode
+ *  then publishes each step with kvc_decode_channel_alloc() instead of launching, and the
+ *  channel's kernel (captured in the engine's decode graph) writes the channel's out_device
+ *  and the table. Everything else the call does is unchanged. The channel must be over the
+ *  flow's allocator and req_pool, and must outlive its use here. With a channel,
+ *  alloc_for_decode's out_cache_loc must be NULL or the channel's out_device, and it
+ *  returns KVC_ERR_BUSY (nothing changed) when the device is `depth` steps behind.
+ *  @return KVC_ERR_INVALID_ARGUMENT for a channel over other objects, KVC_ERR_UNSUPPORTED
+ *  for a flow over an SWA allocator. */
+KVC_API kvc_status kvc_flow_set_decode_channel(kvc_flow *flow, kvc_decode_channel *channel);
+
 /** kvc_flow_release() : SGLang release_kv_cache for n finished requests, in one free
  *  group: the cache takes [0, committed), the over-allocated tail is freed page-aligned,
  *  the Mamba state goes back when the cache does not manage it, the request row is

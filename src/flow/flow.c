@@ -151,6 +151,7 @@ static kvc_status alloc_extend(kvc_flow *f, size_t n, const int64_t *pre, const 
 }
 static kvc_status alloc_decode(kvc_flow *f, size_t n, const int64_t *seq, const int32_t *rows, int64_t *out_host,
                                int64_t *out, kvc_stream stream) {
+  if (f->channel) return kvc_decode_channel_alloc(f->channel, n, seq, NULL, rows, out_host);
   if (f->swa)
     return kvc_swa_allocator_alloc_decode(f->swa, n, seq, NULL, f->cfg.req_pool, rows, out_host, out, stream);
   return kvc_allocator_alloc_decode(f->alloc, n, seq, NULL, f->cfg.req_pool, rows, out_host, out, stream);
@@ -428,6 +429,8 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
     f->prefix_lens[i] = r->seq_len;
     f->seq_lens[i] = r->seq_len + token_per_req;
   }
+  /* A channel that cannot take the step fails it before anything (evictions) happens. */
+  if (f->channel && token_per_req == 1) KVC_FORWARD(kvc__decode_channel_ready(f->channel, __func__));
   KVC_FORWARD(evict_windows(f, reqs, n, true, stream));
   /* The allocators validate rows and last_locs (from the mirror) and fail without
    * changing anything, so no separate capacity check is needed here. */
@@ -437,6 +440,9 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
     KVC_FORWARD(kvc__flow_canary_reserve(f, __func__, n * (size_t)token_per_req));
     canary_new = f->canary_new;
   }
+  KVC_RETURN_IF(f->channel && token_per_req == 1 && out_cache_loc && out_cache_loc != kvc__decode_channel_out(f->channel),
+                f->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "out_cache_loc must be NULL or the decode channel's out_device (the channel's kernel writes it)");
   kvc_status st;
   if (token_per_req == 1) st = alloc_decode(f, n, f->seq_lens, f->rows, canary_new, out_cache_loc, stream);
   else st = alloc_extend(f, n, f->prefix_lens, f->seq_lens, NULL, f->rows, NULL, canary_new, out_cache_loc, stream);
@@ -471,4 +477,19 @@ int64_t kvc_flow_extra_context_len(const kvc_flow *f) {
     if (reserve > extra) extra = reserve;
   }
   return extra;
+}
+
+/* --- Decode channel ------------------------------------------------------------------ */
+
+kvc_status kvc_flow_set_decode_channel(kvc_flow *f, kvc_decode_channel *channel) {
+  KVC_FORWARD(kvc__flow_check_handle(f, __func__));
+  if (!channel) {
+    f->channel = NULL;
+    return KVC_OK;
+  }
+  KVC_RETURN_IF(f->swa, f->ctx, KVC_ERR_UNSUPPORTED, "decode channels serve token and paged allocators, not SWA");
+  KVC_RETURN_IF(!kvc__decode_channel_binds(channel, f->alloc, f->cfg.req_pool), f->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "the channel is not a live kvc_decode_channel over this flow's allocator and req_pool");
+  f->channel = channel;
+  return KVC_OK;
 }

@@ -30,6 +30,8 @@ struct kvc_flow {
   int32_t *mamba_slots, *track_slots; /* hybrid: n and 2n */
   int64_t *row_slots; /* width int64: a mirror row widened for frees */
   int32_t *row_seen;  /* req pool size + 1: index + 1 of a row's request within one call */
+  /* Decode steps of one token per request go through this channel (graph path) when set. */
+  kvc_decode_channel *channel;
   /* Debug canary mode (kvc_flow_set_canary, flow_canary.c); NULL = off, no extra work. */
   kvc_kv_pool *canary;
   int64_t *canary_pages, *canary_new; /* host scratch: rows to refill / new slots to check */

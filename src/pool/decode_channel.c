@@ -131,6 +131,19 @@ kvc_status kvc_decode_channel_enqueue(kvc_decode_channel *ch, kvc_stream stream)
                             sizeof ch->params);
 }
 
+kvc_status kvc__decode_channel_ready(const kvc_decode_channel *ch, const char *fn) {
+  KVC_FORWARD(missed_step(ch, fn));
+  const uint32_t step = ch->published + 1;
+  const uint32_t applied = __atomic_load_n(&ch->host[0], __ATOMIC_ACQUIRE);
+  /* The slot held step - depth: reusable once the device has applied that step. */
+  if ((int32_t)(step - ch->depth - applied) > 0)
+    return kvc__error(ch->ctx, KVC_ERR_BUSY, fn,
+                      "the device has applied step %u, the host is publishing step %u (depth %u): "
+                      "the channel's kernel has not run for the earlier steps",
+                      applied, step, ch->depth);
+  return KVC_OK;
+}
+
 kvc_status kvc_decode_channel_alloc(kvc_decode_channel *ch, size_t bs, const int64_t *seq_lens,
                                     const int64_t *last_locs, const int32_t *req_rows, int64_t *out_host) {
   KVC_FORWARD(check_channel(ch, __func__));
@@ -138,15 +151,8 @@ kvc_status kvc_decode_channel_alloc(kvc_decode_channel *ch, size_t bs, const int
   KVC_RETURN_IF(a->magic != KVC__ALLOCATOR_MAGIC, ch->ctx, KVC_ERR_MISUSE, "the channel's allocator was destroyed");
   KVC_RETURN_IF(bs > ch->max_batch, ch->ctx, KVC_ERR_INVALID_ARGUMENT, "batch_size %zu > the channel's max_batch %zu",
                 bs, ch->max_batch);
-  KVC_FORWARD(missed_step(ch, __func__));
+  KVC_FORWARD(kvc__decode_channel_ready(ch, __func__));
   const uint32_t step = ch->published + 1;
-  const uint32_t applied = __atomic_load_n(&ch->host[0], __ATOMIC_ACQUIRE);
-  /* The slot held step - depth: reusable once the device has applied that step. */
-  if ((int32_t)(step - ch->depth - applied) > 0)
-    return kvc__error(ch->ctx, KVC_ERR_BUSY, __func__,
-                      "the device has applied step %u, the host is publishing step %u (depth %u): "
-                      "the channel's kernel has not run for the earlier steps",
-                      applied, step, ch->depth);
   int64_t need = 0;
   uint32_t *slot = ring_slot(ch, step);
   if (bs)
@@ -165,4 +171,12 @@ kvc_status kvc_decode_channel_check(const kvc_decode_channel *ch, uint64_t *publ
   if (published) *published = ch->published;
   if (applied) *applied = __atomic_load_n(&ch->host[0], __ATOMIC_ACQUIRE);
   return missed_step(ch, __func__);
+}
+
+bool kvc__decode_channel_binds(const kvc_decode_channel *ch, const kvc_allocator *a, const kvc_req_to_token_pool *rp) {
+  return ch && ch->magic == KVC__CHANNEL_MAGIC && ch->alloc == a && ch->req_pool == rp;
+}
+
+int64_t *kvc__decode_channel_out(const kvc_decode_channel *ch) {
+  return (int64_t *)(uintptr_t)ch->params.out;
 }

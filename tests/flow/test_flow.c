@@ -297,7 +297,65 @@ static void test_speculative_reservations(void **state) {
   fixture_free(&f);
 }
 
+/* A flow with a decode channel gives the same slots, rows and states as one without;
+ * the channel's kernel (enqueued here, replayed in a graph by an engine) writes
+ * out_cache_loc and the table. */
+static void test_decode_through_a_channel(void **state) {
+  (void)state;
+  fixture c, p; /* channel, plain */
+  fixture_make(&c, 8, 256, 1024, 4, NULL);
+  fixture_make(&p, 8, 256, 1024, 4, NULL);
+  kvc_decode_channel *ch = NULL, *other = NULL;
+  KVT_OK(kvc_decode_channel_create(c.alloc, c.pool, 4, 2, c.out, &ch));
+  KVT_OK(kvc_decode_channel_create(p.alloc, p.pool, 4, 2, p.out, &other));
+  KVT_STATUS(kvc_flow_set_decode_channel(c.flow, other), KVC_ERR_INVALID_ARGUMENT); /* another allocator's */
+  KVT_OK(kvc_flow_set_decode_channel(c.flow, ch));
+  kvc_req_state a[3] = {req0(6), req0(3), req0(9)}, b[3] = {req0(6), req0(3), req0(9)};
+  kvc_req_state *ca[] = {&a[0], &a[1], &a[2]}, *pa[] = {&b[0], &b[1], &b[2]};
+  KVT_OK(kvc_flow_alloc_for_extend(c.flow, ca, 3, c.out, NULL));
+  KVT_OK(kvc_flow_alloc_for_extend(p.flow, pa, 3, p.out, NULL));
+  KVT_STATUS(kvc_flow_alloc_for_decode(c.flow, ca, 3, 1, c.out + 8, NULL), KVC_ERR_INVALID_ARGUMENT);
+  for (int step = 0; step < 9; step++) {
+    KVT_OK(kvc_flow_alloc_for_decode(c.flow, ca, 3, 1, NULL, NULL));
+    KVT_OK(kvc_decode_channel_enqueue(ch, NULL));
+    KVT_OK(kvc_flow_alloc_for_decode(p.flow, pa, 3, 1, p.out, NULL));
+    int64_t got[3], want[3];
+    kvt_d2h(got, c.out, sizeof got);
+    kvt_d2h(want, p.out, sizeof want);
+    for (int i = 0; i < 3; i++) {
+      if (got[i] != want[i]) fail_msg("step %d request %d: slot %lld, without channel %lld", step, i, (long long)got[i], (long long)want[i]);
+      assert_int_equal(a[i].seq_len, b[i].seq_len);
+      assert_int_equal(a[i].kv_allocated_len, b[i].kv_allocated_len);
+    }
+  }
+  for (int i = 0; i < 3; i++) assert_row_synced(&c, a[i].req_row, a[i].seq_len);
+  /* depth 2 published without the kernel: BUSY before anything changes */
+  KVT_OK(kvc_flow_alloc_for_decode(c.flow, ca, 3, 1, NULL, NULL));
+  KVT_OK(kvc_flow_alloc_for_decode(c.flow, ca, 3, 1, NULL, NULL));
+  const int64_t avail = kvc_allocator_available_size(c.alloc), seq0 = a[0].seq_len;
+  KVT_STATUS(kvc_flow_alloc_for_decode(c.flow, ca, 3, 1, NULL, NULL), KVC_ERR_BUSY);
+  assert_int_equal(kvc_allocator_available_size(c.alloc), avail);
+  assert_int_equal(a[0].seq_len, seq0);
+  KVT_OK(kvc_decode_channel_enqueue(ch, NULL));
+  KVT_OK(kvc_decode_channel_enqueue(ch, NULL));
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  for (int i = 0; i < 3; i++) assert_row_synced(&c, a[i].req_row, a[i].seq_len);
+  /* back to plain decode; release and conservation as usual */
+  KVT_OK(kvc_flow_set_decode_channel(c.flow, NULL));
+  KVT_OK(kvc_flow_alloc_for_decode(c.flow, ca, 3, 1, c.out, NULL));
+  KVT_OK(kvc_flow_check(c.flow, ca, 3));
+  KVT_OK(kvc_flow_release(c.flow, ca, 3, 1, NULL));
+  KVT_OK(kvc_flow_release(p.flow, pa, 3, 1, NULL));
+  assert_int_equal(kvc_allocator_available_size(c.alloc), kvc_allocator_size(c.alloc));
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  kvc_decode_channel_destroy(ch);
+  kvc_decode_channel_destroy(other);
+  fixture_free(&c);
+  fixture_free(&p);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_decode_through_a_channel),
     cmocka_unit_test(test_prefill_decode_release_roundtrip),
     cmocka_unit_test(test_extend_out_of_memory_changes_nothing),
     cmocka_unit_test(test_request_rows_exhausted),
