@@ -157,22 +157,14 @@ extern "C" __global__ void __launch_bounds__(512) kvc_kv_move(const __grid_const
   S = S < 1 ? 1 : S > 4 ? 4 : S;
   int32_t *ssrc = reinterpret_cast<int32_t *>(kvc_move_smem + S * per_buf);
   int32_t *stgt = ssrc + p.chunk;
-  /* The next chunk's slot pair of this thread is loaded into registers while the current
-   * chunk's tiles move, and written to shared memory after them: the chunks' index loads
-   * leave the critical path (blockDim.x >= chunk, which the host guarantees). */
-  const int i = threadIdx.x;
-  int64_t next_a = -1, next_b = -1;
-  if (i < p.chunk && i < p.n) next_a = kvc_load_index(p.src, i, p.loc_i64), next_b = kvc_load_index(p.tgt, i, p.loc_i64);
   for (int64_t c0 = 0; c0 < p.n; c0 += p.chunk) {
     const int cnt = (int)(p.n - c0 < p.chunk ? p.n - c0 : p.chunk);
-    if (i < cnt) {
-      ssrc[i] = (next_a >= 0 && next_a <= 0x7fffffff) ? (int32_t)next_a : -1;
-      stgt[i] = (next_b >= 0 && next_b <= 0x7fffffff) ? (int32_t)next_b : -1;
+    for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
+      const int64_t a = kvc_load_index(p.src, c0 + i, p.loc_i64), b = kvc_load_index(p.tgt, c0 + i, p.loc_i64);
+      ssrc[i] = (a >= 0 && a <= 0x7fffffff) ? (int32_t)a : -1;
+      stgt[i] = (b >= 0 && b <= 0x7fffffff) ? (int32_t)b : -1;
     }
     __syncthreads();
-    const int64_t c1 = c0 + p.chunk;
-    if (c1 < p.n && i < p.chunk && c1 + i < p.n)
-      next_a = kvc_load_index(p.src, c1 + i, p.loc_i64), next_b = kvc_load_index(p.tgt, c1 + i, p.loc_i64);
     if (S == 1) {
       for (int k = 0; k < mine; k++) {
         const int32_t t = first + k * stride;

@@ -175,7 +175,7 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   /* The kernel derives S from this exact size. Persistent grid: as many CTAs as fit. */
   const int64_t smem = cnt * (stages * w + 8);
   const int64_t per_sm = KVC__MAX(1, sm_max / (smem + 1024));
-  const int threads = tt ? tt : per_sm >= 4 ? 256 : 512; /* >= chunk: one slot pair per thread */
+  const int threads = tt ? tt : per_sm >= 4 ? 256 : 512;
   const int64_t resident = (int64_t)kvc__num_sms(ctx) * KVC__MIN(per_sm, 2048 / threads);
   /* Equal tile counts per CTA: k tiles each on ceil(ctas / k) CTAs, k the fewest that
    * fits the resident CTAs (a persistent grid with some CTAs owning one tile more would
