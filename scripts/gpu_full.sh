@@ -38,6 +38,8 @@ echo "=== host-backend allocation bench on this machine's CPU (for scale)"
 "$b/bench/kvc_bench_alloc" --host --quick | grep -E "decode.*256|free" || true
 echo "=== Python binding with PyTorch (DLPack on the GPU)"
 KVCACHE_LIB=$PWD/$b/libkvcache.so python3 -m pytest -q -p no:cacheprovider python/tests 2>&1 | tail -5 || rc=1
+echo "=== graph_decode example (the decode channel in a CUDA graph)"
+"$b/examples/kvc_example_graph_decode" | tee "$OUT/graph_decode.log" || rc=1
 echo "=== serve example"
 "$b/examples/kvc_example_serve" --requests 2000 --quiet | tee "$OUT/serve.log" || rc=1
 "$b/examples/kvc_example_serve" --requests 2000 --quiet --check | tee -a "$OUT/serve.log" || rc=1
