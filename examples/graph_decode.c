@@ -105,8 +105,14 @@ int main(void) {
   for (int step = 0; step < STEPS; step++) {
     for (int i = 0; i < NREQ; i++) seq[i]++;
     /* Host half: validation, slots, host state, the step into pinned memory. No driver
-     * call; KVC_ERR_BUSY would mean the GPU is 4 steps behind (wait and retry). */
-    CHECK(kvc_decode_channel_alloc(ch, NREQ, seq, NULL, rows, out));
+     * call. KVC_ERR_BUSY: the GPU is 4 steps behind (this loop has no forward pass to
+     * wait for, unlike an engine's, which reads each step's logits): wait, then retry. */
+    kvc_status st = kvc_decode_channel_alloc(ch, NREQ, seq, NULL, rows, out);
+    if (st == KVC_ERR_BUSY) {
+      if (graphs ? g.synchronize(stream) != 0 : kvc_stream_synchronize(ctx, NULL) != KVC_OK) return 1;
+      st = kvc_decode_channel_alloc(ch, NREQ, seq, NULL, rows, out);
+    }
+    CHECK(st);
     if (step < 2 || step == STEPS - 1)
       printf("decode step %2d: slots %lld %lld %lld %lld\n", step, (long long)out[0], (long long)out[1],
              (long long)out[2], (long long)out[3]);
