@@ -483,7 +483,9 @@ KVC_API kvc_status kvc_get_mla_kv(kvc_context *ctx, const kvc_mla_buffer *buf, c
  * per-step data carried in the kernel's parameters (or one async upload from pinned
  * staging when larger). Nothing reads device memory; nothing synchronizes.
  * Allocation calls are NOT graph-capturable (each step's data differs); the kernels they
- * feed (attention, set_kv) read only device buffers and are.
+ * feed (attention, set_kv) read only device buffers and are. For decode, the decode
+ * channel (kvc_decode_channel_*) is the capturable path: its kernel's parameters never
+ * change, the step's data travels through pinned host memory.
  * Single writer per object. Slot 0 (page 0) and row 0 are padding, never handed out.
  * =================================================================================== */
 
@@ -683,8 +685,8 @@ typedef struct kvc_decode_channel kvc_decode_channel;
 /** kvc_decode_channel_create() : a channel for `alloc` writing rows of `req_pool` (may be
  *  NULL: no table writes) and `out_device` (int64 [max_batch] device array, may be NULL;
  *  not both NULL). `depth` (2..4096, rounded up to a power of two) steps may be
- *  published ahead of the device. Allocates depth * (3 * max_batch + 4) * 4 bytes of
- *  pinned host memory and 256 bytes of device memory, resolves the kernel (compiling it on
+ *  published ahead of the device. Allocates about depth * (3 * max_batch + 4) * 4 bytes
+ *  of pinned host memory and 256 bytes of device memory, resolves the kernel (compiling it on
  *  first use) and synchronizes the default stream once. The channel does not own alloc,
  *  req_pool or out_device; they must outlive it. Not capturable.
  *  @return KVC_ERR_INVALID_ARGUMENT for bad handles or sizes (max_batch in [1, 2^20]),
