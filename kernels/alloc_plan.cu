@@ -6,7 +6,8 @@
  * Extend payload (uint32 words): n descriptors of KVC_PLAN_EXTEND_DESC_WORDS, then the
  * page list (pages_at), then prefix slots to copy into rows (prefix_at).
  * Grid: x = request, y = token tile of tokens_per_block.
- * Decode payload: (row, position, slot) per request; one thread per request.
+ * Decode payload: (row, position, slot) per request, plus the slot's full->SWA mapping
+ * value when the SWA allocator fuses its mapping write in; one thread per request.
  */
 #include "common.cuh"
 
@@ -65,7 +66,9 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_decode(const __grid_c
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= p.h.n) return;
   const uint32_t *w = p.h.staged ? kvc_ptr<const uint32_t *>(p.h.staged) : p.words;
-  const int32_t row = (int32_t)w[3 * i], pos = (int32_t)w[3 * i + 1], slot = (int32_t)w[3 * i + 2];
+  const int stride = p.h.map ? 4 : 3;
+  const int32_t row = (int32_t)w[stride * i], pos = (int32_t)w[stride * i + 1], slot = (int32_t)w[stride * i + 2];
   if (p.h.out) kvc_ptr<int64_t *>(p.h.out)[i] = slot;
   if (p.h.table && row >= 0) kvc_ptr<int32_t *>(p.h.table)[(int64_t)row * p.h.row_stride + pos] = slot;
+  if (p.h.map && slot >= 0 && slot < p.h.map_len) kvc_ptr<int64_t *>(p.h.map)[slot] = (int32_t)w[stride * i + 3];
 }

@@ -100,10 +100,12 @@ typedef struct kvc_p_plan_decode {
   uint64_t out;    /* int64 [n], or 0 */
   uint64_t staged; /* payload in device memory, or 0 = inline */
   int64_t row_stride;
+  uint64_t map;    /* int64 [map_len] full->SWA mapping, or 0 (SWA allocators) */
+  int64_t map_len;
   int32_t n;
   int32_t pad_;
-} kvc_p_plan_decode; /* followed by the inline payload: 3 words per request (row,
-                        position, slot) */
+} kvc_p_plan_decode; /* followed by the inline payload: per request (row, position, slot)
+                        and, with a map, the slot's mapped value: 3 or 4 words */
 
 /* --- alloc_channel.cu: decode steps published by the host, applied by a kernel that
  * may sit in a CUDA graph (kvc_decode_channel) ------------------------------------- */

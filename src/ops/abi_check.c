@@ -10,7 +10,7 @@ KVC_ABI_ASSERT(kvc_p_decode_fill, 64);
 KVC_ABI_ASSERT(kvc_p_decode_channel, 64);
 KVC_ABI_ASSERT(kvc_plan_extend_desc, 32);
 KVC_ABI_ASSERT(kvc_p_plan_extend, 56);
-KVC_ABI_ASSERT(kvc_p_plan_decode, 40);
+KVC_ABI_ASSERT(kvc_p_plan_decode, 56);
 KVC_ABI_ASSERT(kvc_p_row_write, 32);
 KVC_ABI_ASSERT(kvc_p_kv_rows, 152);
 KVC_ABI_ASSERT(kvc_kv_seg, 96);

@@ -284,12 +284,12 @@ static inline kvc_status decode_check_one(kvc_allocator *a, const char *fn, size
 /* The step's effects for request i once its slot is known: b_last, the payload triple
  * (when w), and the mirror entry (its old value kept in b_pages for kvc__alloc_decode_undo). */
 static inline void decode_apply_one(kvc_allocator *a, size_t i, int64_t slot, const int64_t *seq_lens,
-                                    kvc_req_to_token_pool *rp, const int32_t *req_rows, uint32_t *w) {
+                                    kvc_req_to_token_pool *rp, const int32_t *req_rows, uint32_t *w, size_t stride) {
   a->b_last[i] = slot;
   if (w) {
-    w[3 * i] = rp ? (uint32_t)req_rows[i] : UINT32_MAX; /* -1: no table write */
-    w[3 * i + 1] = (uint32_t)(seq_lens[i] - 1);
-    w[3 * i + 2] = (uint32_t)slot;
+    w[stride * i] = rp ? (uint32_t)req_rows[i] : UINT32_MAX; /* -1: no table write */
+    w[stride * i + 1] = (uint32_t)(seq_lens[i] - 1);
+    w[stride * i + 2] = (uint32_t)slot;
   }
   if (rp) {
     int32_t *m = kvc__req_pool_mirror_row(rp, req_rows[i]) + (seq_lens[i] - 1);
@@ -326,7 +326,7 @@ enum { AHEAD = 8 };
  * and applies it; a failure at request i undoes requests [0, i). */
 static kvc_status decode_plan_one_pass(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
                                        const int64_t *last_locs, kvc_req_to_token_pool *rp,
-                                       const int32_t *req_rows, uint32_t *w, int64_t *need_out) {
+                                       const int32_t *req_rows, uint32_t *w, size_t stride, int64_t *need_out) {
   const kvc__ring *r = &a->ring;
   const int64_t ps = a->ps, width = rp ? rp->width : INT32_MAX;
   const bool pf = rp != NULL;
@@ -342,7 +342,7 @@ static kvc_status decode_plan_one_pass(kvc_allocator *a, const char *fn, size_t 
       unmark_failed(rp, req_rows, i);
       return st;
     }
-    decode_apply_one(a, i, fresh ? (int64_t)kvc__ring_at(r, k++) * ps : last + 1, seq_lens, rp, req_rows, w);
+    decode_apply_one(a, i, fresh ? (int64_t)kvc__ring_at(r, k++) * ps : last + 1, seq_lens, rp, req_rows, w, stride);
   }
   if (rp) unmark_rows(rp, req_rows, bs);
   *need_out = k;
@@ -353,7 +353,7 @@ static kvc_status decode_plan_one_pass(kvc_allocator *a, const char *fn, size_t 
  * trigger and the capacity check, then the slots. */
 static kvc_status decode_plan_checked(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
                                       const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
-                                      uint32_t *w, int64_t *need_out) {
+                                      uint32_t *w, size_t stride, int64_t *need_out) {
   const int64_t width = rp ? rp->width : INT32_MAX;
   int64_t need = 0;
   for (size_t i = 0; i < bs; i++) {
@@ -377,7 +377,7 @@ static kvc_status decode_plan_checked(kvc_allocator *a, const char *fn, size_t b
                                         a->kind == KVC_ALLOCATOR_PAGED ? "pages" : "slots", (long long)r->count));
   for (size_t i = 0, k = 0; i < bs; i++) {
     const int64_t slot = a->b_pages[i] ? (int64_t)kvc__ring_at(r, (int64_t)k++) * a->ps : a->b_last[i] + 1;
-    decode_apply_one(a, i, slot, seq_lens, rp, req_rows, w);
+    decode_apply_one(a, i, slot, seq_lens, rp, req_rows, w, stride);
   }
   *need_out = need;
   return KVC_OK;
@@ -385,12 +385,12 @@ static kvc_status decode_plan_checked(kvc_allocator *a, const char *fn, size_t b
 
 kvc_status kvc__alloc_decode_plan(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
                                   const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
-                                  uint32_t *payload, int64_t *need) {
+                                  uint32_t *payload, size_t stride, int64_t *need) {
   if (!seq_lens) return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "seq_lens is NULL");
   KVC_FORWARD(check_common(a, fn, bs, rp, req_rows));
   if ((int64_t)bs <= a->ring.count)
-    return decode_plan_one_pass(a, fn, bs, seq_lens, last_locs, rp, req_rows, payload, need);
-  return decode_plan_checked(a, fn, bs, seq_lens, last_locs, rp, req_rows, payload, need);
+    return decode_plan_one_pass(a, fn, bs, seq_lens, last_locs, rp, req_rows, payload, stride, need);
+  return decode_plan_checked(a, fn, bs, seq_lens, last_locs, rp, req_rows, payload, stride, need);
 }
 
 void kvc__alloc_decode_undo(kvc_allocator *a, size_t bs, const int64_t *seq_lens, kvc_req_to_token_pool *rp,
@@ -404,32 +404,37 @@ kvc_status kvc__alloc_decode_finish(kvc_allocator *a, const char *fn, size_t bs,
   return kvc__alloc_finish(a, fn, KVC_OK);
 }
 
-kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t *seq_lens,
-                                      const int64_t *last_locs, kvc_req_to_token_pool *rp,
-                                      const int32_t *req_rows, int64_t *out_host, int64_t *out_device,
-                                      kvc_stream stream) {
-  ALLOC_ENTRY(a);
+/* alloc_decode, optionally writing map[slot] = map_vals[i] for every new slot in the same
+ * launch (the SWA allocator's full->SWA mapping). */
+static kvc_status alloc_decode_impl(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                    const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                    int64_t *out_host, int64_t *out_device, int64_t *map, int64_t map_len,
+                                    const int64_t *map_vals, kvc_stream stream) {
   kvc_context *ctx = a->ctx;
-  if (bs == 0) return KVC_OK;
   int64_t need = 0;
-  if (!rp && !out_device) {
-    KVC_FORWARD(kvc__alloc_decode_plan(a, __func__, bs, seq_lens, last_locs, rp, req_rows, NULL, &need));
-    return kvc__alloc_decode_finish(a, __func__, bs, out_host, need);
+  if (!rp && !out_device && !map) {
+    KVC_FORWARD(kvc__alloc_decode_plan(a, fn, bs, seq_lens, last_locs, rp, req_rows, NULL, 3, &need));
+    return kvc__alloc_decode_finish(a, fn, bs, out_host, need);
   }
+  const size_t stride = map ? 4 : 3;
   if (!a->k_decode[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_plan_decode, NULL, a->k_decode));
   kvc__plan plan;
-  KVC_FORWARD(kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode), 3 * bs));
-  kvc_status st = kvc__alloc_decode_plan(a, __func__, bs, seq_lens, last_locs, rp, req_rows, plan.payload, &need);
+  KVC_FORWARD(kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode), stride * bs));
+  kvc_status st = kvc__alloc_decode_plan(a, fn, bs, seq_lens, last_locs, rp, req_rows, plan.payload, stride, &need);
   if (st != KVC_OK) {
     kvc__plan_cancel(ctx, &plan);
     return st;
   }
+  if (map)
+    for (size_t i = 0; i < bs; i++) plan.payload[4 * i + 3] = (uint32_t)map_vals[i];
   kvc_p_plan_decode h;
   memset(&h, 0, sizeof h);
   h.table = rp ? (uint64_t)(uintptr_t)rp->table : 0;
   h.out = (uint64_t)(uintptr_t)out_device;
   h.staged = plan.staged_dev;
   h.row_stride = rp ? rp->width : 0;
+  h.map = (uint64_t)(uintptr_t)map;
+  h.map_len = map_len;
   h.n = (int32_t)bs;
   st = kvc__plan_launch(ctx, &plan, &kvc__k_plan_decode, NULL, a->k_decode,
                         kvc__dim((unsigned)((bs + 255) / 256), 1, 1), kvc__dim(256, 1, 1), stream, &h);
@@ -437,5 +442,24 @@ kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t
     kvc__alloc_decode_undo(a, bs, seq_lens, rp, req_rows);
     return st;
   }
-  return kvc__alloc_decode_finish(a, __func__, bs, out_host, need);
+  return kvc__alloc_decode_finish(a, fn, bs, out_host, need);
+}
+
+kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t *seq_lens,
+                                      const int64_t *last_locs, kvc_req_to_token_pool *rp,
+                                      const int32_t *req_rows, int64_t *out_host, int64_t *out_device,
+                                      kvc_stream stream) {
+  ALLOC_ENTRY(a);
+  if (bs == 0) return KVC_OK;
+  return alloc_decode_impl(a, __func__, bs, seq_lens, last_locs, rp, req_rows, out_host, out_device, NULL, 0, NULL,
+                           stream);
+}
+
+kvc_status kvc__alloc_decode_mapped(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                    const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                    int64_t *out_host, int64_t *out_device, int64_t *map, int64_t map_len,
+                                    const int64_t *map_vals, kvc_stream stream) {
+  if (bs == 0) return KVC_OK;
+  return alloc_decode_impl(a, fn, bs, seq_lens, last_locs, rp, req_rows, out_host, out_device, map, map_len, map_vals,
+                           stream);
 }

@@ -157,7 +157,7 @@ kvc_status kvc_decode_channel_alloc(kvc_decode_channel *ch, size_t bs, const int
   uint32_t *slot = ring_slot(ch, step);
   if (bs)
     KVC_FORWARD(kvc__alloc_decode_plan(a, __func__, bs, seq_lens, last_locs, ch->req_pool, req_rows,
-                                       slot + KVC_CHANNEL_HEADER_WORDS, &need));
+                                       slot + KVC_CHANNEL_HEADER_WORDS, 3, &need));
   slot[1] = (uint32_t)bs;
   /* Last: a kernel that sees this step number sees the payload and n written above. */
   __atomic_store_n(&slot[0], step, __ATOMIC_RELEASE);

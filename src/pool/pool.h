@@ -165,12 +165,19 @@ kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n);
 
 /* alloc_decode in pieces (allocator_plan.c), shared by kvc_allocator_alloc_decode and
  * the decode channel. plan validates the batch, picks every slot, writes the kernel
- * payload (when not NULL: 3 words per request) and the req pool mirror; nothing changes
- * on failure. undo reverts a successful plan's mirror writes (the launch failed); finish
+ * payload (when not NULL: `stride` words per request, the first three (row, position,
+ * slot)) and the req pool mirror; nothing changes on failure. undo reverts a successful plan's mirror writes (the launch failed); finish
  * copies out_host and pops the pages taken. */
 kvc_status kvc__alloc_decode_plan(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
                                   const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
-                                  uint32_t *payload, int64_t *need);
+                                  uint32_t *payload, size_t stride, int64_t *need);
+/* alloc_decode that also writes map[slot] = map_vals[i] (int64 map, entries outside
+ * [0, map_len) skipped) for every new slot in the same launch: the SWA allocator's
+ * full->SWA mapping. The host copy of the map is the caller's. */
+kvc_status kvc__alloc_decode_mapped(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                    const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                    int64_t *out_host, int64_t *out_device, int64_t *map, int64_t map_len,
+                                    const int64_t *map_vals, kvc_stream stream);
 void kvc__alloc_decode_undo(kvc_allocator *a, size_t bs, const int64_t *seq_lens, kvc_req_to_token_pool *rp,
                             const int32_t *req_rows);
 kvc_status kvc__alloc_decode_finish(kvc_allocator *a, const char *fn, size_t bs, int64_t *out_host, int64_t need);

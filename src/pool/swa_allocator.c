@@ -478,17 +478,10 @@ typedef struct extend_args {
   const int64_t *const *prefix_slots;
   int64_t *out_device;
   kvc_stream stream;
-  bool decode;
 } extend_args;
 
 static kvc_status extend_side(kvc_swa_allocator *a, void *vargs, bool full_side) {
   extend_args *x = vargs;
-  if (x->decode) {
-    if (full_side)
-      return kvc_allocator_alloc_decode(a->full, x->bs, x->seq_lens, x->last_locs, x->rp, x->rows, a->f_buf,
-                                        x->out_device, x->stream);
-    return kvc_allocator_alloc_decode(a->swa, x->bs, x->seq_lens, a->lastw, NULL, NULL, a->w_buf, NULL, x->stream);
-  }
   if (full_side)
     return kvc_allocator_alloc_extend(a->full, x->bs, x->prefix_lens, x->seq_lens, x->last_locs, x->rp, x->rows,
                                       x->prefix_slots, a->f_buf, x->out_device, x->stream);
@@ -533,7 +526,7 @@ kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const
       KVC_FORWARD(swa_peer(a, __func__, i, fl, &a->lastw[i]));
     }
   }
-  extend_args x = {bs, prefix_lens, seq_lens, last_locs, rp, rows, prefix_slots, out_device, stream, false};
+  extend_args x = {bs, prefix_lens, seq_lens, last_locs, rp, rows, prefix_slots, out_device, stream};
   KVC_FORWARD(two_sided(a, extend_side, &x, a->f_buf, (size_t)tokens, stream));
   if (out_host) memcpy(out_host, a->f_buf, (size_t)tokens * 8);
   return finish(a, KVC_OK);
@@ -570,8 +563,22 @@ kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *a, size_t bs, const
       KVC_FORWARD(swa_peer(a, __func__, i, fl, &a->lastw[i]));
     }
   }
-  extend_args x = {bs, NULL, seq_lens, last_locs, rp, rows, NULL, out_device, stream, true};
-  KVC_FORWARD(two_sided(a, extend_side, &x, a->f_buf, bs, stream));
+  /* The SWA side first (host only: no table, no out_cache_loc), then the full side's one
+   * launch, which also writes the full->SWA mapping of the new slots: one launch per step
+   * where two_sided() takes two (the plan, then the mapping). */
+  kvc_allocator_state bsw, bfu;
+  KVC_FORWARD(kvc_allocator_backup_state(a->swa, &bsw));
+  KVC_FORWARD(kvc_allocator_alloc_decode(a->swa, bs, seq_lens, a->lastw, NULL, NULL, a->w_buf, NULL, stream));
+  kvc_status st = kvc_allocator_backup_state(a->full, &bfu);
+  if (st == KVC_OK)
+    st = kvc__alloc_decode_mapped(a->full, "kvc_allocator_alloc_decode", bs, seq_lens, last_locs, rp, rows, a->f_buf,
+                                  out_device, a->dmap, a->map_len - 1, a->w_buf, stream);
+  if (st != KVC_OK) {
+    kvc_allocator_restore_state(a->full, &bfu); /* MISUSE (no-op) if its backup failed */
+    kvc_allocator_restore_state(a->swa, &bsw);
+    return st;
+  }
+  for (size_t i = 0; i < bs; i++) a->map[a->f_buf[i]] = (int32_t)a->w_buf[i];
   if (out_host) memcpy(out_host, a->f_buf, bs * 8);
   return finish(a, KVC_OK);
 }

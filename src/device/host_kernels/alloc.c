@@ -77,10 +77,12 @@ void kvc_host_plan_extend(const void *params) {
 void kvc_host_plan_decode(const void *params) {
   const kvc_p_plan_decode *p = params;
   const uint32_t *w = p->staged ? KVC_HPTR(const uint32_t *, p->staged) : KVC_INLINE_PAYLOAD(p);
+  const int stride = p->map ? 4 : 3;
   for (int i = 0; i < p->n; i++) {
-    int32_t row = (int32_t)w[3 * i], pos = (int32_t)w[3 * i + 1], slot = (int32_t)w[3 * i + 2];
+    int32_t row = (int32_t)w[stride * i], pos = (int32_t)w[stride * i + 1], slot = (int32_t)w[stride * i + 2];
     if (p->out) KVC_HPTR(int64_t *, p->out)[i] = slot;
     if (p->table && row >= 0) KVC_HPTR(int32_t *, p->table)[(int64_t)row * p->row_stride + pos] = slot;
+    if (p->map && slot >= 0 && slot < p->map_len) KVC_HPTR(int64_t *, p->map)[slot] = (int32_t)w[stride * i + 3];
   }
 }
 
