@@ -274,10 +274,13 @@ static kvc_status alloc_rows(kvc_flow *f, kvc_req_state *const *reqs, size_t n, 
   int64_t factor = supports ? (kvc_hybrid_req_pool_pp(f->hybrid) == 1 ? 2 : 3) : 1;
   int64_t need = (int64_t)n * factor, avail = kvc_mamba_pool_available(f->mamba);
   if (avail < need && supports && f->cache.evict) KVC_FORWARD(f->cache.evict(f->cache.self, f, 0, 0, need - avail));
+  /* The hybrid pool reads and writes pp_slots with a stride of pp (1 or 2): packing them
+   * with a stride of 2 gave request i request i/2's entries when pp == 1 (found by
+   * tests/fuzz/fuzz_flow_hybrid: track slots shared or leaked). */
+  const size_t pp = (size_t)kvc_hybrid_req_pool_pp(f->hybrid);
   for (size_t i = 0; i < n; i++) {
     f->mamba_slots[i] = reqs[i]->mamba_slot;
-    f->track_slots[2 * i] = reqs[i]->mamba_track[0];
-    f->track_slots[2 * i + 1] = reqs[i]->mamba_track[1];
+    for (size_t k = 0; k < pp; k++) f->track_slots[pp * i + k] = reqs[i]->mamba_track[k];
   }
   return kvc_hybrid_req_pool_alloc(f->hybrid, n, f->rows, f->mamba_slots, f->track_slots, stream);
 }
@@ -396,10 +399,11 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
   for (size_t i = 0; i < n; i++) {
     kvc_req_state *r = reqs[i];
     r->req_row = f->rows[i];
-    if (f->hybrid) {
+    if (f->hybrid) { /* track slots packed with a stride of pp (alloc_rows) */
+      const size_t pp = (size_t)kvc_hybrid_req_pool_pp(f->hybrid);
       r->mamba_slot = f->mamba_slots[i];
-      r->mamba_track[0] = f->track_slots[2 * i];
-      r->mamba_track[1] = f->track_slots[2 * i + 1];
+      r->mamba_track[0] = f->track_slots[pp * i];
+      r->mamba_track[1] = pp == 2 ? f->track_slots[pp * i + 1] : 0;
     }
     r->kv_allocated_len = r->kv_committed_len = r->seq_len;
     r->prefix_slots = NULL; /* the row holds the prefix now */

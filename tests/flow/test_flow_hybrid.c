@@ -148,8 +148,110 @@ static void test_hybrid_mamba_slots_follow_requests(void **state) {
   kvc_req_to_token_pool_destroy(pool);
 }
 
+/* Regression (tests/fuzz/fuzz_flow_hybrid): a row mapping one Mamba slot twice (running
+ * slot and a track entry, from caller-provided slots) made free_mamba_cache fail in
+ * kvc_mamba_pool_free after it had already written the device mapping, leaving the
+ * device mapping different from the host mirror. Now MISUSE before any change. */
+static void test_hybrid_free_mamba_cache_slot_mapped_twice(void **state) {
+  (void)state;
+  kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  rc.size = 2;
+  rc.max_context_len = 16;
+  kvc_req_to_token_pool *pool;
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rc, &pool));
+  kvc_mamba_pool *mp = make_mamba(4);
+  kvc_hybrid_req_pool_config hc = KVC_HYBRID_REQ_POOL_CONFIG_INIT;
+  hc.flags = KVC_HYBRID_TRACK;
+  hc.req_pool = pool;
+  hc.mamba_pool = mp;
+  kvc_hybrid_req_pool *hp;
+  KVT_OK(kvc_hybrid_req_pool_create(kvt_ctx, &hc, &hp));
+  int32_t x, row = 0;
+  KVT_OK(kvc_mamba_pool_alloc(mp, 1, &x, NULL));
+  int32_t ms = x, pp[2] = {x, -1};
+  KVT_OK(kvc_hybrid_req_pool_alloc(hp, 1, &row, &ms, pp, NULL));
+  KVT_STATUS(kvc_hybrid_req_pool_free_mamba_cache(hp, row, -1, NULL), KVC_ERR_MISUSE);
+  int32_t dev[3];
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  kvt_d2h(dev, kvc_hybrid_req_pool_mapping(hp), sizeof dev);
+  assert_int_equal(dev[row], x); /* device still equals the mirror */
+  assert_int_equal(kvc_hybrid_req_pool_mamba_slot(hp, row), x);
+  assert_int_equal(kvc_mamba_pool_available(mp), 3);
+  KVT_OK(kvc_mamba_pool_check(mp));
+  KVT_OK(kvc_hybrid_req_pool_set_track_slot(hp, row, 0, -1, NULL));
+  KVT_OK(kvc_hybrid_req_pool_free_mamba_cache(hp, row, -1, NULL));
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  kvt_d2h(dev, kvc_hybrid_req_pool_mapping(hp), sizeof dev);
+  assert_int_equal(dev[row], 0);
+  assert_int_equal(kvc_mamba_pool_available(mp), 4);
+  KVT_OK(kvc_req_to_token_pool_free(pool, row));
+  kvc_hybrid_req_pool_destroy(hp);
+  kvc_mamba_pool_destroy(mp);
+  kvc_req_to_token_pool_destroy(pool);
+}
+
+/* Regression (tests/fuzz/fuzz_flow_hybrid): with track slots and pp == 1 the flow packed
+ * the requests' track slots with a stride of 2 while the hybrid pool reads them with a
+ * stride of pp, so in a batch [fresh B, continuing A] A was read as having no track slot:
+ * it got a new one (its old one leaked) and B's state did not match its row. */
+static void test_hybrid_flow_track_pp1_batch(void **state) {
+  (void)state;
+  kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  rc.size = 4;
+  rc.max_context_len = 64;
+  kvc_req_to_token_pool *pool;
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rc, &pool));
+  kvc_mamba_pool *mp = make_mamba(6);
+  kvc_hybrid_req_pool_config hc = KVC_HYBRID_REQ_POOL_CONFIG_INIT;
+  hc.flags = KVC_HYBRID_TRACK;
+  hc.pp = 1;
+  hc.req_pool = pool;
+  hc.mamba_pool = mp;
+  kvc_hybrid_req_pool *hp;
+  KVT_OK(kvc_hybrid_req_pool_create(kvt_ctx, &hc, &hp));
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.size = 128;
+  kvc_allocator *alloc;
+  KVT_OK(kvc_allocator_create(kvt_ctx, &ac, &alloc));
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.req_pool = pool;
+  fc.allocator = alloc;
+  fc.hybrid_req_pool = hp;
+  kvc_flow *flow;
+  KVT_OK(kvc_flow_create(kvt_ctx, &fc, &flow));
+  int64_t *out = kvt_dev_alloc(128 * 8);
+  kvc_req_state a = req0(8), b = req0(5);
+  kvc_req_state *one[] = {&a}, *ba[] = {&b, &a};
+  KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+  assert_int_equal(a.mamba_slot, 1);
+  assert_int_equal(a.mamba_track[0], 2);
+  a.prefix_len = 8; /* chunked prefill: A continues, B starts */
+  a.seq_len = 12;
+  KVT_OK(kvc_flow_alloc_for_extend(flow, ba, 2, out, NULL));
+  assert_int_equal(a.mamba_track[0], 2); /* kept */
+  assert_int_equal(kvc_hybrid_req_pool_track_slots(hp, a.req_row)[0], 2);
+  assert_int_equal(b.mamba_slot, kvc_hybrid_req_pool_mamba_slot(hp, b.req_row));
+  assert_int_equal(b.mamba_track[0], kvc_hybrid_req_pool_track_slots(hp, b.req_row)[0]);
+  assert_int_equal(kvc_mamba_pool_available(mp), 2);
+  kvc_req_state *live[] = {&a, &b};
+  KVT_OK(kvc_flow_check(flow, live, 2));
+  KVT_OK(kvc_flow_release(flow, ba, 2, 1, NULL));
+  assert_int_equal(kvc_mamba_pool_available(mp), 6); /* nothing leaked */
+  assert_int_equal(kvc_allocator_available_size(alloc), 128);
+  assert_int_equal(kvc_req_to_token_pool_available(pool), 4);
+  KVT_OK(kvc_mamba_pool_check(mp));
+  kvt_dev_free(out);
+  kvc_flow_destroy(flow);
+  kvc_allocator_destroy(alloc);
+  kvc_hybrid_req_pool_destroy(hp);
+  kvc_mamba_pool_destroy(mp);
+  kvc_req_to_token_pool_destroy(pool);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_swa_window_eviction_during_decode),
     cmocka_unit_test(test_hybrid_mamba_slots_follow_requests),
+    cmocka_unit_test(test_hybrid_free_mamba_cache_slot_mapped_twice),
+    cmocka_unit_test(test_hybrid_flow_track_pp1_batch),
 };
 KVT_MAIN("flow_hybrid", tests)
