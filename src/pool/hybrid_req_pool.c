@@ -257,9 +257,15 @@ kvc_status kvc_hybrid_req_pool_free_mamba_cache(kvc_hybrid_req_pool *p, int32_t 
       p->widx[w] = t + k, p->wval[w] = p->lazy ? -1 : 0, w++;
     }
   }
-  for (size_t i = 0; i < nid; i++)
+  for (size_t i = 0; i < nid; i++) {
     KVC_RETURN_IF(!kvc_mamba_pool_is_held(p->mp, ids[i]), ctx, KVC_ERR_MISUSE,
                   "row %d: Mamba slot %d is no longer held (freed behind this pool's back?)", row, ids[i]);
+    /* A slot mapped twice (caller-provided slots at alloc / set_track_slot) would make
+     * kvc_mamba_pool_free fail AFTER the device mapping was written (found by
+     * tests/fuzz/fuzz_flow_hybrid): refuse it before any change. */
+    for (size_t j = 0; j < i; j++)
+      KVC_RETURN_IF(ids[j] == ids[i], ctx, KVC_ERR_MISUSE, "row %d maps Mamba slot %d twice", row, ids[i]);
+  }
   KVC_FORWARD(write_map(p, w, stream));
   kvc_status st = kvc_mamba_pool_free(p->mp, ids, nid);
   if (st != KVC_OK) return st;
