@@ -1401,7 +1401,9 @@ KVC_API kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *alloc, size
                                                   int64_t *out_host, int64_t *out_device,
                                                   kvc_stream stream);
 /** kvc_swa_allocator_alloc_decode() : SGLang alloc_decode, both sides or none (see
- *  kvc_allocator_alloc_decode for the arguments). @return as alloc_extend. */
+ *  kvc_allocator_alloc_decode for the arguments). One launch on `stream` writes
+ *  out_cache_loc, the req_to_token entries and the full->SWA mapping of the new slots.
+ *  @return as alloc_extend. */
 KVC_API kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *alloc, size_t batch_size,
                                                   const int64_t *seq_lens, const int64_t *last_locs,
                                                   kvc_req_to_token_pool *req_pool,
