@@ -1001,9 +1001,21 @@ class Flow(_Handle):
         self._check(lib.kvc_flow_alloc_for_extend(self.handle, arr, n, _ptr(out), _stream(stream)))
         return out
 
+    def set_decode_channel(self, channel):
+        """Routes one-token decode steps through a DecodeChannel over this flow's allocator
+        and req pool (None: back to plain launches)."""
+        self._check(lib.kvc_flow_set_decode_channel(self.handle, channel.handle if channel else None))
+        self._channel = channel
+
     def alloc_for_decode(self, reqs, token_per_req=1, out_cache_loc=None, stream=None):
-        """SGLang alloc_for_decode; seq_len is the length before the step."""
+        """SGLang alloc_for_decode; seq_len is the length before the step. With a decode
+        channel (one token per request) the channel's kernel writes its own out_device,
+        which is what this returns."""
         arr, n = _req_array(reqs)
+        channel = getattr(self, "_channel", None)
+        if channel is not None and token_per_req == 1:
+            self._check(lib.kvc_flow_alloc_for_decode(self.handle, arr, n, 1, None, _stream(stream)))
+            return channel._out_device
         out = self._out(n * token_per_req, out_cache_loc)
         self._check(lib.kvc_flow_alloc_for_decode(self.handle, arr, n, token_per_req, _ptr(out),
                                                   _stream(stream)))

@@ -131,6 +131,25 @@ def test_decode_channel_matches_alloc_decode(ctx):
     ch.close()
 
 
+def test_flow_decode_through_a_channel(ctx):
+    pool = kvc.ReqToTokenPool(ctx, 4, 64)
+    alloc = kvc.Allocator(ctx, 256, page_size=4)
+    flow = kvc.Flow(ctx, pool, alloc)
+    out = kvc.DeviceBuffer(ctx, 8 * 8)
+    ch = kvc.DecodeChannel(alloc, pool, max_batch=8, depth=4, out_device=out)
+    flow.set_decode_channel(ch)
+    reqs = [kvc.ReqState(seq_len=5), kvc.ReqState(seq_len=9)]
+    flow.alloc_for_extend(reqs)
+    for _ in range(3):
+        assert flow.alloc_for_decode(reqs) is out
+        ch.enqueue()
+    assert [r.seq_len for r in reqs] == [8, 12]
+    assert ch.check() == (3, 3)
+    flow.set_decode_channel(None)
+    flow.release(reqs)
+    assert alloc.available_size() == 256
+
+
 # --- Errors --------------------------------------------------------------------------------
 
 
