@@ -1005,6 +1005,18 @@ class Flow(_Handle):
         """Routes one-token decode steps through a DecodeChannel over this flow's allocator
         and req pool (None: back to plain launches)."""
         self._check(lib.kvc_flow_set_decode_channel(self.handle, channel.handle if channel else None))
+        # The flow depends on the channel (its C side holds the pointer) until replaced or
+        # destroyed: a dependency released like the flow's others.
+        old = getattr(self, "_channel", None)
+        with _Handle._lock:
+            if channel is not None:
+                channel._users += 1
+                self._deps.append(channel)
+            if old is not None:
+                self._deps.remove(old)
+                old._users -= 1
+        if old is not None:
+            old._maybe_destroy()
         self._channel = channel
 
     def alloc_for_decode(self, reqs, token_per_req=1, out_cache_loc=None, stream=None):

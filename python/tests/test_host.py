@@ -145,7 +145,10 @@ def test_flow_decode_through_a_channel(ctx):
         ch.enqueue()
     assert [r.seq_len for r in reqs] == [8, 12]
     assert ch.check() == (3, 3)
+    ch.close()  # still used by the flow: destroyed when the flow lets go of it
+    assert ch._ptr is not None
     flow.set_decode_channel(None)
+    assert ch._ptr is None
     flow.release(reqs)
     assert alloc.available_size() == 256
 
