@@ -92,7 +92,7 @@ typedef struct op_ctx {
 } op_ctx;
 
 /* The floor on this machine: an empty kernel (the decode plan kernel with no requests and
- * a 2-word payload: 48 bytes of parameters, one warp that returns) launched through the
+ * a 2-word payload: 56-64 bytes of parameters, one warp that returns) launched through the
  * same path as every library kernel, kvc__kernel_launch -> cuLaunchKernel. */
 static void empty_launch(kvc_stream stream) {
   static const kvc__kfunc *empty;
@@ -257,7 +257,8 @@ int main(int argc, char **argv) {
           if (csv) fprintf(csv, "set_kv_host_us%s,256,0,%.3f,0,0,0\n", k ? "_nonblocking" : "", us);
           o.kind = 4;
           const double floor_us = host_us_per_call(&o, quick ? 50 : 200);
-          printf("empty kernel launch (48-byte parameters) host time per call (%s): %.2f us\n", sname, floor_us);
+          printf("empty kernel launch (%zu-byte parameters) host time per call (%s): %.2f us\n",
+                 sizeof(kvc_p_plan_decode) + 8, sname, floor_us);
           if (csv) fprintf(csv, "empty_launch_host_us%s,1,0,%.3f,0,0,0\n", k ? "_nonblocking" : "", floor_us);
         }
         o.stream = NULL;
