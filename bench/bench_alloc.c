@@ -16,6 +16,7 @@
  * repetitions after a warm-up. Usage: kvc_bench_alloc [--quick] [--host] [--csv FILE]
  */
 #define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,95 @@ static int cmp64(const void *a, const void *b) {
 
 static void report(const char *name, const char *variant, int batch, int ps, double *t, int n) {
   kvb_report(csv, name, variant, batch, ps, t, n);
+}
+
+/* --- decode channel: GPU time of its kernel ---------------------------------------- */
+
+/* The driver entry points the measurement needs (CUresult is an int; 0 = success). */
+typedef struct cu_api {
+  int (*stream_create)(void **, unsigned);
+  int (*begin_capture)(void *, int);
+  int (*end_capture)(void *, void **);
+  int (*instantiate)(void **, void *, unsigned long long);
+  int (*graph_launch)(void *, void *);
+  int (*event_create)(void **, unsigned);
+  int (*event_record)(void *, void *);
+  int (*event_sync)(void *);
+  int (*elapsed)(float *, void *, void *);
+} cu_api;
+
+static int load_cu(cu_api *c) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return 0;
+  *(void **)&c->stream_create = dlsym(lib, "cuStreamCreate");
+  *(void **)&c->begin_capture = dlsym(lib, "cuStreamBeginCapture_v2");
+  *(void **)&c->end_capture = dlsym(lib, "cuStreamEndCapture");
+  *(void **)&c->instantiate = dlsym(lib, "cuGraphInstantiateWithFlags");
+  *(void **)&c->graph_launch = dlsym(lib, "cuGraphLaunch");
+  *(void **)&c->event_create = dlsym(lib, "cuEventCreate");
+  *(void **)&c->event_record = dlsym(lib, "cuEventRecord");
+  *(void **)&c->event_sync = dlsym(lib, "cuEventSynchronize");
+  *(void **)&c->elapsed = dlsym(lib, "cuEventElapsedTime");
+  return c->stream_create && c->begin_capture && c->end_capture && c->instantiate && c->graph_launch &&
+         c->event_create && c->event_record && c->event_sync && c->elapsed;
+}
+
+/* GPU microseconds per execution of the channel's kernel, as a graph replay runs it: 64
+ * steps are published, then one graph of 64 kernel nodes applies them back to back,
+ * between two events. Each execution reads its step from pinned host memory (PCIe round
+ * trips) and writes out_cache_loc and the table. CUDA only; prints nothing elsewhere. */
+static void bench_channel_gpu(int bs, int ps) {
+  cu_api cu;
+  if (kvc_context_backend(ctx) != KVC_BACKEND_CUDA || !load_cu(&cu)) return;
+  enum { N = 64 };
+  kvc_req_to_token_pool_config pc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  pc.size = bs;
+  pc.max_context_len = 1024;
+  kvc_req_to_token_pool *pool;
+  CHECK(kvc_req_to_token_pool_create(ctx, &pc, &pool));
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = KVC_ALLOCATOR_PAGED;
+  ac.page_size = ps;
+  ac.size = (int64_t)bs * 1024 + 64 * ps;
+  kvc_allocator *a;
+  CHECK(kvc_allocator_create(ctx, &ac, &a));
+  int32_t *rows = calloc((size_t)bs, 4);
+  int64_t *pre = calloc((size_t)bs, 8), *seq = calloc((size_t)bs, 8);
+  int64_t *dev_out;
+  CHECK(kvc_memory_alloc(ctx, (size_t)bs * 8, (void **)&dev_out));
+  CHECK(kvc_req_to_token_pool_alloc(pool, (size_t)bs, rows));
+  for (int i = 0; i < bs; i++) seq[i] = 100 + (i * 37) % 400;
+  CHECK(kvc_allocator_alloc_extend(a, (size_t)bs, pre, seq, NULL, pool, rows, NULL, NULL, NULL, NULL));
+  kvc_decode_channel *ch;
+  CHECK(kvc_decode_channel_create(a, pool, (size_t)bs, N, dev_out, &ch));
+  CHECK(kvc_stream_synchronize(ctx, NULL));
+  void *stream = NULL, *graph = NULL, *exec = NULL, *e0 = NULL, *e1 = NULL;
+  if (cu.stream_create(&stream, 1) || cu.begin_capture(stream, 1)) exit(1);
+  for (int k = 0; k < N; k++) CHECK(kvc_decode_channel_enqueue(ch, stream));
+  if (cu.end_capture(stream, &graph) || cu.instantiate(&exec, graph, 0)) exit(1);
+  if (cu.event_create(&e0, 0) || cu.event_create(&e1, 0)) exit(1);
+  double us[5];
+  for (int rep = 0; rep < 5; rep++) {
+    for (int k = 0; k < N; k++) {
+      for (int i = 0; i < bs; i++) seq[i]++;
+      CHECK(kvc_decode_channel_alloc(ch, (size_t)bs, seq, NULL, rows, NULL));
+    }
+    float ms = 0;
+    if (cu.event_record(e0, stream) || cu.graph_launch(exec, stream) || cu.event_record(e1, stream) ||
+        cu.event_sync(e1) || cu.elapsed(&ms, e0, e1))
+      exit(1);
+    us[rep] = 1e3 * ms / N;
+  }
+  CHECK(kvc_decode_channel_check(ch, NULL, NULL));
+  qsort(us, 5, sizeof us[0], kvb_cmp_double);
+  printf("channel kernel: %.2f us of GPU time per execution at batch %d, ps %d (median of 5 graphs of %d)\n",
+         us[2], bs, ps, N);
+  if (csv) fprintf(csv, "channel_gpu,\"GPU us per kernel execution (graph)\",%d,%d,%.3f,%.3f,5\n", bs, ps, us[2], us[4]);
+  kvc_decode_channel_destroy(ch);
+  kvc_memory_free(ctx, dev_out);
+  free(rows), free(pre), free(seq);
+  kvc_allocator_destroy(a);
+  kvc_req_to_token_pool_destroy(pool);
 }
 
 /* --- decode ------------------------------------------------------------------------- */
@@ -269,6 +359,8 @@ int main(int argc, char **argv) {
   const int batches[4] = {1, 64, 256, 1024}, pss[2] = {16, 64};
   for (int p = 0; p < 2; p++)
     for (int b = 0; b < 4; b++) bench_decode(batches[b], pss[p]);
+  bench_channel_gpu(256, 16);
+  bench_channel_gpu(1024, 16);
   bench_extend(16, 512, 16);
   bench_extend(64, 256, 16);
   bench_free(KVC_ALLOCATOR_PAGED, 16);

@@ -137,6 +137,8 @@ def plot_bandwidth(name, rows, out):
 def plot_host_step(name, rows, out):
     cases = collections.OrderedDict()
     for r in rows:
+        if r["case"].endswith("_gpu"):  # GPU-time rows (bench_alloc channel_gpu): not host µs
+            continue
         cases.setdefault(r["case"], []).append(r)
     fig, axes = grid(len(cases))
     for ax, (case, rs) in zip(axes, cases.items()):
