@@ -82,7 +82,9 @@ kvc_status kvc_decode_channel_create(kvc_allocator *alloc, kvc_req_to_token_pool
   ch->req_pool = req_pool;
   ch->depth = d;
   ch->max_batch = max_batch;
-  const size_t slot_words = (KVC_CHANNEL_HEADER_WORDS + 3 * max_batch + 15) / 16 * 16;
+  /* 16-word slots (16-byte loads of the payload, 8-byte header loads), with room for the
+   * kernel's last 16-byte load to run 3 words past a full payload. */
+  const size_t slot_words = (KVC_CHANNEL_HEADER_WORDS + 3 * max_batch + 3 + 15) / 16 * 16;
   const size_t host_bytes = (STATE_WORDS + (size_t)d * slot_words) * sizeof(uint32_t);
   kvc_status st = kvc__dev_pinned_alloc(ctx, host_bytes, (void **)&ch->host);
   if (st == KVC_OK) {
