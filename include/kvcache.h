@@ -718,7 +718,8 @@ KVC_API kvc_status kvc_decode_channel_alloc(kvc_decode_channel *channel, size_t 
                                             const int64_t *seq_lens, const int64_t *last_locs,
                                             const int32_t *req_rows, int64_t *out_host);
 /** kvc_decode_channel_check() : steps published by the host and applied by the device so
- *  far (either pointer may be NULL). Reads host memory only; never waits.
+ *  far (either pointer may be NULL). Reads host memory only; never waits; allowed during a
+ *  capture.
  *  @return KVC_ERR_MISUSE naming the step when an execution found its step unpublished. */
 KVC_API kvc_status kvc_decode_channel_check(const kvc_decode_channel *channel,
                                             uint64_t *published, uint64_t *applied);
@@ -1836,6 +1837,7 @@ KVC_API kvc_status kvc_flow_alloc_for_decode(kvc_flow *flow, kvc_req_state *cons
  *  flow's allocator and req_pool, and must outlive its use here. With a channel,
  *  alloc_for_decode's out_cache_loc must be NULL or the channel's out_device, and it
  *  returns KVC_ERR_BUSY (nothing changed) when the device is `depth` steps behind.
+ *  Host only (no stream work; allowed during a capture). The flow does not own the channel.
  *  @return KVC_ERR_INVALID_ARGUMENT for a channel over other objects, KVC_ERR_UNSUPPORTED
  *  for a flow over an SWA allocator. */
 KVC_API kvc_status kvc_flow_set_decode_channel(kvc_flow *flow, kvc_decode_channel *channel);
