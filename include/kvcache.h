@@ -679,8 +679,8 @@ KVC_API kvc_status kvc_allocator_alloc_decode(kvc_allocator *alloc, size_t batch
  * run before the alloc) writes 0 into all of out_device, so that step's KV goes to the
  * padding page, not into live slots, and the next alloc/check reports KVC_ERR_MISUSE.
  * Other allocator calls (extend, free, ...) mix freely with channel steps: the host state
- * is one. PAGED and TOKEN allocators only (not the SWA allocator). Single writer, as the
- * allocator. */
+ * is one. PAGED and TOKEN allocators here; SWA allocators through
+ * kvc_decode_channel_create_swa(). Single writer, as the allocator. */
 typedef struct kvc_decode_channel kvc_decode_channel;
 
 /** kvc_decode_channel_create() : a channel for `alloc` writing rows of `req_pool` (may be
@@ -1411,6 +1411,17 @@ KVC_API kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *alloc, size
                                                   kvc_req_to_token_pool *req_pool,
                                                   const int32_t *req_rows, int64_t *out_host,
                                                   int64_t *out_device, kvc_stream stream);
+/** kvc_decode_channel_create_swa() : a decode channel (kvc_decode_channel_create()) over
+ *  an SWA allocator: kvc_decode_channel_alloc() does kvc_swa_allocator_alloc_decode's host
+ *  work (both sides or none, the host mapping) and publishes the step, and each execution
+ *  of the channel's kernel writes out_cache_loc, the req_to_token entries and the
+ *  full->SWA mapping of the new slots. Ring mode: as a plain channel over the full side.
+ *  Pure-SWA allocators have no alloc_decode. Not capturable (enqueue is).
+ *  @return KVC_ERR_INVALID_ARGUMENT for a pure-SWA or dead allocator and as
+ *  kvc_decode_channel_create otherwise. */
+KVC_API kvc_status kvc_decode_channel_create_swa(kvc_swa_allocator *alloc, kvc_req_to_token_pool *req_pool,
+                                                 size_t max_batch, unsigned depth, int64_t *out_device,
+                                                 kvc_decode_channel **out);
 /** kvc_swa_allocator_alloc_extend_swa_tail() : SGLang alloc_extend_swa_tail (bs 1, spec
  *  7.5): full slots for the whole extend, SWA slots only for the last swa_tail_len
  *  tokens, allocated as a fresh sequence (prefix 0, last_loc -1: offsets start at 0 of a
@@ -1838,8 +1849,8 @@ KVC_API kvc_status kvc_flow_alloc_for_decode(kvc_flow *flow, kvc_req_state *cons
  *  alloc_for_decode's out_cache_loc must be NULL or the channel's out_device, and it
  *  returns KVC_ERR_BUSY (nothing changed) when the device is `depth` steps behind.
  *  Host only (no stream work; allowed during a capture). The flow does not own the channel.
- *  @return KVC_ERR_INVALID_ARGUMENT for a channel over other objects, KVC_ERR_UNSUPPORTED
- *  for a flow over an SWA allocator. */
+ *  An SWA flow needs a channel from kvc_decode_channel_create_swa() over its SWA allocator.
+ *  @return KVC_ERR_INVALID_ARGUMENT for a channel over other objects. */
 KVC_API kvc_status kvc_flow_set_decode_channel(kvc_flow *flow, kvc_decode_channel *channel);
 
 /** kvc_flow_release() : SGLang release_kv_cache for n finished requests, in one free

@@ -34,14 +34,15 @@ KVC_DEVICE void kvc_st_relaxed_sys(uint32_t *p, uint32_t v) {
   asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-/* Requests per pass: the pass's payload (3 words each) is first copied from host memory
+/* Requests per pass: the pass's payload (3 or 4 words each) is first copied from host memory
  * into shared memory with 16-byte loads (few, wide PCIe reads), then applied. */
 #define KVC_CH_PASS 1024
+#define KVC_CH_STRIDE_MAX 4
 
 extern "C" __global__ void __launch_bounds__(1024) kvc_decode_channel_apply(const __grid_constant__ kvc_p_decode_channel p) {
   __shared__ uint32_t s_step, s_n;
   __shared__ int s_ok;
-  __shared__ __align__(16) uint32_t s_words[3 * KVC_CH_PASS];
+  __shared__ __align__(16) uint32_t s_words[KVC_CH_STRIDE_MAX * KVC_CH_PASS];
   uint32_t *applied = kvc_ptr<uint32_t *>(p.applied);
   uint32_t *host_state = kvc_ptr<uint32_t *>(p.host_state);
   const uint32_t *ring = kvc_ptr<const uint32_t *>(p.ring);
@@ -60,19 +61,22 @@ extern "C" __global__ void __launch_bounds__(1024) kvc_decode_channel_apply(cons
   const uint32_t *w = ring + (size_t)((s_step - 1) % (uint32_t)p.depth) * (size_t)p.slot_words + KVC_CHANNEL_HEADER_WORDS;
   int64_t *out = p.out ? kvc_ptr<int64_t *>(p.out) : nullptr;
   int32_t *table = p.table ? kvc_ptr<int32_t *>(p.table) : nullptr;
+  int64_t *map = p.map ? kvc_ptr<int64_t *>(p.map) : nullptr;
+  const int stride = map ? 4 : 3;
   for (int base = 0; base < n; base += KVC_CH_PASS) {
     const int cnt = n - base < KVC_CH_PASS ? n - base : KVC_CH_PASS;
-    const int words = 3 * cnt, vecs = (words + 3) / 4;
+    const int words = stride * cnt, vecs = (words + 3) / 4;
     /* cache-volatile loads: the ring slot held another step depth steps ago (reading up
      * to 3 words past the step's payload stays inside the slot, which is padded to 16) */
-    const uint4 *src = reinterpret_cast<const uint4 *>(w + 3 * (size_t)base);
+    const uint4 *src = reinterpret_cast<const uint4 *>(w + (size_t)stride * base);
     for (int v = threadIdx.x; v < vecs; v += blockDim.x) reinterpret_cast<uint4 *>(s_words)[v] = __ldcv(src + v);
     __syncthreads();
     for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
-      const int32_t row = (int32_t)s_words[3 * i], pos = (int32_t)s_words[3 * i + 1];
-      const int32_t slot = (int32_t)s_words[3 * i + 2];
+      const int32_t row = (int32_t)s_words[stride * i], pos = (int32_t)s_words[stride * i + 1];
+      const int32_t slot = (int32_t)s_words[stride * i + 2];
       if (out) out[base + i] = slot;
       if (table && row >= 0) table[(int64_t)row * p.row_stride + pos] = slot;
+      if (map && slot >= 0 && slot < p.map_len) map[slot] = (int32_t)s_words[4 * i + 3];
     }
     __syncthreads(); /* s_words is refilled by the next pass */
   }

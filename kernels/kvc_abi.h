@@ -109,7 +109,7 @@ typedef struct kvc_p_plan_decode {
 
 /* --- alloc_channel.cu: decode steps published by the host, applied by a kernel that
  * may sit in a CUDA graph (kvc_decode_channel) ------------------------------------- */
-#define KVC_CHANNEL_HEADER_WORDS 4 /* step, n, 2 reserved; then (row, position, slot) x n */
+#define KVC_CHANNEL_HEADER_WORDS 4 /* step, n, 2 reserved; then n x (row, position, slot[, peer]) */
 typedef struct kvc_p_decode_channel {
   uint64_t ring;       /* host memory the device reads: depth slots of slot_words uint32 */
   uint64_t applied;    /* device uint32: steps applied so far */
@@ -118,9 +118,12 @@ typedef struct kvc_p_decode_channel {
   uint64_t table;      /* int32 req_to_token table, or 0 */
   uint64_t out;        /* int64 [max_batch] out_cache_loc, or 0 */
   int64_t row_stride;
+  uint64_t map;        /* int64 [map_len] full->SWA mapping (SWA allocators), or 0 */
+  int64_t map_len;
   int32_t depth, slot_words;
   int32_t max_batch, pad_;
-} kvc_p_decode_channel;
+} kvc_p_decode_channel; /* payload words per request: (row, position, slot), plus the
+                           slot's mapped value when map != 0 */
 
 /* --- req_to_token.cu: write host-planned slots into one row ------------------------ */
 typedef struct kvc_p_row_write {

@@ -491,8 +491,8 @@ kvc_status kvc_flow_set_decode_channel(kvc_flow *f, kvc_decode_channel *channel)
     f->channel = NULL;
     return KVC_OK;
   }
-  KVC_RETURN_IF(f->swa, f->ctx, KVC_ERR_UNSUPPORTED, "decode channels serve token and paged allocators, not SWA");
-  KVC_RETURN_IF(!kvc__decode_channel_binds(channel, f->alloc, f->cfg.req_pool), f->ctx, KVC_ERR_INVALID_ARGUMENT,
+  KVC_RETURN_IF(!kvc__decode_channel_binds(channel, f->alloc, f->swa, f->cfg.req_pool), f->ctx,
+                KVC_ERR_INVALID_ARGUMENT,
                 "the channel is not a live kvc_decode_channel over this flow's allocator and req_pool");
   f->channel = channel;
   return KVC_OK;

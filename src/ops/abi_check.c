@@ -7,7 +7,7 @@ KVC_ABI_ASSERT(kvc_p_get_last_loc, 64);
 KVC_ABI_ASSERT(kvc_p_write_req_to_token, 80);
 KVC_ABI_ASSERT(kvc_p_extend_fill, 72);
 KVC_ABI_ASSERT(kvc_p_decode_fill, 64);
-KVC_ABI_ASSERT(kvc_p_decode_channel, 64);
+KVC_ABI_ASSERT(kvc_p_decode_channel, 80);
 KVC_ABI_ASSERT(kvc_plan_extend_desc, 32);
 KVC_ABI_ASSERT(kvc_p_plan_extend, 56);
 KVC_ABI_ASSERT(kvc_p_plan_decode, 56);

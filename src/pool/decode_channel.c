@@ -18,6 +18,7 @@
  * KVC_ERR_BUSY and nothing changes.
  */
 #include "pool.h"
+#include "swa.h"
 
 #include <string.h>
 
@@ -26,7 +27,8 @@
 struct kvc_decode_channel {
   uint64_t magic;
   kvc_context *ctx;
-  kvc_allocator *alloc;
+  kvc_allocator *alloc;   /* the plain allocator, or the SWA allocator's full side */
+  kvc_swa_allocator *swa; /* non-NULL: an SWA allocator's channel (payload + SWA peers) */
   kvc_req_to_token_pool *req_pool;
   uint32_t *host;        /* pinned: [0, 16) state words, then depth ring slots */
   uint32_t *applied_dev; /* device counter read and written only by the kernel */
@@ -59,14 +61,12 @@ static kvc_status missed_step(const kvc_decode_channel *ch, const char *fn) {
                     missed);
 }
 
-kvc_status kvc_decode_channel_create(kvc_allocator *alloc, kvc_req_to_token_pool *req_pool, size_t max_batch,
-                                     unsigned depth, int64_t *out_device, kvc_decode_channel **out) {
-  if (!out) return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__, "out is NULL");
-  *out = NULL;
-  if (!alloc || alloc->magic != KVC__ALLOCATOR_MAGIC)
-    return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__, "alloc is NULL or not a live kvc_allocator");
-  kvc_context *ctx = alloc->ctx;
-  if (req_pool) KVC_FORWARD(kvc__req_pool_check_handle(ctx, __func__, req_pool));
+/* Shared by both creates: `alloc` the allocator whose slots the kernel writes, `map` the
+ * device full->SWA mapping to update (NULL: none). */
+static kvc_status channel_create(kvc_context *ctx, const char *fn, kvc_allocator *alloc, kvc_swa_allocator *swa,
+                                 int64_t *map, int64_t map_len, kvc_req_to_token_pool *req_pool, size_t max_batch,
+                                 unsigned depth, int64_t *out_device, kvc_decode_channel **out) {
+  if (req_pool) KVC_FORWARD(kvc__req_pool_check_handle(ctx, fn, req_pool));
   KVC_RETURN_IF(!req_pool && !out_device, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "req_pool and out_device are both NULL: the kernel would write nothing");
   KVC_RETURN_IF(max_batch < 1 || max_batch > ((size_t)1 << 20), ctx, KVC_ERR_INVALID_ARGUMENT,
@@ -76,15 +76,17 @@ kvc_status kvc_decode_channel_create(kvc_allocator *alloc, kvc_req_to_token_pool
   while (d < depth) d *= 2; /* power of two: slot = step mod depth stays right across wrap */
 
   kvc_decode_channel *ch = kvc__calloc(ctx, 1, sizeof *ch);
-  if (!ch) return kvc__error(ctx, KVC_ERR_HOST_OOM, __func__, "%zu bytes", sizeof *ch);
+  if (!ch) return kvc__error(ctx, KVC_ERR_HOST_OOM, fn, "%zu bytes", sizeof *ch);
   ch->ctx = ctx;
   ch->alloc = alloc;
+  ch->swa = swa;
   ch->req_pool = req_pool;
   ch->depth = d;
   ch->max_batch = max_batch;
   /* 16-word slots (16-byte loads of the payload, 8-byte header loads), with room for the
    * kernel's last 16-byte load to run 3 words past a full payload. */
-  const size_t slot_words = (KVC_CHANNEL_HEADER_WORDS + 3 * max_batch + 3 + 15) / 16 * 16;
+  const size_t stride = map ? 4 : 3;
+  const size_t slot_words = (KVC_CHANNEL_HEADER_WORDS + stride * max_batch + 3 + 15) / 16 * 16;
   const size_t host_bytes = (STATE_WORDS + (size_t)d * slot_words) * sizeof(uint32_t);
   kvc_status st = kvc__dev_pinned_alloc(ctx, host_bytes, (void **)&ch->host);
   if (st == KVC_OK) {
@@ -109,12 +111,36 @@ kvc_status kvc_decode_channel_create(kvc_allocator *alloc, kvc_req_to_token_pool
   p->table = req_pool ? (uint64_t)(uintptr_t)req_pool->table : 0;
   p->out = (uint64_t)(uintptr_t)out_device;
   p->row_stride = req_pool ? req_pool->width : 0;
+  p->map = (uint64_t)(uintptr_t)map;
+  p->map_len = map_len;
   p->depth = (int32_t)d;
   p->slot_words = (int32_t)slot_words;
   p->max_batch = (int32_t)max_batch;
   ch->magic = KVC__CHANNEL_MAGIC;
   *out = ch;
   return KVC_OK;
+}
+
+kvc_status kvc_decode_channel_create(kvc_allocator *alloc, kvc_req_to_token_pool *req_pool, size_t max_batch,
+                                     unsigned depth, int64_t *out_device, kvc_decode_channel **out) {
+  if (!out) return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__, "out is NULL");
+  *out = NULL;
+  if (!alloc || alloc->magic != KVC__ALLOCATOR_MAGIC)
+    return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__, "alloc is NULL or not a live kvc_allocator");
+  return channel_create(alloc->ctx, __func__, alloc, NULL, NULL, 0, req_pool, max_batch, depth, out_device, out);
+}
+
+kvc_status kvc_decode_channel_create_swa(kvc_swa_allocator *alloc, kvc_req_to_token_pool *req_pool,
+                                         size_t max_batch, unsigned depth, int64_t *out_device,
+                                         kvc_decode_channel **out) {
+  if (!out) return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__, "out is NULL");
+  *out = NULL;
+  kvc_allocator *full;
+  int64_t *map, map_len;
+  if (!kvc__swa_channel_info(alloc, &full, &map, &map_len))
+    return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,
+                      "alloc is NULL, not a live kvc_swa_allocator, or a pure-SWA one (no alloc_decode)");
+  return channel_create(full->ctx, __func__, full, alloc, map, map_len, req_pool, max_batch, depth, out_device, out);
 }
 
 void kvc_decode_channel_destroy(kvc_decode_channel *ch) {
@@ -157,15 +183,20 @@ kvc_status kvc_decode_channel_alloc(kvc_decode_channel *ch, size_t bs, const int
   const uint32_t step = ch->published + 1;
   int64_t need = 0;
   uint32_t *slot = ring_slot(ch, step);
-  if (bs)
+  kvc_status st = KVC_OK;
+  if (ch->swa) { /* validation, both sides and the host mapping: the SWA allocator's */
+    KVC_FORWARD(kvc__swa_decode_publish(ch->swa, __func__, bs, seq_lens, last_locs, ch->req_pool, req_rows,
+                                        slot + KVC_CHANNEL_HEADER_WORDS, out_host));
+  } else if (bs) {
     KVC_FORWARD(kvc__alloc_decode_plan(a, __func__, bs, seq_lens, last_locs, ch->req_pool, req_rows,
                                        slot + KVC_CHANNEL_HEADER_WORDS, 3, &need));
+  }
   slot[1] = (uint32_t)bs;
   /* Last: a kernel that sees this step number sees the payload and n written above. */
   __atomic_store_n(&slot[0], step, __ATOMIC_RELEASE);
   ch->published = step;
-  if (!bs) return KVC_OK;
-  return kvc__alloc_decode_finish(a, __func__, bs, out_host, need);
+  if (!ch->swa && bs) st = kvc__alloc_decode_finish(a, __func__, bs, out_host, need);
+  return st;
 }
 
 kvc_status kvc_decode_channel_check(const kvc_decode_channel *ch, uint64_t *published, uint64_t *applied) {
@@ -175,8 +206,9 @@ kvc_status kvc_decode_channel_check(const kvc_decode_channel *ch, uint64_t *publ
   return missed_step(ch, __func__);
 }
 
-bool kvc__decode_channel_binds(const kvc_decode_channel *ch, const kvc_allocator *a, const kvc_req_to_token_pool *rp) {
-  return ch && ch->magic == KVC__CHANNEL_MAGIC && ch->alloc == a && ch->req_pool == rp;
+bool kvc__decode_channel_binds(const kvc_decode_channel *ch, const kvc_allocator *a, const kvc_swa_allocator *swa,
+                               const kvc_req_to_token_pool *rp) {
+  return ch && ch->magic == KVC__CHANNEL_MAGIC && ch->req_pool == rp && (swa ? ch->swa == swa : ch->alloc == a && !ch->swa);
 }
 
 int64_t *kvc__decode_channel_out(const kvc_decode_channel *ch) {

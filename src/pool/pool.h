@@ -184,7 +184,8 @@ kvc_status kvc__alloc_decode_finish(kvc_allocator *a, const char *fn, size_t bs,
 
 /* The decode channel's bindings (decode_channel.c), for flows that route decode steps
  * through one: its allocator and req pool, and its out_cache_loc array. */
-bool kvc__decode_channel_binds(const kvc_decode_channel *ch, const kvc_allocator *a, const kvc_req_to_token_pool *rp);
+bool kvc__decode_channel_binds(const kvc_decode_channel *ch, const kvc_allocator *a, const kvc_swa_allocator *swa,
+                               const kvc_req_to_token_pool *rp);
 int64_t *kvc__decode_channel_out(const kvc_decode_channel *ch);
 /* KVC_OK when the channel can publish its next step now: no execution found its step
  * unpublished (else KVC_ERR_MISUSE) and the ring slot is free (else KVC_ERR_BUSY). */

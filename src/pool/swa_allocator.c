@@ -532,37 +532,46 @@ kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const
   return finish(a, KVC_OK);
 }
 
-kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *a, size_t bs, const int64_t *seq_lens,
-                                          const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *rows,
-                                          int64_t *out_host, int64_t *out_device, kvc_stream stream) {
-  SWA_ENTRY(a);
+/* alloc_decode's checks (spec: both sides or none) and, outside ring mode, each request's
+ * SWA last_loc (lastw). Nothing changes. */
+static kvc_status decode_prepare(kvc_swa_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                 const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *rows) {
   kvc_context *ctx = a->ctx;
-  KVC_RETURN_IF(a->pure, ctx, KVC_ERR_UNSUPPORTED, "the pure-SWA allocator has no alloc_decode (page_size 1)");
-  if (bs == 0) return KVC_OK;
-  KVC_ARG_NOT_NULL(ctx, seq_lens);
+  if (!seq_lens) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "seq_lens is NULL");
   const int64_t ps = a->ps;
   int64_t need = 0;
   for (size_t i = 0; i < bs; i++) {
-    KVC_RETURN_IF(seq_lens[i] < 1 || seq_lens[i] > INT32_MAX, ctx, KVC_ERR_INVALID_ARGUMENT,
-                  "seq_lens[%zu] = %lld", i, (long long)seq_lens[i]);
+    if (seq_lens[i] < 1 || seq_lens[i] > INT32_MAX)
+      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "seq_lens[%zu] = %lld", i, (long long)seq_lens[i]);
     need += (seq_lens[i] - 1) % ps == 0;
   }
-  KVC_RETURN_IF(need > full_free_pages(a) || (!a->ring && need > swa_free_pages(a)), ctx, KVC_ERR_OUT_OF_SLOTS,
-                "%lld new pages needed on each side; %lld full and %lld SWA free", (long long)need,
-                (long long)full_free_pages(a), (long long)(a->ring ? -1 : swa_free_pages(a)));
-  if (a->ring)
-    return finish(a, kvc_allocator_alloc_decode(a->full, bs, seq_lens, last_locs, rp, rows, out_host, out_device,
-                                                stream));
-  KVC_FORWARD(ensure_tok(a, __func__, bs));
-  KVC_FORWARD(ensure_bs(a, __func__, bs));
+  if (need > full_free_pages(a) || (!a->ring && need > swa_free_pages(a)))
+    return kvc__error(ctx, KVC_ERR_OUT_OF_SLOTS, fn, "%lld new pages needed on each side; %lld full and %lld SWA free",
+                      (long long)need, (long long)full_free_pages(a), (long long)(a->ring ? -1 : swa_free_pages(a)));
+  if (a->ring) return KVC_OK;
+  KVC_FORWARD(ensure_tok(a, fn, bs));
+  KVC_FORWARD(ensure_bs(a, fn, bs));
   for (size_t i = 0; i < bs; i++) {
     a->lastw[i] = -1;
     if ((seq_lens[i] - 1) % ps != 0) {
       int64_t fl;
-      KVC_FORWARD(resolve_last(a, __func__, i, seq_lens[i] - 2, last_locs, NULL, rp, rows, &fl));
-      KVC_FORWARD(swa_peer(a, __func__, i, fl, &a->lastw[i]));
+      KVC_FORWARD(resolve_last(a, fn, i, seq_lens[i] - 2, last_locs, NULL, rp, rows, &fl));
+      KVC_FORWARD(swa_peer(a, fn, i, fl, &a->lastw[i]));
     }
   }
+  return KVC_OK;
+}
+
+kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *a, size_t bs, const int64_t *seq_lens,
+                                          const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *rows,
+                                          int64_t *out_host, int64_t *out_device, kvc_stream stream) {
+  SWA_ENTRY(a);
+  KVC_RETURN_IF(a->pure, a->ctx, KVC_ERR_UNSUPPORTED, "the pure-SWA allocator has no alloc_decode (page_size 1)");
+  if (bs == 0) return KVC_OK;
+  KVC_FORWARD(decode_prepare(a, __func__, bs, seq_lens, last_locs, rp, rows));
+  if (a->ring)
+    return finish(a, kvc_allocator_alloc_decode(a->full, bs, seq_lens, last_locs, rp, rows, out_host, out_device,
+                                                stream));
   /* The SWA side first (host only: no table, no out_cache_loc), then the full side's one
    * launch, which also writes the full->SWA mapping of the new slots: one launch per step
    * where two_sided() takes two (the plan, then the mapping). */
@@ -581,6 +590,39 @@ kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *a, size_t bs, const
   for (size_t i = 0; i < bs; i++) a->map[a->f_buf[i]] = (int32_t)a->w_buf[i];
   if (out_host) memcpy(out_host, a->f_buf, bs * 8);
   return finish(a, KVC_OK);
+}
+
+kvc_status kvc__swa_decode_publish(kvc_swa_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                   const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *rows,
+                                   uint32_t *payload, int64_t *out_host) {
+  if (bs == 0) return KVC_OK;
+  KVC_FORWARD(decode_prepare(a, fn, bs, seq_lens, last_locs, rp, rows));
+  int64_t need = 0;
+  if (a->ring) {
+    KVC_FORWARD(kvc__alloc_decode_plan(a->full, fn, bs, seq_lens, last_locs, rp, rows, payload, 3, &need));
+    return finish(a, kvc__alloc_decode_finish(a->full, fn, bs, out_host, need));
+  }
+  kvc_allocator_state bsw;
+  KVC_FORWARD(kvc_allocator_backup_state(a->swa, &bsw));
+  KVC_FORWARD(kvc_allocator_alloc_decode(a->swa, bs, seq_lens, a->lastw, NULL, NULL, a->w_buf, NULL, NULL));
+  kvc_status st = kvc__alloc_decode_plan(a->full, fn, bs, seq_lens, last_locs, rp, rows, payload, 4, &need);
+  if (st != KVC_OK) {
+    kvc_allocator_restore_state(a->swa, &bsw);
+    return st;
+  }
+  for (size_t i = 0; i < bs; i++) payload[4 * i + 3] = (uint32_t)a->w_buf[i];
+  st = kvc__alloc_decode_finish(a->full, fn, bs, a->f_buf, need);
+  for (size_t i = 0; i < bs; i++) a->map[a->f_buf[i]] = (int32_t)a->w_buf[i];
+  if (out_host) memcpy(out_host, a->f_buf, bs * 8);
+  return finish(a, st);
+}
+
+bool kvc__swa_channel_info(const kvc_swa_allocator *a, kvc_allocator **full, int64_t **dmap, int64_t *map_len) {
+  if (!a || a->magic != KVC__SWA_MAGIC || a->pure) return false;
+  *full = a->full;
+  *dmap = a->ring ? NULL : a->dmap;
+  *map_len = a->ring ? 0 : a->map_len - 1;
+  return true;
 }
 
 typedef struct tail_args {

@@ -171,6 +171,81 @@ static void test_channel_errors_change_nothing(void **state) {
   drop_world(&w);
 }
 
+/* --- SWA allocators: the channel also writes the full->SWA mapping ------------------- */
+
+static kvc_swa_allocator *make_swa(void) {
+  kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+  c.size_full = PAGES * PS;
+  c.size_swa = PAGES * PS / 2;
+  c.page_size = PS;
+  kvc_swa_allocator *a = NULL;
+  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &c, &a));
+  return a;
+}
+
+/* The device mapping equals the host one. */
+static void expect_swa_mapping(const kvc_swa_allocator *a) {
+  const int64_t n = kvc_swa_allocator_mapping_length(a);
+  int64_t *d = malloc((size_t)n * 8);
+  kvt_d2h(d, kvc_swa_allocator_mapping_device(a), (size_t)n * 8);
+  const int32_t *h = kvc_swa_allocator_mapping_host(a);
+  for (int64_t i = 0; i < n; i++)
+    if (d[i] != h[i]) fail_msg("device mapping[%lld] = %lld, host %d", (long long)i, (long long)d[i], h[i]);
+  free(d);
+}
+
+static void test_swa_channel_matches_swa_alloc_decode(void **state) {
+  (void)state;
+  kvc_swa_allocator *ca = make_swa(), *ta = make_swa();
+  kvc_req_to_token_pool *crp, *trp;
+  kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  rc.size = ROWS;
+  rc.max_context_len = WIDTH;
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rc, &crp));
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rc, &trp));
+  int64_t *out_dev = kvt_dev_alloc(BATCH * sizeof(int64_t));
+  kvc_decode_channel *ch = NULL;
+  kvc_allocator *plain = NULL;
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = KVC_ALLOCATOR_PAGED, ac.size = 64, ac.page_size = PS;
+  KVT_OK(kvc_allocator_create(kvt_ctx, &ac, &plain));
+  KVT_STATUS(kvc_decode_channel_create_swa((kvc_swa_allocator *)(void *)plain, crp, BATCH, 4, out_dev, &ch),
+             KVC_ERR_INVALID_ARGUMENT); /* not an SWA allocator */
+  KVT_OK(kvc_decode_channel_create_swa(ca, crp, BATCH, 4, out_dev, &ch));
+  int32_t rc_rows[BATCH] = {0}, rt_rows[BATCH] = {0};
+  int64_t pre[BATCH] = {0}, sc[BATCH], st[BATCH], got[BATCH], want[BATCH];
+  for (int i = 0; i < BATCH; i++) sc[i] = st[i] = 1 + (i * 5) % 9;
+  KVT_OK(kvc_req_to_token_pool_alloc(crp, BATCH, rc_rows));
+  KVT_OK(kvc_req_to_token_pool_alloc(trp, BATCH, rt_rows));
+  KVT_OK(kvc_swa_allocator_alloc_extend(ca, BATCH, pre, sc, NULL, crp, rc_rows, NULL, NULL, NULL, NULL));
+  KVT_OK(kvc_swa_allocator_alloc_extend(ta, BATCH, pre, st, NULL, trp, rt_rows, NULL, NULL, NULL, NULL));
+  for (int step = 0; step < 30; step++) {
+    const size_t bs = (size_t)(BATCH - (step / 7) % 3);
+    for (size_t i = 0; i < bs; i++) sc[i]++, st[i]++;
+    KVT_OK(kvc_decode_channel_alloc(ch, bs, sc, NULL, rc_rows, got));
+    KVT_OK(kvc_swa_allocator_alloc_decode(ta, bs, st, NULL, trp, rt_rows, want, NULL, NULL));
+    for (size_t i = 0; i < bs; i++)
+      if (got[i] != want[i]) fail_msg("step %d request %zu: slot %lld, alloc_decode %lld", step, i, (long long)got[i], (long long)want[i]);
+    KVT_OK(kvc_decode_channel_enqueue(ch, NULL));
+    KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+    if (step % 10 == 9) {
+      expect_swa_mapping(ca);
+      KVT_OK(kvc_req_to_token_pool_audit_device(crp, NULL));
+    }
+  }
+  const int32_t *hc = kvc_swa_allocator_mapping_host(ca), *ht = kvc_swa_allocator_mapping_host(ta);
+  for (int64_t i = 0; i < kvc_swa_allocator_mapping_length(ca); i++)
+    if (hc[i] != ht[i]) fail_msg("host mapping[%lld]: channel %d, alloc_decode %d", (long long)i, hc[i], ht[i]);
+  KVT_OK(kvc_swa_allocator_check(ca));
+  kvc_decode_channel_destroy(ch);
+  kvc_allocator_destroy(plain);
+  kvc_swa_allocator_destroy(ca);
+  kvc_swa_allocator_destroy(ta);
+  kvc_req_to_token_pool_destroy(crp);
+  kvc_req_to_token_pool_destroy(trp);
+  kvt_dev_free(out_dev);
+}
+
 /* --- CUDA graphs: the kernel captured once, replayed every step ------------------------ */
 
 typedef struct cuda_api {
@@ -243,6 +318,7 @@ static void test_channel_in_cuda_graph(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_channel_matches_alloc_decode),
     cmocka_unit_test(test_channel_errors_change_nothing),
+    cmocka_unit_test(test_swa_channel_matches_swa_alloc_decode),
     cmocka_unit_test(test_channel_in_cuda_graph),
 };
 

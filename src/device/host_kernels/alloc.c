@@ -96,10 +96,12 @@ void kvc_host_decode_channel_apply(const void *params) {
   const int n = ok ? (int)slot[1] : 0;
   const uint32_t *w = slot + KVC_CHANNEL_HEADER_WORDS;
   int64_t *out = p->out ? KVC_HPTR(int64_t *, p->out) : NULL;
+  const int stride = p->map ? 4 : 3;
   for (int i = 0; i < n; i++) {
-    const int32_t row = (int32_t)w[3 * i], pos = (int32_t)w[3 * i + 1], s = (int32_t)w[3 * i + 2];
+    const int32_t row = (int32_t)w[stride * i], pos = (int32_t)w[stride * i + 1], s = (int32_t)w[stride * i + 2];
     if (out) out[i] = s;
     if (p->table && row >= 0) KVC_HPTR(int32_t *, p->table)[(int64_t)row * p->row_stride + pos] = s;
+    if (p->map && s >= 0 && s < p->map_len) KVC_HPTR(int64_t *, p->map)[s] = (int32_t)w[4 * i + 3];
   }
   if (out)
     for (int i = n; i < p->max_batch; i++) out[i] = 0;
