@@ -71,6 +71,68 @@ static void test_swa_window_eviction_during_decode(void **state) {
   kvc_req_to_token_pool_destroy(pool);
 }
 
+/* The same window eviction with decode steps published through an SWA decode channel and
+ * applied by its kernel: same states and host mapping, and the device mapping (written by
+ * the eviction's launches and the channel's kernel, in stream order) equals the host's. */
+static void test_swa_window_eviction_through_a_channel(void **state) {
+  (void)state;
+  kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  rc.size = 4;
+  rc.max_context_len = 256;
+  kvc_req_to_token_pool *pool;
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rc, &pool));
+  kvc_swa_allocator_config sc = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+  sc.size_full = 256;
+  sc.size_swa = 64;
+  sc.page_size = 4;
+  kvc_swa_allocator *swa;
+  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &sc, &swa));
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.page_size = 4;
+  fc.req_pool = pool;
+  fc.swa_allocator = swa;
+  fc.sliding_window = 8;
+  kvc_flow *flow;
+  KVT_OK(kvc_flow_create(kvt_ctx, &fc, &flow));
+  int64_t *out = kvt_dev_alloc(1024 * 8);
+  kvc_decode_channel *ch;
+  KVT_OK(kvc_decode_channel_create_swa(swa, pool, 4, 4, out, &ch));
+  KVT_OK(kvc_flow_set_decode_channel(flow, ch));
+  const int64_t swa0 = kvc_swa_allocator_swa_available_size(swa), full0 = kvc_swa_allocator_full_available_size(swa);
+  kvc_req_state a = req0(40);
+  kvc_req_state *one[] = {&a};
+  KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+  for (int i = 0; i < 40; i++) {
+    KVT_OK(kvc_flow_alloc_for_decode(flow, one, 1, 1, NULL, NULL));
+    KVT_OK(kvc_decode_channel_enqueue(ch, NULL));
+  }
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  assert_int_equal(a.seq_len, 80);
+  assert_int_equal(a.swa_evicted_seqlen, (79 - 8 - 4) / 4 * 4);
+  assert_int_equal(kvc_swa_allocator_full_available_size(swa), full0 - 80);
+  const int32_t *map = kvc_swa_allocator_mapping_host(swa);
+  const int32_t *row = kvc_req_to_token_pool_row(pool, a.req_row);
+  assert_int_equal(map[row[0]], 0);
+  assert_true(map[row[79]] > 0);
+  const int64_t n = kvc_swa_allocator_mapping_length(swa);
+  int64_t *d = malloc((size_t)n * 8);
+  kvt_d2h(d, kvc_swa_allocator_mapping_device(swa), (size_t)n * 8);
+  for (int64_t i = 0; i < n; i++)
+    if (d[i] != map[i]) fail_msg("device mapping[%lld] = %lld, host %d", (long long)i, (long long)d[i], map[i]);
+  free(d);
+  KVT_OK(kvc_req_to_token_pool_audit_device(pool, NULL));
+  KVT_OK(kvc_swa_allocator_check(swa));
+  KVT_OK(kvc_flow_release(flow, one, 1, 1, NULL));
+  assert_int_equal(kvc_swa_allocator_swa_available_size(swa), swa0);
+  assert_int_equal(kvc_swa_allocator_full_available_size(swa), full0);
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  kvc_decode_channel_destroy(ch);
+  kvt_dev_free(out);
+  kvc_flow_destroy(flow);
+  kvc_swa_allocator_destroy(swa);
+  kvc_req_to_token_pool_destroy(pool);
+}
+
 static kvc_mamba_pool *make_mamba(int32_t size) {
   kvc_mamba_pool_config c = KVC_MAMBA_POOL_CONFIG_INIT;
   kvc_mamba_shape conv = {2, 0, {8, 4, 0}};
@@ -250,6 +312,7 @@ static void test_hybrid_flow_track_pp1_batch(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_swa_window_eviction_during_decode),
+    cmocka_unit_test(test_swa_window_eviction_through_a_channel),
     cmocka_unit_test(test_hybrid_mamba_slots_follow_requests),
     cmocka_unit_test(test_hybrid_free_mamba_cache_slot_mapped_twice),
     cmocka_unit_test(test_hybrid_flow_track_pp1_batch),
