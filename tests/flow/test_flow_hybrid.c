@@ -96,7 +96,7 @@ static void test_swa_window_eviction_through_a_channel(void **state) {
   KVT_OK(kvc_flow_create(kvt_ctx, &fc, &flow));
   int64_t *out = kvt_dev_alloc(1024 * 8);
   kvc_decode_channel *ch;
-  KVT_OK(kvc_decode_channel_create_swa(swa, pool, 4, 4, out, &ch));
+  KVT_OK(kvc_decode_channel_create_swa(swa, pool, 4, 64, out, &ch)); /* 40 steps never BUSY */
   KVT_OK(kvc_flow_set_decode_channel(flow, ch));
   const int64_t swa0 = kvc_swa_allocator_swa_available_size(swa), full0 = kvc_swa_allocator_full_available_size(swa);
   kvc_req_state a = req0(40);
