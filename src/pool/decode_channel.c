@@ -35,14 +35,12 @@ struct kvc_decode_channel {
   const kvc__kfunc *kernel;
   kvc_p_decode_channel params;
   uint32_t published; /* steps published so far */
-  uint32_t depth;
-  size_t max_batch;
 };
 
 #define STATE_WORDS 16 /* [0] applied, [1] first missed step; padded to 64 bytes */
 
 static uint32_t *ring_slot(const kvc_decode_channel *ch, uint32_t step) {
-  return ch->host + STATE_WORDS + (size_t)((step - 1) & (ch->depth - 1)) * (size_t)ch->params.slot_words;
+  return ch->host + STATE_WORDS + (size_t)((step - 1) & ((uint32_t)ch->params.depth - 1)) * (size_t)ch->params.slot_words;
 }
 
 static kvc_status check_channel(const kvc_decode_channel *ch, const char *fn) {
@@ -81,8 +79,6 @@ static kvc_status channel_create(kvc_context *ctx, const char *fn, kvc_allocator
   ch->alloc = alloc;
   ch->swa = swa;
   ch->req_pool = req_pool;
-  ch->depth = d;
-  ch->max_batch = max_batch;
   /* 16-word slots (16-byte loads of the payload, 8-byte header loads), with room for the
    * kernel's last 16-byte load to run 3 words past a full payload. */
   const size_t stride = map ? 4 : 3;
@@ -154,7 +150,8 @@ void kvc_decode_channel_destroy(kvc_decode_channel *ch) {
 
 kvc_status kvc_decode_channel_enqueue(kvc_decode_channel *ch, kvc_stream stream) {
   KVC_FORWARD(check_channel(ch, __func__));
-  const unsigned threads = ch->max_batch >= 1024 ? 1024 : (unsigned)((ch->max_batch + 31) / 32 * 32);
+  const unsigned mb = (unsigned)ch->params.max_batch;
+  const unsigned threads = mb >= 1024 ? 1024 : (mb + 31) / 32 * 32;
   return kvc__kernel_launch(ch->ctx, ch->kernel, kvc__dim(1, 1, 1), kvc__dim(threads, 1, 1), 0, stream, &ch->params,
                             sizeof ch->params);
 }
@@ -164,11 +161,12 @@ kvc_status kvc__decode_channel_ready(const kvc_decode_channel *ch, const char *f
   const uint32_t step = ch->published + 1;
   const uint32_t applied = __atomic_load_n(&ch->host[0], __ATOMIC_ACQUIRE);
   /* The slot held step - depth: reusable once the device has applied that step. */
-  if ((int32_t)(step - ch->depth - applied) > 0)
+  const uint32_t depth = (uint32_t)ch->params.depth;
+  if ((int32_t)(step - depth - applied) > 0)
     return kvc__error(ch->ctx, KVC_ERR_BUSY, fn,
                       "the device has applied step %u, the host is publishing step %u (depth %u): "
                       "the channel's kernel has not run for the earlier steps",
-                      applied, step, ch->depth);
+                      applied, step, depth);
   return KVC_OK;
 }
 
@@ -177,8 +175,8 @@ kvc_status kvc_decode_channel_alloc(kvc_decode_channel *ch, size_t bs, const int
   KVC_FORWARD(check_channel(ch, __func__));
   kvc_allocator *a = ch->alloc;
   KVC_RETURN_IF(a->magic != KVC__ALLOCATOR_MAGIC, ch->ctx, KVC_ERR_MISUSE, "the channel's allocator was destroyed");
-  KVC_RETURN_IF(bs > ch->max_batch, ch->ctx, KVC_ERR_INVALID_ARGUMENT, "batch_size %zu > the channel's max_batch %zu",
-                bs, ch->max_batch);
+  KVC_RETURN_IF(bs > (size_t)ch->params.max_batch, ch->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "batch_size %zu > the channel's max_batch %d", bs, ch->params.max_batch);
   KVC_FORWARD(kvc__decode_channel_ready(ch, __func__));
   const uint32_t step = ch->published + 1;
   int64_t need = 0;
@@ -186,7 +184,7 @@ kvc_status kvc_decode_channel_alloc(kvc_decode_channel *ch, size_t bs, const int
   kvc_status st = KVC_OK;
   if (ch->swa) { /* validation, both sides and the host mapping: the SWA allocator's */
     KVC_FORWARD(kvc__swa_decode_publish(ch->swa, __func__, bs, seq_lens, last_locs, ch->req_pool, req_rows,
-                                        slot + KVC_CHANNEL_HEADER_WORDS, out_host));
+                                        slot + KVC_CHANNEL_HEADER_WORDS, out_host, &st));
   } else if (bs) {
     KVC_FORWARD(kvc__alloc_decode_plan(a, __func__, bs, seq_lens, last_locs, ch->req_pool, req_rows,
                                        slot + KVC_CHANNEL_HEADER_WORDS, 3, &need));

@@ -31,10 +31,12 @@ kvc_status kvc__swa_gather(kvc_context *ctx, const kvc__kfunc **kf, const void *
 /** kvc_swa_allocator_alloc_decode's host half for the decode channel (everything but the
  *  launch): the full side's plan goes into payload, 4 words per request (row, position,
  *  slot, the slot's SWA peer; 3 words in ring mode, which has no mapping), and the host
- *  mapping is updated. Nothing changes on failure. */
+ *  mapping is updated. A failure returned changes nothing. On KVC_OK the step is the
+ *  allocator's state and must be published; *audit is the check-mode audit's verdict
+ *  on it, to report after publishing (so device and host never part). */
 kvc_status kvc__swa_decode_publish(kvc_swa_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
                                    const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *rows,
-                                   uint32_t *payload, int64_t *out_host);
+                                   uint32_t *payload, int64_t *out_host, kvc_status *audit);
 /** What a decode channel over `a` needs: its full allocator and its device mapping (NULL
  *  in ring mode) with the entries the kernel may write. false: not a live SWA allocator
  *  with alloc_decode (pure mode has none). */
