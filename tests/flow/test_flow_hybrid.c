@@ -12,27 +12,49 @@ static kvc_req_state req0(int64_t seq) {
   return r;
 }
 
-static void test_swa_window_eviction_during_decode(void **state) {
-  (void)state;
+/* A 4-row request pool, an SWA allocator (256 full / 64 SWA slots, page 4) and a flow
+ * with an 8-token window: the setting of both window-eviction tests. */
+typedef struct swa_world {
+  kvc_req_to_token_pool *pool;
+  kvc_swa_allocator *swa;
+  kvc_flow *flow;
+  int64_t *out;
+} swa_world;
+
+static void swa_world_make(swa_world *w) {
   kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
   rc.size = 4;
   rc.max_context_len = 256;
-  kvc_req_to_token_pool *pool;
-  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rc, &pool));
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rc, &w->pool));
   kvc_swa_allocator_config sc = KVC_SWA_ALLOCATOR_CONFIG_INIT;
   sc.size_full = 256;
   sc.size_swa = 64;
   sc.page_size = 4;
-  kvc_swa_allocator *swa;
-  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &sc, &swa));
+  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &sc, &w->swa));
   kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
   fc.page_size = 4;
-  fc.req_pool = pool;
-  fc.swa_allocator = swa;
+  fc.req_pool = w->pool;
+  fc.swa_allocator = w->swa;
   fc.sliding_window = 8;
-  kvc_flow *flow;
-  KVT_OK(kvc_flow_create(kvt_ctx, &fc, &flow));
-  int64_t *out = kvt_dev_alloc(1024 * 8);
+  KVT_OK(kvc_flow_create(kvt_ctx, &fc, &w->flow));
+  w->out = kvt_dev_alloc(1024 * 8);
+}
+
+static void swa_world_free(swa_world *w) {
+  kvt_dev_free(w->out);
+  kvc_flow_destroy(w->flow);
+  kvc_swa_allocator_destroy(w->swa);
+  kvc_req_to_token_pool_destroy(w->pool);
+}
+
+static void test_swa_window_eviction_during_decode(void **state) {
+  (void)state;
+  swa_world w;
+  swa_world_make(&w);
+  kvc_req_to_token_pool *pool = w.pool;
+  kvc_swa_allocator *swa = w.swa;
+  kvc_flow *flow = w.flow;
+  int64_t *out = w.out;
   const int64_t swa0 = kvc_swa_allocator_swa_available_size(swa), full0 = kvc_swa_allocator_full_available_size(swa);
   kvc_req_state a = req0(40);
   kvc_req_state *one[] = {&a};
@@ -65,10 +87,7 @@ static void test_swa_window_eviction_during_decode(void **state) {
   assert_int_equal(kvc_swa_allocator_swa_available_size(swa), swa0);
   assert_int_equal(kvc_swa_allocator_full_available_size(swa), full0);
   KVT_OK(kvc_swa_allocator_check(swa));
-  kvt_dev_free(out);
-  kvc_flow_destroy(flow);
-  kvc_swa_allocator_destroy(swa);
-  kvc_req_to_token_pool_destroy(pool);
+  swa_world_free(&w);
 }
 
 /* The same window eviction with decode steps published through an SWA decode channel and
@@ -76,25 +95,12 @@ static void test_swa_window_eviction_during_decode(void **state) {
  * the eviction's launches and the channel's kernel, in stream order) equals the host's. */
 static void test_swa_window_eviction_through_a_channel(void **state) {
   (void)state;
-  kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  rc.size = 4;
-  rc.max_context_len = 256;
-  kvc_req_to_token_pool *pool;
-  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rc, &pool));
-  kvc_swa_allocator_config sc = KVC_SWA_ALLOCATOR_CONFIG_INIT;
-  sc.size_full = 256;
-  sc.size_swa = 64;
-  sc.page_size = 4;
-  kvc_swa_allocator *swa;
-  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &sc, &swa));
-  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
-  fc.page_size = 4;
-  fc.req_pool = pool;
-  fc.swa_allocator = swa;
-  fc.sliding_window = 8;
-  kvc_flow *flow;
-  KVT_OK(kvc_flow_create(kvt_ctx, &fc, &flow));
-  int64_t *out = kvt_dev_alloc(1024 * 8);
+  swa_world w;
+  swa_world_make(&w);
+  kvc_req_to_token_pool *pool = w.pool;
+  kvc_swa_allocator *swa = w.swa;
+  kvc_flow *flow = w.flow;
+  int64_t *out = w.out;
   kvc_decode_channel *ch;
   KVT_OK(kvc_decode_channel_create_swa(swa, pool, 4, 64, out, &ch)); /* 40 steps never BUSY */
   KVT_OK(kvc_flow_set_decode_channel(flow, ch));
@@ -127,10 +133,7 @@ static void test_swa_window_eviction_through_a_channel(void **state) {
   assert_int_equal(kvc_swa_allocator_full_available_size(swa), full0);
   KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
   kvc_decode_channel_destroy(ch);
-  kvt_dev_free(out);
-  kvc_flow_destroy(flow);
-  kvc_swa_allocator_destroy(swa);
-  kvc_req_to_token_pool_destroy(pool);
+  swa_world_free(&w);
 }
 
 static kvc_mamba_pool *make_mamba(int32_t size) {
