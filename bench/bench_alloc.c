@@ -16,7 +16,6 @@
  * repetitions after a warm-up. Usage: kvc_bench_alloc [--quick] [--host] [--csv FILE]
  */
 #define _POSIX_C_SOURCE 200809L
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,42 +41,13 @@ static void report(const char *name, const char *variant, int batch, int ps, dou
 
 /* --- decode channel: GPU time of its kernel ---------------------------------------- */
 
-/* The driver entry points the measurement needs (CUresult is an int; 0 = success). */
-typedef struct cu_api {
-  int (*stream_create)(void **, unsigned);
-  int (*begin_capture)(void *, int);
-  int (*end_capture)(void *, void **);
-  int (*instantiate)(void **, void *, unsigned long long);
-  int (*graph_launch)(void *, void *);
-  int (*event_create)(void **, unsigned);
-  int (*event_record)(void *, void *);
-  int (*event_sync)(void *);
-  int (*elapsed)(float *, void *, void *);
-} cu_api;
-
-static int load_cu(cu_api *c) {
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return 0;
-  *(void **)&c->stream_create = dlsym(lib, "cuStreamCreate");
-  *(void **)&c->begin_capture = dlsym(lib, "cuStreamBeginCapture_v2");
-  *(void **)&c->end_capture = dlsym(lib, "cuStreamEndCapture");
-  *(void **)&c->instantiate = dlsym(lib, "cuGraphInstantiateWithFlags");
-  *(void **)&c->graph_launch = dlsym(lib, "cuGraphLaunch");
-  *(void **)&c->event_create = dlsym(lib, "cuEventCreate");
-  *(void **)&c->event_record = dlsym(lib, "cuEventRecord");
-  *(void **)&c->event_sync = dlsym(lib, "cuEventSynchronize");
-  *(void **)&c->elapsed = dlsym(lib, "cuEventElapsedTime");
-  return c->stream_create && c->begin_capture && c->end_capture && c->instantiate && c->graph_launch &&
-         c->event_create && c->event_record && c->event_sync && c->elapsed;
-}
-
 /* GPU microseconds per execution of the channel's kernel, as a graph replay runs it: 64
  * steps are published, then one graph of 64 kernel nodes applies them back to back,
  * between two events. Each execution reads its step from pinned host memory (PCIe round
  * trips) and writes out_cache_loc and the table. CUDA only; prints nothing elsewhere. */
 static void bench_channel_gpu(int bs, int ps) {
-  cu_api cu;
-  if (kvc_context_backend(ctx) != KVC_BACKEND_CUDA || !load_cu(&cu)) return;
+  kvb_cuda cu;
+  if (kvc_context_backend(ctx) != KVC_BACKEND_CUDA || !kvb_cuda_load(&cu)) return;
   enum { N = 64 };
   kvc_req_to_token_pool_config pc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
   pc.size = bs;
@@ -337,15 +307,7 @@ int main(int argc, char **argv) {
   kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
   const char *csv_path = NULL;
   int quick = 0;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--quick")) quick = 1;
-    else if (!strcmp(argv[i], "--host")) cfg.backend = KVC_BACKEND_HOST;
-    else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
-    else {
-      fprintf(stderr, "usage: %s [--quick] [--host] [--csv FILE]\n", argv[0]);
-      return 2;
-    }
-  }
+  if (kvb_parse_args(argc, argv, &cfg, &quick, &csv_path)) return 2;
   if (quick) reps = 200, warm = 20;
   CHECK(kvc_context_create(&cfg, &ctx));
   if (csv_path && !(csv = fopen(csv_path, "w"))) {

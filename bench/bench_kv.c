@@ -19,9 +19,8 @@
  */
 #define _POSIX_C_SOURCE 199309L
 #include "kvcache.h"
+#include "bench_util.h"
 #include "ops/ops.h" /* internal: the empty-launch baseline */
-
-#include <dlfcn.h>
 
 #include <stdint.h>
 #include <stdio.h>
@@ -111,13 +110,10 @@ static void empty_launch(kvc_stream stream) {
 /* A CU_STREAM_NON_BLOCKING stream from libcuda (engines launch on their own streams), or
  * NULL on the host backend / without the driver. Never destroyed (process lifetime). */
 static kvc_stream nonblocking_stream(void) {
-  if (kvc_context_backend(ctx) != KVC_BACKEND_CUDA) return NULL;
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return NULL;
-  int (*create)(void **, unsigned);
-  *(void **)&create = dlsym(lib, "cuStreamCreate");
+  kvb_cuda cu;
+  if (kvc_context_backend(ctx) != KVC_BACKEND_CUDA || !kvb_cuda_load(&cu)) return NULL;
   void *stream = NULL;
-  if (!create || create(&stream, 1u /* CU_STREAM_NON_BLOCKING */) != 0) return NULL;
+  if (cu.stream_create(&stream, 1u /* CU_STREAM_NON_BLOCKING */) != 0) return NULL;
   return stream;
 }
 

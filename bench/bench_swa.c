@@ -234,15 +234,7 @@ int main(int argc, char **argv) {
   kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
   const char *csv_path = NULL;
   int quick = 0;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--quick")) quick = 1;
-    else if (!strcmp(argv[i], "--host")) cfg.backend = KVC_BACKEND_HOST;
-    else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
-    else {
-      fprintf(stderr, "usage: %s [--quick] [--host] [--csv FILE]\n", argv[0]);
-      return 2;
-    }
-  }
+  if (kvb_parse_args(argc, argv, &cfg, &quick, &csv_path)) return 2;
   if (quick) reps = 100, warm = 10;
   CHECK(kvc_context_create(&cfg, &ctx));
   if (csv_path && !(csv = fopen(csv_path, "w"))) {
