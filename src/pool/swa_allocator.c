@@ -575,15 +575,14 @@ kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *a, size_t bs, const
   /* The SWA side first (host only: no table, no out_cache_loc), then the full side's one
    * launch, which also writes the full->SWA mapping of the new slots: one launch per step
    * where two_sided() takes two (the plan, then the mapping). */
-  kvc_allocator_state bsw, bfu;
+  kvc_allocator_state bsw;
   KVC_FORWARD(kvc_allocator_backup_state(a->swa, &bsw));
   KVC_FORWARD(kvc_allocator_alloc_decode(a->swa, bs, seq_lens, a->lastw, NULL, NULL, a->w_buf, NULL, stream));
-  kvc_status st = kvc_allocator_backup_state(a->full, &bfu);
-  if (st == KVC_OK)
-    st = kvc__alloc_decode_mapped(a->full, "kvc_allocator_alloc_decode", bs, seq_lens, last_locs, rp, rows, a->f_buf,
-                                  out_device, a->dmap, a->map_len - 1, a->w_buf, stream);
+  /* A full-side failure changes nothing there (validation, or a launch error that it
+   * undoes itself), so only the SWA side is rolled back. */
+  kvc_status st = kvc__alloc_decode_mapped(a->full, "kvc_allocator_alloc_decode", bs, seq_lens, last_locs, rp, rows,
+                                           a->f_buf, out_device, a->dmap, a->map_len - 1, a->w_buf, stream);
   if (st != KVC_OK) {
-    kvc_allocator_restore_state(a->full, &bfu); /* MISUSE (no-op) if its backup failed */
     kvc_allocator_restore_state(a->swa, &bsw);
     return st;
   }

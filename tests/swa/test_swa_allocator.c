@@ -188,6 +188,27 @@ static void test_out_of_slots_changes_nothing(void **state) {
   kvc_swa_allocator_destroy(a);
 }
 
+/* A decode that the full side refuses after the SWA side has taken its pages (a row
+ * listed twice, caught by the full side's row check): the SWA side is rolled back, the
+ * mappings (host and device) and both sides are as before. */
+static void test_decode_full_side_misuse_rolls_back_swa_side(void **state) {
+  (void)state;
+  kvc_swa_allocator *a = make_swa(64, 32, 4, 0); /* 16 full pages, 8 SWA pages */
+  kvc_req_to_token_pool *rp = make_pool(4, 64);
+  int32_t rows[2] = {0, 0};
+  KVT_OK(kvc_req_to_token_pool_alloc(rp, 2, rows));
+  const int64_t pre[2] = {0, 0}, seq[2] = {4, 4}; /* one full page each */
+  int64_t out[8];
+  KVT_OK(kvc_swa_allocator_alloc_extend(a, 2, pre, seq, NULL, rp, rows, NULL, out, NULL, NULL));
+  snap s = take(a);
+  const int32_t twice[2] = {rows[0], rows[0]};
+  const int64_t seq_d[2] = {5, 5}; /* each opens a page on both sides */
+  KVT_STATUS(kvc_swa_allocator_alloc_decode(a, 2, seq_d, NULL, rp, twice, out, NULL, NULL), KVC_ERR_MISUSE);
+  expect_same(a, &s);
+  kvc_req_to_token_pool_destroy(rp);
+  kvc_swa_allocator_destroy(a);
+}
+
 /* Paged: extend + decode keep SWA offsets equal to full offsets; window eviction of whole
  * pages below a boundary; continued decode; freeing the partial page's peer breaks the
  * next decode (MISUSE, nothing changed). */
@@ -364,6 +385,7 @@ static void test_ring_and_pure(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_create_and_sizes),
     cmocka_unit_test(test_token_alloc_mapping_and_translate),
+    cmocka_unit_test(test_decode_full_side_misuse_rolls_back_swa_side),
     cmocka_unit_test(test_out_of_slots_changes_nothing),
     cmocka_unit_test(test_paged_window_eviction),
     cmocka_unit_test(test_free_group_ordering),
