@@ -24,6 +24,21 @@ static inline kvc_kv_pool *kvt_mha_pool(kvc_kv_pool_kind kind, kvc_dtype dt, int
   return p;
 }
 
+/* An NSA pool (bf16 latent rows of R + Q, fp8 index keys in 64-token pages). */
+static inline kvc_kv_pool *kvt_nsa_pool(int R, int Q, int64_t size, int layers) {
+  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
+  c.kind = KVC_KV_NSA;
+  c.dtype = KVC_DTYPE_BF16;
+  c.kv_lora_rank = R;
+  c.qk_rope_head_dim = Q;
+  c.size = size;
+  c.page_size = 64;
+  c.layer_num = layers;
+  kvc_kv_pool *p = NULL;
+  KVT_OK(kvc_kv_pool_create(kvt_ctx, &c, &p));
+  return p;
+}
+
 static inline kvc_buffer_desc kvt_buf(kvc_kv_pool *p, kvc_region_kind r, int layer) {
   kvc_buffer_desc d;
   memset(&d, 0, sizeof d);

@@ -151,16 +151,7 @@ static void test_move_fp4_and_odd_rows(void **state) {
 static void test_move_nsa_index_pages(void **state) {
   (void)state;
   kvt_rng r = {kvt_seed()};
-  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
-  c.kind = KVC_KV_NSA;
-  c.dtype = KVC_DTYPE_BF16;
-  c.kv_lora_rank = 64;
-  c.qk_rope_head_dim = 16;
-  c.size = 256;
-  c.page_size = 64;
-  c.layer_num = 2;
-  kvc_kv_pool *p = NULL;
-  KVT_OK(kvc_kv_pool_create(kvt_ctx, &c, &p));
+  kvc_kv_pool *p = kvt_nsa_pool(64, 16, 256, 2);
   int64_t t[4] = {64, 65, 130, 200}, s[4] = {65, 64, 3, 129};
   run_move(p, t, s, 4, KVC_INDEX_I64, 64, &r);
   kvc_kv_pool_destroy(p);
@@ -247,15 +238,7 @@ static void test_move_disjoint_sets(void **state) {
   disjoint_pairs(&r, 301, 100, t, s);
   run_move(p, t, s, 100, KVC_INDEX_I32, 1, &r);
   kvc_kv_pool_destroy(p);
-  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
-  c.kind = KVC_KV_NSA;
-  c.dtype = KVC_DTYPE_BF16;
-  c.kv_lora_rank = 64;
-  c.qk_rope_head_dim = 16;
-  c.size = 512;
-  c.page_size = 64;
-  c.layer_num = 2;
-  KVT_OK(kvc_kv_pool_create(kvt_ctx, &c, &p));
+  p = kvt_nsa_pool(64, 16, 512, 2);
   disjoint_pairs(&r, 512 + 64, 200, t, s); /* rows: size + one padding page */
   run_move(p, t, s, 200, KVC_INDEX_I64, 64, &r);
   kvc_kv_pool_destroy(p);

@@ -64,16 +64,7 @@ static void test_copy_to_and_from_host_round_trip(void **state) {
 static void test_nsa_offload_includes_index_pages(void **state) {
   (void)state;
   kvt_rng r = {kvt_seed()};
-  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
-  c.kind = KVC_KV_NSA;
-  c.dtype = KVC_DTYPE_BF16;
-  c.kv_lora_rank = 32;
-  c.qk_rope_head_dim = 16;
-  c.size = 256;
-  c.page_size = 64;
-  c.layer_num = 2;
-  kvc_kv_pool *p = NULL;
-  KVT_OK(kvc_kv_pool_create(kvt_ctx, &c, &p));
+  kvc_kv_pool *p = kvt_nsa_pool(32, 16, 256, 2);
   kvt_fill_pool(p, &r);
   const size_t n = 100; /* pages 2 and 3 (slots 128..227) */
   int32_t slots[100];
