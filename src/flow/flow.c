@@ -433,8 +433,14 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
     f->prefix_lens[i] = r->seq_len;
     f->seq_lens[i] = r->seq_len + token_per_req;
   }
-  /* A channel that cannot take the step fails it before anything (evictions) happens. */
-  if (f->channel && token_per_req == 1) KVC_FORWARD(kvc__decode_channel_ready(f->channel, __func__));
+  /* A channel that cannot take the step, or an out_cache_loc it does not write, fails
+   * the step before anything (window or cache eviction) happens. */
+  if (f->channel && token_per_req == 1) {
+    KVC_RETURN_IF(out_cache_loc && out_cache_loc != kvc__decode_channel_out(f->channel), f->ctx,
+                  KVC_ERR_INVALID_ARGUMENT,
+                  "out_cache_loc must be NULL or the decode channel's out_device (the channel's kernel writes it)");
+    KVC_FORWARD(kvc__decode_channel_ready(f->channel, __func__));
+  }
   KVC_FORWARD(evict_windows(f, reqs, n, true, stream));
   /* The allocators validate rows and last_locs (from the mirror) and fail without
    * changing anything, so no separate capacity check is needed here. */
@@ -444,9 +450,6 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
     KVC_FORWARD(kvc__flow_canary_reserve(f, __func__, n * (size_t)token_per_req));
     canary_new = f->canary_new;
   }
-  KVC_RETURN_IF(f->channel && token_per_req == 1 && out_cache_loc && out_cache_loc != kvc__decode_channel_out(f->channel),
-                f->ctx, KVC_ERR_INVALID_ARGUMENT,
-                "out_cache_loc must be NULL or the decode channel's out_device (the channel's kernel writes it)");
   kvc_status st;
   if (token_per_req == 1) st = alloc_decode(f, n, f->seq_lens, f->rows, canary_new, out_cache_loc, stream);
   else st = alloc_extend(f, n, f->prefix_lens, f->seq_lens, NULL, f->rows, NULL, canary_new, out_cache_loc, stream);

@@ -108,6 +108,12 @@ static void test_swa_window_eviction_through_a_channel(void **state) {
   kvc_req_state a = req0(40);
   kvc_req_state *one[] = {&a};
   KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+  /* an out_cache_loc the channel does not write: refused before the window eviction */
+  const int64_t swa_used = kvc_swa_allocator_swa_available_size(swa);
+  KVT_STATUS(kvc_flow_alloc_for_decode(flow, one, 1, 1, out + 8, NULL), KVC_ERR_INVALID_ARGUMENT);
+  assert_int_equal(a.swa_evicted_seqlen, 0);
+  assert_int_equal(kvc_swa_allocator_swa_available_size(swa), swa_used);
+  assert_int_equal(a.seq_len, 40);
   for (int i = 0; i < 40; i++) {
     KVT_OK(kvc_flow_alloc_for_decode(flow, one, 1, 1, NULL, NULL));
     KVT_OK(kvc_decode_channel_enqueue(ch, NULL));
