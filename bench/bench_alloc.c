@@ -28,6 +28,14 @@ static int reps = 3000, warm = 300;
 static FILE *csv;
 
 #define CHECK(call) KVB_CHECK(ctx, call)
+/* A driver call (CUresult, 0 = success) of the GPU-time measurement. */
+#define CU_OR_DIE(call)                                                                     \
+  do {                                                                                      \
+    if (call) {                                                                             \
+      fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #call);                     \
+      exit(1);                                                                              \
+    }                                                                                       \
+  } while (0)
 #define now_us kvb_now_us
 
 static int cmp64(const void *a, const void *b) {
@@ -71,10 +79,10 @@ static void bench_channel_gpu(int bs, int ps) {
   CHECK(kvc_decode_channel_create(a, pool, (size_t)bs, N, dev_out, &ch));
   CHECK(kvc_stream_synchronize(ctx, NULL));
   void *stream = NULL, *graph = NULL, *exec = NULL, *e0 = NULL, *e1 = NULL;
-  if (cu.stream_create(&stream, 1) || cu.begin_capture(stream, 1)) exit(1);
+  CU_OR_DIE(cu.stream_create(&stream, 1) || cu.begin_capture(stream, 1));
   for (int k = 0; k < N; k++) CHECK(kvc_decode_channel_enqueue(ch, stream));
-  if (cu.end_capture(stream, &graph) || cu.instantiate(&exec, graph, 0)) exit(1);
-  if (cu.event_create(&e0, 0) || cu.event_create(&e1, 0)) exit(1);
+  CU_OR_DIE(cu.end_capture(stream, &graph) || cu.instantiate(&exec, graph, 0));
+  CU_OR_DIE(cu.event_create(&e0, 0) || cu.event_create(&e1, 0));
   double us[5];
   for (int rep = 0; rep < 5; rep++) {
     for (int k = 0; k < N; k++) {
@@ -82,9 +90,8 @@ static void bench_channel_gpu(int bs, int ps) {
       CHECK(kvc_decode_channel_alloc(ch, (size_t)bs, seq, NULL, rows, NULL));
     }
     float ms = 0;
-    if (cu.event_record(e0, stream) || cu.graph_launch(exec, stream) || cu.event_record(e1, stream) ||
-        cu.event_sync(e1) || cu.elapsed(&ms, e0, e1))
-      exit(1);
+    CU_OR_DIE(cu.event_record(e0, stream) || cu.graph_launch(exec, stream) || cu.event_record(e1, stream) ||
+              cu.event_sync(e1) || cu.elapsed(&ms, e0, e1));
     us[rep] = 1e3 * ms / N;
   }
   CHECK(kvc_decode_channel_check(ch, NULL, NULL));
