@@ -99,6 +99,8 @@ static void bench_channel_gpu(int bs, int ps) {
   printf("channel kernel: %.2f us of GPU time per execution at batch %d, ps %d (median of 5 graphs of %d)\n",
          us[2], bs, ps, N);
   if (csv) fprintf(csv, "channel_gpu,\"GPU us per kernel execution (graph)\",%d,%d,%.3f,%.3f,5\n", bs, ps, us[2], us[4]);
+  CU_OR_DIE(cu.event_destroy(e0) || cu.event_destroy(e1) || cu.exec_destroy(exec) || cu.graph_destroy(graph) ||
+            cu.stream_destroy(stream));
   kvc_decode_channel_destroy(ch);
   kvc_memory_free(ctx, dev_out);
   free(rows), free(pre), free(seq);

@@ -7,8 +7,10 @@
  *           src / tgt sets ("move") and a cycle over the source set, every target also a
  *           source ("move_overlap"); both take the same staged kernel
  * plus the host microseconds per set_kv call at N = 256 (median, no synchronisation), next
- * to an empty kernel launched through the same path (this machine's floor), on the legacy
- * default stream and on a non-blocking stream (created through libcuda when it loads).
+ * to an empty kernel launched through the same path and an empty kernel launched straight
+ * through cuLaunchKernel (this machine's floor), on the legacy default stream and on a
+ * non-blocking stream (created through libcuda when it loads); and per call when 32 calls
+ * are captured in a CUDA graph and replayed (the engine's decode path).
  *
  * Timing: `reps` back-to-back launches between two kvc_stream_synchronize calls,
  * divided by reps (no event API is public); 7 such batches, median. Inputs rotate over
@@ -107,6 +109,25 @@ static void empty_launch(kvc_stream stream) {
   CHECK(kvc__kernel_launch(ctx, empty, kvc__dim(1, 1, 1), kvc__dim(32, 1, 1), 0, stream, &blk, sizeof blk));
 }
 
+/* The driver's own floor: an empty kernel with no parameters (JIT-compiled PTX) launched
+ * straight through cuLaunchKernel, none of the library's code on the path. */
+static void raw_launch(kvc_stream stream) {
+  static kvb_cuda cu;
+  static void *fn;
+  if (!fn) {
+    static const char ptx[] = ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry kvb_empty()\n{\n  ret;\n}\n";
+    void *mod = NULL;
+    if (!kvb_cuda_load(&cu) || cu.module_load_data(&mod, ptx) || cu.module_get_function(&fn, mod, "kvb_empty")) {
+      fprintf(stderr, "raw launch: driver entry points or the PTX module failed\n");
+      exit(1);
+    }
+  }
+  if (cu.launch_kernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL)) {
+    fprintf(stderr, "raw launch: cuLaunchKernel failed\n");
+    exit(1);
+  }
+}
+
 /* A CU_STREAM_NON_BLOCKING stream from libcuda (engines launch on their own streams), or
  * NULL on the host backend / without the driver. Never destroyed (process lifetime). */
 static kvc_stream nonblocking_stream(void) {
@@ -128,6 +149,8 @@ static void run_op(op_ctx *o, int i) {
     CHECK(kvc_kv_pool_move(o->pool, o->loc3[s], o->loc[s], KVC_INDEX_I64, o->n, NULL));
   else if (o->kind == 4)
     empty_launch(o->stream);
+  else if (o->kind == 5)
+    raw_launch(o->stream);
   else
     CHECK(kvc_memcpy_d2d(ctx, o->cdst[s], o->csrc[s], o->copy_bytes, NULL));
 }
@@ -143,6 +166,33 @@ static double host_us_per_call(op_ctx *o, int calls) {
     t[b] = (now() - t0) / calls;
   }
   CHECK(kvc_stream_synchronize(ctx, o->stream));
+  return median(t, BATCHES) * 1e6;
+}
+
+/* Host microseconds per set_kv call when an engine captures them in its forward graph:
+ * GRAPH_CALLS calls (one per layer of a 32-layer forward, over the pool's layers and the
+ * input sets) captured once on `stream`, the graph replayed back to back (median over
+ * batches of 20 replays, no synchronisation inside the timing), divided by GRAPH_CALLS. */
+#define GRAPH_CALLS 32
+static double graph_us_per_set_kv(op_ctx *o, const kvb_cuda *cu, kvc_stream stream) {
+  void *graph = NULL, *exec = NULL;
+  o->stream = stream;
+  o->kind = 0;
+  run_op(o, 0); /* resolves the kernel outside the capture */
+  CHECK(kvc_stream_synchronize(ctx, stream));
+  if (cu->begin_capture(stream, 2 /* relaxed */)) return -1;
+  for (int i = 0; i < GRAPH_CALLS; i++) run_op(o, i);
+  if (cu->end_capture(stream, &graph) || cu->instantiate(&exec, graph, 0)) return -1;
+  double t[BATCHES];
+  for (int b = 0; b < BATCHES; b++) {
+    CHECK(kvc_stream_synchronize(ctx, stream));
+    const double t0 = now();
+    for (int r = 0; r < 20; r++)
+      if (cu->graph_launch(exec, stream)) return -1;
+    t[b] = (now() - t0) / (20.0 * GRAPH_CALLS);
+  }
+  CHECK(kvc_stream_synchronize(ctx, stream));
+  if (cu->exec_destroy(exec) || cu->graph_destroy(graph)) return -1;
   return median(t, BATCHES) * 1e6;
 }
 
@@ -256,6 +306,21 @@ int main(int argc, char **argv) {
           printf("empty kernel launch (%zu-byte parameters) host time per call (%s): %.2f us\n",
                  sizeof(kvc_p_plan_decode) + 8, sname, floor_us);
           if (csv) fprintf(csv, "empty_launch_host_us%s,1,0,%.3f,0,0,0\n", k ? "_nonblocking" : "", floor_us);
+          if (!cuda) continue;
+          o.kind = 5;
+          const double raw_us = host_us_per_call(&o, quick ? 50 : 200);
+          printf("empty kernel, no parameters, straight cuLaunchKernel (%s): %.2f us\n", sname, raw_us);
+          if (csv) fprintf(csv, "raw_launch_host_us%s,1,0,%.3f,0,0,0\n", k ? "_nonblocking" : "", raw_us);
+        }
+        kvb_cuda cu;
+        if (streams[1] && kvb_cuda_load(&cu)) {
+          const double g_us = graph_us_per_set_kv(&o, &cu, streams[1]);
+          if (g_us < 0) {
+            fprintf(stderr, "set_kv graph capture or replay failed\n");
+            return 1;
+          }
+          printf("set_kv host time per call at N=256, captured in a graph of %d and replayed: %.3f us\n", GRAPH_CALLS, g_us);
+          if (csv) fprintf(csv, "set_kv_graph_host_us,256,0,%.3f,0,0,0\n", g_us);
         }
         o.stream = NULL;
       }

@@ -70,6 +70,14 @@ typedef struct kvb_cuda {
   int (*event_record)(void *event, void *stream);
   int (*event_sync)(void *event);
   int (*elapsed)(float *ms, void *start, void *end);
+  int (*event_destroy)(void *event);
+  int (*stream_destroy)(void *stream);
+  int (*graph_destroy)(void *graph);
+  int (*exec_destroy)(void *exec);
+  int (*module_load_data)(void **module, const void *image);
+  int (*module_get_function)(void **function, void *module, const char *name);
+  int (*launch_kernel)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned smem, void *stream, void **params, void **extra);
 } kvb_cuda;
 
 /* 1 when every entry point resolved (the context must be a CUDA one to use them). */
@@ -85,8 +93,17 @@ static inline int kvb_cuda_load(kvb_cuda *c) {
   *(void **)&c->event_record = dlsym(lib, "cuEventRecord");
   *(void **)&c->event_sync = dlsym(lib, "cuEventSynchronize");
   *(void **)&c->elapsed = dlsym(lib, "cuEventElapsedTime");
+  *(void **)&c->event_destroy = dlsym(lib, "cuEventDestroy_v2");
+  *(void **)&c->stream_destroy = dlsym(lib, "cuStreamDestroy_v2");
+  *(void **)&c->graph_destroy = dlsym(lib, "cuGraphDestroy");
+  *(void **)&c->exec_destroy = dlsym(lib, "cuGraphExecDestroy");
+  *(void **)&c->module_load_data = dlsym(lib, "cuModuleLoadData");
+  *(void **)&c->module_get_function = dlsym(lib, "cuModuleGetFunction");
+  *(void **)&c->launch_kernel = dlsym(lib, "cuLaunchKernel");
   return c->stream_create && c->begin_capture && c->end_capture && c->instantiate && c->graph_launch &&
-         c->event_create && c->event_record && c->event_sync && c->elapsed;
+         c->event_create && c->event_record && c->event_sync && c->elapsed && c->event_destroy &&
+         c->stream_destroy && c->graph_destroy && c->exec_destroy && c->module_load_data &&
+         c->module_get_function && c->launch_kernel;
 }
 
 #endif

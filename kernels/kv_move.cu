@@ -12,12 +12,11 @@
  * later chunk sees the writes of earlier ones — SGLang's sequence of launches.
  *
  * CTA b owns tiles b, b + gridDim.x, b + 2 gridDim.x, ... It stages the chunk's slots
- * once (shared by all its tiles) and keeps S tile buffers: while the target rows of tile
- * k are stored, the source rows of tiles k+1 .. k+S-1 are already being read (different
- * tiles never alias, so this keeps the per-tile read-before-write order). S (1..4) is not
- * a specialisation constant: the host passes exactly chunk * (S * W + 8) bytes of dynamic
- * shared memory and the kernel derives S from %dynamic_smem_size, so one cubin per W
- * serves every depth.
+ * once (shared by all its tiles) and keeps S = p.stages tile buffers: while the target
+ * rows of tile k are stored, the source rows of tiles k+1 .. k+S-1 are already being read
+ * (different tiles never alias, so this keeps the per-tile read-before-write order). S
+ * (1..4) is a parameter, not a specialisation constant, so one cubin per W serves every
+ * depth; the launch gives at least chunk * (S * W + 8) bytes of dynamic shared memory.
  *
  * Segments (kvc_kv_seg) describe a region across layers; each has its own access width
  * `vec`, dispatched once per tile. Slots outside [0, limit) are skipped.
@@ -145,16 +144,19 @@ KVC_DEVICE void kvc_mv_write(const kvc_p_kv_move &p, int32_t tile, int cnt, cons
 /* Shared memory: [S][chunk x KVC_W tile bytes][chunk x int32 src slot][chunk x int32 tgt
  * slot]. Slots are staged once per chunk (coalesced, shared by every tile of the CTA) as
  * int32, -1 for values outside [0, 2^31); each tile applies its segment's [0, limit). */
-extern "C" __global__ void __launch_bounds__(512) kvc_kv_move(const __grid_constant__ kvc_p_kv_move p) {
+/* (512, 3): at most 40 registers, so three 512-thread CTAs (W = 256, 66 KB of shared
+ * memory each) always share a multiprocessor; one CTA's reads then overlap another's
+ * writes. S comes in as a parameter because deriving it from %dynamic_smem_size (64-bit
+ * division) pushed this kernel to 40 registers plus 24 bytes of spills inside the tile
+ * loops; without them it takes 38 and moves 5-6 points closer to the copy
+ * (bench/NOTES-kernels.md, session 3). */
+extern "C" __global__ void __launch_bounds__(512, 3) kvc_kv_move(const __grid_constant__ kvc_p_kv_move p) {
   const int32_t ntiles = p.cta_first[p.nseg];
   const int32_t first = (int32_t)blockIdx.x, stride = (int32_t)gridDim.x;
   if (first >= ntiles) return;
   const int32_t mine = (ntiles - 1 - first) / stride + 1; /* tiles of this CTA */
-  uint32_t dyn;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
   const int64_t per_buf = (int64_t)p.chunk * KVC_W;
-  int S = (int)(((int64_t)dyn / p.chunk - 8) / KVC_W);
-  S = S < 1 ? 1 : S > 4 ? 4 : S;
+  const int S = p.stages < 1 ? 1 : p.stages > 4 ? 4 : p.stages;
   int32_t *ssrc = reinterpret_cast<int32_t *>(kvc_move_smem + S * per_buf);
   int32_t *stgt = ssrc + p.chunk;
   for (int64_t c0 = 0; c0 < p.n; c0 += p.chunk) {

@@ -182,14 +182,15 @@ typedef struct kvc_kv_seg {
 } kvc_kv_seg;
 
 /* kv_move.cu: CTA b owns (segment, layer, byte tile) found from cta_first[]; it moves
- * locs in chunks of `chunk` (all of them when n <= chunk: one simultaneous copy). */
+ * locs in chunks of `chunk` (all of them when n <= chunk: one simultaneous copy) through
+ * `stages` shared-memory tile buffers. */
 typedef struct kvc_p_kv_move {
   uint64_t tgt, src; /* int32 or int64 [n] */
   int64_t n;
   int32_t loc_i64, nseg;
-  int32_t chunk, pad_;
+  int32_t chunk, stages;
   int32_t cta_first[KVC_MAX_SEGS + 1];
-  int32_t pad2_;
+  int32_t pad_;
   kvc_kv_seg seg[KVC_MAX_SEGS];
 } kvc_p_kv_move;
 

@@ -17,8 +17,8 @@
  * multiprocessor and one CTA's reads overlap another's writes. KVC_MOVE_TUNE=
  * "W,S[,threads]" overrides the shape (benchmarks only; read once per process).
  *
- * pool->kfunc[10..13] and [28..29] memoise the six W variants (S is read from the
- * launch's dynamic shared-memory size, so it needs no variant).
+ * pool->kfunc[10..13] and [28..29] memoise the six W variants (S is a kernel parameter,
+ * so it needs no variant).
  */
 #include "kv_segments.h"
 
@@ -172,8 +172,9 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
     kvc__spec spec = {1, {{"KVC_W", w}}};
     KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_kv_move, &spec, memo));
   }
-  /* The kernel derives S from this exact size. Persistent grid: as many CTAs as fit. */
+  /* Persistent grid: as many CTAs as fit. */
   const int64_t smem = cnt * (stages * w + 8);
+  p.stages = (int32_t)stages;
   const int64_t per_sm = KVC__MAX(1, sm_max / (smem + 1024));
   const int threads = tt ? tt : per_sm >= 4 ? 256 : 512;
   const int64_t resident = (int64_t)kvc__num_sms(ctx) * KVC__MIN(per_sm, 2048 / threads);

@@ -245,6 +245,31 @@ static void test_move_disjoint_sets(void **state) {
   free(t); free(s);
 }
 
+/* Edges of the device's disjointness verdict (kernels/kv_move.cu, direct path): a
+ * repeated target in a later chunk (defined: the later chunk wins, so it must be staged),
+ * a slot of 2^31 and more (skipped everywhere), and n beyond the set's 8192 (staged). */
+static void test_move_direct_verdict_edges(void **state) {
+  (void)state;
+  kvt_rng r = {kvt_seed()};
+  int64_t *t = malloc(9000 * 8), *s = malloc(9000 * 8);
+  kvc_kv_pool *p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_BF16, 8, 128, 0, 3000, 4, 1); /* 2 KB rows */
+  disjoint_pairs(&r, 3001, 600, t, s);
+  run_move(p, t, s, 600, KVC_INDEX_I64, 1, &r);
+  t[500] = t[10]; /* chunks 0 and 1 write the same row */
+  run_move(p, t, s, 600, KVC_INDEX_I64, 1, &r);
+  disjoint_pairs(&r, 3001, 600, t, s);
+  s[3] = INT64_C(1) << 31;
+  t[4] = (INT64_C(1) << 31) + 7;
+  t[5] = s[3]; /* same value as another pair's (invalid) source: nothing is read from it */
+  run_move(p, t, s, 600, KVC_INDEX_I64, 1, &r);
+  kvc_kv_pool_destroy(p);
+  p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_BF16, 1, 8, 0, 18100, 2, 1); /* 16-byte rows */
+  disjoint_pairs(&r, 18101, 9000, t, s);
+  run_move(p, t, s, 9000, KVC_INDEX_I32, 1, &r);
+  kvc_kv_pool_destroy(p);
+  free(t); free(s);
+}
+
 /* Rows of 8192 bytes (32 heads x 128 bf16): SGLang's cap drops to 128 pairs per chunk.
  * A 300-cycle then shows where the chunks end: pair 128 reads the row pair 127 wrote. */
 static void test_move_chunks_of_128_for_wide_rows(void **state) {
@@ -263,6 +288,7 @@ static void test_move_chunks_of_128_for_wide_rows(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_move_chunks_of_128_for_wide_rows),
     cmocka_unit_test(test_move_disjoint_sets),
+    cmocka_unit_test(test_move_direct_verdict_edges),
     cmocka_unit_test(test_move_permutation_cycle_is_simultaneous),
     cmocka_unit_test(test_move_large_n_swaps),
     cmocka_unit_test(test_move_fp4_and_odd_rows),
