@@ -71,13 +71,8 @@ extern "C" __global__ void __launch_bounds__(1024) kvc_decode_channel_apply(cons
     const uint4 *src = reinterpret_cast<const uint4 *>(w + (size_t)stride * base);
     for (int v = threadIdx.x; v < vecs; v += blockDim.x) reinterpret_cast<uint4 *>(s_words)[v] = __ldcv(src + v);
     __syncthreads();
-    for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
-      const int32_t row = (int32_t)s_words[stride * i], pos = (int32_t)s_words[stride * i + 1];
-      const int32_t slot = (int32_t)s_words[stride * i + 2];
-      if (out) out[base + i] = slot;
-      if (table && row >= 0) table[(int64_t)row * p.row_stride + pos] = slot;
-      if (map && slot >= 0 && slot < p.map_len) map[slot] = (int32_t)s_words[4 * i + 3];
-    }
+    for (int i = threadIdx.x; i < cnt; i += blockDim.x)
+      kvc_decode_write(s_words + stride * i, base + i, out, table, p.row_stride, map, p.map_len);
     __syncthreads(); /* s_words is refilled by the next pass */
   }
   if (out)

@@ -4,7 +4,10 @@
  * and the req_to_token rows in one launch.
  *
  * Extend payload (uint32 words): n descriptors of KVC_PLAN_EXTEND_DESC_WORDS, then the
- * page list (pages_at), then prefix slots to copy into rows (prefix_at).
+ * page list (pages_at), then prefix slots to copy into rows (prefix_at), and, when the SWA
+ * allocator fuses its full->SWA mapping write in (map != 0), the SWA pages parallel to
+ * the page list (swa_pages_at): an SWA slot follows from its page and its request's SWA
+ * last_loc (descriptor word 7) exactly as the full slot does.
  * Grid: x = request, y = token tile of tokens_per_block.
  * Decode payload: (row, position, slot) per request, plus the slot's full->SWA mapping
  * value when the SWA allocator fuses its mapping write in; one thread per request.
@@ -29,10 +32,12 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_extend(const __grid_c
   const int r = blockIdx.x;
   if (r >= p.h.n) return;
   const int32_t *d = reinterpret_cast<const int32_t *>(w + (size_t)r * KVC_PLAN_EXTEND_DESC_WORDS);
-  const int32_t row = d[0], pre = d[1], seq = d[2], last = d[3], o = d[4], pb = d[5], psrc = d[6];
+  const int32_t row = d[0], pre = d[1], seq = d[2], last = d[3], o = d[4], pb = d[5], psrc = d[6], wlast = d[7];
   const int64_t ps = KVC_PAGE_SIZE;
   const int64_t ceil_pre = (pre + ps - 1) / ps * ps;
   const uint32_t *pages = w + p.h.pages_at + pb;
+  int64_t *map = p.h.map ? kvc_ptr<int64_t *>(p.h.map) : nullptr;
+  const uint32_t *wpages = w + p.h.swa_pages_at + pb;
   int32_t *dst = (p.h.table && row >= 0) ? kvc_ptr<int32_t *>(p.h.table) + (int64_t)row * p.h.row_stride : nullptr;
   int64_t *out = p.h.out ? kvc_ptr<int64_t *>(p.h.out) : nullptr;
   const int64_t t0 = (int64_t)blockIdx.y * p.h.tokens_per_block;
@@ -40,15 +45,18 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_extend(const __grid_c
   /* new tokens t: positions pre + t */
   for (int64_t t = t0 + threadIdx.x; t < t1 && pre + t < seq; t += blockDim.x) {
     const int64_t pos = pre + t;
-    int64_t slot;
+    int64_t slot, wslot;
     if (pos < ceil_pre) {
       slot = last + 1 + t;
+      wslot = wlast + 1 + t;
     } else {
       const int64_t k = pos - ceil_pre;
       slot = (int64_t)pages[k / ps] * ps + k % ps;
+      wslot = map ? (int64_t)wpages[k / ps] * ps + k % ps : 0;
     }
     if (out) out[o + t] = slot;
     if (dst) dst[pos] = (int32_t)slot;
+    if (map && slot >= 0 && slot < p.h.map_len) map[slot] = wslot;
   }
   /* prefix copy: positions t in [0, pre) */
   if (dst && psrc >= 0) {
@@ -67,8 +75,6 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_decode(const __grid_c
   if (i >= p.h.n) return;
   const uint32_t *w = p.h.staged ? kvc_ptr<const uint32_t *>(p.h.staged) : p.words;
   const int stride = p.h.map ? 4 : 3;
-  const int32_t row = (int32_t)w[stride * i], pos = (int32_t)w[stride * i + 1], slot = (int32_t)w[stride * i + 2];
-  if (p.h.out) kvc_ptr<int64_t *>(p.h.out)[i] = slot;
-  if (p.h.table && row >= 0) kvc_ptr<int32_t *>(p.h.table)[(int64_t)row * p.h.row_stride + pos] = slot;
-  if (p.h.map && slot >= 0 && slot < p.h.map_len) kvc_ptr<int64_t *>(p.h.map)[slot] = (int32_t)w[stride * i + 3];
+  kvc_decode_write(w + stride * i, i, kvc_ptr<int64_t *>(p.h.out), kvc_ptr<int32_t *>(p.h.table), p.h.row_stride,
+                   kvc_ptr<int64_t *>(p.h.map), p.h.map_len);
 }

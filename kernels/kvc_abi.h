@@ -91,9 +91,12 @@ typedef struct kvc_p_plan_extend {
   int32_t pages_at;   /* payload word index of the page list */
   int32_t prefix_at;  /* payload word index of prefix slots */
   int32_t tokens_per_block;
-  int32_t pad_;
+  int32_t swa_pages_at; /* with a map: payload word index of the SWA page list, parallel
+                           to the page list (descriptor word 7: the SWA last_loc) */
+  uint64_t map;         /* int64 [map_len] full->SWA mapping, or 0 (SWA allocators) */
+  int64_t map_len;
 } kvc_p_plan_extend; /* followed in the parameter block by the inline payload words:
-                        n descriptors, the page list, prefix slots */
+                        n descriptors, the page list, prefix slots[, SWA page list] */
 
 typedef struct kvc_p_plan_decode {
   uint64_t table;  /* int32, or 0 */
@@ -267,11 +270,13 @@ typedef struct kvc_p_nsa_index_get {
  * kvc_mamba_rows: unit u of segment s (u - unit_first[s]) = ((layer * n) + i) * tiles + t:
  * one tile of one row; modes zero / copy (disjoint sets) / to host / from host.
  * kvc_mamba_copy_staged: unit = (layer * tiles + t): the CTA reads tile t of all n
- * source rows into shared memory, syncs, then writes all n targets (n * tile <=
- * KVC_MAMBA_STAGE_BYTES), which makes overlapping src/dst sets one simultaneous copy. */
+ * source rows into dynamic shared memory (n * tile bytes, then 8 n bytes of ids), syncs,
+ * then writes all n targets, which makes overlapping src/dst sets one simultaneous copy;
+ * n <= KVC_MAMBA_STAGE_BYTES / 16. */
 #define KVC_MAMBA_MAX_SEGS 8
 #define KVC_MAMBA_TILE 16384
-#define KVC_MAMBA_STAGE_BYTES 32768
+#define KVC_MAMBA_STAGE_BYTES 32768       /* 16 bytes x the most pairs of an overlapping copy */
+#define KVC_MAMBA_STAGED_TILE_BYTES 65536 /* n x tile of an overlapping copy, at most */
 #define KVC_MAMBA_BLOCK 256
 #define KVC_MAMBA_ZERO 0
 #define KVC_MAMBA_COPY 1

@@ -42,6 +42,10 @@ kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scr
 kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def,
                             const kvc__spec *extra, const kvc__kfunc **kcache, kvc__dim3 grid,
                             kvc__dim3 block, kvc_stream stream, const void *header);
+/** kvc__plan_launch with `smem_bytes` of dynamic shared memory. */
+kvc_status kvc__plan_launch_smem(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def,
+                                 const kvc__spec *extra, const kvc__kfunc **kcache, kvc__dim3 grid,
+                                 kvc__dim3 block, unsigned smem_bytes, kvc_stream stream, const void *header);
 void kvc__plan_cancel(kvc_context *ctx, kvc__plan *plan);
 
 /** The kernel of inline variant `variant` (0 small, 1 large; staged plans use 0) for `def`

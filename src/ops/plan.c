@@ -64,6 +64,12 @@ kvc_status kvc__plan_prefetch(kvc_context *ctx, const kvc__kernel_def *def, cons
 kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def,
                             const kvc__spec *extra, const kvc__kfunc **kcache, kvc__dim3 grid,
                             kvc__dim3 block, kvc_stream stream, const void *header) {
+  return kvc__plan_launch_smem(ctx, plan, def, extra, kcache, grid, block, 0, stream, header);
+}
+
+kvc_status kvc__plan_launch_smem(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def,
+                                 const kvc__spec *extra, const kvc__kfunc **kcache, kvc__dim3 grid,
+                                 kvc__dim3 block, unsigned smem_bytes, kvc_stream stream, const void *header) {
   const int v = plan->variant == 2 ? 0 : plan->variant; /* staged uses the small block */
   kvc_status st = KVC_OK;
   const kvc__kfunc *f = kcache ? kcache[v] : NULL;
@@ -75,7 +81,7 @@ kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel
   if (plan->variant == 2) KVC_CHECK_GOTO(kvc__staging_upload(ctx, stream), st, done);
   /* The host twin reads the staged payload directly; CUDA copies the whole block. */
   size_t bytes = plan->header_bytes + 4 * variant_words[v];
-  st = kvc__kernel_launch(ctx, f, grid, block, 0, stream, plan->scratch, bytes);
+  st = kvc__kernel_launch(ctx, f, grid, block, smem_bytes, stream, plan->scratch, bytes);
 done:
   if (plan->variant == 2) KVC_CLEANUP_KEEP_FIRST(kvc__staging_fence(ctx, stream), st);
   plan->variant = -1;

@@ -103,17 +103,16 @@ static void ring_copy(const kvc__ring *r, int64_t from, int64_t n, uint32_t *dst
 
 /* --- alloc_extend ------------------------------------------------------------------- */
 
-kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t *prefix_lens,
-                                      const int64_t *seq_lens, const int64_t *last_locs,
-                                      kvc_req_to_token_pool *rp, const int32_t *req_rows,
-                                      const int64_t *const *prefix_slots, int64_t *out_host,
-                                      int64_t *out_device, kvc_stream stream) {
-  ALLOC_ENTRY(a);
+/* alloc_extend, optionally (m) writing the SWA allocator's full->SWA mapping of every new
+ * slot in the same launch. */
+static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs, const int64_t *prefix_lens,
+                                    const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *rp,
+                                    const int32_t *req_rows, const int64_t *const *prefix_slots, int64_t *out_host,
+                                    int64_t *out_device, const kvc__extend_map *m, kvc_stream stream) {
   kvc_context *ctx = a->ctx;
-  if (bs == 0) return KVC_OK;
   KVC_RETURN_IF(!prefix_lens || !seq_lens, ctx, KVC_ERR_INVALID_ARGUMENT, "prefix_lens and seq_lens must be non-NULL");
   KVC_RETURN_IF(prefix_slots && !rp, ctx, KVC_ERR_INVALID_ARGUMENT, "prefix_slots needs a req_pool to write into");
-  KVC_FORWARD(check_common(a, __func__, bs, rp, req_rows));
+  KVC_FORWARD(check_common(a, fn, bs, rp, req_rows));
   const bool paged = a->kind == KVC_ALLOCATOR_PAGED;
   const int64_t ps = a->ps;
   const int64_t width = rp ? rp->width : INT32_MAX;
@@ -123,27 +122,27 @@ kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t
   for (size_t i = 0; i < bs && st == KVC_OK; i++) {
     const int64_t p = prefix_lens[i], s = seq_lens[i];
     if (p < 0 || s < p) {
-      st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, __func__,
+      st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn,
                       "request %zu: prefix_len %lld, seq_len %lld (need 0 <= prefix_len <= seq_len)", i, (long long)p,
                       (long long)s);
       break;
     }
     if (s > width) {
-      st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "request %zu: seq_len %lld exceeds the row width %lld", i,
+      st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "request %zu: seq_len %lld exceeds the row width %lld", i,
                       (long long)s, (long long)width);
       break;
     }
     int32_t row = -1;
     if (rp) {
       row = req_rows[i];
-      if ((st = check_row(a, __func__, rp, i, row)) != KVC_OK) break;
+      if ((st = check_row(a, fn, rp, i, row)) != KVC_OK) break;
       marked++;
     }
     const int64_t *pre = (prefix_slots && p > 0) ? prefix_slots[i] : NULL;
     if (pre) {
       for (int64_t t = 0; t < p; t++)
         if (pre[t] < 0 || pre[t] > INT32_MAX) {
-          st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "prefix_slots[%zu][%lld] = %lld is out of [0, 2^31)",
+          st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "prefix_slots[%zu][%lld] = %lld is out of [0, 2^31)",
                           i, (long long)t, (long long)pre[t]);
           break;
         }
@@ -154,11 +153,11 @@ kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t
     int64_t last = -1;
     if (paged && kvc__pg_mod(a, p) != 0 && s > p) {
       if (!last_locs && !rp) {
-        st = no_last_loc(a, __func__, i);
+        st = no_last_loc(a, fn, i);
         break;
       }
       last = last_locs ? last_locs[i] : pre ? pre[p - 1] : kvc__req_pool_mirror_row(rp, row)[p - 1];
-      if ((st = check_last_loc(a, __func__, i, last, p - 1)) != KVC_OK) break;
+      if ((st = check_last_loc(a, fn, i, last, p - 1)) != KVC_OK) break;
     }
     a->b_last[i] = last;
     a->b_pages[i] = paged ? kvc__pg_div(a, s + ps - 1) - kvc__pg_div(a, p + ps - 1) : s - p;
@@ -176,20 +175,21 @@ kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t
   kvc__ring *r = &a->ring;
   if (paged ? (total_tokens / ps + (int64_t)bs + 1 > r->count) : (total_tokens > r->count)) kvc__fl_merge(a);
   if (total_pages > r->count)
-    return kvc__alloc_finish(a, __func__,
-                             kvc__error(ctx, KVC_ERR_OUT_OF_SLOTS, __func__, "%lld %s needed, %lld free",
+    return kvc__alloc_finish(a, fn,
+                             kvc__error(ctx, KVC_ERR_OUT_OF_SLOTS, fn, "%lld %s needed, %lld free",
                                         (long long)total_pages, paged ? "pages" : "slots", (long long)r->count));
 
-  if (rp || out_device) {
+  if (rp || out_device || m) {
     kvc__spec extra = {1, {{"KVC_PAGE_SIZE", ps}}};
     if (!a->k_extend[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_plan_extend, &extra, a->k_extend));
     const size_t desc_words = (size_t)bs * KVC_PLAN_EXTEND_DESC_WORDS;
-    const size_t words = desc_words + (size_t)total_pages + (size_t)prefix_words;
+    const size_t words = desc_words + (size_t)total_pages * (m ? 2 : 1) + (size_t)prefix_words;
     kvc__plan plan;
     KVC_FORWARD(kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_extend), words));
     uint32_t *w = plan.payload;
     uint32_t *pages = w + desc_words;
     int32_t *pre_area = (int32_t *)(void *)(pages + total_pages);
+    uint32_t *swa_pages = pages + total_pages + prefix_words; /* with m only */
     int64_t o = 0, pb = 0, pw = 0;
     for (size_t i = 0; i < bs; i++) {
       const int64_t p = prefix_lens[i], s = seq_lens[i];
@@ -202,7 +202,11 @@ kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t
       d[4] = (int32_t)o;
       d[5] = (int32_t)pb;
       d[6] = pre ? (int32_t)pw : -1;
-      d[7] = 0;
+      d[7] = m ? (int32_t)m->swa_last[i] : 0;
+      if (m) { /* SWA page of new page k: that of its first token */
+        const int64_t first = KVC__MIN(s, ceil_div(p, ps) * ps) - p;
+        for (int64_t k = 0; k < a->b_pages[i]; k++) swa_pages[pb + k] = (uint32_t)(m->swa_slots[o + first + k * ps] / ps);
+      }
       if (pre) {
         for (int64_t t = 0; t < p; t++) pre_area[pw + t] = (int32_t)pre[t];
         pw += p;
@@ -222,6 +226,11 @@ kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t
     h.pages_at = (int32_t)desc_words;
     h.prefix_at = (int32_t)(desc_words + (size_t)total_pages);
     h.tokens_per_block = TOKENS_PER_BLOCK;
+    if (m) {
+      h.swa_pages_at = (int32_t)(desc_words + (size_t)total_pages + (size_t)prefix_words);
+      h.map = (uint64_t)(uintptr_t)m->map;
+      h.map_len = m->map_len;
+    }
     unsigned tiles = (unsigned)ceil_div(max_len, TOKENS_PER_BLOCK);
     KVC_FORWARD(kvc__plan_launch(ctx, &plan, &kvc__k_plan_extend, &extra, a->k_extend,
                                  kvc__dim((unsigned)bs, tiles, 1), kvc__dim(256, 1, 1), stream, &h));
@@ -255,7 +264,27 @@ kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t
     pb += a->b_pages[i];
   }
   kvc__fl_pop(a, total_pages);
-  return kvc__alloc_finish(a, __func__, KVC_OK);
+  return kvc__alloc_finish(a, fn, KVC_OK);
+}
+
+kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t *prefix_lens,
+                                      const int64_t *seq_lens, const int64_t *last_locs,
+                                      kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                      const int64_t *const *prefix_slots, int64_t *out_host,
+                                      int64_t *out_device, kvc_stream stream) {
+  ALLOC_ENTRY(a);
+  if (bs == 0) return KVC_OK;
+  return alloc_extend_impl(a, __func__, bs, prefix_lens, seq_lens, last_locs, rp, req_rows, prefix_slots, out_host,
+                           out_device, NULL, stream);
+}
+
+kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, size_t bs, const int64_t *prefix_lens,
+                                    const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *rp,
+                                    const int32_t *req_rows, const int64_t *const *prefix_slots, int64_t *out_host,
+                                    int64_t *out_device, const kvc__extend_map *m, kvc_stream stream) {
+  if (bs == 0) return KVC_OK;
+  return alloc_extend_impl(a, fn, bs, prefix_lens, seq_lens, last_locs, rp, req_rows, prefix_slots, out_host,
+                           out_device, m, stream);
 }
 
 /* --- alloc_decode ------------------------------------------------------------------- */

@@ -24,7 +24,7 @@
  * written. The host knows both sets, so it picks: disjoint -> the plain row copy (any
  * order is fine, full bandwidth); overlapping -> kvc_mamba_copy_staged, where one CTA
  * owns a (tensor, layer, byte tile) and stages that tile of all n sources in shared
- * memory before writing (n <= 2048 so that a tile is at least 16 bytes).
+ * memory before writing (n <= 2048 so that a tile is at least 16 bytes; 64 KB of tiles).
  */
 #include "../ops/ops.h"
 #include "pool.h"
@@ -164,8 +164,11 @@ static kvc_status launch(kvc_mamba_pool *p, int mode, bool staged_copy, const in
   h.nseg = p->nstate;
   h.vec = vec;
   if (staged_copy) {
-    h.tile = (int64_t)(KVC_MAMBA_STAGE_BYTES / n) / vec * vec;
-    if (h.tile > KVC_MAMBA_TILE) h.tile = KVC_MAMBA_TILE;
+    /* The widest power-of-two tile with n tiles in KVC_MAMBA_STAGED_TILE_BYTES (a
+     * 256-pair copy stages 256-byte row pieces, like the KV move: three CTAs per
+     * multiprocessor); at least 16 bytes, as n <= KVC__MAMBA_STAGED_MAX_PAIRS */
+    h.tile = 16;
+    while (h.tile < KVC_MAMBA_TILE && (int64_t)n * h.tile * 2 <= KVC_MAMBA_STAGED_TILE_BYTES) h.tile *= 2;
   } else {
     h.tile = KVC_MAMBA_TILE;
   }
@@ -197,9 +200,10 @@ static kvc_status launch(kvc_mamba_pool *p, int mode, bool staged_copy, const in
   extra.count = 1;
   int64_t grid = (int64_t)kvc__num_sms(p->ctx) * (staged_copy ? 4 : 8);
   if (grid > units) grid = units;
-  return kvc__plan_launch(p->ctx, &plan, kernel ? &kvc__k_mamba_copy_staged : &kvc__k_mamba_rows, &extra,
-                          p->kc[kernel][vec_index(vec)], kvc__dim((unsigned)grid, 1, 1),
-                          kvc__dim(KVC_MAMBA_BLOCK, 1, 1), stream, &h);
+  const unsigned smem = staged_copy ? (unsigned)((int64_t)n * h.tile + 8 * (int64_t)n) : 0;
+  return kvc__plan_launch_smem(p->ctx, &plan, kernel ? &kvc__k_mamba_copy_staged : &kvc__k_mamba_rows, &extra,
+                               p->kc[kernel][vec_index(vec)], kvc__dim((unsigned)grid, 1, 1),
+                               kvc__dim(KVC_MAMBA_BLOCK, 1, 1), smem, stream, &h);
 }
 
 static kvc_status check_ids(const kvc_mamba_pool *p, const char *fn, const char *what, const int32_t *ids, size_t n) {

@@ -171,6 +171,21 @@ kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n);
 kvc_status kvc__alloc_decode_plan(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
                                   const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
                                   uint32_t *payload, size_t stride, int64_t *need);
+/* What alloc_extend needs to also write the SWA allocator's full->SWA mapping in its one
+ * launch: map[slot] = swa_slots[t] for token t of the batch (out_host order), entries
+ * outside [0, map_len) skipped. swa_slots must come from a paged allocator of the same
+ * page size given swa_last[i] (-1: none) as request i's last_loc, so that every new full
+ * page has one SWA page and the kernel derives SWA slots as it derives full ones. The
+ * host copy of the map is the caller's. */
+typedef struct kvc__extend_map {
+  int64_t *map;
+  int64_t map_len;
+  const int64_t *swa_slots, *swa_last;
+} kvc__extend_map;
+kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, size_t bs, const int64_t *prefix_lens,
+                                    const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *rp,
+                                    const int32_t *req_rows, const int64_t *const *prefix_slots, int64_t *out_host,
+                                    int64_t *out_device, const kvc__extend_map *m, kvc_stream stream);
 /* alloc_decode that also writes map[slot] = map_vals[i] (int64 map, entries outside
  * [0, map_len) skipped) for every new slot in the same launch: the SWA allocator's
  * full->SWA mapping. The host copy of the map is the caller's. */

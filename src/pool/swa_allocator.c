@@ -470,25 +470,6 @@ static kvc_status two_sided(kvc_swa_allocator *a, side_fn fn, void *args, const 
   return st;
 }
 
-typedef struct extend_args {
-  size_t bs;
-  const int64_t *prefix_lens, *seq_lens, *last_locs;
-  kvc_req_to_token_pool *rp;
-  const int32_t *rows;
-  const int64_t *const *prefix_slots;
-  int64_t *out_device;
-  kvc_stream stream;
-} extend_args;
-
-static kvc_status extend_side(kvc_swa_allocator *a, void *vargs, bool full_side) {
-  extend_args *x = vargs;
-  if (full_side)
-    return kvc_allocator_alloc_extend(a->full, x->bs, x->prefix_lens, x->seq_lens, x->last_locs, x->rp, x->rows,
-                                      x->prefix_slots, a->f_buf, x->out_device, x->stream);
-  return kvc_allocator_alloc_extend(a->swa, x->bs, x->prefix_lens, x->seq_lens, a->lastw, NULL, NULL, NULL,
-                                    a->w_buf, NULL, x->stream);
-}
-
 kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const int64_t *prefix_lens,
                                           const int64_t *seq_lens, const int64_t *last_locs,
                                           kvc_req_to_token_pool *rp, const int32_t *rows,
@@ -526,8 +507,22 @@ kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const
       KVC_FORWARD(swa_peer(a, __func__, i, fl, &a->lastw[i]));
     }
   }
-  extend_args x = {bs, prefix_lens, seq_lens, last_locs, rp, rows, prefix_slots, out_device, stream};
-  KVC_FORWARD(two_sided(a, extend_side, &x, a->f_buf, (size_t)tokens, stream));
+  /* The SWA side first (host only), then the full side's one launch, which also writes
+   * the full->SWA mapping of the new slots (as alloc_decode does): one launch where
+   * two_sided() takes two. A full-side failure changes nothing there, so only the SWA
+   * side is rolled back. */
+  kvc_allocator_state bsw;
+  KVC_FORWARD(kvc_allocator_backup_state(a->swa, &bsw));
+  KVC_FORWARD(kvc_allocator_alloc_extend(a->swa, bs, prefix_lens, seq_lens, a->lastw, NULL, NULL, NULL, a->w_buf, NULL,
+                                         stream));
+  const kvc__extend_map m = {a->dmap, a->map_len - 1, a->w_buf, a->lastw};
+  kvc_status st = kvc__alloc_extend_mapped(a->full, "kvc_allocator_alloc_extend", bs, prefix_lens, seq_lens, last_locs,
+                                           rp, rows, prefix_slots, a->f_buf, out_device, &m, stream);
+  if (st != KVC_OK) {
+    kvc_allocator_restore_state(a->swa, &bsw);
+    return st;
+  }
+  for (int64_t t = 0; t < tokens; t++) a->map[a->f_buf[t]] = (int32_t)a->w_buf[t];
   if (out_host) memcpy(out_host, a->f_buf, (size_t)tokens * 8);
   return finish(a, KVC_OK);
 }

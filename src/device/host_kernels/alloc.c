@@ -55,17 +55,25 @@ void kvc_host_plan_extend(const void *params) {
   const int64_t ps = p->page_size;
   for (int r = 0; r < p->n; r++) {
     const int32_t *d = (const int32_t *)(const void *)(w + (size_t)r * KVC_PLAN_EXTEND_DESC_WORDS);
-    int32_t row = d[0], pre = d[1], seq = d[2], last = d[3], o = d[4], pb = d[5], psrc = d[6];
+    int32_t row = d[0], pre = d[1], seq = d[2], last = d[3], o = d[4], pb = d[5], psrc = d[6], wlast = d[7];
     int64_t ceil_pre = ceil_div(pre, ps) * ps;
     const uint32_t *pages = w + p->pages_at + pb;
+    const uint32_t *wpages = w + p->swa_pages_at + pb;
+    int64_t *map = p->map ? KVC_HPTR(int64_t *, p->map) : NULL;
     int32_t *dst = (p->table && row >= 0) ? KVC_HPTR(int32_t *, p->table) + (int64_t)row * p->row_stride : NULL;
     int64_t *out = p->out ? KVC_HPTR(int64_t *, p->out) : NULL;
     for (int64_t t = 0; pre + t < seq; t++) {
-      int64_t pos = pre + t, slot;
-      if (pos < ceil_pre) slot = last + 1 + t;
-      else slot = (int64_t)pages[(pos - ceil_pre) / ps] * ps + (pos - ceil_pre) % ps;
+      int64_t pos = pre + t, slot, wslot = 0;
+      if (pos < ceil_pre) {
+        slot = last + 1 + t;
+        wslot = wlast + 1 + t;
+      } else {
+        slot = (int64_t)pages[(pos - ceil_pre) / ps] * ps + (pos - ceil_pre) % ps;
+        if (map) wslot = (int64_t)wpages[(pos - ceil_pre) / ps] * ps + (pos - ceil_pre) % ps;
+      }
       if (out) out[o + t] = slot;
       if (dst) dst[pos] = (int32_t)slot;
+      if (map && slot >= 0 && slot < p->map_len) map[slot] = wslot;
     }
     if (dst && psrc >= 0) {
       const int32_t *src = (const int32_t *)(const void *)(w + p->prefix_at + psrc);
@@ -74,15 +82,23 @@ void kvc_host_plan_extend(const void *params) {
   }
 }
 
+/* Twin of kvc_decode_write (kernels/common.cuh): request i's writes of one decode step
+ * from its payload entry (row, position, slot[, mapped value]). */
+static void decode_write(const uint32_t *e, int i, int64_t *out, int32_t *table, int64_t row_stride, int64_t *map,
+                         int64_t map_len) {
+  const int32_t row = (int32_t)e[0], pos = (int32_t)e[1], slot = (int32_t)e[2];
+  if (out) out[i] = slot;
+  if (table && row >= 0) table[(int64_t)row * row_stride + pos] = slot;
+  if (map && slot >= 0 && slot < map_len) map[slot] = (int32_t)e[3];
+}
+
 void kvc_host_plan_decode(const void *params) {
   const kvc_p_plan_decode *p = params;
   const uint32_t *w = p->staged ? KVC_HPTR(const uint32_t *, p->staged) : KVC_INLINE_PAYLOAD(p);
   const int stride = p->map ? 4 : 3;
   for (int i = 0; i < p->n; i++) {
-    int32_t row = (int32_t)w[stride * i], pos = (int32_t)w[stride * i + 1], slot = (int32_t)w[stride * i + 2];
-    if (p->out) KVC_HPTR(int64_t *, p->out)[i] = slot;
-    if (p->table && row >= 0) KVC_HPTR(int32_t *, p->table)[(int64_t)row * p->row_stride + pos] = slot;
-    if (p->map && slot >= 0 && slot < p->map_len) KVC_HPTR(int64_t *, p->map)[slot] = (int32_t)w[stride * i + 3];
+    decode_write(w + stride * i, i, KVC_HPTR(int64_t *, p->out), KVC_HPTR(int32_t *, p->table), p->row_stride,
+                 KVC_HPTR(int64_t *, p->map), p->map_len);
   }
 }
 
@@ -98,10 +114,8 @@ void kvc_host_decode_channel_apply(const void *params) {
   int64_t *out = p->out ? KVC_HPTR(int64_t *, p->out) : NULL;
   const int stride = p->map ? 4 : 3;
   for (int i = 0; i < n; i++) {
-    const int32_t row = (int32_t)w[stride * i], pos = (int32_t)w[stride * i + 1], s = (int32_t)w[stride * i + 2];
-    if (out) out[i] = s;
-    if (p->table && row >= 0) KVC_HPTR(int32_t *, p->table)[(int64_t)row * p->row_stride + pos] = s;
-    if (p->map && s >= 0 && s < p->map_len) KVC_HPTR(int64_t *, p->map)[s] = (int32_t)w[4 * i + 3];
+    decode_write(w + stride * i, i, out, KVC_HPTR(int32_t *, p->table), p->row_stride, KVC_HPTR(int64_t *, p->map),
+                 p->map_len);
   }
   if (out)
     for (int i = n; i < p->max_batch; i++) out[i] = 0;

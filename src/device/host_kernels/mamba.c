@@ -41,7 +41,7 @@ void kvc_host_mamba_rows(const void *params) {
 void kvc_host_mamba_copy_staged(const void *params) {
   const kvc_p_mamba_rows *p = params;
   const uint32_t *ids = mamba_ids(p);
-  static _Thread_local unsigned char stage[KVC_MAMBA_STAGE_BYTES];
+  static _Thread_local unsigned char stage[KVC_MAMBA_STAGED_TILE_BYTES];
   for (int s = 0; s < p->nseg; s++) {
     const kvc_mamba_seg *g = &p->seg[s];
     for (int64_t l = 0; l < g->layers; l++) {
