@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Same-run A/B of the move kernel (bench/NOTES-kernels.md): the build in build-gpu against
 # a reference tree in ./ref (e.g. `git archive <commit>` unpacked there), both timed in
-# turns, twice (add rows with KVC_MOVE_TUNE settings for shape variants), then the
+# turns, twice (VARIANTS="W,S[,threads[,one]] ..." adds rows with those KVC_MOVE_TUNE
+# shapes), then the
 # resource usage of both builds' move cubins from their kernel caches. Run on the GPU
 # machine after .gpu/remote has built build-gpu, with KVC_CACHE_DIR set:
 #   bash .gpu/remote exec bash scripts/gpu_move_ab.sh
@@ -20,6 +21,7 @@ for round in 1 2; do
   echo "=== round $round"
   [ -x build-ref/bench/kvc_bench_kv ] && row "ref      " KVC_CACHE_DIR=/tmp/kvc-ref build-ref/bench/kvc_bench_kv
   row "new      " "$b/bench/kvc_bench_kv"
+  for v in ${VARIANTS:-}; do row "$(printf '%-9s' "$v")" KVC_MOVE_TUNE="$v" "$b/bench/kvc_bench_kv"; done
 done
 if command -v cuobjdump >/dev/null; then
   echo "=== move cubins: registers, stack, shared memory (ref, then new)"
