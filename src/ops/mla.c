@@ -1,6 +1,7 @@
 /*
- * mla.c — level 1: kvc_set_mla_kv / kvc_get_mla_kv on engine-owned buffers, and
- * kvc__mla_run, the launcher the KV pools share.
+ * mla.c — level 1: kvc_set_mla_kv / kvc_get_mla_kv on engine-owned buffers, and what
+ * the KV pools share with them: kvc__mla_args_values (the caller's half of a launch's
+ * arguments) and kvc__mla_run, the launcher.
  *
  * The kernel (kernels/mla.cu) is specialised on (direction, format, the two dtypes, R,
  * Q, G) where G — elements per vector access — is the largest of 8/4/2/1 that divides
@@ -125,6 +126,20 @@ kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a
   return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)blocks, 1, 1), kvc__dim(256, 1, 1), 0, stream, &p, sizeof p);
 }
 
+void kvc__mla_args_values(kvc__mla_args *a, int get, const void *loc, kvc_index_type loc_type, size_t n,
+                          const void *nope, const void *rope, kvc_dtype val_dtype, int64_t nope_stride,
+                          int64_t rope_stride) {
+  a->get = get;
+  a->loc = loc;
+  a->loc_type = loc_type;
+  a->n = n;
+  a->nope = (void *)(uintptr_t)nope;
+  a->rope = (void *)(uintptr_t)rope;
+  a->val_dtype = val_dtype;
+  a->nope_stride = nope_stride;
+  a->rope_stride = rope_stride;
+}
+
 /* --- Level 1 ------------------------------------------------------------------------ */
 
 static kvc_status buffer_args(kvc_context *ctx, const char *fn, const kvc_mla_buffer *buf, kvc__mla_args *a) {
@@ -145,37 +160,26 @@ static kvc_status buffer_args(kvc_context *ctx, const char *fn, const kvc_mla_bu
   return KVC_OK;
 }
 
+/* Both level-1 calls in one place; `fn` is the public name, for the error messages. */
+static kvc_status level1_run(kvc_context *ctx, const char *fn, const kvc_mla_buffer *buf, int get, const void *loc,
+                             kvc_index_type loc_type, size_t n, const void *nope, const void *rope, kvc_dtype val_dtype,
+                             int64_t nope_stride, int64_t rope_stride, kvc_stream stream) {
+  if (!ctx) return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, fn, "ctx is NULL");
+  kvc__mla_args a = {0};
+  KVC_FORWARD(buffer_args(ctx, fn, buf, &a));
+  kvc__mla_args_values(&a, get, loc, loc_type, n, nope, rope, val_dtype, nope_stride, rope_stride);
+  return kvc__mla_run(ctx, fn, &a, stream);
+}
+
 kvc_status kvc_set_mla_kv(kvc_context *ctx, const kvc_mla_buffer *buf, const void *loc, kvc_index_type loc_type,
                           size_t n, const void *nope, const void *rope, kvc_dtype src_dtype, int64_t nope_stride,
                           int64_t rope_stride, kvc_stream stream) {
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  kvc__mla_args a = {0};
-  KVC_FORWARD(buffer_args(ctx, __func__, buf, &a));
-  a.loc = loc;
-  a.loc_type = loc_type;
-  a.n = n;
-  a.nope = (void *)(uintptr_t)nope;
-  a.rope = (void *)(uintptr_t)rope;
-  a.val_dtype = src_dtype;
-  a.nope_stride = nope_stride;
-  a.rope_stride = rope_stride;
-  return kvc__mla_run(ctx, __func__, &a, stream);
+  return level1_run(ctx, __func__, buf, 0, loc, loc_type, n, nope, rope, src_dtype, nope_stride, rope_stride, stream);
 }
 
 kvc_status kvc_get_mla_kv(kvc_context *ctx, const kvc_mla_buffer *buf, const void *loc, kvc_index_type loc_type,
                           size_t n, void *nope_out, void *rope_out, kvc_dtype out_dtype, int64_t nope_stride,
                           int64_t rope_stride, kvc_stream stream) {
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  kvc__mla_args a = {0};
-  KVC_FORWARD(buffer_args(ctx, __func__, buf, &a));
-  a.get = 1;
-  a.loc = loc;
-  a.loc_type = loc_type;
-  a.n = n;
-  a.nope = nope_out;
-  a.rope = rope_out;
-  a.val_dtype = out_dtype;
-  a.nope_stride = nope_stride;
-  a.rope_stride = rope_stride;
-  return kvc__mla_run(ctx, __func__, &a, stream);
+  return level1_run(ctx, __func__, buf, 1, loc, loc_type, n, nope_out, rope_out, out_dtype, nope_stride, rope_stride,
+                    stream);
 }

@@ -31,6 +31,14 @@ typedef struct kvc__mla_args {
   int64_t nope_stride, rope_stride; /* elements of val_dtype; 0 = dense */
 } kvc__mla_args;
 
+/** Fills the fields of `a` that every MLA entry point takes from its caller unchanged (the
+ *  direction, the slots, the value buffers and their strides), so the level-1 ops and the
+ *  pools cannot drift apart in what reaches the kernel. `nope`/`rope` are const because a
+ *  set only reads them; a get (get = 1) writes through them. */
+void kvc__mla_args_values(kvc__mla_args *a, int get, const void *loc, kvc_index_type loc_type, size_t n,
+                          const void *nope, const void *rope, kvc_dtype val_dtype, int64_t nope_stride,
+                          int64_t rope_stride);
+
 /** Validates `a` (errors name `fn`) and launches one kernel on `stream` (none for n == 0). */
 kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a, kvc_stream stream);
 

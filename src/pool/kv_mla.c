@@ -1,7 +1,8 @@
 /*
  * kv_mla.c — MLA / MLA-FP4 / NSA latent rows of a KV pool: kvc_kv_pool_set_mla_kv and
- * kvc_kv_pool_get_mla_kv, thin adapters from the pool's geometry (kv_pool.c) onto the
- * shared launcher kvc__mla_run (src/ops/mla.c, kernels/mla.cu).
+ * kvc_kv_pool_get_mla_kv, thin adapters from the pool's geometry (kv_pool.c) onto what
+ * the level-1 ops use too: kvc__mla_args_values and the launcher kvc__mla_run
+ * (src/ops/mla.c, kernels/mla.cu).
  *
  *   kind       region(s)               format
  *   MLA        KV (rows, R+Q) dtype     ROWS, dtype
@@ -44,14 +45,7 @@ kvc_status kvc_kv_pool_set_mla_kv(kvc_kv_pool *pool, int32_t layer_id, const voi
                                   int64_t nope_stride, int64_t rope_stride, kvc_stream stream) {
   kvc__mla_args a = {0};
   KVC_FORWARD(pool_args(pool, __func__, layer_id, &a));
-  a.loc = loc;
-  a.loc_type = loc_type;
-  a.n = n;
-  a.nope = (void *)(uintptr_t)nope;
-  a.rope = (void *)(uintptr_t)rope;
-  a.val_dtype = src_dtype;
-  a.nope_stride = nope_stride;
-  a.rope_stride = rope_stride;
+  kvc__mla_args_values(&a, 0, loc, loc_type, n, nope, rope, src_dtype, nope_stride, rope_stride);
   return kvc__mla_run(pool->ctx, __func__, &a, stream);
 }
 
@@ -59,12 +53,7 @@ kvc_status kvc_kv_pool_get_mla_kv(kvc_kv_pool *pool, int32_t layer_id, const voi
                                   size_t n, void *nope_out, void *rope_out, kvc_dtype out_dtype, kvc_stream stream) {
   kvc__mla_args a = {0};
   KVC_FORWARD(pool_args(pool, __func__, layer_id, &a));
-  a.get = 1;
-  a.loc = loc;
-  a.loc_type = loc_type;
-  a.n = n;
-  a.nope = nope_out;
-  a.rope = rope_out;
-  a.val_dtype = out_dtype;
+  /* Outputs are dense: the pool's get takes no strides (0 = dense). */
+  kvc__mla_args_values(&a, 1, loc, loc_type, n, nope_out, rope_out, out_dtype, 0, 0);
   return kvc__mla_run(pool->ctx, __func__, &a, stream);
 }

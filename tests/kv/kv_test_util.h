@@ -8,8 +8,17 @@
 
 #include <math.h>
 
-static inline kvc_kv_pool *kvt_mha_pool(kvc_kv_pool_kind kind, kvc_dtype dt, int H, int D, int Dv, int64_t size,
-                                        int layers, int ps) {
+/* Creates a pool on ctx (the test's or a host twin), failing the test with ctx's own last error. */
+static inline kvc_kv_pool *kvt_pool_on(kvc_context *ctx, kvc_kv_pool_config c) {
+  kvc_kv_pool *p = NULL;
+  kvc_status st = kvc_kv_pool_create(ctx, &c, &p);
+  if (st != KVC_OK) fail_msg("kvc_kv_pool_create -> %s: %s", kvc_status_name(st), kvc_last_error(ctx));
+  return p;
+}
+
+/* The config of an MHA-family pool: H heads of D (K) and Dv (V) values per token. */
+static inline kvc_kv_pool_config kvt_mha_config(kvc_kv_pool_kind kind, kvc_dtype dt, int H, int D, int Dv,
+                                                int64_t size, int layers, int ps) {
   kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
   c.kind = kind;
   c.dtype = dt;
@@ -19,32 +28,47 @@ static inline kvc_kv_pool *kvt_mha_pool(kvc_kv_pool_kind kind, kvc_dtype dt, int
   c.size = size;
   c.layer_num = layers;
   c.page_size = ps;
-  kvc_kv_pool *p = NULL;
-  KVT_OK(kvc_kv_pool_create(kvt_ctx, &c, &p));
-  return p;
+  return c;
+}
+
+/* The config of a latent-row pool (MLA, MLA_FP4 or NSA): R + Q values per token. */
+static inline kvc_kv_pool_config kvt_latent_config(kvc_kv_pool_kind kind, kvc_dtype dt, int R, int Q, int64_t size,
+                                                   int layers, int ps) {
+  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
+  c.kind = kind;
+  c.dtype = dt;
+  c.kv_lora_rank = R;
+  c.qk_rope_head_dim = Q;
+  c.size = size;
+  c.layer_num = layers;
+  c.page_size = ps;
+  return c;
+}
+
+/* An MHA-family pool on the test's context. */
+static inline kvc_kv_pool *kvt_mha_pool(kvc_kv_pool_kind kind, kvc_dtype dt, int H, int D, int Dv, int64_t size,
+                                        int layers, int ps) {
+  return kvt_pool_on(kvt_ctx, kvt_mha_config(kind, dt, H, D, Dv, size, layers, ps));
 }
 
 /* An NSA pool (bf16 latent rows of R + Q, fp8 index keys in 64-token pages). */
 static inline kvc_kv_pool *kvt_nsa_pool(int R, int Q, int64_t size, int layers) {
-  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
-  c.kind = KVC_KV_NSA;
-  c.dtype = KVC_DTYPE_BF16;
-  c.kv_lora_rank = R;
-  c.qk_rope_head_dim = Q;
-  c.size = size;
-  c.page_size = 64;
-  c.layer_num = layers;
-  kvc_kv_pool *p = NULL;
-  KVT_OK(kvc_kv_pool_create(kvt_ctx, &c, &p));
-  return p;
+  return kvt_pool_on(kvt_ctx, kvt_latent_config(KVC_KV_NSA, KVC_DTYPE_BF16, R, Q, size, layers, 64));
 }
 
-static inline kvc_buffer_desc kvt_buf(kvc_kv_pool *p, kvc_region_kind r, int layer) {
+/* The descriptor of one region of one layer; ctx is the pool's, for the failure message. */
+static inline kvc_buffer_desc kvt_buf_on(kvc_context *ctx, kvc_kv_pool *p, kvc_region_kind r, int layer) {
   kvc_buffer_desc d;
   memset(&d, 0, sizeof d);
   d.struct_size = sizeof d;
-  KVT_OK(kvc_kv_pool_buffer(p, r, layer, &d));
+  kvc_status st = kvc_kv_pool_buffer(p, r, layer, &d);
+  if (st != KVC_OK) fail_msg("kvc_kv_pool_buffer -> %s: %s", kvc_status_name(st), kvc_last_error(ctx));
   return d;
+}
+
+/* kvt_buf_on for a pool on the test's context. */
+static inline kvc_buffer_desc kvt_buf(kvc_kv_pool *p, kvc_region_kind r, int layer) {
+  return kvt_buf_on(kvt_ctx, p, r, layer);
 }
 
 /* Reads a whole buffer to a malloc'd host copy. */
@@ -69,6 +93,22 @@ static inline void kvt_fill_pool(kvc_kv_pool *p, kvt_rng *r) {
     kvt_h2d(d.data, h, (size_t)d.total_bytes);
     free(h);
   }
+}
+
+/* Random order of the slots [0, rows) (malloc'd) led by 0 and rows - 1, so every scenario writes both ends. */
+static inline int64_t *kvt_slot_perm(kvt_rng *r, int64_t rows) {
+  int64_t *perm = malloc((size_t)rows * sizeof *perm);
+  for (int64_t i = 0; i < rows; i++) perm[i] = i;
+  for (int64_t i = rows - 1; i > 0; i--) {
+    int64_t j = kvt_range(r, 0, i), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  for (int64_t i = 0; i < rows; i++)
+    if (perm[i] == 0) perm[i] = perm[0], perm[0] = 0;
+  for (int64_t i = 1; i < rows; i++)
+    if (perm[i] == rows - 1) perm[i] = perm[1], perm[1] = rows - 1;
+  return perm;
 }
 
 /* --- Independent references ---------------------------------------------------------- */

@@ -3,6 +3,7 @@
  * when the slot is handed out again, with the slot and layer named. */
 #include "kv_test_util.h"
 #include "../flow/flow_util.h"
+#include "../pool/alloc_test_util.h"
 
 /* Writes one row of bytes `byte` into K and V of `layer` at `slot`. */
 static void stray_write(kvc_kv_pool *p, int layer, int64_t slot, size_t row_bytes) {
@@ -155,27 +156,9 @@ static void test_context_canary_flag_enables_flows(void **state) {
   cfg.flags = KVC_CONTEXT_CANARY;
   kvc_context *c = NULL;
   KVT_OK(kvc_context_create(&cfg, &c));
-  kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  rc.size = 4;
-  rc.max_context_len = 64;
-  kvc_req_to_token_pool *rp = NULL;
-  KVT_OK(kvc_req_to_token_pool_create(c, &rc, &rp));
-  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
-  ac.kind = KVC_ALLOCATOR_PAGED;
-  ac.size = 64;
-  ac.page_size = 4;
-  kvc_allocator *al = NULL;
-  KVT_OK(kvc_allocator_create(c, &ac, &al));
-  kvc_kv_pool_config kc = KVC_KV_POOL_CONFIG_INIT;
-  kc.kind = KVC_KV_MHA;
-  kc.size = 64;
-  kc.page_size = 4;
-  kc.dtype = KVC_DTYPE_BF16;
-  kc.layer_num = 2;
-  kc.head_num = 2;
-  kc.head_dim = 8;
-  kvc_kv_pool *p = NULL;
-  KVT_OK(kvc_kv_pool_create(c, &kc, &p));
+  kvc_req_to_token_pool *rp = kvt_req_pool_on(c, 4, 64);
+  kvc_allocator *al = kvt_allocator_on(c, KVC_ALLOCATOR_PAGED, 64, 4, 0);
+  kvc_kv_pool *p = kvt_pool_on(c, kvt_mha_config(KVC_KV_MHA, KVC_DTYPE_BF16, 2, 8, 8, 64, 2, 4));
   const int64_t slots[] = {4, 5, 6, 7, 40};
   /* Before any flow exists the pool is zero-filled: the check fails. */
   assert_int_equal(kvc_kv_pool_canary_check(p, slots, 5, NULL), KVC_ERR_INTERNAL);

@@ -3,11 +3,12 @@
  * NSA fp8 656-byte rows, NSA bf16) and the level-1 kvc_set_mla_kv / kvc_get_mla_kv.
  *
  * Every scenario runs on the test's backend and is checked against straightforward
- * references written here (element conversion through kvc_numeric.h, the NSA tile
- * quantizer and the FP4 block quantizer re-derived with libm). On CUDA the same scenario
- * also runs on a host-backend context and the bytes must be identical (differential).
+ * references (element conversion through kvc_numeric.h, the NSA tile quantizer written
+ * here, and kv_test_util.h's FP4 block quantizer, the one test_kv_mha.c checks MHA FP4
+ * rows with, re-derived with libm). On CUDA the same scenario also runs on a host-backend
+ * context and the bytes must be identical (differential).
  */
-#include "harness.h"
+#include "kv_test_util.h"
 #include "kvc_numeric.h"
 
 #include <math.h>
@@ -59,18 +60,7 @@ static void make_inputs(const scen *s, kvt_rng *rng, inputs *in) {
   in->rope = calloc(1, in->rope_bytes);
   in->loc = calloc(s->n + 1, sizeof(int64_t));
   /* Distinct slots: a random permutation prefix of [0, rows), some out of range. */
-  int64_t *perm = malloc((size_t)rows * sizeof *perm);
-  for (int64_t i = 0; i < rows; i++) perm[i] = i;
-  for (int64_t i = rows - 1; i > 0; i--) {
-    int64_t j = kvt_range(rng, 0, i), t = perm[i];
-    perm[i] = perm[j];
-    perm[j] = t;
-  }
-  /* perm[0] = 0 (slot 0, the padding row), perm[1] = rows - 1 (the last row). */
-  for (int64_t i = 0; i < rows; i++)
-    if (perm[i] == 0) perm[i] = perm[0], perm[0] = 0;
-  for (int64_t i = 1; i < rows && rows > 1; i++)
-    if (perm[i] == rows - 1) perm[i] = perm[1], perm[1] = rows - 1;
+  int64_t *perm = kvt_slot_perm(rng, rows);
   for (size_t i = 0; i < s->n; i++) {
     in->loc[i] = perm[i % (size_t)rows];
     if (s->bad_locs && i % 5 == 3) in->loc[i] = (i % 2) ? -1 - (int64_t)i : rows + (int64_t)i;
@@ -142,32 +132,16 @@ static void run_scen(kvc_context *ctx, const scen *s, const inputs *in, result *
   kvc_kv_pool *pool = NULL;
   void *data = NULL, *scale = NULL;
   if (!s->level1) {
-    kvc_kv_pool_config cfg = KVC_KV_POOL_CONFIG_INIT;
-    cfg.kind = s->kind;
-    cfg.size = s->size;
-    cfg.page_size = s->ps;
-    cfg.dtype = s->dtype;
-    cfg.layer_num = 2;
-    cfg.start_layer = 3;
-    cfg.kv_lora_rank = s->R;
-    cfg.qk_rope_head_dim = s->Q;
-    KVT_OK(kvc_kv_pool_create(ctx, &cfg, &pool));
+    kvc_kv_pool_config cfg = kvt_latent_config(s->kind, s->dtype, s->R, s->Q, s->size, 2, s->ps);
+    cfg.start_layer = 3; /* layer id 4 is then the pool's second layer: ids are translated */
+    pool = kvt_pool_on(ctx, cfg);
     KVT_OK(kvc_kv_pool_set_mla_kv(pool, 4, d_loc, lt, s->n, nope_src, rope_src, s->src, in->nope_stride,
                                   in->rope_stride, NULL));
     KVT_OK(kvc_kv_pool_get_mla_kv(pool, 4, d_loc, lt, s->n, d_no, d_ro, s->out, NULL));
-    kvc_buffer_desc d;
-  memset(&d, 0, sizeof d);
-  d.struct_size = sizeof d;
-    KVT_OK(kvc_kv_pool_buffer(pool, KVC_REGION_KV, 4, &d));
+    const kvc_buffer_desc d = kvt_buf_on(ctx, pool, KVC_REGION_KV, 4);
     data = d.data;
     assert_int_equal(d.bytes_per_token, r->row_bytes);
-    if (fmt == KVC_MLA_FP4) {
-      kvc_buffer_desc ds;
-  memset(&ds, 0, sizeof ds);
-  ds.struct_size = sizeof ds;
-      KVT_OK(kvc_kv_pool_buffer(pool, KVC_REGION_KV_SCALE, 4, &ds));
-      scale = ds.data;
-    }
+    if (fmt == KVC_MLA_FP4) scale = kvt_buf_on(ctx, pool, KVC_REGION_KV_SCALE, 4).data;
   } else {
     data = kvt_alloc_on(ctx, (size_t)(r->rows * r->row_bytes));
     KVT_OK(kvc_memset_d8(ctx, data, 0, (size_t)(r->rows * r->row_bytes), NULL));
@@ -246,25 +220,6 @@ static void ref_nsa_row(const float *y512, const float *rope64, uint8_t row[656]
   }
 }
 
-/* FP4 block quantizer with libm (spec 10.4.5). */
-static uint8_t ref_fp4_block(const float v[16], uint8_t packed[8]) {
-  float amax = 0;
-  for (int k = 0; k < 16; k++) amax = fmaxf(amax, fabsf(v[k]));
-  if (amax < 1e-12f) amax = 1e-12f;
-  int e = (int)ceil(log2((double)(amax / 6.0f)));
-  const float inv = ldexpf(1.0f, -e);
-  static const float th[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  uint8_t code[16];
-  for (int k = 0; k < 16; k++) {
-    float x = v[k] * inv, a = fabsf(x);
-    int c = 0;
-    for (int j = 0; j < 7; j++) c += a >= th[j];
-    code[k] = (uint8_t)(c | (x < 0 ? 8 : 0));
-  }
-  for (int j = 0; j < 8; j++) packed[j] = (uint8_t)(code[2 * j] | code[2 * j + 1] << 4);
-  return (uint8_t)(e + 127);
-}
-
 static int valid_loc(const scen *s, int64_t l) { return l >= 0 && l < rows_of(s); }
 
 /* Expected row bytes for row loc = inputs row i. */
@@ -292,7 +247,7 @@ static void expected_row(const scen *s, const inputs *in, size_t i, uint8_t *row
     for (int b = 0; b < T / 16; b++) {
       float v[16];
       for (int k = 0; k < 16; k++) v[k] = src_value(s, in, i, 16 * b + k);
-      scale_row[b] = ref_fp4_block(v, row + 8 * b);
+      ref_fp4_block(v, row + 8 * b, &scale_row[b]);
     }
   }
 }
@@ -409,80 +364,91 @@ static void run_and_check(const scen *s, int round_trip) {
 
 /* --- Tests --------------------------------------------------------------------------- */
 
+#define NCASES(a) (sizeof(a) / sizeof((a)[0]))
+
 static void test_mla_rows_all_dtypes(void **state) {
   (void)state;
   const kvc_dtype pool_dt[] = {KVC_DTYPE_BF16, KVC_DTYPE_F16, KVC_DTYPE_F32, KVC_DTYPE_FP8_E4M3, KVC_DTYPE_FP8_E5M2};
   const kvc_dtype src_dt[] = {KVC_DTYPE_BF16, KVC_DTYPE_F32, KVC_DTYPE_F16};
   for (size_t a = 0; a < 5; a++)
     for (size_t b = 0; b < 3; b++) {
-      scen s = {KVC_KV_MLA, pool_dt[a], 64, 16, 40, 4, src_dt[b], src_dt[b], 24, (int)(a + b) % 2, 0, 0, 0, 0, 1, 0};
+      const scen s = {.kind = KVC_KV_MLA, .dtype = pool_dt[a], .R = 64, .Q = 16, .size = 40, .ps = 4,
+                      .src = src_dt[b], .out = src_dt[b], .n = 24, .loc64 = (int)(a + b) % 2, .bad_locs = 1};
       run_and_check(&s, 1);
     }
 }
 
 static void test_mla_rows_non_pow2_and_strides(void **state) {
   (void)state;
-  scen s = {KVC_KV_MLA, KVC_DTYPE_BF16, 96, 32, 50, 1, KVC_DTYPE_BF16, KVC_DTYPE_F32, 30, 1, 8, 3, 0, 0, 1, 0};
-  run_and_check(&s, 1);
-  scen odd = {KVC_KV_MLA, KVC_DTYPE_F16, 97, 31, 20, 2, KVC_DTYPE_F32, KVC_DTYPE_BF16, 17, 0, 1, 0, 0, 0, 1, 0};
-  run_and_check(&odd, 1);
-  scen noq = {KVC_KV_MLA, KVC_DTYPE_BF16, 40, 0, 20, 2, KVC_DTYPE_BF16, KVC_DTYPE_BF16, 9, 1, 0, 0, 0, 0, 0, 0};
-  run_and_check(&noq, 1);
+  const scen cases[] = {
+      {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_BF16, .R = 96, .Q = 32, .size = 50, .ps = 1, .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_F32, .n = 30, .loc64 = 1, .nope_pad = 8, .rope_pad = 3, .bad_locs = 1},
+      /* odd R and Q */
+      {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_F16, .R = 97, .Q = 31, .size = 20, .ps = 2, .src = KVC_DTYPE_F32,
+       .out = KVC_DTYPE_BF16, .n = 17, .nope_pad = 1, .bad_locs = 1},
+      /* no rope part */
+      {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_BF16, .R = 40, .Q = 0, .size = 20, .ps = 2, .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_BF16, .n = 9, .loc64 = 1},
+  };
+  for (size_t i = 0; i < NCASES(cases); i++) run_and_check(&cases[i], 1);
 }
 
 static void test_mla_edge_counts(void **state) {
   (void)state;
   for (size_t n = 0; n <= 2; n++) {
-    scen s = {KVC_KV_MLA, KVC_DTYPE_BF16, 64, 16, 8, 1, KVC_DTYPE_BF16, KVC_DTYPE_BF16, n, 1, 0, 0, 0, 0, 0, 0};
+    const scen s = {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_BF16, .R = 64, .Q = 16, .size = 8, .ps = 1,
+                    .src = KVC_DTYPE_BF16, .out = KVC_DTYPE_BF16, .n = n, .loc64 = 1};
     run_and_check(&s, 1);
   }
   /* Large N on CUDA (differential only); moderate on the host. */
   const size_t big = kvt_host ? 65536 : 1500;
-  scen s = {KVC_KV_MLA, KVC_DTYPE_BF16, 512, 64, (int64_t)big + 64, 64, KVC_DTYPE_BF16, KVC_DTYPE_BF16, big, 1, 0, 0, 0, 0, 1, 0};
+  const scen s = {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_BF16, .R = 512, .Q = 64, .size = (int64_t)big + 64, .ps = 64,
+                  .src = KVC_DTYPE_BF16, .out = KVC_DTYPE_BF16, .n = big, .loc64 = 1, .bad_locs = 1};
   run_and_check(&s, 0);
+}
+
+/* The large scenario of a row format, differential only (CUDA against the host twin). */
+static void run_big_differential(kvc_kv_pool_kind kind, kvc_dtype dtype) {
+  if (!kvt_host) return;
+  const scen big = {.kind = kind, .dtype = dtype, .R = 512, .Q = 64, .size = 70000, .ps = 64, .src = KVC_DTYPE_BF16,
+                    .out = KVC_DTYPE_BF16, .n = 65536, .loc64 = 1};
+  run_and_check(&big, 0);
 }
 
 static void test_mla_fp4(void **state) {
   (void)state;
-  scen s = {KVC_KV_MLA_FP4, KVC_DTYPE_BF16, 512, 64, 24, 4, KVC_DTYPE_BF16, KVC_DTYPE_BF16, 12, 1, 0, 0, 0, 0, 1, 0};
-  run_and_check(&s, 1);
-  scen t = {KVC_KV_MLA_FP4, KVC_DTYPE_F32, 96, 32, 30, 1, KVC_DTYPE_F32, KVC_DTYPE_F16, 20, 0, 2, 4, 0, 0, 1, 0};
-  run_and_check(&t, 1);
-  scen u = {KVC_KV_MLA_FP4, KVC_DTYPE_BF16, 88, 8, 30, 1, KVC_DTYPE_F16, KVC_DTYPE_F32, 20, 0, 0, 0, 0, 0, 1, 0};
-  run_and_check(&u, 1); /* a 16-value block straddles nope and rope */
-  if (kvt_host) {
-    scen big = {KVC_KV_MLA_FP4, KVC_DTYPE_BF16, 512, 64, 70000, 64, KVC_DTYPE_BF16, KVC_DTYPE_BF16, 65536, 1, 0, 0, 0, 0, 0, 0};
-    run_and_check(&big, 0);
-  }
+  const scen cases[] = {
+      {.kind = KVC_KV_MLA_FP4, .dtype = KVC_DTYPE_BF16, .R = 512, .Q = 64, .size = 24, .ps = 4,
+       .src = KVC_DTYPE_BF16, .out = KVC_DTYPE_BF16, .n = 12, .loc64 = 1, .bad_locs = 1},
+      {.kind = KVC_KV_MLA_FP4, .dtype = KVC_DTYPE_F32, .R = 96, .Q = 32, .size = 30, .ps = 1, .src = KVC_DTYPE_F32,
+       .out = KVC_DTYPE_F16, .n = 20, .nope_pad = 2, .rope_pad = 4, .bad_locs = 1},
+      /* a 16-value block straddles nope and rope */
+      {.kind = KVC_KV_MLA_FP4, .dtype = KVC_DTYPE_BF16, .R = 88, .Q = 8, .size = 30, .ps = 1, .src = KVC_DTYPE_F16,
+       .out = KVC_DTYPE_F32, .n = 20, .bad_locs = 1},
+  };
+  for (size_t i = 0; i < NCASES(cases); i++) run_and_check(&cases[i], 1);
+  run_big_differential(KVC_KV_MLA_FP4, KVC_DTYPE_BF16);
 }
 
 static void test_nsa_fp8_rows(void **state) {
   (void)state;
-  scen s = {KVC_KV_NSA, KVC_DTYPE_FP8_E4M3, 512, 64, 20, 4, KVC_DTYPE_BF16, KVC_DTYPE_BF16, 10, 1, 0, 0, 0, 0, 1, 1};
-  run_and_check(&s, 1);
-  scen f = {KVC_KV_NSA, KVC_DTYPE_FP8_E4M3, 512, 64, 20, 4, KVC_DTYPE_F32, KVC_DTYPE_F32, 10, 0, 4, 2, 0, 0, 1, 0};
-  run_and_check(&f, 1);
-  scen b = {KVC_KV_NSA, KVC_DTYPE_BF16, 512, 64, 20, 4, KVC_DTYPE_BF16, KVC_DTYPE_F32, 10, 0, 0, 0, 0, 0, 1, 0};
-  run_and_check(&b, 1);
-  if (kvt_host) {
-    scen big = {KVC_KV_NSA, KVC_DTYPE_FP8_E4M3, 512, 64, 70000, 64, KVC_DTYPE_BF16, KVC_DTYPE_BF16, 65536, 1, 0, 0, 0, 0, 0, 0};
-    run_and_check(&big, 0);
-  }
+  const scen cases[] = {
+      {.kind = KVC_KV_NSA, .dtype = KVC_DTYPE_FP8_E4M3, .R = 512, .Q = 64, .size = 20, .ps = 4, .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_BF16, .n = 10, .loc64 = 1, .bad_locs = 1, .zero_tile = 1},
+      {.kind = KVC_KV_NSA, .dtype = KVC_DTYPE_FP8_E4M3, .R = 512, .Q = 64, .size = 20, .ps = 4, .src = KVC_DTYPE_F32,
+       .out = KVC_DTYPE_F32, .n = 10, .nope_pad = 4, .rope_pad = 2, .bad_locs = 1},
+      /* bf16 rows: the plain ROWS format */
+      {.kind = KVC_KV_NSA, .dtype = KVC_DTYPE_BF16, .R = 512, .Q = 64, .size = 20, .ps = 4, .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_F32, .n = 10, .bad_locs = 1},
+  };
+  for (size_t i = 0; i < NCASES(cases); i++) run_and_check(&cases[i], 1);
+  run_big_differential(KVC_KV_NSA, KVC_DTYPE_FP8_E4M3);
 }
 
 /* Hand-computed NSA row: tile 0 = [448, -224, 1, 0, ...], tile 1 all zeros, tiles 2-3 = 1. */
 static void test_nsa_hand_computed_and_zero_tile(void **state) {
   (void)state;
-  kvc_kv_pool_config cfg = KVC_KV_POOL_CONFIG_INIT;
-  cfg.kind = KVC_KV_NSA;
-  cfg.size = 64;
-  cfg.page_size = 64;
-  cfg.dtype = KVC_DTYPE_FP8_E4M3;
-  cfg.layer_num = 1;
-  cfg.kv_lora_rank = 512;
-  cfg.qk_rope_head_dim = 64;
-  kvc_kv_pool *pool;
-  KVT_OK(kvc_kv_pool_create(kvt_ctx, &cfg, &pool));
+  kvc_kv_pool *pool = kvt_pool_on(kvt_ctx, kvt_latent_config(KVC_KV_NSA, KVC_DTYPE_FP8_E4M3, 512, 64, 64, 1, 64));
   uint16_t nope[512] = {0}, rope[64];
   nope[0] = kvc_f32_to_bf16(448.0f);
   nope[1] = kvc_f32_to_bf16(-224.0f);
@@ -495,10 +461,7 @@ static void test_nsa_hand_computed_and_zero_tile(void **state) {
   kvt_h2d(dr, rope, sizeof rope);
   kvt_h2d(dl, &loc, 8);
   KVT_OK(kvc_kv_pool_set_mla_kv(pool, 0, dl, KVC_INDEX_I64, 1, dn, dr, KVC_DTYPE_BF16, 0, 0, NULL));
-  kvc_buffer_desc d;
-  memset(&d, 0, sizeof d);
-  d.struct_size = sizeof d;
-  KVT_OK(kvc_kv_pool_buffer(pool, KVC_REGION_KV, 0, &d));
+  const kvc_buffer_desc d = kvt_buf(pool, KVC_REGION_KV, 0);
   uint8_t row[656];
   kvt_d2h(row, (uint8_t *)d.data + 5 * 656, 656);
   /* tile 0: s = 1, codes 448 -> 0x7e, -224 -> 0xf6, 1 -> 0x38, 0 -> 0x00 */
@@ -537,26 +500,23 @@ static void test_nsa_hand_computed_and_zero_tile(void **state) {
 
 static void test_level1_ops(void **state) {
   (void)state;
-  scen rows = {KVC_KV_MLA, KVC_DTYPE_BF16, 96, 32, 30, 2, KVC_DTYPE_BF16, KVC_DTYPE_BF16, 20, 0, 0, 0, 1, 1, 1, 0};
-  run_and_check(&rows, 1); /* misaligned sources: narrow accesses */
-  scen fp8 = {KVC_KV_MLA, KVC_DTYPE_FP8_E4M3, 96, 32, 30, 2, KVC_DTYPE_F16, KVC_DTYPE_F32, 20, 1, 4, 0, 1, 0, 1, 0};
-  run_and_check(&fp8, 1);
-  scen fp4 = {KVC_KV_MLA_FP4, KVC_DTYPE_BF16, 96, 32, 30, 2, KVC_DTYPE_BF16, KVC_DTYPE_BF16, 20, 1, 0, 0, 1, 0, 1, 0};
-  run_and_check(&fp4, 1);
-  scen nsa = {KVC_KV_NSA, KVC_DTYPE_FP8_E4M3, 512, 64, 10, 2, KVC_DTYPE_BF16, KVC_DTYPE_BF16, 6, 0, 0, 0, 1, 1, 1, 0};
-  run_and_check(&nsa, 1);
+  const scen cases[] = {
+      /* misaligned sources: narrow accesses */
+      {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_BF16, .R = 96, .Q = 32, .size = 30, .ps = 2, .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_BF16, .n = 20, .level1 = 1, .misalign = 1, .bad_locs = 1},
+      {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_FP8_E4M3, .R = 96, .Q = 32, .size = 30, .ps = 2, .src = KVC_DTYPE_F16,
+       .out = KVC_DTYPE_F32, .n = 20, .loc64 = 1, .nope_pad = 4, .level1 = 1, .bad_locs = 1},
+      {.kind = KVC_KV_MLA_FP4, .dtype = KVC_DTYPE_BF16, .R = 96, .Q = 32, .size = 30, .ps = 2,
+       .src = KVC_DTYPE_BF16, .out = KVC_DTYPE_BF16, .n = 20, .loc64 = 1, .level1 = 1, .bad_locs = 1},
+      {.kind = KVC_KV_NSA, .dtype = KVC_DTYPE_FP8_E4M3, .R = 512, .Q = 64, .size = 10, .ps = 2, .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_BF16, .n = 6, .level1 = 1, .misalign = 1, .bad_locs = 1},
+  };
+  for (size_t i = 0; i < NCASES(cases); i++) run_and_check(&cases[i], 1);
 }
 
 static void test_argument_errors(void **state) {
   (void)state;
-  kvc_kv_pool_config cfg = KVC_KV_POOL_CONFIG_INIT;
-  cfg.kind = KVC_KV_MHA;
-  cfg.size = 16;
-  cfg.layer_num = 1;
-  cfg.head_num = 1;
-  cfg.head_dim = 8;
-  kvc_kv_pool *mha;
-  KVT_OK(kvc_kv_pool_create(kvt_ctx, &cfg, &mha));
+  kvc_kv_pool *mha = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_BF16, 1, 8, 8, 16, 1, 1);
   int64_t dummy[4] = {0};
   KVT_STATUS(kvc_kv_pool_set_mla_kv(mha, 0, dummy, KVC_INDEX_I64, 1, dummy, dummy, KVC_DTYPE_BF16, 0, 0, NULL),
              KVC_ERR_UNSUPPORTED);

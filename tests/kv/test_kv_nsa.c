@@ -5,7 +5,7 @@
  * page p = row p of ps * 132 bytes, key of token t at t * 128, its f32 scale at
  * ps * 128 + 4 * t. On CUDA every case also runs on a host context (differential).
  */
-#include "harness.h"
+#include "kv_test_util.h"
 
 typedef struct nsa_env {
   kvc_context *ctx;
@@ -15,22 +15,9 @@ typedef struct nsa_env {
 } nsa_env;
 
 static void env_open(kvc_context *ctx, nsa_env *e, int64_t size, int32_t ps) {
-  kvc_kv_pool_config cfg = KVC_KV_POOL_CONFIG_INIT;
-  cfg.kind = KVC_KV_NSA;
-  cfg.size = size;
-  cfg.page_size = ps;
-  cfg.dtype = KVC_DTYPE_FP8_E4M3;
-  cfg.layer_num = 2;
-  cfg.kv_lora_rank = 512;
-  cfg.qk_rope_head_dim = 64;
   e->ctx = ctx;
-  kvc_status st = kvc_kv_pool_create(ctx, &cfg, &e->pool);
-  if (st != KVC_OK) fail_msg("pool: %s", kvc_last_error(ctx));
-  kvc_buffer_desc d;
-  memset(&d, 0, sizeof d);
-  d.struct_size = sizeof d;
-  st = kvc_kv_pool_buffer(e->pool, KVC_REGION_INDEX_K, 1, &d);
-  if (st != KVC_OK) fail_msg("buffer: %s", kvc_last_error(ctx));
+  e->pool = kvt_pool_on(ctx, kvt_latent_config(KVC_KV_NSA, KVC_DTYPE_FP8_E4M3, 512, 64, size, 2, ps));
+  const kvc_buffer_desc d = kvt_buf_on(ctx, e->pool, KVC_REGION_INDEX_K, 1);
   e->buf = d.data;
   e->pages = d.shape[0];
   e->page_bytes = d.bytes_per_page;
@@ -202,17 +189,7 @@ static void make_case(nsa_case *c, kvt_rng *r, int64_t size, int32_t ps, size_t 
   c->loc = malloc((n + 1) * 8);
   c->keys = malloc(n * 128 + 1);
   c->scales = malloc(n * 4 + 4);
-  int64_t *perm = malloc((size_t)slots * 8);
-  for (int64_t i = 0; i < slots; i++) perm[i] = i;
-  for (int64_t i = slots - 1; i > 0; i--) {
-    int64_t j = kvt_range(r, 0, i), t = perm[i];
-    perm[i] = perm[j];
-    perm[j] = t;
-  }
-  for (int64_t i = 0; i < slots; i++)
-    if (perm[i] == 0) perm[i] = perm[0], perm[0] = 0;
-  for (int64_t i = 1; i < slots; i++)
-    if (perm[i] == slots - 1) perm[i] = perm[1], perm[1] = slots - 1;
+  int64_t *perm = kvt_slot_perm(r, slots);
   for (size_t i = 0; i < n; i++) {
     c->loc[i] = perm[i % (size_t)slots];
     if (i % 7 == 5) c->loc[i] = (i & 1) ? -3 : slots + (int64_t)i;
@@ -309,14 +286,7 @@ static void test_index_k_large_batch(void **state) {
 
 static void test_index_k_wrong_pool(void **state) {
   (void)state;
-  kvc_kv_pool_config cfg = KVC_KV_POOL_CONFIG_INIT;
-  cfg.kind = KVC_KV_MLA;
-  cfg.size = 16;
-  cfg.layer_num = 1;
-  cfg.kv_lora_rank = 16;
-  cfg.qk_rope_head_dim = 16;
-  kvc_kv_pool *p;
-  KVT_OK(kvc_kv_pool_create(kvt_ctx, &cfg, &p));
+  kvc_kv_pool *p = kvt_pool_on(kvt_ctx, kvt_latent_config(KVC_KV_MLA, KVC_DTYPE_BF16, 16, 16, 16, 1, 1));
   KVT_STATUS(kvc_nsa_get_index_k(p, 0, 1, NULL, NULL, NULL, NULL), KVC_ERR_UNSUPPORTED);
   kvc_kv_pool_destroy(p);
 }
@@ -327,16 +297,7 @@ static void test_index_k_wrong_pool(void **state) {
 /* Writes rows 1..n of a one-layer NSA fp8 pool on ctx from nope/rope (host arrays of
  * src_dt) and returns the whole KV buffer (malloc'd, *bytes set). */
 static uint8_t *nsa_rows_on(kvc_context *ctx, kvc_dtype src_dt, const void *nope, const void *rope, int64_t n, size_t *bytes) {
-  kvc_kv_pool_config cfg = KVC_KV_POOL_CONFIG_INIT;
-  cfg.kind = KVC_KV_NSA;
-  cfg.size = n + 8;
-  cfg.page_size = 64;
-  cfg.dtype = KVC_DTYPE_FP8_E4M3;
-  cfg.layer_num = 1;
-  cfg.kv_lora_rank = 512;
-  cfg.qk_rope_head_dim = 64;
-  kvc_kv_pool *pool = NULL;
-  if (kvc_kv_pool_create(ctx, &cfg, &pool) != KVC_OK) fail_msg("pool: %s", kvc_last_error(ctx));
+  kvc_kv_pool *pool = kvt_pool_on(ctx, kvt_latent_config(KVC_KV_NSA, KVC_DTYPE_FP8_E4M3, 512, 64, n + 8, 1, 64));
   const size_t es = kvc_dtype_size(src_dt);
   int64_t *loc = malloc((size_t)n * 8);
   for (int64_t i = 0; i < n; i++) loc[i] = i + 1;
@@ -344,10 +305,7 @@ static uint8_t *nsa_rows_on(kvc_context *ctx, kvc_dtype src_dt, const void *nope
   if (kvc_kv_pool_set_mla_kv(pool, 0, dl, KVC_INDEX_I64, (size_t)n, dn, dr, src_dt, 0, 0, NULL) != KVC_OK)
     fail_msg("set_mla_kv: %s", kvc_last_error(ctx));
   KVT_OK(kvc_stream_synchronize(ctx, NULL));
-  kvc_buffer_desc d;
-  memset(&d, 0, sizeof d);
-  d.struct_size = sizeof d;
-  KVT_OK(kvc_kv_pool_buffer(pool, KVC_REGION_KV, 0, &d));
+  const kvc_buffer_desc d = kvt_buf_on(ctx, pool, KVC_REGION_KV, 0);
   assert_int_equal(d.bytes_per_token, 656);
   uint8_t *out = malloc((size_t)d.total_bytes);
   kvt_d2h_on(ctx, out, d.data, (size_t)d.total_bytes);

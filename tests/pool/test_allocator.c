@@ -1,26 +1,6 @@
 /* test_allocator.c — SGLang's token and paged allocators: exact slot assignment (spec
  * sections 5, 6, 14), groups, need_sort, backup/restore, and transactional errors. */
-#include "harness.h"
-
-static kvc_allocator *make_alloc(kvc_allocator_kind kind, int64_t size, int32_t ps, uint32_t flags) {
-  kvc_allocator_config c = KVC_ALLOCATOR_CONFIG_INIT;
-  c.kind = kind;
-  c.size = size;
-  c.page_size = ps;
-  c.flags = flags;
-  kvc_allocator *a = NULL;
-  KVT_OK(kvc_allocator_create(kvt_ctx, &c, &a));
-  return a;
-}
-
-static kvc_req_to_token_pool *make_pool(int32_t size, int32_t width) {
-  kvc_req_to_token_pool_config c = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  c.size = size;
-  c.max_context_len = width;
-  kvc_req_to_token_pool *p = NULL;
-  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &c, &p));
-  return p;
-}
+#include "alloc_test_util.h"
 
 static void expect_slots(const int64_t *got, const int64_t *want, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -62,7 +42,7 @@ static void test_create_rejects_bad_config(void **state) {
 
 static void test_token_allocator_reuses_fifo(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_TOKEN, 8, 1, 0);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 8, 1, 0);
   expect_next_alloc(a, (int64_t[]){1, 2, 3}, 3);
   KVT_OK(kvc_allocator_free(a, (int64_t[]){2, 1}, 2));
   expect_next_alloc(a, (int64_t[]){4, 5, 6, 7, 8, 2}, 6);
@@ -77,7 +57,7 @@ static void test_token_allocator_reuses_fifo(void **state) {
 
 static void test_paged_free_prepends_sorted_unique(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 40, 4, 0);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 40, 4, 0);
   int64_t s[20];
   KVT_OK(kvc_allocator_alloc(a, 20, s)); /* pages 1..5 */
   for (int i = 0; i < 20; i++) assert_int_equal(s[i], 4 + i);
@@ -92,14 +72,14 @@ static void test_paged_free_prepends_sorted_unique(void **state) {
 /* Spec 6.8 worked example: F = [7, 3, 9, 5, ...], ps 4. */
 static void test_extend_matches_spec_example(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 48, 4, 0);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 48, 4, 0);
   int64_t all[48];
   KVT_OK(kvc_allocator_alloc(a, 48, all)); /* hold every page */
   free_page_of(a, 20);                     /* [5] */
   free_page_of(a, 36);                     /* [9, 5] */
   free_page_of(a, 12);                     /* [3, 9, 5] */
   free_page_of(a, 28);                     /* [7, 3, 9, 5] */
-  kvc_req_to_token_pool *p = make_pool(4, 16);
+  kvc_req_to_token_pool *p = kvt_req_pool(4, 16);
   int32_t rows[2] = {0, 0};
   KVT_OK(kvc_req_to_token_pool_alloc(p, 2, rows));
   const int64_t prefix_a[6] = {4, 5, 6, 7, 8, 9};
@@ -134,7 +114,7 @@ static void test_extend_matches_spec_example(void **state) {
 /* The same example with explicit last_locs and no req pool (out_host only). */
 static void test_extend_without_pool(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 48, 4, 0);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 48, 4, 0);
   int64_t all[48];
   KVT_OK(kvc_allocator_alloc(a, 48, all));
   free_page_of(a, 20);
@@ -152,7 +132,7 @@ static void test_extend_without_pool(void **state) {
 /* Spec 6.9: ps 4, F = [7, 3, ...], new lengths [13, 7, 5], last_locs [x, 25, y]. */
 static void test_decode_matches_spec_example(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 40, 4, 0);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 40, 4, 0);
   int64_t all[40];
   KVT_OK(kvc_allocator_alloc(a, 40, all));
   free_page_of(a, 12);
@@ -173,8 +153,8 @@ static void test_decode_matches_spec_example(void **state) {
  * staying inside the prefix's page, zero-length extend, decode opening a new page. */
 static void test_page_boundaries(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 80, 4, 0);
-  kvc_req_to_token_pool *p = make_pool(4, 32);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 80, 4, 0);
+  kvc_req_to_token_pool *p = kvt_req_pool(4, 32);
   int32_t rows[3] = {0, 0, 0};
   KVT_OK(kvc_req_to_token_pool_alloc(p, 3, rows));
   int64_t out[16];
@@ -217,8 +197,8 @@ static void test_page_boundaries(void **state) {
 /* TOKEN kind alloc_extend / alloc_decode = alloc(sum) in request order. */
 static void test_token_kind_extend_and_decode(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_TOKEN, 64, 1, 0);
-  kvc_req_to_token_pool *p = make_pool(4, 16);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 64, 1, 0);
+  kvc_req_to_token_pool *p = kvt_req_pool(4, 16);
   int32_t rows[2] = {0, 0};
   KVT_OK(kvc_req_to_token_pool_alloc(p, 2, rows));
   int64_t tmp[3];
@@ -243,7 +223,7 @@ static void test_need_sort_merge_triggers(void **state) {
   (void)state;
   /* Early alloc_extend trigger: 2//2 + 1 + 1 = 3 > len(free) = 2 merges although one
    * page would do. */
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 20, 2, KVC_ALLOCATOR_NEED_SORT);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 20, 2, KVC_ALLOCATOR_NEED_SORT);
   int64_t s[16], out[4];
   KVT_OK(kvc_allocator_alloc(a, 16, s)); /* pages 1..8, free [9, 10] */
   free_page_of(a, 10);                   /* deferred [5] */
@@ -274,7 +254,7 @@ static void test_need_sort_merge_triggers(void **state) {
   kvc_allocator_destroy(a);
 
   /* alloc(n) trigger for the TOKEN kind: n > len(free). */
-  a = make_alloc(KVC_ALLOCATOR_TOKEN, 6, 1, KVC_ALLOCATOR_NEED_SORT);
+  a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 6, 1, KVC_ALLOCATOR_NEED_SORT);
   KVT_OK(kvc_allocator_alloc(a, 4, s));
   KVT_OK(kvc_allocator_free(a, (int64_t[]){4, 2}, 2)); /* deferred, free [5, 6] */
   expect_next_alloc(a, (int64_t[]){5}, 1);           /* no merge */
@@ -287,7 +267,7 @@ static void test_need_sort_merge_triggers(void **state) {
 
 static void test_free_groups_paged(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 20, 2, 0);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 20, 2, 0);
   int64_t s[20];
   KVT_OK(kvc_allocator_alloc(a, 20, s));
   KVT_STATUS(kvc_allocator_free_group_end(a), KVC_ERR_MISUSE);
@@ -316,7 +296,7 @@ static void test_free_groups_paged(void **state) {
 
 static void test_free_groups_token(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_TOKEN, 8, 1, 0);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 8, 1, 0);
   int64_t s[8];
   KVT_OK(kvc_allocator_alloc(a, 8, s));
   KVT_OK(kvc_allocator_free_group_begin(a));
@@ -333,7 +313,7 @@ static void test_free_groups_token(void **state) {
 
 static void test_free_segment_strides(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 40, 4, 0);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 40, 4, 0);
   int64_t s[40];
   KVT_OK(kvc_allocator_alloc(a, 40, s));
   /* A row [page 9 | page 2 | 2 slots of page 6] */
@@ -348,7 +328,7 @@ static void test_free_segment_strides(void **state) {
 
 static void test_backup_restore(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 32, 4, 0);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 32, 4, 0);
   int64_t s[32], t[32];
   KVT_OK(kvc_allocator_alloc(a, 8, s));
   kvc_allocator_state b;
@@ -369,7 +349,7 @@ static void test_backup_restore(void **state) {
   kvc_allocator_destroy(a);
 
   /* Restore across a need_sort merge gives back the exact pre-backup lists. */
-  a = make_alloc(KVC_ALLOCATOR_PAGED, 32, 4, KVC_ALLOCATOR_NEED_SORT);
+  a = kvt_allocator(KVC_ALLOCATOR_PAGED, 32, 4, KVC_ALLOCATOR_NEED_SORT);
   KVT_OK(kvc_allocator_alloc(a, 24, s));  /* pages 1..6, free [7, 8] */
   free_page_of(a, 20);                    /* deferred [5] */
   free_page_of(a, 8);                     /* deferred [5, 2] */
@@ -401,8 +381,8 @@ static void assert_same(kvc_allocator *x, kvc_allocator *y) {
 
 static void run_misuse(kvc_allocator_kind kind, int32_t ps) {
   const int64_t size = 16 * ps;
-  kvc_allocator *x = make_alloc(kind, size, ps, 0), *y = make_alloc(kind, size, ps, 0);
-  kvc_req_to_token_pool *p = make_pool(4, 64);
+  kvc_allocator *x = kvt_allocator(kind, size, ps, 0), *y = kvt_allocator(kind, size, ps, 0);
+  kvc_req_to_token_pool *p = kvt_req_pool(4, 64);
   int32_t rows[2] = {0, 0};
   KVT_OK(kvc_req_to_token_pool_alloc(p, 2, rows));
   int64_t pre[2] = {0, 0}, seq[2] = {3 * ps + 1, 2}, out[128];
@@ -483,8 +463,8 @@ static void test_misuse_changes_nothing(void **state) {
 
 static void test_out_of_slots_changes_nothing(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, 16, 4, 0);
-  kvc_req_to_token_pool *p = make_pool(2, 32);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 16, 4, 0);
+  kvc_req_to_token_pool *p = kvt_req_pool(2, 32);
   int32_t rows[2] = {0, 0};
   KVT_OK(kvc_req_to_token_pool_alloc(p, 2, rows));
   int64_t pre[2] = {0, 0}, seq[2] = {5, 2}, out[32];
@@ -523,8 +503,8 @@ static void test_out_of_slots_changes_nothing(void **state) {
 static void test_large_batches_staged(void **state) {
   (void)state;
   const int n = 600;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_TOKEN, 400000, 1, 0);
-  kvc_req_to_token_pool *p = make_pool(n, 64);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 400000, 1, 0);
+  kvc_req_to_token_pool *p = kvt_req_pool(n, 64);
   int32_t *rows = calloc((size_t)n, sizeof *rows);
   KVT_OK(kvc_req_to_token_pool_alloc(p, (size_t)n, rows));
   int64_t *pre = calloc((size_t)n, 8), *seq = calloc((size_t)n, 8), *out = calloc((size_t)n * 64, 8);
@@ -653,7 +633,7 @@ static void expect_pages_front(kvc_allocator *a, const uint32_t *want, int n, in
 static void run_free_orders(int32_t ps, uint32_t flags, int group) {
   const int64_t num_pages = 2500, max_pages = 300;
   kvt_rng r = {kvt_seed() ^ ((uint64_t)ps << 32) ^ flags ^ (group ? 0x5eedull : 0)};
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_PAGED, num_pages * ps, ps, flags);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, num_pages * ps, ps, flags);
   int64_t *buf = malloc(sizeof(int64_t) * (size_t)(num_pages * ps));
   int64_t *row = malloc(sizeof(int64_t) * (size_t)(2 * max_pages * ps));
   uint32_t *pg = malloc(sizeof(uint32_t) * (size_t)max_pages), *want = malloc(sizeof(uint32_t) * (size_t)max_pages);

@@ -1,15 +1,6 @@
 /* test_req_to_token_pool.c — SGLang ReqToTokenPool: FIFO rows, kept rows, checked frees,
  * row writes on the device and in the host mirror. */
-#include "harness.h"
-
-static kvc_req_to_token_pool *make_pool(int32_t size, int32_t width) {
-  kvc_req_to_token_pool_config c = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  c.size = size;
-  c.max_context_len = width;
-  kvc_req_to_token_pool *p = NULL;
-  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &c, &p));
-  return p;
-}
+#include "alloc_test_util.h"
 
 static void test_create_rejects_bad_config(void **state) {
   (void)state;
@@ -30,7 +21,7 @@ static void test_create_rejects_bad_config(void **state) {
 
 static void test_table_is_zeroed_and_rows_fifo(void **state) {
   (void)state;
-  kvc_req_to_token_pool *p = make_pool(4, 8);
+  kvc_req_to_token_pool *p = kvt_req_pool(4, 8);
   int32_t table[5 * 8];
   memset(table, 0x5a, sizeof table);
   kvt_d2h(table, kvc_req_to_token_pool_table(p), sizeof table);
@@ -66,7 +57,7 @@ static void test_table_is_zeroed_and_rows_fifo(void **state) {
 
 static void test_alloc_errors_change_nothing(void **state) {
   (void)state;
-  kvc_req_to_token_pool *p = make_pool(3, 4);
+  kvc_req_to_token_pool *p = kvt_req_pool(3, 4);
   int32_t r[2] = {0, 0};
   KVT_OK(kvc_req_to_token_pool_alloc(p, 2, r));
   int32_t dup[3] = {1, 0, 1};
@@ -96,7 +87,7 @@ static void test_alloc_errors_change_nothing(void **state) {
 static void test_write_updates_device_and_mirror(void **state) {
   (void)state;
   const int32_t width = 9000; /* > the large inline capacity: exercises the staged path */
-  kvc_req_to_token_pool *p = make_pool(2, width);
+  kvc_req_to_token_pool *p = kvt_req_pool(2, width);
   int32_t rows[2] = {0, 0};
   KVT_OK(kvc_req_to_token_pool_alloc(p, 2, rows));
   int64_t *slots = malloc(sizeof(int64_t) * (size_t)width);

@@ -1,7 +1,7 @@
 /* test_swa_allocator.c — SGLang's SWATokenToKVPoolAllocator (spec 7): mapping contents
  * (host and device), translation, window eviction, groups, tail allocation, ring and
  * pure modes, and transactional misuse/exhaustion. */
-#include "harness.h"
+#include "../pool/alloc_test_util.h"
 
 static kvc_swa_allocator *make_swa(int64_t full, int64_t swa, int32_t ps, uint32_t flags) {
   kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
@@ -12,15 +12,6 @@ static kvc_swa_allocator *make_swa(int64_t full, int64_t swa, int32_t ps, uint32
   kvc_swa_allocator *a = NULL;
   KVT_OK(kvc_swa_allocator_create(kvt_ctx, &c, &a));
   return a;
-}
-
-static kvc_req_to_token_pool *make_pool(int32_t size, int32_t width) {
-  kvc_req_to_token_pool_config c = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  c.size = size;
-  c.max_context_len = width;
-  kvc_req_to_token_pool *p = NULL;
-  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &c, &p));
-  return p;
 }
 
 /* The device mapping equals the host one. */
@@ -65,6 +56,30 @@ static void expect_same(const kvc_swa_allocator *a, snap *s) {
   KVT_OK(kvc_swa_allocator_check(a));
   free(t.map);
   free(s->map);
+}
+
+/* Two requests just extended to seq0 and seq1 tokens: where the refused-step tests start. */
+typedef struct two_reqs {
+  kvc_swa_allocator *a;
+  kvc_req_to_token_pool *rp;
+  int32_t rows[2];
+  int64_t out[8]; /* the extend's slots, then each later step's */
+} two_reqs;
+
+/* 16 full pages of 4 (plenty), `swa` SWA slots (the side the tests exhaust). */
+static void two_reqs_open(two_reqs *t, int64_t swa, int64_t seq0, int64_t seq1) {
+  assert_true(seq0 + seq1 <= 8);
+  t->a = make_swa(64, swa, 4, 0);
+  t->rp = kvt_req_pool(4, 64);
+  t->rows[0] = t->rows[1] = 0;
+  KVT_OK(kvc_req_to_token_pool_alloc(t->rp, 2, t->rows));
+  const int64_t pre[2] = {0, 0}, seq[2] = {seq0, seq1};
+  KVT_OK(kvc_swa_allocator_alloc_extend(t->a, 2, pre, seq, NULL, t->rp, t->rows, NULL, t->out, NULL, NULL));
+}
+
+static void two_reqs_close(two_reqs *t) {
+  kvc_req_to_token_pool_destroy(t->rp);
+  kvc_swa_allocator_destroy(t->a);
 }
 
 static void test_create_and_sizes(void **state) {
@@ -157,35 +172,30 @@ static void test_token_alloc_mapping_and_translate(void **state) {
 /* Exhaustion on either side changes nothing (SGLang leaks in alloc_decode). */
 static void test_out_of_slots_changes_nothing(void **state) {
   (void)state;
-  kvc_swa_allocator *a = make_swa(64, 12, 4, 0); /* 16 full pages, 3 SWA pages */
-  kvc_req_to_token_pool *rp = make_pool(4, 64);
-  int32_t rows[2] = {0, 0};
-  KVT_OK(kvc_req_to_token_pool_alloc(rp, 2, rows));
-  const int64_t pre[2] = {0, 0}, seq[2] = {5, 3}; /* 2 + 1 pages */
-  int64_t out[8];
-  KVT_OK(kvc_swa_allocator_alloc_extend(a, 2, pre, seq, NULL, rp, rows, NULL, out, NULL, NULL));
+  two_reqs t;
+  two_reqs_open(&t, 12, 5, 3); /* 3 SWA pages; the requests hold 2 + 1 pages */
   const int64_t want[8] = {4, 5, 6, 7, 8, 12, 13, 14};
-  assert_memory_equal(out, want, 8 * 8);
-  snap s = take(a);
+  assert_memory_equal(t.out, want, 8 * 8);
+  snap s = take(t.a);
   /* decode where request 0 opens a page: the full side has room, the SWA side none
    * (SGLang consumes the full page and leaks it): OUT_OF_SLOTS, nothing changed */
   const int64_t seq_bad[2] = {9, 4};
   int64_t last[2] = {8, 14};
-  KVT_STATUS(kvc_swa_allocator_alloc_decode(a, 2, seq_bad, last, rp, rows, out, NULL, NULL), KVC_ERR_OUT_OF_SLOTS);
-  expect_same(a, &s);
+  KVT_STATUS(kvc_swa_allocator_alloc_decode(t.a, 2, seq_bad, last, t.rp, t.rows, t.out, NULL, NULL),
+             KVC_ERR_OUT_OF_SLOTS);
+  expect_same(t.a, &s);
   /* both continue their pages: fine */
   const int64_t seq_d[2] = {6, 4};
-  KVT_OK(kvc_swa_allocator_alloc_decode(a, 2, seq_d, NULL, rp, rows, out, NULL, NULL));
-  assert_int_equal(out[0], 9);
-  assert_int_equal(out[1], 15);
-  s = take(a);
+  KVT_OK(kvc_swa_allocator_alloc_decode(t.a, 2, seq_d, NULL, t.rp, t.rows, t.out, NULL, NULL));
+  assert_int_equal(t.out[0], 9);
+  assert_int_equal(t.out[1], 15);
+  s = take(t.a);
   const int64_t seq_e[1] = {9};
   int64_t pl[1] = {5};
-  KVT_STATUS(kvc_swa_allocator_alloc_extend(a, 1, pl, seq_e, NULL, rp, rows, NULL, out, NULL, NULL),
+  KVT_STATUS(kvc_swa_allocator_alloc_extend(t.a, 1, pl, seq_e, NULL, t.rp, t.rows, NULL, t.out, NULL, NULL),
              KVC_ERR_OUT_OF_SLOTS);
-  expect_same(a, &s);
-  kvc_req_to_token_pool_destroy(rp);
-  kvc_swa_allocator_destroy(a);
+  expect_same(t.a, &s);
+  two_reqs_close(&t);
 }
 
 /* A decode that the full side refuses after the SWA side has taken its pages (a row
@@ -193,20 +203,14 @@ static void test_out_of_slots_changes_nothing(void **state) {
  * mappings (host and device) and both sides are as before. */
 static void test_decode_full_side_misuse_rolls_back_swa_side(void **state) {
   (void)state;
-  kvc_swa_allocator *a = make_swa(64, 32, 4, 0); /* 16 full pages, 8 SWA pages */
-  kvc_req_to_token_pool *rp = make_pool(4, 64);
-  int32_t rows[2] = {0, 0};
-  KVT_OK(kvc_req_to_token_pool_alloc(rp, 2, rows));
-  const int64_t pre[2] = {0, 0}, seq[2] = {4, 4}; /* one full page each */
-  int64_t out[8];
-  KVT_OK(kvc_swa_allocator_alloc_extend(a, 2, pre, seq, NULL, rp, rows, NULL, out, NULL, NULL));
-  snap s = take(a);
-  const int32_t twice[2] = {rows[0], rows[0]};
+  two_reqs t;
+  two_reqs_open(&t, 32, 4, 4); /* 8 SWA pages; one full page each */
+  snap s = take(t.a);
+  const int32_t twice[2] = {t.rows[0], t.rows[0]};
   const int64_t seq_d[2] = {5, 5}; /* each opens a page on both sides */
-  KVT_STATUS(kvc_swa_allocator_alloc_decode(a, 2, seq_d, NULL, rp, twice, out, NULL, NULL), KVC_ERR_MISUSE);
-  expect_same(a, &s);
-  kvc_req_to_token_pool_destroy(rp);
-  kvc_swa_allocator_destroy(a);
+  KVT_STATUS(kvc_swa_allocator_alloc_decode(t.a, 2, seq_d, NULL, t.rp, twice, t.out, NULL, NULL), KVC_ERR_MISUSE);
+  expect_same(t.a, &s);
+  two_reqs_close(&t);
 }
 
 /* Paged: extend + decode keep SWA offsets equal to full offsets; window eviction of whole
@@ -216,7 +220,7 @@ static void test_paged_window_eviction(void **state) {
   (void)state;
   const int32_t ps = 4;
   kvc_swa_allocator *a = make_swa(64, 32, ps, 0);
-  kvc_req_to_token_pool *rp = make_pool(2, 64);
+  kvc_req_to_token_pool *rp = kvt_req_pool(2, 64);
   int32_t row = 0;
   KVT_OK(kvc_req_to_token_pool_alloc(rp, 1, &row));
   const int64_t p0 = 0, s0 = 10;
@@ -342,7 +346,7 @@ static void test_swa_tail(void **state) {
 
 static void test_ring_and_pure(void **state) {
   (void)state;
-  kvc_req_to_token_pool *rp = make_pool(4, 64);
+  kvc_req_to_token_pool *rp = kvt_req_pool(4, 64);
   kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
   c.size_full = 64, c.size_swa = 8, c.page_size = 4, c.ring_size = 6, c.req_pool = rp;
   kvc_swa_allocator *a = NULL;
