@@ -213,6 +213,38 @@ static void test_decode_full_side_misuse_rolls_back_swa_side(void **state) {
   two_reqs_close(&t);
 }
 
+/* The same for alloc_extend, whose one launch also writes the mapping: a refused extend
+ * leaves everything as it was; an extend that continues both requests' partial pages and
+ * opens new ones maps every new slot to an SWA slot at the same in-page offset, on the
+ * device as on the host. */
+static void test_extend_rollback_and_mapped_partial_pages(void **state) {
+  (void)state;
+  two_reqs t;
+  two_reqs_open(&t, 32, 5, 3); /* request 0 ends inside its 2nd page, request 1 inside its 1st */
+  snap s = take(t.a);
+  const int32_t twice[2] = {t.rows[0], t.rows[0]};
+  const int64_t pre[2] = {5, 3}, seq[2] = {11, 9};
+  int64_t out[16];
+  KVT_STATUS(kvc_swa_allocator_alloc_extend(t.a, 2, pre, seq, NULL, t.rp, twice, NULL, out, NULL, NULL),
+             KVC_ERR_MISUSE);
+  expect_same(t.a, &s);
+  int64_t *dout = kvt_dev_alloc(16 * 8);
+  KVT_OK(kvc_swa_allocator_alloc_extend(t.a, 2, pre, seq, NULL, t.rp, t.rows, NULL, out, dout, NULL));
+  int64_t dev[12];
+  kvt_d2h(dev, dout, 12 * 8);
+  assert_memory_equal(dev, out, 12 * 8);
+  const int32_t *m = kvc_swa_allocator_mapping_host(t.a);
+  for (int i = 0; i < 12; i++) {
+    assert_true(m[out[i]] > 0);
+    assert_int_equal(m[out[i]] % 4, out[i] % 4);
+  }
+  assert_int_equal(out[0], t.out[4] + 1); /* continues request 0's page */
+  assert_int_equal(out[6], t.out[7] + 1); /* continues request 1's page */
+  expect_device_mapping(t.a);
+  kvt_dev_free(dout);
+  two_reqs_close(&t);
+}
+
 /* Paged: extend + decode keep SWA offsets equal to full offsets; window eviction of whole
  * pages below a boundary; continued decode; freeing the partial page's peer breaks the
  * next decode (MISUSE, nothing changed). */
@@ -390,6 +422,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_create_and_sizes),
     cmocka_unit_test(test_token_alloc_mapping_and_translate),
     cmocka_unit_test(test_decode_full_side_misuse_rolls_back_swa_side),
+    cmocka_unit_test(test_extend_rollback_and_mapped_partial_pages),
     cmocka_unit_test(test_out_of_slots_changes_nothing),
     cmocka_unit_test(test_paged_window_eviction),
     cmocka_unit_test(test_free_group_ordering),
