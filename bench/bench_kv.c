@@ -7,8 +7,9 @@
  *           src / tgt sets ("move") and a cycle over the source set, every target also a
  *           source ("move_overlap"); both take the same staged kernel
  * plus the host microseconds per set_kv call at N = 256 (median, no synchronisation), next
- * to an empty kernel launched through the same path and an empty kernel launched straight
- * through cuLaunchKernel (this machine's floor), on the legacy default stream and on a
+ * to an empty kernel launched through the same path and empty kernels launched straight
+ * through cuLaunchKernel with 0 to 32000 parameter bytes (this machine's floor, and what
+ * a large parameter block adds to it), on the legacy default stream and on a
  * non-blocking stream (created through libcuda when it loads); and per call when 32 calls
  * are captured in a CUDA graph and replayed (the engine's decode path).
  *
@@ -109,21 +110,42 @@ static void empty_launch(kvc_stream stream) {
   CHECK(kvc__kernel_launch(ctx, empty, kvc__dim(1, 1, 1), kvc__dim(32, 1, 1), 0, stream, &blk, sizeof blk));
 }
 
-/* The driver's own floor: an empty kernel with no parameters (JIT-compiled PTX) launched
- * straight through cuLaunchKernel, none of the library's code on the path. */
+/* The driver's own floor: empty kernels (JIT-compiled PTX) launched straight through
+ * cuLaunchKernel, none of the library's code on the path; kvb_p0 takes no parameters,
+ * kvb_pN one parameter block of N bytes (the planned allocation kernels carry their
+ * per-step data this way, up to 32 KB). */
+static const int raw_param_bytes[] = {0, 256, 1024, 2048, 4096, 8192, 16384, 32000};
+#define RAW_KERNELS (int)(sizeof raw_param_bytes / sizeof raw_param_bytes[0])
+static int raw_kernel; /* which one raw_launch() launches */
+
 static void raw_launch(kvc_stream stream) {
   static kvb_cuda cu;
-  static void *fn;
-  if (!fn) {
-    static const char ptx[] = ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry kvb_empty()\n{\n  ret;\n}\n";
+  static void *fn[RAW_KERNELS];
+  static uint64_t params[32000 / 8];
+  if (!fn[0]) {
+    static char ptx[4096];
+    int at = snprintf(ptx, sizeof ptx, ".version 8.1\n.target sm_70\n.address_size 64\n"
+                                       ".visible .entry kvb_p0()\n{\n  ret;\n}\n");
+    for (int k = 1; k < RAW_KERNELS; k++)
+      at += snprintf(ptx + at, sizeof ptx - (size_t)at, ".visible .entry kvb_p%d(.param .align 8 .b8 p[%d])\n{\n  ret;\n}\n",
+                     raw_param_bytes[k], raw_param_bytes[k]);
     void *mod = NULL;
-    if (!kvb_cuda_load(&cu) || cu.module_load_data(&mod, ptx) || cu.module_get_function(&fn, mod, "kvb_empty")) {
+    if (!kvb_cuda_load(&cu) || cu.module_load_data(&mod, ptx)) {
       fprintf(stderr, "raw launch: driver entry points or the PTX module failed\n");
       exit(1);
     }
+    for (int k = 0; k < RAW_KERNELS; k++) {
+      char name[32];
+      snprintf(name, sizeof name, "kvb_p%d", raw_param_bytes[k]);
+      if (cu.module_get_function(&fn[k], mod, name)) {
+        fprintf(stderr, "raw launch: no %s\n", name);
+        exit(1);
+      }
+    }
   }
-  if (cu.launch_kernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL)) {
-    fprintf(stderr, "raw launch: cuLaunchKernel failed\n");
+  void *args[1] = {params};
+  if (cu.launch_kernel(fn[raw_kernel], 1, 1, 1, 32, 1, 1, 0, stream, raw_kernel ? args : NULL, NULL)) {
+    fprintf(stderr, "raw launch: cuLaunchKernel failed (%d parameter bytes)\n", raw_param_bytes[raw_kernel]);
     exit(1);
   }
 }
@@ -308,9 +330,15 @@ int main(int argc, char **argv) {
           if (csv) fprintf(csv, "empty_launch_host_us%s,1,0,%.3f,0,0,0\n", k ? "_nonblocking" : "", floor_us);
           if (!cuda) continue;
           o.kind = 5;
-          const double raw_us = host_us_per_call(&o, quick ? 50 : 200);
-          printf("empty kernel, no parameters, straight cuLaunchKernel (%s): %.2f us\n", sname, raw_us);
-          if (csv) fprintf(csv, "raw_launch_host_us%s,1,0,%.3f,0,0,0\n", k ? "_nonblocking" : "", raw_us);
+          for (raw_kernel = 0; raw_kernel < (k ? RAW_KERNELS : 1); raw_kernel++) {
+            const double raw_us = host_us_per_call(&o, quick ? 50 : 200);
+            printf("empty kernel, %d parameter bytes, straight cuLaunchKernel (%s): %.2f us\n",
+                   raw_param_bytes[raw_kernel], sname, raw_us);
+            if (csv)
+              fprintf(csv, "raw_launch_host_us%s,1,%d,%.3f,0,0,0\n", k ? "_nonblocking" : "", raw_param_bytes[raw_kernel],
+                      raw_us);
+          }
+          raw_kernel = 0;
         }
         kvb_cuda cu;
         if (streams[1] && kvb_cuda_load(&cu)) {
