@@ -1385,15 +1385,16 @@ KVC_API kvc_status kvc_swa_allocator_alloc(kvc_swa_allocator *alloc, int64_t n, 
                                            int64_t *out_device, kvc_stream stream);
 
 /** kvc_swa_allocator_alloc_extend() : SGLang alloc_extend: arguments as
- *  kvc_allocator_alloc_extend, which allocates the full side (writing out_cache_loc and
- *  the req_to_token rows in its launch). The SWA side uses the same lengths with
- *  last_loc = mapping[full last_loc] (host) and host output only; then one scatter
- *  launch writes mapping[f] = w. Ring mode: full side only.
+ *  kvc_allocator_alloc_extend. The SWA side is allocated first, on the host, with the
+ *  same lengths and last_loc = mapping[full last_loc]; then the full side's one launch
+ *  on `stream` writes out_cache_loc, the req_to_token rows and the full->SWA mapping of
+ *  every new slot. Ring mode: full side only. Not capturable (per-call data in the
+ *  launch), like kvc_allocator_alloc_extend.
  *  @return KVC_ERR_OUT_OF_SLOTS (both sides checked first; nothing changed),
  *  KVC_ERR_MISUSE when a request continues a partial page whose last slot has no SWA
  *  peer (SGLang would write into SWA padding page 0), and the errors of
- *  kvc_allocator_alloc_extend. On a launch failure both sides are rolled back (the
- *  req_to_token rows past the prefixes may then hold unused slots). */
+ *  kvc_allocator_alloc_extend. Any full-side failure (including the launch) rolls the
+ *  SWA side back; nothing is changed. */
 KVC_API kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *alloc, size_t batch_size,
                                                   const int64_t *prefix_lens, const int64_t *seq_lens,
                                                   const int64_t *last_locs,
