@@ -229,6 +229,50 @@ static void test_zero_on_alloc_zeroes_exactly_new_rows(void **state) {
   kvc_mamba_pool_destroy(p);
 }
 
+/* Overlapping copies at the sizes that change the staged kernel's tiling (the tile is the
+ * widest power of two with n tiles in 64 KB): n = 2048 (the most pairs: 32-byte tiles),
+ * 1000 (64), 64 and 5 (rows wider than a tile: several tiles per row), on 36/96-byte rows
+ * (4-byte accesses) and on 8 KB / 4 KB rows (16-byte accesses). */
+static void test_copy_from_overlapping_sizes(void **state) {
+  (void)state;
+  kvt_rng r = {kvt_seed() + 9};
+  kvc_mamba_shape wide[1] = {{2, 0, {64, 64, 0}}};
+  for (int big = 0; big < 2; big++) {
+    kvc_mamba_pool *p = make_on(kvt_ctx, 2100, 0);
+    if (big) {
+      kvc_mamba_pool_destroy(p);
+      kvc_mamba_pool_config c = KVC_MAMBA_POOL_CONFIG_INIT;
+      c.size = 2100;
+      c.num_layers = 2;
+      c.num_conv = 1;
+      c.layer_ids = kLayerIds;
+      c.conv_shapes = wide;
+      c.conv_dtype = KVC_DTYPE_BF16;
+      c.temporal_dtype = KVC_DTYPE_F32;
+      c.temporal_shape[0] = 4, c.temporal_shape[1] = 16, c.temporal_shape[2] = 16;
+      p = NULL;
+      KVT_OK(kvc_mamba_pool_create(kvt_ctx, &c, &p));
+    }
+    image want = random_image(kvt_ctx, p, &r);
+    static int32_t src[2048], dst[2048];
+    const size_t sizes[4] = {2048, 1000, 64, 5};
+    for (int k = 0; k < 4; k++) {
+      const size_t n = sizes[k];
+      for (size_t i = 0; i < n; i++) { /* a cycle over 1..n shifted by 7: every target a source */
+        src[i] = (int32_t)(1 + i);
+        dst[i] = (int32_t)(1 + (i + 7) % n);
+      }
+      KVT_OK(kvc_mamba_pool_copy_from(p, src, dst, n, NULL));
+      copy_rows(p, &want, src, dst, n);
+      image now = read_image(kvt_ctx, p);
+      assert_images_equal(&now, &want, "overlapping copy (sizes)");
+      free(now.data);
+    }
+    free(want.data);
+    kvc_mamba_pool_destroy(p);
+  }
+}
+
 static void test_copy_from_overlapping_is_simultaneous(void **state) {
   (void)state;
   kvt_rng r = {kvt_seed() + 1};
@@ -529,6 +573,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_misuse_leaves_pool_unchanged),
     cmocka_unit_test(test_zero_on_alloc_zeroes_exactly_new_rows),
     cmocka_unit_test(test_copy_from_overlapping_is_simultaneous),
+    cmocka_unit_test(test_copy_from_overlapping_sizes),
     cmocka_unit_test(test_large_copy_uses_staged_payload),
     cmocka_unit_test(test_fork_from),
     cmocka_unit_test(test_alloc_groups),
