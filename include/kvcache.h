@@ -1858,8 +1858,31 @@ KVC_API kvc_status kvc_flow_set_decode_channel(kvc_flow *flow, kvc_decode_channe
  *  group: the cache takes [0, committed), the over-allocated tail is freed page-aligned,
  *  the Mamba state goes back when the cache does not manage it, the request row is
  *  returned. is_insert as SGLang (ignored for requests with KVC_REQ_SKIP_CACHE_INSERT).
- *  A request with no row but a Mamba slot only returns the slot (SGLang 12.9 step 1).
- *  Device work (SWA / Mamba mapping updates) is enqueued on `stream`. */
+ *  A request with no row but a Mamba slot only returns the slot (SGLang 12.9 step 1); a
+ *  request that holds neither (already released) is skipped.
+ *  Device work (SWA / Mamba mapping updates) is enqueued on `stream`.
+ *
+ *  Failures. Bad input (a NULL entry, a row not held or listed twice, bad lengths, a
+ *  row-less Mamba slot not held) is refused before anything is freed. A failure while
+ *  releasing (HOST_OOM, CUDA, an error of the cache's callback, a slot the allocator
+ *  refuses) stops the batch at the request it hits, and the free group is closed on every
+ *  path: the requests before that one are completely released (req_row = 0, mamba_slot
+ *  = 0, lengths 0) and the ones after it untouched. The request it hit is untouched too,
+ *  unless its release has two fallible steps, the first of which cannot be undone: a
+ *  hybrid request returns its Mamba state first (then mamba_slot = 0), and its KV free
+ *  after that can still fail over an SWA allocator (or on a slot the allocator refuses);
+ *  with a cache other than kvc_chunk_cache(), once cache_finished_req has taken
+ *  [0, committed), freeing the tail or the Mamba state can fail: the request then keeps
+ *  its row and the rest (kv_allocated_len lowered if the tail went) and the flow
+ *  remembers that the cache took it. In canary mode a failed refill is returned after
+ *  its request is completely released. In every case the request states, the allocator,
+ *  the request pool and the Mamba pool agree (kvc_flow_check with the requests that
+ *  still hold a row passes), and kvc_flow_release on the whole batch again, or on the
+ *  requests that still hold something, finishes the job: nothing is freed twice and
+ *  cache_finished_req is not called again for a request it took (release such a request
+ *  again before any other flow call on it). A callback must change nothing when it fails
+ *  (the chunk and session caches do). The batch is not all-or-nothing: a cache callback
+ *  and a device mapping update cannot be taken back. */
 KVC_API kvc_status kvc_flow_release(kvc_flow *flow, kvc_req_state *const *reqs, size_t n,
                                     int is_insert, kvc_stream stream);
 

@@ -102,7 +102,9 @@ kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_
   f->ps = cfg.page_size;
   f->row_slots = kvc__calloc(ctx, (size_t)f->width + 1, sizeof *f->row_slots);
   f->row_seen = kvc__calloc(ctx, (size_t)kvc_req_to_token_pool_size(cfg.req_pool) + 1, sizeof *f->row_seen);
-  kvc_status st = f->row_slots && f->row_seen ? kvc__flow_reserve(f, __func__, 64) : KVC_ERR_HOST_OOM;
+  f->row_cached = kvc__calloc(ctx, (size_t)kvc_req_to_token_pool_size(cfg.req_pool) + 1, 1);
+  kvc_status st =
+      f->row_slots && f->row_seen && f->row_cached ? kvc__flow_reserve(f, __func__, 64) : KVC_ERR_HOST_OOM;
   if (st != KVC_OK) {
     kvc_flow_destroy(f);
     return st == KVC_ERR_HOST_OOM ? kvc__error(ctx, st, __func__, "flow scratch") : st;
@@ -123,6 +125,7 @@ void kvc_flow_destroy(kvc_flow *f) {
   free_scratch(f);
   kvc__free(ctx, f->row_slots);
   kvc__free(ctx, f->row_seen);
+  kvc__free(ctx, f->row_cached);
   kvc__flow_canary_free(f);
   f->magic = 0;
   kvc__free(ctx, f);
@@ -176,7 +179,15 @@ kvc_status kvc_flow_free_slots(kvc_flow *f, const int64_t *slots, size_t n) {
   if (f->swa) return kvc_swa_allocator_free(f->swa, slots, n, f->stream);
   if (!f->canary) return kvc_allocator_free(f->alloc, slots, n);
   KVC_FORWARD(kvc_allocator_free(f->alloc, slots, n)); /* canary mode: refill after a valid free */
-  return kvc__flow_canary_fill(f, slots, n);
+  kvc_status st = kvc__flow_canary_fill(f, slots, n);
+  /* The slots are freed whatever the refill does. Within a release (a cache callback's
+   * free included) the step that freed them must count as done, or a retry would free
+   * them again: the refill's error is reported once the request is released. */
+  if (st != KVC_OK && f->releasing) {
+    if (f->release_late == KVC_OK) f->release_late = st;
+    return KVC_OK;
+  }
+  return st;
 }
 
 kvc_status kvc_flow_available(const kvc_flow *f, int64_t *available, int64_t *evictable, int64_t *protected_size,
@@ -399,6 +410,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
   for (size_t i = 0; i < n; i++) {
     kvc_req_state *r = reqs[i];
     r->req_row = f->rows[i];
+    f->row_cached[r->req_row] = 0; /* a live request's row (a mark left by a row freed elsewhere) */
     if (f->hybrid) { /* track slots packed with a stride of pp (alloc_rows) */
       const size_t pp = (size_t)kvc_hybrid_req_pool_pp(f->hybrid);
       r->mamba_slot = f->mamba_slots[i];

@@ -30,6 +30,13 @@ struct kvc_flow {
   int32_t *mamba_slots, *track_slots; /* hybrid: n and 2n */
   int64_t *row_slots; /* width int64: a mirror row widened for frees */
   int32_t *row_seen;  /* req pool size + 1: index + 1 of a row's request within one call */
+  /* req pool size + 1: 1 while the request holding the row is part-released, its cache's
+   * cache_finished_req having taken [0, committed) before a later step of its release
+   * failed (release.c); the next release continues after the callback. Cleared when the
+   * release completes and when alloc_for_extend hands the row out or extends it. */
+  uint8_t *row_cached;
+  bool releasing;          /* inside kvc_flow_release (kvc_flow_free_slots defers ...) */
+  kvc_status release_late; /* ... a canary refill error here, for after its request) */
   /* Decode steps of one token per request go through this channel (graph path) when set. */
   kvc_decode_channel *channel;
   /* Debug canary mode (kvc_flow_set_canary, flow_canary.c); NULL = off, no extra work. */

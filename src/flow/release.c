@@ -4,7 +4,8 @@
  *
  * A batch of finished requests is released inside one allocator free group, so the
  * pages of all of them go back in one sorted-unique release (SGLang's scheduler does the
- * same around its per-request calls). Everything is validated before the first free.
+ * same around its per-request calls). Everything is validated before the first free; a
+ * failure after that stops the batch at one request (see "Release" below).
  */
 #include "flow.h"
 
@@ -46,6 +47,39 @@ kvc_prefix_cache kvc_chunk_cache(void) {
 }
 
 /* --- Release ------------------------------------------------------------------------- */
+/*
+ * What a failure in the middle of a batch leaves (the contract in kvcache.h).
+ *
+ * Not all-or-nothing, because the batch cannot be taken back once part of it is applied:
+ * a prefix cache's cache_finished_req (a radix insert, a session taking the row) is the
+ * engine's code and has no undo; a Mamba release and an SWA free each write a device
+ * mapping in their own launch and the pools have no "un-free" (the freed ids go to the
+ * back of FIFOs that other calls read). Atomicity for the batch would need a two-phase
+ * free (plan every launch, then commit) in every pool, and a cache callback that can be
+ * rolled back. So the unit is the request, and each request is released as a sequence of
+ * steps that are each transactional (one pool call that fails having changed nothing);
+ * after each step the request's state is updated to say what it still holds:
+ *
+ *   chunk cache (built in):  [Mamba] -> KV: [0, committed) ++ tail in ONE free -> row
+ *   any other cache:         callback -> tail -> [Mamba] -> row
+ *
+ * The first failure stops the batch: earlier requests are completely released (req_row
+ * and mamba_slot 0, lengths 0), later ones untouched. With the chunk cache the request
+ * that failed is untouched as well, because only its first step can fail on a sound
+ * state: a plain allocator's free cannot fail once its input is valid, an SWA free
+ * launches before it changes anything, and a hybrid request's Mamba launch goes first.
+ * Hybrid flows over an SWA allocator have two launches that cannot be made one: the
+ * Mamba state may already be back (mamba_slot 0) when the KV free fails. The combined
+ * free keeps SGLang's order ([0, committed) then the tail; a token allocator releases a
+ * group in call order), which is also why the tail cannot move before a cache's callback.
+ * With another cache, a failure after the callback took [0, committed) cannot be undone;
+ * the row is then marked in row_cached so that the next release continues after the
+ * callback (never calling it twice, never freeing the committed part twice). The row free
+ * cannot fail once validated. The free group is closed on every path.
+ *
+ * A request that holds nothing (req_row 0, no Mamba slot) is skipped, so releasing the
+ * whole batch again after a failure finishes it.
+ */
 
 kvc_status kvc__flow_free_mamba(kvc_flow *f, kvc_req_state *r) {
   if (!f->hybrid) return KVC_OK;
@@ -59,29 +93,49 @@ kvc_status kvc__flow_free_mamba(kvc_flow *f, kvc_req_state *r) {
   return KVC_OK;
 }
 
+/* Frees row[a0, a1) ++ row[b0, b1) in ONE allocator call, so both ranges go or neither. */
+static kvc_status free_row_ranges(kvc_flow *f, int32_t row, int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+  const int64_t na = a1 > a0 ? a1 - a0 : 0, nb = b1 > b0 ? b1 - b0 : 0;
+  if (na) KVC_FORWARD(kvc_flow_row_slots(f, row, a0, a1, f->row_slots));
+  if (nb) KVC_FORWARD(kvc_flow_row_slots(f, row, b0, b1, f->row_slots + na));
+  return kvc_flow_free_slots(f, f->row_slots, (size_t)(na + nb)); /* na + nb <= width */
+}
+
+/* First slot of the over-allocated tail: the page holding the last committed token goes
+ * with [0, committed) (SGLang 12.9 step 6). */
+static int64_t tail_start(const kvc_flow *f, int64_t committed) {
+  return f->ps > 1 ? kvc__ceil_align(committed, f->ps) : committed;
+}
+
 static kvc_status release_one(kvc_flow *f, kvc_req_state *r, int is_insert) {
   kvc_prefix_cache *c = &f->cache;
-  if (r->req_row == 0) return kvc__flow_free_mamba(f, r); /* Mamba state taken early */
-  int insert = is_insert && !(r->flags & KVC_REQ_SKIP_CACHE_INSERT);
-  int supports = c->supports_mamba ? c->supports_mamba(c->self) : 0;
-  /* The Mamba release writes the device mapping (a launch that can fail): with the
-   * built-in finisher (which never keeps the row) do it first, so a failure leaves this
-   * request wholly unreleased instead of its KV freed but its row held (a retry would
-   * then double-free). Caches that may keep the row (sessions) need the old order. */
-  const bool chunk = !c->cache_finished_req || c->cache_finished_req == kvc__chunk_cache_finished;
-  if (!supports && chunk) KVC_FORWARD(kvc__flow_free_mamba(f, r));
-  if (c->cache_finished_req) KVC_FORWARD(c->cache_finished_req(c->self, f, r, insert));
-  else KVC_FORWARD(kvc__chunk_cache_finished(NULL, f, r, insert));
-  if (r->req_row == 0) return KVC_OK; /* a streaming session kept the row */
-  /* The over-allocated tail; its first partial page went with [0, committed). */
-  int64_t start = r->kv_committed_len, end = r->kv_allocated_len;
-  if (f->ps > 1) start = kvc__ceil_align(start, f->ps);
-  if (start < end) {
-    KVC_FORWARD(kvc_flow_row_slots(f, r->req_row, start, end, f->row_slots));
-    KVC_FORWARD(kvc_flow_free_slots(f, f->row_slots, (size_t)(end - start)));
+  if (r->req_row == 0) /* Mamba state taken early (SGLang 12.9 step 1), or released */
+    return r->mamba_slot > 0 ? kvc__flow_free_mamba(f, r) : KVC_OK;
+  const int32_t row = r->req_row;
+  const bool mamba = f->hybrid && !(c->supports_mamba && c->supports_mamba(c->self));
+  if (!c->cache_finished_req || c->cache_finished_req == kvc__chunk_cache_finished) {
+    /* The chunk cache frees [0, committed): together with the tail, one free. */
+    const int64_t committed = r->kv_committed_len;
+    if (mamba) KVC_FORWARD(kvc__flow_free_mamba(f, r));
+    KVC_FORWARD(free_row_ranges(f, row, 0, committed, tail_start(f, committed), r->kv_allocated_len));
+  } else {
+    /* The callback may keep the row and the Mamba state (sessions), so it goes first and
+     * the Mamba state after it; the tail follows it in SGLang's free order. */
+    if (!f->row_cached[row]) {
+      const int insert = is_insert && !(r->flags & KVC_REQ_SKIP_CACHE_INSERT);
+      KVC_FORWARD(c->cache_finished_req(c->self, f, r, insert));
+      if (r->req_row == 0) return KVC_OK; /* a streaming session kept the row */
+      f->row_cached[row] = 1;             /* [0, committed) is the cache's now */
+    }
+    const int64_t start = tail_start(f, r->kv_committed_len);
+    if (start < r->kv_allocated_len) {
+      KVC_FORWARD(free_row_ranges(f, row, 0, 0, start, r->kv_allocated_len));
+      r->kv_allocated_len = start;
+    }
+    if (mamba) KVC_FORWARD(kvc__flow_free_mamba(f, r));
+    f->row_cached[row] = 0;
   }
-  if (!supports && !chunk) KVC_FORWARD(kvc__flow_free_mamba(f, r));
-  KVC_FORWARD(kvc_req_to_token_pool_free(f->cfg.req_pool, r->req_row));
+  KVC_FORWARD(kvc_req_to_token_pool_free(f->cfg.req_pool, row)); /* validated: held */
   r->req_row = 0;
   r->kv_committed_len = r->kv_allocated_len = 0;
   return KVC_OK;
@@ -95,8 +149,10 @@ static kvc_status validate_release(kvc_flow *f, kvc_req_state *const *reqs, size
     const kvc_req_state *r = reqs[i];
     if (!r) return kvc__error(f->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "reqs[%zu] is NULL", i);
     if (r->req_row == 0) {
-      if (r->mamba_slot <= 0)
-        return kvc__error(f->ctx, KVC_ERR_MISUSE, fn, "reqs[%zu] holds neither a row nor a Mamba slot (released twice?)", i);
+      /* Holding nothing: released (skipped). A row-less Mamba slot must be held. */
+      if (r->mamba_slot > 0 && f->mamba && !kvc_mamba_pool_is_held(f->mamba, r->mamba_slot))
+        return kvc__error(f->ctx, KVC_ERR_MISUSE, fn, "reqs[%zu]: mamba_slot %d is not held (released twice?)", i,
+                          r->mamba_slot);
       continue;
     }
     if (!kvc_req_to_token_pool_is_held(f->cfg.req_pool, r->req_row))
@@ -126,8 +182,16 @@ kvc_status kvc_flow_release(kvc_flow *f, kvc_req_state *const *reqs, size_t n, i
   if (vst != KVC_OK) return vst;
   f->stream = stream;
   KVC_FORWARD(kvc__flow_group_begin(f));
+  /* A canary refill that fails after its free (kvc_flow_free_slots) is reported once the
+   * request it belongs to is completely released. */
+  f->releasing = true;
+  f->release_late = KVC_OK;
   kvc_status st = KVC_OK;
-  for (size_t i = 0; i < n && st == KVC_OK; i++) st = release_one(f, reqs[i], is_insert);
+  for (size_t i = 0; i < n && st == KVC_OK; i++) {
+    st = release_one(f, reqs[i], is_insert);
+    if (st == KVC_OK) st = f->release_late;
+  }
+  f->releasing = false;
   KVC_CLEANUP_KEEP_FIRST(kvc__flow_group_end(f), st);
   return st;
 }
@@ -163,7 +227,12 @@ kvc_status kvc_flow_check(const kvc_flow *f, kvc_req_state *const *live, size_t 
     KVC_RETURN_IF(live[i]->kv_allocated_len < 0 || live[i]->kv_allocated_len > f->width, f->ctx,
                   KVC_ERR_INVALID_ARGUMENT, "live[%zu]: kv_allocated_len %lld outside [0, %d]", i,
                   (long long)live[i]->kv_allocated_len, f->width);
-    held += (live[i]->kv_allocated_len + f->ps - 1) / f->ps;
+    /* A request whose release stopped after its cache took [0, committed) holds only
+     * the pages past that (release_one). */
+    const int32_t row = live[i]->req_row;
+    const bool cached = row > 0 && row <= kvc_req_to_token_pool_size(f->cfg.req_pool) && f->row_cached[row];
+    const int64_t from = cached ? tail_start(f, live[i]->kv_committed_len) : 0;
+    held += KVC__MAX(0, kvc__ceil_align(live[i]->kv_allocated_len, f->ps) - from) / f->ps;
   }
   int64_t cached = f->cache.cached_size ? f->cache.cached_size(f->cache.self) : 0;
   held += (cached + f->ps - 1) / f->ps;

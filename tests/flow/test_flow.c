@@ -66,6 +66,28 @@ static void test_prefill_decode_release_roundtrip(void **state) {
   fixture_free(&f);
 }
 
+/* A batch that names requests already released (as a retry of the whole batch after a
+ * failed release does) releases the others and skips those: nothing is freed twice. */
+static void test_release_skips_released_requests(void **state) {
+  (void)state;
+  fixture f;
+  fixture_make(&f, 4, 64, 256, 4, NULL);
+  kvc_req_state a = req0(10), b = req0(7);
+  kvc_req_state *one[] = {&a}, *both[] = {&a, &b};
+  KVT_OK(kvc_flow_alloc_for_extend(f.flow, both, 2, f.out, NULL));
+  KVT_OK(kvc_flow_release(f.flow, one, 1, 1, NULL));
+  assert_int_equal(kvc_allocator_available_size(f.alloc), 256 - 8);
+  KVT_OK(kvc_flow_release(f.flow, both, 2, 1, NULL)); /* a is skipped */
+  assert_int_equal(b.req_row, 0);
+  assert_int_equal(kvc_allocator_available_size(f.alloc), 256);
+  assert_int_equal(kvc_req_to_token_pool_available(f.pool), 4);
+  KVT_OK(kvc_flow_release(f.flow, both, 2, 1, NULL)); /* both skipped */
+  assert_int_equal(kvc_allocator_available_size(f.alloc), 256);
+  KVT_OK(kvc_allocator_check(f.alloc));
+  KVT_OK(kvc_flow_check(f.flow, NULL, 0));
+  fixture_free(&f);
+}
+
 static void test_extend_out_of_memory_changes_nothing(void **state) {
   (void)state;
   fixture f;
@@ -357,6 +379,7 @@ static void test_decode_through_a_channel(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_decode_through_a_channel),
     cmocka_unit_test(test_prefill_decode_release_roundtrip),
+    cmocka_unit_test(test_release_skips_released_requests),
     cmocka_unit_test(test_extend_out_of_memory_changes_nothing),
     cmocka_unit_test(test_request_rows_exhausted),
     cmocka_unit_test(test_chunked_prefill_continues_the_row),

@@ -21,6 +21,7 @@
 #include "harness.h"
 
 #include "core/fault.h"
+#include "flow/flow.h"
 #include "pool/kv_pool.h"
 #include "pool/pool.h"
 
@@ -848,9 +849,303 @@ static void test_pool_bytes_over_2_31_and_2_32_are_exact(void **state) {
   assert_int_equal(live1.device_allocs, live0.device_allocs);
 }
 
+/* --- A batch release that fails part way --------------------------------------------
+ *
+ * kvc_flow_release of several requests, with the Nth host allocation / device allocation /
+ * launch failing (N = 0, 1, ... until it succeeds), in every flow configuration. After a
+ * failure: the free group is closed; the requests before the first one that still holds
+ * something are completely released, the ones after it untouched, and that one untouched
+ * too where the flow promises it (`strict`), else part-released in one of the ways the
+ * header allows; the allocator, req pool and Mamba pool agree with the request states
+ * (audits, kvc_flow_check conservation, Mamba slots of held rows = held Mamba slots).
+ * Then a retry (the whole batch, or only the requests still holding something, in
+ * turn) succeeds and ends exactly where a release that never failed ends, with every
+ * slot, row and Mamba slot free once (audits + full availability after the sessions are
+ * released). No cache callback sees a request twice. */
+
+#define RN 5 /* requests: 4 with rows, 1 with only a Mamba slot (hybrid) */
+#define REL_TOKENS 1024 /* allocator (SWA: full side; the SWA side has half) */
+#define REL_WIDTH 512
+
+enum { RC_CHUNK, RC_SESSION, RC_TOY };
+
+typedef struct rel_cfg {
+  const char *name;
+  int32_t ps;
+  bool swa, hybrid, canary;
+  int cache;   /* RC_* */
+  bool strict; /* the request a failure stops at is untouched */
+  bool longer; /* a request of 300 tokens (the SWA free then grows its work space) */
+} rel_cfg;
+
+static const rel_cfg rel_cfgs[] = {
+    {"paged, canary", 4, false, false, true, RC_CHUNK, true, false},
+    {"token, canary", 1, false, false, true, RC_CHUNK, true, false},
+    {"SWA paged", 4, true, false, false, RC_CHUNK, true, false},
+    {"SWA paged, long request", 4, true, false, false, RC_CHUNK, true, true},
+    {"SWA token", 1, true, false, false, RC_CHUNK, true, false},
+    {"hybrid token", 1, false, true, false, RC_CHUNK, true, false},
+    {"hybrid paged, canary", 4, false, true, true, RC_CHUNK, true, false},
+    {"hybrid SWA", 4, true, true, false, RC_CHUNK, false, false},
+    {"hybrid SWA, long request", 4, true, true, false, RC_CHUNK, false, true},
+    {"hybrid paged, sessions", 4, false, true, false, RC_SESSION, false, false},
+    {"SWA paged, sessions", 4, true, false, false, RC_SESSION, false, false},
+    {"SWA paged, sessions, long request", 4, true, false, false, RC_SESSION, false, true},
+    {"SWA token, custom cache", 1, true, false, false, RC_TOY, false, false},
+    {"hybrid SWA token, custom cache", 1, true, true, false, RC_TOY, false, false},
+    {"hybrid token, custom cache, canary", 1, false, true, true, RC_TOY, false, false},
+};
+
+typedef struct rel_world {
+  kvc_req_to_token_pool *rp;
+  kvc_allocator *al;
+  kvc_swa_allocator *sw;
+  kvc_mamba_pool *mp;
+  kvc_hybrid_req_pool *hp;
+  kvc_session_cache *sess;
+  kvc_kv_pool *kv;
+  kvc_flow *flow;
+  kvc_req_state r[RN];
+  kvc_req_state *b[RN];
+  int toy_calls[RN]; /* custom cache: successful cache_finished_req calls per request */
+} rel_world;
+
+static rel_world RW;
+
+/* A custom cache that does what the chunk cache does ([0, committed) freed), so the
+ * flow takes its path for caches it does not know. */
+static kvc_status toy_finished(void *self, kvc_flow *flow, kvc_req_state *req, int is_insert) {
+  (void)is_insert;
+  rel_world *w = self;
+  const int64_t n = req->kv_committed_len;
+  int64_t buf[REL_WIDTH];
+  if (n > 0) {
+    KVC_FORWARD(kvc_flow_row_slots(flow, req->req_row, 0, n, buf));
+    KVC_FORWARD(kvc_flow_free_slots(flow, buf, (size_t)n));
+  }
+  w->toy_calls[req - w->r]++; /* took the request's KV */
+  return KVC_OK;
+}
+
+static void rel_world_make(const rel_cfg *c) {
+  memset(&RW, 0, sizeof RW);
+  kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  rc.size = NROWS, rc.max_context_len = REL_WIDTH;
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rc, &RW.rp));
+  if (c->swa) {
+    kvc_swa_allocator_config sc = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+    sc.size_full = REL_TOKENS, sc.size_swa = REL_TOKENS / 2, sc.page_size = c->ps;
+    KVT_OK(kvc_swa_allocator_create(kvt_ctx, &sc, &RW.sw));
+  } else {
+    RW.al = mk_alloc(c->ps > 1 ? KVC_ALLOCATOR_PAGED : KVC_ALLOCATOR_TOKEN, REL_TOKENS, c->ps, 0);
+  }
+  if (c->hybrid) {
+    RW.mp = mk_mamba(16);
+    kvc_hybrid_req_pool_config hc = KVC_HYBRID_REQ_POOL_CONFIG_INIT;
+    hc.req_pool = RW.rp, hc.mamba_pool = RW.mp, hc.flags = KVC_HYBRID_TRACK, hc.pp = 2;
+    KVT_OK(kvc_hybrid_req_pool_create(kvt_ctx, &hc, &RW.hp));
+  }
+  kvc_prefix_cache pc;
+  memset(&pc, 0, sizeof pc);
+  if (c->cache == RC_SESSION) {
+    KVT_OK(kvc_session_cache_create(kvt_ctx, NULL, &RW.sess));
+    pc = kvc_session_cache_as_prefix_cache(RW.sess);
+  } else if (c->cache == RC_TOY) {
+    pc.self = &RW, pc.cache_finished_req = toy_finished;
+  }
+  RW.flow = mk_flow(RW.rp, RW.al, RW.sw, RW.hp, c->ps, 0, c->cache == RC_CHUNK ? NULL : &pc);
+  if (c->canary) {
+    kvc_kv_pool_config kc = mha_cfg();
+    kc.size = REL_TOKENS, kc.page_size = c->ps, kc.layer_num = 1;
+    KVT_OK(kvc_kv_pool_create(kvt_ctx, &kc, &RW.kv));
+    KVT_OK(kvc_flow_set_canary(RW.flow, RW.kv));
+  }
+  /* Lengths and over-allocated tails (speculative decoding: committed < allocated). */
+  static const int64_t seq[RN - 1] = {13, 6, 21, 9}, tail[RN - 1] = {6, 0, 7, 3};
+  for (int i = 0; i < RN - 1; i++) {
+    RW.r[i].seq_len = seq[i];
+    RW.b[i] = &RW.r[i];
+  }
+  if (c->longer) RW.r[3].seq_len = 300;
+  if (c->cache == RC_SESSION) RW.r[1].session_id = 11, RW.r[2].session_id = 12; /* kept by sessions */
+  KVT_OK(kvc_flow_alloc_for_extend(RW.flow, RW.b, RN - 1, W.dout, NULL));
+  for (int i = 0; i < RN - 1; i++) RW.r[i].kv_committed_len -= tail[i];
+  RW.b[RN - 1] = &RW.r[RN - 1];
+  if (c->hybrid) /* a Mamba slot taken before any row (SGLang release_kv_cache step 1) */
+    KVT_OK(kvc_mamba_pool_alloc(RW.mp, 1, &RW.r[RN - 1].mamba_slot, NULL));
+}
+
+static void rel_world_free(void) {
+  kvc_flow_destroy(RW.flow);
+  kvc_session_cache_destroy(RW.sess);
+  kvc_kv_pool_destroy(RW.kv);
+  kvc_hybrid_req_pool_destroy(RW.hp);
+  kvc_mamba_pool_destroy(RW.mp);
+  kvc_allocator_destroy(RW.al);
+  kvc_swa_allocator_destroy(RW.sw);
+  kvc_req_to_token_pool_destroy(RW.rp);
+}
+
+static bool holds(const kvc_req_state *r) { return r->req_row != 0 || r->mamba_slot > 0; }
+
+static const kvc_allocator *rel_full(void) { return RW.sw ? kvc_swa_allocator_full(RW.sw) : RW.al; }
+
+/* Audits, closed groups, conservation and Mamba accounting; returns a message or NULL. */
+static const char *rel_consistent(void) {
+  static char msg[256];
+  if (RW.sw ? kvc_swa_allocator_check(RW.sw) : kvc_allocator_check(RW.al)) return "allocator audit";
+  if (rel_full()->in_group || (RW.sw && kvc_swa_allocator_swa(RW.sw)->in_group)) return "free group left open";
+  if (kvc_req_to_token_pool_audit_device(RW.rp, NULL)) return "req pool audit";
+  kvc_req_state *live[RN];
+  size_t nl = 0;
+  int32_t rows = 0;
+  for (int i = 0; i < RN; i++) {
+    if (RW.r[i].req_row) {
+      live[nl++] = &RW.r[i], rows++;
+      if (!kvc_req_to_token_pool_is_held(RW.rp, RW.r[i].req_row)) return "a request names a free row";
+    }
+  }
+  int64_t sess_reqs = 0;
+  if (RW.sess) KVT_OK(kvc_session_cache_held(RW.sess, 1, NULL, NULL, &sess_reqs));
+  if (kvc_req_to_token_pool_available(RW.rp) != NROWS - rows - (int32_t)sess_reqs) return "req pool free rows";
+  if (kvc_flow_check(RW.flow, live, nl) != KVC_OK) {
+    snprintf(msg, sizeof msg, "conservation: %s", kvc_last_error(kvt_ctx));
+    return msg;
+  }
+  if (RW.mp) {
+    if (kvc_mamba_pool_check(RW.mp)) return "Mamba pool audit";
+    /* Held Mamba slots = those of held rows + row-less requests' (+ nothing else). */
+    int32_t mapped = 0;
+    for (int32_t row = 1; row <= NROWS; row++) {
+      if (!kvc_req_to_token_pool_is_held(RW.rp, row)) continue;
+      mapped += kvc_hybrid_req_pool_mamba_slot(RW.hp, row) > 0;
+      const int32_t *t = kvc_hybrid_req_pool_track_slots(RW.hp, row);
+      mapped += (t[0] > 0) + (t[1] > 0);
+    }
+    for (int i = 0; i < RN; i++) {
+      const kvc_req_state *r = &RW.r[i];
+      if (!r->req_row && r->mamba_slot > 0) mapped++;
+      if (r->req_row && r->mamba_slot != kvc_hybrid_req_pool_mamba_slot(RW.hp, r->req_row))
+        return "mamba_slot differs from the row's mapping";
+    }
+    if (16 - kvc_mamba_pool_available(RW.mp) != mapped) return "held Mamba slots != mapped ones";
+  }
+  for (int i = 0; i < RN; i++)
+    if (RW.toy_calls[i] > 1) return "cache_finished_req called twice for a request";
+  return NULL;
+}
+
+/* The cache took the request's [0, committed) before its release failed (the flow's mark). */
+static bool rel_cached(const kvc_req_state *r) { return r->req_row > 0 && RW.flow->row_cached[r->req_row]; }
+
+/* The request a failure stopped at: unchanged (strict), or part-released as allowed. */
+static bool rel_allowed(const rel_cfg *c, const kvc_req_state *now, const kvc_req_state *was) {
+  if (c->strict && rel_cached(now)) return false;
+  if (!memcmp(now, was, sizeof *now)) return true;
+  if (c->strict) return false;
+  kvc_req_state x = *now;
+  if (x.mamba_slot == 0 && was->mamba_slot > 0) /* Mamba state returned first */
+    x.mamba_slot = was->mamba_slot, x.mamba_track[0] = was->mamba_track[0], x.mamba_track[1] = was->mamba_track[1];
+  const int64_t start = c->ps > 1 ? (was->kv_committed_len + c->ps - 1) / c->ps * c->ps : was->kv_committed_len;
+  if (c->cache != RC_CHUNK && x.kv_allocated_len == start) x.kv_allocated_len = was->kv_allocated_len; /* tail */
+  return !memcmp(&x, was, sizeof x);
+}
+
+static void rel_finish_sessions(void) {
+  if (!RW.sess) return;
+  KVT_OK(kvc_session_cache_release(RW.sess, RW.flow, 11));
+  KVT_OK(kvc_session_cache_release(RW.sess, RW.flow, 12));
+}
+
+static void test_batch_release_failures_are_per_request_and_retryable(void **state) {
+  (void)state;
+  int failures = 0, runs = 0;
+  for (size_t ci = 0; ci < KVC__ARRAY_LEN(rel_cfgs); ci++) {
+    const rel_cfg *c = &rel_cfgs[ci];
+    /* Reference: no fault. */
+    world_make(); /* W.dout */
+    rel_world_make(c);
+    KVT_OK(kvc_flow_release(RW.flow, RW.b, RN, 1, NULL));
+    const int64_t ref_avail = kvc_allocator_available_size(rel_full());
+    const int32_t ref_rows = kvc_req_to_token_pool_available(RW.rp);
+    const int32_t ref_mamba = RW.mp ? kvc_mamba_pool_available(RW.mp) : 0;
+    rel_world_free();
+    world_free();
+    for (int kind = 0; kind < 3; kind++) {
+      int partial = 0; /* failures that left the request they stopped at part-released */
+      for (int64_t n = 0;; n++) {
+        if (n > 1024) fail_msg("%s: no success after 1024 injected failures", c->name);
+#define RFAIL(...)                                                                          \
+  do {                                                                                      \
+    printf("  FAIL %s / %s / N=%lld: ", c->name, kind_name[kind], (long long)n);            \
+    printf(__VA_ARGS__);                                                                    \
+    printf("\n");                                                                           \
+    failures++;                                                                             \
+  } while (0)
+        const kvc__live live0 = kvc__fault_live(kvt_ctx);
+        world_make();
+        rel_world_make(c);
+        kvc_req_state before[RN];
+        memcpy(before, RW.r, sizeof before);
+        kvc__fault_set(kvt_ctx, (kvc__fault_kind)kind, n);
+        const kvc_status st = kvc_flow_release(RW.flow, RW.b, RN, 1, NULL);
+        kvc__fault_reset(kvt_ctx);
+        runs++;
+        const char *bad;
+        if (st != KVC_OK) {
+          if (st != expected[kind]) RFAIL("status %s (%s)", kvc_status_name(st), kvc_last_error(kvt_ctx));
+          int k = 0; /* the first request that still holds something */
+          while (k < RN && (!holds(&RW.r[k]) || !holds(&before[k]))) k++;
+          /* Only a canary refill reports its error after its request is released. */
+          if (k == RN && !c->canary) RFAIL("failed, yet every request is released");
+          for (int i = k + 1; i < RN; i++)
+            if (memcmp(&RW.r[i], &before[i], sizeof before[i])) RFAIL("request %d after the failing %d changed", i, k);
+          if (k < RN && !rel_allowed(c, &RW.r[k], &before[k])) RFAIL("request %d left in a state not allowed", k);
+          partial += k < RN && (memcmp(&RW.r[k], &before[k], sizeof before[k]) != 0 || rel_cached(&RW.r[k]));
+          if ((bad = rel_consistent())) RFAIL("after the failure: %s", bad);
+          /* Retry: the whole batch, or only what still holds something. */
+          kvc_req_state *rest[RN];
+          size_t nr = 0;
+          for (int i = 0; i < RN; i++)
+            if (n % 2 == 0 || holds(&RW.r[i])) rest[nr++] = &RW.r[i];
+          const kvc_status st2 = kvc_flow_release(RW.flow, rest, nr, 1, NULL);
+          if (st2 != KVC_OK) RFAIL("retry: %s (%s)", kvc_status_name(st2), kvc_last_error(kvt_ctx));
+        }
+        for (int i = 0; i < RN; i++)
+          if (holds(&RW.r[i]))
+            RFAIL("request %d still holds row %d / Mamba %d", i, RW.r[i].req_row, RW.r[i].mamba_slot);
+        if ((bad = rel_consistent())) RFAIL("after the release: %s", bad);
+        if (kvc_allocator_available_size(rel_full()) != ref_avail || kvc_req_to_token_pool_available(RW.rp) != ref_rows ||
+            (RW.mp && kvc_mamba_pool_available(RW.mp) != ref_mamba))
+          RFAIL("free slots / rows / Mamba slots differ from a release that never failed");
+        rel_finish_sessions();
+        if (kvc_allocator_available_size(rel_full()) != REL_TOKENS || kvc_req_to_token_pool_available(RW.rp) != NROWS ||
+            (RW.sw && kvc_swa_allocator_swa_available_size(RW.sw) != REL_TOKENS / 2) ||
+            (RW.mp && kvc_mamba_pool_available(RW.mp) != 16))
+          RFAIL("not everything is free after the sessions' release");
+        if ((bad = rel_consistent())) RFAIL("at the end: %s", bad);
+        rel_world_free();
+        world_free();
+        const kvc__live live1 = kvc__fault_live(kvt_ctx);
+        if (live1.host_allocs != live0.host_allocs || live1.device_allocs != live0.device_allocs) RFAIL("leak");
+#undef RFAIL
+        if (st == KVC_OK) {
+          printf("  %-36s %-12s %lld injected failures, %d part-released\n", c->name, kind_name[kind], (long long)n,
+                 partial);
+          break;
+        }
+      }
+    }
+  }
+  printf("  %zu configurations, %d fault-injected batch releases, %d failures\n", KVC__ARRAY_LEN(rel_cfgs), runs,
+         failures);
+  if (failures) fail_msg("%d batch-release failures (see above)", failures);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_pool_bytes_over_2_31_and_2_32_are_exact),
     cmocka_unit_test(test_every_call_is_transactional_under_injected_failures),
+    cmocka_unit_test(test_batch_release_failures_are_per_request_and_retryable),
     cmocka_unit_test(test_compile_failure_is_reported_and_retried),
 };
 
