@@ -35,6 +35,7 @@ static const compile_case cases[] = {
     {"alloc_fill.cu", {NULL}},
     {"alloc_plan.cu", {"-DKVC_INLINE_WORDS=1000", "-DKVC_PAGE_SIZE=16", NULL}},
     {"alloc_plan.cu", {"-DKVC_INLINE_WORDS=8000", "-DKVC_PAGE_SIZE=1", NULL}},
+    {"alloc_plan.cu", {"-DKVC_INLINE_WORDS=2048", "-DKVC_PAGE_SIZE=64", NULL}},
     {"alloc_channel.cu", {NULL}},
     {"mla.cu", {"-DKVC_DIR=0", "-DKVC_MODE=0", "-DKVC_SRC=3", "-DKVC_DST=3"}},
     {"mla.cu", {"-DKVC_DIR=0", "-DKVC_MODE=0", "-DKVC_SRC=1", "-DKVC_DST=4"}},

@@ -2,8 +2,9 @@
  * plan.c — launches whose per-call data is a payload of uint32 words.
  *
  * Small payloads travel inside the kernel's parameter block (no upload: one driver call,
- * ~3 us of host time on an H200), in one of two compiled capacities so a 2-request step
- * does not copy 32 KB of parameters. Larger payloads go through the pinned staging ring
+ * ~3-4 us of host time on an H200), in one of three compiled capacities (4, 8, 32 KB) so a
+ * 2-request step does not copy 32 KB of parameters (the driver copies the whole block:
+ * ~3 us more at 32 KB than at 4 KB). Larger payloads go through the pinned staging ring
  * (one async H2D copy + the launch + an event). CUDA graphs would freeze inline
  * parameters, which is why these launches are documented as not capturable.
  */
@@ -11,7 +12,8 @@
 
 #include <string.h>
 
-static const size_t variant_words[2] = {KVC_INLINE_SMALL, KVC_INLINE_LARGE};
+static const size_t variant_words[KVC__PLAN_INLINE_VARIANTS] = {KVC_INLINE_SMALL, KVC_INLINE_MEDIUM,
+                                                                 KVC_INLINE_LARGE};
 
 kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch,
                            size_t header_bytes, size_t words) {
@@ -21,7 +23,7 @@ kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scr
   plan->words = words;
   size_t max = kvc__max_param_bytes(ctx);
   const size_t inline_max = (size_t)kvc__core_of(ctx)->options.inline_max_words;
-  for (int v = 0; v < 2; v++) {
+  for (int v = 0; v < KVC__PLAN_INLINE_VARIANTS; v++) {
     size_t bytes = header_bytes + 4 * variant_words[v];
     if (words <= variant_words[v] && words <= inline_max && bytes <= max && bytes <= KVC__PARAM_SCRATCH_BYTES) {
       plan->variant = v;
@@ -29,7 +31,7 @@ kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scr
       return KVC_OK;
     }
   }
-  plan->variant = 2;
+  plan->variant = KVC__PLAN_STAGED;
   void *host, *dev;
   KVC_FORWARD(kvc__staging_reserve(ctx, words * 4, &host, &dev));
   plan->payload = host;
@@ -38,7 +40,7 @@ kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scr
 }
 
 void kvc__plan_cancel(kvc_context *ctx, kvc__plan *plan) {
-  if (plan->variant == 2) kvc__staging_cancel(ctx);
+  if (plan->variant == KVC__PLAN_STAGED) kvc__staging_cancel(ctx);
   plan->variant = -1;
 }
 
@@ -56,7 +58,7 @@ kvc_status kvc__plan_kernel(kvc_context *ctx, const kvc__kernel_def *def, const 
 
 kvc_status kvc__plan_prefetch(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *extra,
                               const kvc__kfunc **kcache) {
-  for (int v = 0; v < 2; v++)
+  for (int v = 0; v < KVC__PLAN_INLINE_VARIANTS; v++)
     if (!kcache[v]) KVC_FORWARD(kvc__plan_kernel(ctx, def, extra, v, &kcache[v]));
   return KVC_OK;
 }
@@ -70,7 +72,7 @@ kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel
 kvc_status kvc__plan_launch_smem(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def,
                                  const kvc__spec *extra, const kvc__kfunc **kcache, kvc__dim3 grid,
                                  kvc__dim3 block, unsigned smem_bytes, kvc_stream stream, const void *header) {
-  const int v = plan->variant == 2 ? 0 : plan->variant; /* staged uses the small block */
+  const int v = plan->variant == KVC__PLAN_STAGED ? 0 : plan->variant; /* staged uses the small block */
   kvc_status st = KVC_OK;
   const kvc__kfunc *f = kcache ? kcache[v] : NULL;
   if (!f) {
@@ -78,12 +80,12 @@ kvc_status kvc__plan_launch_smem(kvc_context *ctx, kvc__plan *plan, const kvc__k
     if (kcache) kcache[v] = f;
   }
   memcpy(plan->scratch, header, plan->header_bytes);
-  if (plan->variant == 2) KVC_CHECK_GOTO(kvc__staging_upload(ctx, stream), st, done);
+  if (plan->variant == KVC__PLAN_STAGED) KVC_CHECK_GOTO(kvc__staging_upload(ctx, stream), st, done);
   /* The host twin reads the staged payload directly; CUDA copies the whole block. */
   size_t bytes = plan->header_bytes + 4 * variant_words[v];
   st = kvc__kernel_launch(ctx, f, grid, block, smem_bytes, stream, plan->scratch, bytes);
 done:
-  if (plan->variant == 2) KVC_CLEANUP_KEEP_FIRST(kvc__staging_fence(ctx, stream), st);
+  if (plan->variant == KVC__PLAN_STAGED) KVC_CLEANUP_KEEP_FIRST(kvc__staging_fence(ctx, stream), st);
   plan->variant = -1;
   return st;
 }

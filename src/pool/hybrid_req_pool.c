@@ -37,7 +37,7 @@ struct kvc_hybrid_req_pool {
   bool undo_live;
   uint32_t *words;
   unsigned char *scratch;
-  const kvc__kfunc *k_map[3], *k_gather;
+  const kvc__kfunc *k_map[KVC__PLAN_INLINE_VARIANTS], *k_gather;
 };
 
 #define HYB_ENTRY(p)                                                                        \

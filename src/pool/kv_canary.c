@@ -3,14 +3,14 @@
  * KVC_CANARY_BYTE; a check before the rows are handed out again finds writes made after
  * the free. Both calls are one planned launch (slot ids as int32 payload words, the
  * buffer table in the header); the check then synchronizes and reads a 16-byte result.
- * pool->kfunc[24..25] memoise the fill variants, [26..27] the check variants.
+ * pool->kfunc[15..17] memoise the fill variants, [18..20] the check variants.
  */
 #include "kv_pool.h"
 
 #include <string.h>
 
-#define MEMO_CANARY_FILL 24
-#define MEMO_CANARY_CHECK 26
+#define MEMO_CANARY_FILL 15  /* three plan variants each */
+#define MEMO_CANARY_CHECK 18
 
 /* Buffer table of the header; returns the buffer count (0: nothing to do) and maps
  * table entries back to pool buffers in idx[]. */

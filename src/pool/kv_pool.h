@@ -50,7 +50,7 @@ struct kvc_kv_pool {
   void *canary_result;    /* kv_canary.c: device uint64[2], allocated at the first check */
 };
 
-/* kv_canary.c (kernels.c): debug canary rows; pool->kfunc[24..27] memoise them. */
+/* kv_canary.c (kernels.c): debug canary rows; pool->kfunc[15..20] memoise them. */
 extern const kvc__kernel_def kvc__k_canary_fill;
 extern const kvc__kernel_def kvc__k_canary_check;
 

@@ -77,7 +77,7 @@ struct kvc_mamba_pool {
   int32_t group_n, group_pos;
   int32_t *tmp; /* 2 * (size + 1): filtered copy pairs */
   unsigned char *scratch;
-  const kvc__kfunc *kc[2][5][3]; /* [kernel][log2 vec][variant] */
+  const kvc__kfunc *kc[2][5][KVC__PLAN_INLINE_VARIANTS]; /* [kernel][log2 vec][variant] */
 };
 
 /* --- Handle checks, audit ---------------------------------------------------------- */
@@ -140,7 +140,7 @@ kvc_status kvc_mamba_pool_check(const kvc_mamba_pool *pool) {
 
 static int vec_index(int vec) { return vec == 16 ? 4 : vec == 8 ? 3 : vec == 4 ? 2 : vec == 2 ? 1 : 0; }
 
-/* Resolves both inline variants of `kernel` for `vec` before any staging reservation
+/* Resolves every inline variant of `kernel` for `vec` before any staging reservation
  * (which holds the context lock that a kernel lookup also takes). */
 static kvc_status ensure_kernels(kvc_mamba_pool *p, int kernel, int vec) {
   const kvc__kfunc **kc = p->kc[kernel][vec_index(vec)];

@@ -39,7 +39,7 @@ struct kvc_req_to_token_pool {
   uint8_t *rowflag; /* size + 1 */
   int32_t *row_buf; /* width int32: narrowed slots for kvc_req_to_token_pool_write */
   unsigned char *scratch; /* KVC__PARAM_SCRATCH_BYTES parameter block */
-  const kvc__kfunc *k_row[3];
+  const kvc__kfunc *k_row[KVC__PLAN_INLINE_VARIANTS];
 };
 
 /** Validates a pool handle passed to another object's function `fn`. */
@@ -136,7 +136,7 @@ struct kvc_allocator {
   int64_t *b_pages; /* pages needed per request (extend) */
 
   unsigned char *scratch; /* KVC__PARAM_SCRATCH_BYTES parameter block */
-  const kvc__kfunc *k_extend[3], *k_decode[3];
+  const kvc__kfunc *k_extend[KVC__PLAN_INLINE_VARIANTS], *k_decode[KVC__PLAN_INLINE_VARIANTS];
 };
 
 /* --- free_list.c ------------------------------------------------------------------- */

@@ -43,7 +43,7 @@ struct kvc_swa_allocator {
   uint8_t *fmark, *smark; /* per page of each side: dedup within one call */
   int64_t *pages;         /* touched full pages (num full pages) */
   unsigned char *scratch;
-  const kvc__kfunc *k_map[3], *k_gather;
+  const kvc__kfunc *k_map[KVC__PLAN_INLINE_VARIANTS], *k_gather;
 };
 
 #define SWA_ENTRY(a)                                                                        \

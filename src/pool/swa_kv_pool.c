@@ -31,7 +31,7 @@ struct kvc_swa_kv_pool {
   const int32_t *hmap;
   int64_t map_len;
   unsigned char *pscratch;
-  const kvc__kfunc *k_map[3], *k_gather;
+  const kvc__kfunc *k_map[KVC__PLAN_INLINE_VARIANTS], *k_gather;
 };
 
 #define SKV_ENTRY(p)                                                                        \
