@@ -176,7 +176,8 @@ typedef struct kvc_context kvc_context;
 #define KVC_CONTEXT_CANARY 0x4u /* canary mode (also env KVC_CANARY=1): every flow created
                                    in the context guards the context's most recently created
                                    KV pool as kvc_flow_set_canary() does (a debug mode: it
-                                   synchronizes to check) */
+                                   synchronizes to check); SWA flows are not covered: call
+                                   kvc_flow_set_canary_swa() */
 
 typedef struct kvc_context_config {
   size_t struct_size;  /* sizeof(kvc_context_config) as the caller compiled it */
@@ -1926,10 +1927,41 @@ KVC_API kvc_status kvc_flow_row_slots(const kvc_flow *flow, int32_t row, int64_t
  *  alloc_for_decode check the rows of the new slots before returning, returning the
  *  check's KVC_ERR_INTERNAL (the slot and layer written after free; the slots stay
  *  allocated to the requests). Each check synchronizes `stream`: debug only. NULL turns
- *  canary mode off. @return KVC_ERR_UNSUPPORTED for a flow with an SWA allocator (SWA
- *  frees are not covered), KVC_ERR_INVALID_ARGUMENT for a mismatched pool, the errors of
- *  the fill. */
+ *  canary mode off. @return KVC_ERR_UNSUPPORTED for a flow with an SWA allocator (use
+ *  kvc_flow_set_canary_swa), KVC_ERR_INVALID_ARGUMENT for a mismatched pool, the errors
+ *  of the fill. */
 KVC_API kvc_status kvc_flow_set_canary(kvc_flow *flow, kvc_kv_pool *pool);
+
+/** kvc_flow_set_canary_swa() : DEBUG canary mode (use-after-free detection) of a flow over
+ *  a kvc_swa_allocator, with `pool`, the kvc_swa_kv_pool whose rows it hands out: full
+ *  layers at full slots (the pool's full half, kvc_swa_kv_pool_full), SWA layers at SWA
+ *  slots (the SWA half, at mapping[full slot]). Each half must have the allocator's page
+ *  size and at least its side's size (size_full / size_swa); a pool without full or
+ *  without SWA layers guards the side it has. Non-NULL: fills EVERY row of both halves
+ *  with the canary marker now and waits for the fill, so call it before any request
+ *  holds KV (live KV would be overwritten). From then on, after each free the flow makes,
+ *  exactly the pages the allocator released are refilled, computed from the host mapping
+ *  read before the free: kvc_flow_free_slots (release, chunk cache, sessions, callbacks)
+ *  refills every full page its slots touch in the full half, and the SWA pages of the
+ *  peers of those slots in the SWA half (page_size > 1: of every slot of those full
+ *  pages, as kvc_swa_allocator_free releases them); window eviction
+ *  (kvc_flow_free_swa_out_of_window, also inside the alloc calls) refills only the SWA
+ *  pages it released (the full slots stay held). A page the allocator still holds is
+ *  never refilled. alloc_for_extend / alloc_for_decode (decode channel included) check
+ *  the new full slots in the full half, then their new SWA peers in the SWA half, and
+ *  return the check's KVC_ERR_INTERNAL (the slot, full or SWA, and the half's local
+ *  layer; the slots stay allocated to the requests). A refill that fails after its free
+ *  is reported as in kvc_flow_set_canary (within kvc_flow_release, once the request is
+ *  released; a window eviction is recorded in swa_evicted_seqlen first). Each check
+ *  synchronizes `stream` (two per step): debug only. The pool is borrowed: it must
+ *  outlive canary mode (NULL turns it off; kvc_flow_destroy ends it). Not capturable
+ *  (the fill synchronizes; the checks read back). Not covered by KVC_CONTEXT_CANARY.
+ *  @return KVC_ERR_UNSUPPORTED for a flow without an SWA allocator (use
+ *  kvc_flow_set_canary) and for pure-SWA or ring-mode allocators (the flows do not
+ *  allocate SWA slots there), KVC_ERR_INVALID_ARGUMENT for a pool that is not live or a
+ *  half that does not match, the errors of the fill. A failed call leaves canary mode as
+ *  it was. */
+KVC_API kvc_status kvc_flow_set_canary_swa(kvc_flow *flow, kvc_swa_kv_pool *pool);
 
 /** kvc_flow_alloc_len_per_decode() : SGLang get_alloc_len_per_decode (1 without
  *  speculative decoding); kvc_flow_extra_context_len(): the req_to_token row headroom

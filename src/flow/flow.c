@@ -176,10 +176,18 @@ kvc_status kvc_flow_row_slots(const kvc_flow *f, int32_t row, int64_t start, int
 kvc_status kvc_flow_free_slots(kvc_flow *f, const int64_t *slots, size_t n) {
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (!n) return KVC_OK;
-  if (f->swa) return kvc_swa_allocator_free(f->swa, slots, n, f->stream);
-  if (!f->canary) return kvc_allocator_free(f->alloc, slots, n);
-  KVC_FORWARD(kvc_allocator_free(f->alloc, slots, n)); /* canary mode: refill after a valid free */
-  kvc_status st = kvc__flow_canary_fill(f, slots, n);
+  if (f->swa && !f->canary_swa) return kvc_swa_allocator_free(f->swa, slots, n, f->stream);
+  if (!f->swa && !f->canary) return kvc_allocator_free(f->alloc, slots, n);
+  kvc_status st;
+  if (f->swa) { /* canary mode: the SWA peers before the free zeroes them, refill after it */
+    size_t npeers;
+    KVC_FORWARD(kvc__flow_canary_swa_plan(f, __func__, slots, n, &npeers));
+    KVC_FORWARD(kvc_swa_allocator_free(f->swa, slots, n, f->stream));
+    st = kvc__flow_canary_swa_fill(f, slots, n, npeers, true, f->stream);
+  } else {
+    KVC_FORWARD(kvc_allocator_free(f->alloc, slots, n)); /* canary mode: refill after a valid free */
+    st = kvc__flow_canary_fill(f, slots, n);
+  }
   /* The slots are freed whatever the refill does. Within a release (a cache callback's
    * free included) the step that freed them must count as done, or a retry would free
    * them again: the refill's error is reported once the request is released. */
@@ -250,13 +258,20 @@ kvc_status kvc_flow_free_swa_out_of_window(kvc_flow *f, kvc_req_state *r, int64_
   int64_t threshold = pre_len - f->cfg.sliding_window - (f->cfg.swa_drop_page_margin ? 0 : ps);
   int64_t next = KVC__MAX(evicted, threshold);
   if (ps > 1) next = next / ps * ps;
+  kvc_status st = KVC_OK;
   if (next > evicted) {
+    const size_t m = (size_t)(next - evicted);
+    size_t npeers = 0;
     KVC_FORWARD(kvc_flow_row_slots(f, r->req_row, evicted, next, f->row_slots));
-    KVC_FORWARD(kvc_swa_allocator_free_swa(f->swa, f->row_slots, (size_t)(next - evicted), stream));
+    if (f->canary_swa) KVC_FORWARD(kvc__flow_canary_swa_plan(f, __func__, f->row_slots, m, &npeers));
+    KVC_FORWARD(kvc_swa_allocator_free_swa(f->swa, f->row_slots, m, stream));
+    /* Canary mode: the SWA pages just released (the full slots stay held). The eviction
+     * is done whatever the refill returns, so the request records it first. */
+    if (f->canary_swa) st = kvc__flow_canary_swa_fill(f, f->row_slots, m, npeers, false, stream);
     evicted = next;
   }
   r->swa_evicted_seqlen = evicted;
-  return KVC_OK;
+  return st;
 }
 
 /* Window eviction for every request of a batch that already holds KV. */
@@ -384,7 +399,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
   if (!fits) return out_of_memory(f, __func__, "Prefill", extend_tokens);
 
   int64_t *canary_new = NULL;
-  if (f->canary) {
+  if (f->canary || f->canary_swa) {
     KVC_FORWARD(kvc__flow_canary_reserve(f, __func__, (size_t)extend_tokens));
     canary_new = f->canary_new;
   }
@@ -420,7 +435,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
     r->kv_allocated_len = r->kv_committed_len = r->seq_len;
     r->prefix_slots = NULL; /* the row holds the prefix now */
   }
-  if (canary_new) return kvc_kv_pool_canary_check(f->canary, canary_new, (size_t)extend_tokens, stream);
+  if (canary_new) return kvc__flow_canary_check(f, canary_new, (size_t)extend_tokens, stream);
   return KVC_OK;
 }
 
@@ -458,7 +473,7 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
    * changing anything, so no separate capacity check is needed here. */
   KVC_FORWARD(kvc_flow_evict(f, ps == 1 ? (int64_t)n * token_per_req : (int64_t)n * ps));
   int64_t *canary_new = NULL;
-  if (f->canary) {
+  if (f->canary || f->canary_swa) {
     KVC_FORWARD(kvc__flow_canary_reserve(f, __func__, n * (size_t)token_per_req));
     canary_new = f->canary_new;
   }
@@ -472,7 +487,7 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
     r->seq_len += token_per_req;
     r->kv_allocated_len = r->kv_committed_len = r->seq_len;
   }
-  if (canary_new) return kvc_kv_pool_canary_check(f->canary, canary_new, n * (size_t)token_per_req, stream);
+  if (canary_new) return kvc__flow_canary_check(f, canary_new, n * (size_t)token_per_req, stream);
   return KVC_OK;
 }
 

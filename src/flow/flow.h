@@ -43,6 +43,12 @@ struct kvc_flow {
   kvc_kv_pool *canary;
   int64_t *canary_pages, *canary_new; /* host scratch: rows to refill / new slots to check */
   size_t canary_pages_cap, canary_new_cap;
+  /* SWA flows (kvc_flow_set_canary_swa): the guarded pool (NULL = off) and its halves,
+   * either NULL when that side has no layers. canary and canary_swa are never both set. */
+  kvc_swa_kv_pool *canary_swa;
+  kvc_kv_pool *canary_full_half, *canary_swa_half;
+  int64_t *canary_peers; /* host scratch: SWA slots (released by a free / new in a step) */
+  size_t canary_peers_cap;
 };
 
 /* The bound allocator, whichever kind. */
@@ -61,11 +67,25 @@ kvc_status kvc__flow_check_handle(const kvc_flow *flow, const char *fn);
 kvc_status kvc__chunk_cache_finished(void *self, kvc_flow *flow, kvc_req_state *req, int is_insert);
 kvc_status kvc__chunk_cache_unfinished(void *self, kvc_flow *flow, kvc_req_state *req);
 
-/* flow_canary.c: canary mode hooks (call only when flow->canary is set). */
-/** Refills the rows of every slot of every page touched by freed `slots`. */
+/* flow_canary.c: canary mode hooks (call only when flow->canary or flow->canary_swa is
+ * set, except kvc__flow_canary_free). */
+/** Refills the rows of every slot of every page touched by freed `slots` (flow->canary). */
 kvc_status kvc__flow_canary_fill(kvc_flow *f, const int64_t *slots, size_t n);
-/** Host scratch for the new slots of a step (n entries). */
+/** SWA flows, BEFORE a free of full `slots` (kvc_swa_allocator_free or _free_swa, which
+ *  zero the mapping): records in canary_peers the SWA slots whose pages the free will
+ *  release; *npeers their count. Changes nothing else; slots the free will refuse are
+ *  skipped (it then refills nothing). */
+kvc_status kvc__flow_canary_swa_plan(kvc_flow *f, const char *fn, const int64_t *slots, size_t n, size_t *npeers);
+/** SWA flows, AFTER that free succeeded: refills the released pages, the full pages of
+ *  `slots` in the full half when full_side (kvc_swa_allocator_free; not for free_swa),
+ *  and the pages of the planned SWA slots in the SWA half, on `stream`. */
+kvc_status kvc__flow_canary_swa_fill(kvc_flow *f, const int64_t *slots, size_t n, size_t npeers, bool full_side,
+                                     kvc_stream stream);
+/** Host scratch for the new slots of a step (n entries; SWA: their peers too). */
 kvc_status kvc__flow_canary_reserve(kvc_flow *f, const char *fn, size_t n);
+/** Checks the rows of a step's new (full) slots: flow->canary, or both halves of an SWA
+ *  flow's pool (the SWA half at the slots' peers in the host mapping). */
+kvc_status kvc__flow_canary_check(kvc_flow *f, const int64_t *slots, size_t n, kvc_stream stream);
 /** Frees the canary scratch. */
 void kvc__flow_canary_free(kvc_flow *f);
 
