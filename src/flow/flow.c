@@ -14,6 +14,7 @@
 #include "flow.h"
 #include "../device/context.h"
 #include "../pool/pool.h"
+#include "../pool/swa.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -176,13 +177,13 @@ kvc_status kvc_flow_row_slots(const kvc_flow *f, int32_t row, int64_t start, int
 kvc_status kvc_flow_free_slots(kvc_flow *f, const int64_t *slots, size_t n) {
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (!n) return KVC_OK;
-  if (f->swa && !f->canary_swa) return kvc_swa_allocator_free(f->swa, slots, n, f->stream);
+  if (f->swa && !f->canary_swa) return kvc__swa_allocator_free_evicted(f->swa, slots, n, f->stream);
   if (!f->swa && !f->canary) return kvc_allocator_free(f->alloc, slots, n);
   kvc_status st;
   if (f->swa) { /* canary mode: the SWA peers before the free zeroes them, refill after it */
     size_t npeers;
     KVC_FORWARD(kvc__flow_canary_swa_plan(f, __func__, slots, n, &npeers));
-    KVC_FORWARD(kvc_swa_allocator_free(f->swa, slots, n, f->stream));
+    KVC_FORWARD(kvc__swa_allocator_free_evicted(f->swa, slots, n, f->stream));
     st = kvc__flow_canary_swa_fill(f, slots, n, npeers, true, f->stream);
   } else {
     KVC_FORWARD(kvc_allocator_free(f->alloc, slots, n)); /* canary mode: refill after a valid free */

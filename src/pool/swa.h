@@ -37,6 +37,12 @@ kvc_status kvc__swa_gather(kvc_context *ctx, const kvc__kfunc **kf, const void *
 kvc_status kvc__swa_decode_publish(kvc_swa_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
                                    const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *rows,
                                    uint32_t *payload, int64_t *out_host, kvc_status *audit);
+/** kvc_swa_allocator_free for the flows: full slots of which some, with page size 1, have
+ *  no SWA peer any more because window eviction released it (mapping 0); those release
+ *  only their full side, in the same single transactional call (SGLang's caches split the
+ *  row at swa_evicted_seqlen into free_full and free instead: two calls). Everything else,
+ *  errors included, as kvc_swa_allocator_free. */
+kvc_status kvc__swa_allocator_free_evicted(kvc_swa_allocator *a, const int64_t *slots, size_t n, kvc_stream stream);
 /** What a decode channel over `a` needs: its full allocator and its device mapping (NULL
  *  in ring mode) with the entries the kernel may write. false: not a live SWA allocator
  *  with alloc_decode (pure mode has none). */

@@ -710,16 +710,18 @@ static kvc_status check_full_slots(kvc_swa_allocator *a, const char *fn, const i
 
 /* Plans the SWA half of a free of validated full slots: a->w_buf[0:*nw) the SWA slots to
  * release (call order for ps 1), a->pages[0:*np) the distinct full pages (ps > 1) or
- * slots (ps 1) whose entries are zeroed. Fails (nothing changed) on a missing peer
- * (ps 1) or a peer that is not held. */
-static kvc_status plan_swa_free(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n, int64_t *nw,
-                                int64_t *np) {
+ * slots (ps 1) whose entries are zeroed. Fails (nothing changed) on a peer that is not
+ * held, and with ps 1 on a missing peer unless `unmapped_ok` (the flows' release after
+ * window eviction: those slots release only their full side). */
+static kvc_status plan_swa_free(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n,
+                                bool unmapped_ok, int64_t *nw, int64_t *np) {
   const int64_t ps = a->ps;
   int64_t w_n = 0, p_n = 0;
   kvc_status st = KVC_OK;
   if (ps == 1) {
     for (size_t i = 0; i < n && st == KVC_OK; i++) {
       const int32_t w = a->map[slots[i]];
+      if (w <= 0 && unmapped_ok) continue; /* its entry is 0 already */
       if (w <= 0)
         st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn,
                         "peer mapped: slots[%zu] = %lld has no SWA peer (already SWA-freed; use free_full)", i,
@@ -781,10 +783,10 @@ static kvc_status zero_entries(kvc_swa_allocator *a, int64_t np, kvc_stream stre
 
 /* free_swa of validated slots (not pure, not ring). */
 static kvc_status do_free_swa(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n,
-                              kvc_stream stream) {
+                              bool unmapped_ok, kvc_stream stream) {
   int64_t nw, np;
   KVC_FORWARD(ensure_tok(a, fn, n * (size_t)a->ps));
-  KVC_FORWARD(plan_swa_free(a, fn, slots, n, &nw, &np));
+  KVC_FORWARD(plan_swa_free(a, fn, slots, n, unmapped_ok, &nw, &np));
   KVC_FORWARD(zero_entries(a, np, stream));
   /* Cannot fail: every peer was checked held and listed once. */
   return kvc_allocator_free(a->swa, a->w_buf, (size_t)nw);
@@ -806,7 +808,7 @@ kvc_status kvc_swa_allocator_free_swa(kvc_swa_allocator *a, const int64_t *slots
   if (a->pure) return pure_free(a, __func__, slots, n);
   KVC_FORWARD(check_full_slots(a, __func__, slots, n));
   if (a->ring) return KVC_OK; /* the mapping is never written in ring mode */
-  return finish(a, do_free_swa(a, __func__, slots, n, stream));
+  return finish(a, do_free_swa(a, __func__, slots, n, false, stream));
 }
 
 static kvc_status check_released(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n) {
@@ -833,7 +835,17 @@ kvc_status kvc_swa_allocator_free(kvc_swa_allocator *a, const int64_t *slots, si
   KVC_ARG_NOT_NULL(a->ctx, slots);
   if (a->pure) return pure_free(a, __func__, slots, n);
   KVC_FORWARD(check_full_slots(a, __func__, slots, n));
-  if (!a->ring) KVC_FORWARD(do_free_swa(a, __func__, slots, n, stream));
+  if (!a->ring) KVC_FORWARD(do_free_swa(a, __func__, slots, n, false, stream));
+  return finish(a, kvc_allocator_free(a->full, slots, n));
+}
+
+kvc_status kvc__swa_allocator_free_evicted(kvc_swa_allocator *a, const int64_t *slots, size_t n, kvc_stream stream) {
+  SWA_ENTRY(a);
+  if (!n) return KVC_OK;
+  KVC_ARG_NOT_NULL(a->ctx, slots);
+  if (a->pure) return pure_free(a, "kvc_swa_allocator_free", slots, n);
+  KVC_FORWARD(check_full_slots(a, "kvc_swa_allocator_free", slots, n));
+  if (!a->ring) KVC_FORWARD(do_free_swa(a, "kvc_swa_allocator_free", slots, n, true, stream));
   return finish(a, kvc_allocator_free(a->full, slots, n));
 }
 
@@ -846,7 +858,7 @@ kvc_status kvc_swa_allocator_free_segment(kvc_swa_allocator *a, const int64_t *s
   KVC_RETURN_IF(start_pos < 0 || start_pos % a->ps != 0, a->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "start_pos %lld is not page-aligned", (long long)start_pos);
   KVC_FORWARD(check_full_slots(a, __func__, slots, n));
-  if (!a->ring) KVC_FORWARD(do_free_swa(a, __func__, slots, n, stream));
+  if (!a->ring) KVC_FORWARD(do_free_swa(a, __func__, slots, n, false, stream));
   return finish(a, kvc_allocator_free_segment(a->full, slots, n, start_pos));
 }
 

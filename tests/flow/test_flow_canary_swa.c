@@ -11,9 +11,9 @@
 
 #include "core/fault.h"
 
-/* KNOWN_PS1: at page size 1, kvc_swa_allocator_free refuses a full slot whose SWA peer
- * was already freed ("peer mapped"), so a flow cannot release a request after window
- * eviction; those tests stop before such a release (not a canary matter). */
+/* At page size 1, releasing a request after window eviction frees full slots whose SWA
+ * peers are gone; the flows free those through kvc__swa_allocator_free_evicted (their
+ * full side only), which the release steps below exercise. */
 #define ROW_BYTES 16 /* 1 head x 8 bf16 values, K and V alike, both halves */
 #define KV_ROWS 1024 /* staging rows for set_kv */
 
@@ -199,7 +199,7 @@ static kvc_status free_rows_marked(world *w, kvc_req_state *const *live, size_t 
  * tokens go through 64 slots), take a two-token step, write KV at every new slot on both
  * halves; one is released and a third request takes every slot left, so the freed full
  * and SWA rows are handed out again: every check passes, and every row not in use holds
- * the marker. (Page size 1 stops before the release: KNOWN_PS1.) */
+ * the marker. */
 static void steps_pass(int32_t ps, bool channel) {
   world w;
   world_make(&w, ps, 256, 64, 8, channel, 2, 2);
@@ -218,10 +218,6 @@ static void steps_pass(int32_t ps, bool channel) {
   kvc_req_state *live[] = {&a, &b};
   KVT_OK(kvc_flow_check(w.flow, live, 2));
   KVT_OK(free_rows_marked(&w, live, 2)); /* the window-evicted SWA rows were refilled */
-  if (ps == 1) { /* a request SWA-evicted at page size 1 cannot be released (KNOWN_PS1) */
-    world_free(&w);
-    return;
-  }
   kvc_req_state *one[] = {&a};
   KVT_OK(kvc_flow_release(w.flow, one, 1, 1, NULL));
   kvc_req_state c = req0(kvc_swa_allocator_available_size(w.swa));
@@ -290,10 +286,8 @@ static void window_use_after_free(int32_t ps, bool channel) {
     fail_msg("ps %d: message \"%s\", expected it to begin with \"%s\"", ps, kvc_last_error(kvt_ctx), want);
   kvc_req_state *live[] = {&a};
   KVT_OK(kvc_flow_check(w.flow, live, 1));
-  if (ps > 1) { /* KNOWN_PS1 */
-    KVT_OK(kvc_flow_release(w.flow, one, 1, 1, NULL));
-    KVT_OK(kvc_flow_check(w.flow, NULL, 0));
-  }
+  KVT_OK(kvc_flow_release(w.flow, one, 1, 1, NULL));
+  KVT_OK(kvc_flow_check(w.flow, NULL, 0));
   world_free(&w);
 }
 
@@ -473,10 +467,8 @@ static void refill_spares_live_rows(int32_t ps) {
   kvc_req_state *live[] = {&a, &b};
   KVT_OK(kvc_flow_check(w.flow, live, 2));
   KVT_OK(free_rows_marked(&w, live, 2));
-  if (ps > 1) { /* KNOWN_PS1 */
-    KVT_OK(kvc_flow_release(w.flow, both, 2, 1, NULL));
-    KVT_OK(all_rows_marked(&w));
-  }
+  KVT_OK(kvc_flow_release(w.flow, both, 2, 1, NULL));
+  KVT_OK(all_rows_marked(&w));
   world_free(&w);
 }
 
