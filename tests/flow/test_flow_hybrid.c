@@ -44,17 +44,17 @@ static void make_req_pool(flow_world *w, int32_t rows, int32_t width) {
   KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rc, &w->pool));
 }
 
-/* A 4-row request pool, an SWA allocator (256 full / 64 SWA slots, page 4) and a flow
+/* A 4-row request pool, an SWA allocator (256 full / 64 SWA slots, page ps) and a flow
  * with an 8-token window: the setting of both window-eviction tests. */
-static void swa_world_make(flow_world *w) {
+static void swa_world_make(flow_world *w, int32_t ps) {
   make_req_pool(w, 4, 256);
   kvc_swa_allocator_config sc = KVC_SWA_ALLOCATOR_CONFIG_INIT;
   sc.size_full = 256;
   sc.size_swa = 64;
-  sc.page_size = 4;
+  sc.page_size = ps;
   KVT_OK(kvc_swa_allocator_create(kvt_ctx, &sc, &w->swa));
   kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
-  fc.page_size = 4;
+  fc.page_size = ps;
   fc.req_pool = w->pool;
   fc.swa_allocator = w->swa;
   fc.sliding_window = 8;
@@ -62,44 +62,48 @@ static void swa_world_make(flow_world *w) {
   w->out = kvt_dev_alloc(1024 * 8);
 }
 
+/* Page 4, then page 1: at page size 1 the release frees full slots whose SWA peers the
+ * window eviction already released (only their full side goes back). */
 static void test_swa_window_eviction_during_decode(void **state) {
   (void)state;
-  flow_world w;
-  swa_world_make(&w);
-  const int64_t swa0 = kvc_swa_allocator_swa_available_size(w.swa);
-  const int64_t full0 = kvc_swa_allocator_full_available_size(w.swa);
-  kvc_req_state a = req0(40);
-  kvc_req_state *one[] = {&a};
-  KVT_OK(kvc_flow_alloc_for_extend(w.flow, one, 1, w.out, NULL));
-  assert_int_equal(kvc_swa_allocator_swa_available_size(w.swa), swa0 - 40);
-  /* Decode 40 more tokens: the SWA side stays bounded by window + margin + a page,
-   * while the full side grows with the sequence. */
-  int64_t max_swa_used = 0;
-  for (int i = 0; i < 40; i++) {
-    KVT_OK(kvc_flow_alloc_for_decode(w.flow, one, 1, 1, w.out, NULL));
-    int64_t used = swa0 - kvc_swa_allocator_swa_available_size(w.swa);
-    if (i > 2 && used > max_swa_used) max_swa_used = used;
+  for (int32_t ps = 4; ps >= 1; ps -= 3) {
+    flow_world w;
+    swa_world_make(&w, ps);
+    const int64_t swa0 = kvc_swa_allocator_swa_available_size(w.swa);
+    const int64_t full0 = kvc_swa_allocator_full_available_size(w.swa);
+    kvc_req_state a = req0(40);
+    kvc_req_state *one[] = {&a};
+    KVT_OK(kvc_flow_alloc_for_extend(w.flow, one, 1, w.out, NULL));
+    assert_int_equal(kvc_swa_allocator_swa_available_size(w.swa), swa0 - 40);
+    /* Decode 40 more tokens: the SWA side stays bounded by window + margin + a page,
+     * while the full side grows with the sequence. */
+    int64_t max_swa_used = 0;
+    for (int i = 0; i < 40; i++) {
+      KVT_OK(kvc_flow_alloc_for_decode(w.flow, one, 1, 1, w.out, NULL));
+      int64_t used = swa0 - kvc_swa_allocator_swa_available_size(w.swa);
+      if (i > 2 && used > max_swa_used) max_swa_used = used;
+    }
+    assert_int_equal(a.seq_len, 80);
+    assert_true(a.swa_evicted_seqlen > 0);
+    assert_int_equal(a.swa_evicted_seqlen % ps, 0);
+    /* evicted = floor_page(pre_len - window - page) at the last decode (pre_len 79). */
+    assert_int_equal(a.swa_evicted_seqlen, (79 - 8 - ps) / ps * ps);
+    assert_true(max_swa_used <= 8 + ps + 2 * ps);
+    assert_int_equal(kvc_swa_allocator_full_available_size(w.swa), full0 - 80);
+    /* Mapping of evicted slots is cleared; the recent ones still have peers. */
+    const int32_t *map = kvc_swa_allocator_mapping_host(w.swa);
+    const int32_t *row = kvc_req_to_token_pool_row(w.pool, a.req_row);
+    assert_int_equal(map[row[0]], 0);
+    assert_true(map[row[79]] > 0);
+    KVT_OK(kvc_swa_allocator_check(w.swa));
+    kvc_req_state *live[] = {&a};
+    KVT_OK(kvc_flow_check(w.flow, live, 1));
+    KVT_OK(kvc_flow_release(w.flow, one, 1, 1, NULL));
+    assert_int_equal(kvc_swa_allocator_swa_available_size(w.swa), swa0);
+    assert_int_equal(kvc_swa_allocator_full_available_size(w.swa), full0);
+    KVT_OK(kvc_swa_allocator_check(w.swa));
+    flow_world_free(&w);
   }
-  assert_int_equal(a.seq_len, 80);
-  assert_true(a.swa_evicted_seqlen > 0);
-  assert_int_equal(a.swa_evicted_seqlen % 4, 0);
-  /* evicted = floor_page(pre_len - window - page) at the last decode (pre_len 79). */
-  assert_int_equal(a.swa_evicted_seqlen, (79 - 8 - 4) / 4 * 4);
-  assert_true(max_swa_used <= 8 + 4 + 2 * 4);
-  assert_int_equal(kvc_swa_allocator_full_available_size(w.swa), full0 - 80);
-  /* Mapping of evicted slots is cleared; the recent ones still have peers. */
-  const int32_t *map = kvc_swa_allocator_mapping_host(w.swa);
-  const int32_t *row = kvc_req_to_token_pool_row(w.pool, a.req_row);
-  assert_int_equal(map[row[0]], 0);
-  assert_true(map[row[79]] > 0);
-  KVT_OK(kvc_swa_allocator_check(w.swa));
-  kvc_req_state *live[] = {&a};
-  KVT_OK(kvc_flow_check(w.flow, live, 1));
-  KVT_OK(kvc_flow_release(w.flow, one, 1, 1, NULL));
-  assert_int_equal(kvc_swa_allocator_swa_available_size(w.swa), swa0);
-  assert_int_equal(kvc_swa_allocator_full_available_size(w.swa), full0);
-  KVT_OK(kvc_swa_allocator_check(w.swa));
-  flow_world_free(&w);
 }
 
 /* The same window eviction with decode steps published through an SWA decode channel and
@@ -108,7 +112,7 @@ static void test_swa_window_eviction_during_decode(void **state) {
 static void test_swa_window_eviction_through_a_channel(void **state) {
   (void)state;
   flow_world w;
-  swa_world_make(&w);
+  swa_world_make(&w, 4);
   kvc_decode_channel *ch;
   KVT_OK(kvc_decode_channel_create_swa(w.swa, w.pool, 4, 64, w.out, &ch)); /* 40 steps never BUSY */
   KVT_OK(kvc_flow_set_decode_channel(w.flow, ch));
