@@ -499,10 +499,11 @@ static void test_out_of_slots_changes_nothing(void **state) {
   kvc_allocator_destroy(a);
 }
 
-/* Batches large enough to go through the staging buffer instead of inline params. */
-static void test_large_batches_staged(void **state) {
-  (void)state;
-  const int n = 600;
+/* Planned launches at every payload size (src/ops/plan.c): decode payloads of 3 words per
+ * request land in each parameter-block capacity in turn (n = 300: 900 words, the 4 KB
+ * block; 600: the 8 KB block; 2000: the 32 KB block; 3000: 9000 words, staged), and every
+ * extend here is staged. Device out_cache_loc and table rows must equal the host's. */
+static void large_batch(int n) {
   kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 400000, 1, 0);
   kvc_req_to_token_pool *p = kvt_req_pool(n, 64);
   int32_t *rows = calloc((size_t)n, sizeof *rows);
@@ -536,6 +537,12 @@ static void test_large_batches_staged(void **state) {
   free(rows);
   kvc_req_to_token_pool_destroy(p);
   kvc_allocator_destroy(a);
+}
+
+static void test_large_batches_every_payload_size(void **state) {
+  (void)state;
+  const int sizes[4] = {300, 600, 2000, 3000};
+  for (int k = 0; k < 4; k++) large_batch(sizes[k]);
 }
 
 /* --- Free orders ------------------------------------------------------------------- */
@@ -715,7 +722,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_backup_restore),
     cmocka_unit_test(test_misuse_changes_nothing),
     cmocka_unit_test(test_out_of_slots_changes_nothing),
-    cmocka_unit_test(test_large_batches_staged),
+    cmocka_unit_test(test_large_batches_every_payload_size),
     cmocka_unit_test(test_free_orders_sorted_unique),
 };
 KVT_MAIN("allocator", tests)
