@@ -25,34 +25,18 @@
 #include "bench_util.h"
 #include "ops/ops.h" /* internal: the empty-launch baseline */
 
+#define CHECK(call) KVB_CHECK(ctx, call)
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define CHECK(x)                                                                                   \
-  do {                                                                                             \
-    kvc_status st_ = (x);                                                                          \
-    if (st_ != KVC_OK) {                                                                           \
-      fprintf(stderr, "%s:%d %s -> %s: %s\n", __FILE__, __LINE__, #x, kvc_status_name(st_),       \
-              kvc_last_error(ctx));                                                                \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  qsort(v, (size_t)n, sizeof *v, kvb_cmp_double);
   return v[n / 2];
 }
 
@@ -183,9 +167,9 @@ static double host_us_per_call(op_ctx *o, int calls) {
   run_op(o, 0); /* resolves the kernel */
   for (int b = 0; b < BATCHES; b++) {
     CHECK(kvc_stream_synchronize(ctx, o->stream));
-    double t0 = now();
+    double t0 = kvb_now_s();
     for (int i = 0; i < calls; i++) run_op(o, i);
-    t[b] = (now() - t0) / calls;
+    t[b] = (kvb_now_s() - t0) / calls;
   }
   CHECK(kvc_stream_synchronize(ctx, o->stream));
   return median(t, BATCHES) * 1e6;
@@ -208,10 +192,10 @@ static double graph_us_per_set_kv(op_ctx *o, const kvb_cuda *cu, kvc_stream stre
   double t[BATCHES];
   for (int b = 0; b < BATCHES; b++) {
     CHECK(kvc_stream_synchronize(ctx, stream));
-    const double t0 = now();
+    const double t0 = kvb_now_s();
     for (int r = 0; r < 20; r++)
       if (cu->graph_launch(exec, stream)) return -1;
-    t[b] = (now() - t0) / (20.0 * GRAPH_CALLS);
+    t[b] = (kvb_now_s() - t0) / (20.0 * GRAPH_CALLS);
   }
   CHECK(kvc_stream_synchronize(ctx, stream));
   if (cu->exec_destroy(exec) || cu->graph_destroy(graph)) return -1;
@@ -224,10 +208,10 @@ static double time_op(op_ctx *o, int reps) {
   for (int i = 0; i < 3; i++) run_op(o, i); /* warm-up (compiles) */
   CHECK(kvc_stream_synchronize(ctx, NULL));
   for (int b = 0; b < BATCHES; b++) {
-    double t0 = now();
+    double t0 = kvb_now_s();
     for (int i = 0; i < reps; i++) run_op(o, i);
     CHECK(kvc_stream_synchronize(ctx, NULL));
-    t[b] = (now() - t0) / reps;
+    t[b] = (kvb_now_s() - t0) / reps;
   }
   return median(t, BATCHES);
 }

@@ -12,27 +12,16 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kvcache.h"
+#include "bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
-#define CHECK(expr)                                                                         \
-  do {                                                                                      \
-    kvc_status st_ = (expr);                                                                \
-    if (st_ != KVC_OK) {                                                                    \
-      fprintf(stderr, "%s:%d %s -> %s: %s\n", __FILE__, __LINE__, #expr, kvc_status_name(st_), \
-              kvc_last_error(ctx));                                                         \
-      exit(1);                                                                              \
-    }                                                                                       \
-  } while (0)
+
+#define CHECK(call) KVB_CHECK(ctx, call)
 
 typedef enum { OP_ZERO, OP_COPY, OP_COPY_OVERLAP, OP_D2D } op_kind;
 static const char *op_name[] = {"zero", "fork_copy", "copy_overlap", "d2d_same_bytes"};
@@ -52,22 +41,18 @@ static void run_op(op_kind op, size_t n) {
   }
 }
 
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static double time_op(op_kind op, size_t n, int reps) {
   run_op(op, n);
   CHECK(kvc_stream_synchronize(ctx, NULL));
   double t[7];
   for (int k = 0; k < 7; k++) {
-    double t0 = now();
+    double t0 = kvb_now_s();
     for (int r = 0; r < reps; r++) run_op(op, n);
     CHECK(kvc_stream_synchronize(ctx, NULL));
-    t[k] = (now() - t0) / reps;
+    t[k] = (kvb_now_s() - t0) / reps;
   }
-  qsort(t, 7, sizeof t[0], cmp_d);
+  qsort(t, 7, sizeof t[0], kvb_cmp_double);
   return t[3];
 }
 

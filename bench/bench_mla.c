@@ -20,28 +20,16 @@
 #include <time.h>
 
 #include "kvcache.h"
+#include "bench_util.h"
 
 static kvc_context *ctx;
 static FILE *csv;
 static int reps = 9, quick;
 
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    kvc_status st_ = (call);                                                                     \
-    if (st_ != KVC_OK) {                                                                         \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, kvc_status_name(st_), \
-              kvc_last_error(ctx));                                                              \
-      exit(1);                                                                                   \
-    }                                                                                            \
-  } while (0)
 
+#define CHECK(call) KVB_CHECK(ctx, call)
 #define ROT 4
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmpd(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -93,10 +81,10 @@ static double time_op(op_fn fn, void *state, int launches) {
   double t[32];
   for (int r = 0; r < reps; r++) {
     CHECK(kvc_stream_synchronize(ctx, NULL));
-    double t0 = now_s();
+    double t0 = kvb_now_s();
     for (int k = 0; k < launches; k++) fn(state, k);
     CHECK(kvc_stream_synchronize(ctx, NULL));
-    t[r] = (now_s() - t0) / launches;
+    t[r] = (kvb_now_s() - t0) / launches;
   }
   qsort(t, (size_t)reps, sizeof *t, cmpd);
   return t[reps / 2];

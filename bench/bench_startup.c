@@ -7,6 +7,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kvcache.h"
+#include "bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,30 +15,25 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int run(const char *dir, const char *label, FILE *csv) {
   kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
   cfg.cache_dir = dir;
   kvc_context *ctx;
-  double t0 = now();
+  double t0 = kvb_now_s();
   if (kvc_context_create(&cfg, &ctx) != KVC_OK) {
     fprintf(stderr, "context: %s\n", kvc_last_error(NULL));
     return 1;
   }
-  double t1 = now();
+  double t1 = kvb_now_s();
   if (kvc_context_precompile(ctx) != KVC_OK) {
     fprintf(stderr, "precompile: %s\n", kvc_last_error(ctx));
     return 1;
   }
-  double t2 = now();
+  double t2 = kvb_now_s();
   /* hot: the same lookups again */
   if (kvc_context_precompile(ctx) != KVC_OK) return 1;
-  double t3 = now();
+  double t3 = kvb_now_s();
   kvc_kernel_cache_stats st;
   kvc_context_kernel_cache_stats(ctx, &st);
   kvc_device_info info;

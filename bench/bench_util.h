@@ -30,6 +30,8 @@ static inline double kvb_now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
+static inline double kvb_now_s(void) { return kvb_now_us() * 1e-6; }
+
 static inline int kvb_cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
