@@ -32,12 +32,7 @@ static void audit(kvc_allocator *a, kvc_req_to_token_pool *rp) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (!g_ctx) {
-    kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
-    cfg.backend = KVC_BACKEND_HOST;
-    if (kvc_context_create(&cfg, &g_ctx) != KVC_OK) abort();
-    if (kvc_memory_alloc(g_ctx, 4 * MAXN * 8, (void **)&g_dout) != KVC_OK) abort();
-  }
+  fz_host_context(&g_ctx, &g_dout, 4 * MAXN * 8);
   fz f = {data, size};
   const uint8_t geo = fz_u8(&f);
   kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;

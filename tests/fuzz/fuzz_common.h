@@ -13,6 +13,15 @@
 
 #include "kvcache.h"
 
+/* The harnesses' process-lifetime host-backend context and `bytes` of device output
+ * (created on the first input, kept across inputs); aborts when either fails. */
+static inline void fz_host_context(kvc_context **ctx, int64_t **dout, size_t bytes) {
+  if (*ctx) return;
+  kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
+  cfg.backend = KVC_BACKEND_HOST;
+  if (kvc_context_create(&cfg, ctx) != KVC_OK || kvc_memory_alloc(*ctx, bytes, (void **)dout) != KVC_OK) abort();
+}
+
 typedef struct fz {
   const uint8_t *p;
   size_t n;

@@ -19,12 +19,7 @@ static int64_t *g_dout;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (!g_ctx) {
-    kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
-    cfg.backend = KVC_BACKEND_HOST;
-    if (kvc_context_create(&cfg, &g_ctx) != KVC_OK) abort();
-    if (kvc_memory_alloc(g_ctx, 8 * NREQ * WIDTH * 8, (void **)&g_dout) != KVC_OK) abort();
-  }
+  fz_host_context(&g_ctx, &g_dout, 8 * NREQ * WIDTH * 8);
   fz f = {data, size};
   const uint8_t geo = fz_u8(&f);
   const int32_t ps = (geo & 1) ? 4 : 1;

@@ -147,10 +147,7 @@ static void check(const world *w, int full) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
-  cfg.backend = KVC_BACKEND_HOST;
-  if (!g_ctx && (kvc_context_create(&cfg, &g_ctx) || kvc_memory_alloc(g_ctx, 8 * NREQ * WIDTH * 8, (void **)&g_dout)))
-    abort();
+  fz_host_context(&g_ctx, &g_dout, 8 * NREQ * WIDTH * 8);
   fz f = {data, size};
   const uint8_t geo = fz_u8(&f), geo2 = fz_u8(&f);
   static world w;
