@@ -47,6 +47,41 @@ static void report(const char *name, const char *variant, int batch, int ps, dou
   kvb_report(csv, name, variant, batch, ps, t, n);
 }
 
+/* The decode benchmarks' setting: bs request rows of 1024 tokens and a paged allocator
+ * with room for them; each row holds a prompt of 100-499 tokens, so that about 1 in ps
+ * requests opens a page per decode step. The caller prefills the rows (seq) itself. */
+typedef struct decode_world {
+  kvc_req_to_token_pool *pool;
+  kvc_allocator *a;
+  int32_t *rows;
+  int64_t *pre, *seq;
+} decode_world;
+
+static decode_world decode_world_make(int bs, int ps) {
+  decode_world w;
+  kvc_req_to_token_pool_config pc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  pc.size = bs;
+  pc.max_context_len = 1024;
+  CHECK(kvc_req_to_token_pool_create(ctx, &pc, &w.pool));
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = KVC_ALLOCATOR_PAGED;
+  ac.page_size = ps;
+  ac.size = (int64_t)bs * 1024 + 64 * ps;
+  CHECK(kvc_allocator_create(ctx, &ac, &w.a));
+  w.rows = calloc((size_t)bs, 4);
+  w.pre = calloc((size_t)bs, 8);
+  w.seq = calloc((size_t)bs, 8);
+  CHECK(kvc_req_to_token_pool_alloc(w.pool, (size_t)bs, w.rows));
+  for (int i = 0; i < bs; i++) w.seq[i] = 100 + (i * 37) % 400;
+  return w;
+}
+
+static void decode_world_free(decode_world *w) {
+  free(w->rows), free(w->pre), free(w->seq);
+  kvc_allocator_destroy(w->a);
+  kvc_req_to_token_pool_destroy(w->pool);
+}
+
 /* --- decode channel: GPU time of its kernel ---------------------------------------- */
 
 /* GPU microseconds per execution of the channel's kernel, as a graph replay runs it: 64
@@ -57,23 +92,13 @@ static void bench_channel_gpu(int bs, int ps) {
   kvb_cuda cu;
   if (kvc_context_backend(ctx) != KVC_BACKEND_CUDA || !kvb_cuda_load(&cu)) return;
   enum { N = 64 };
-  kvc_req_to_token_pool_config pc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  pc.size = bs;
-  pc.max_context_len = 1024;
-  kvc_req_to_token_pool *pool;
-  CHECK(kvc_req_to_token_pool_create(ctx, &pc, &pool));
-  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
-  ac.kind = KVC_ALLOCATOR_PAGED;
-  ac.page_size = ps;
-  ac.size = (int64_t)bs * 1024 + 64 * ps;
-  kvc_allocator *a;
-  CHECK(kvc_allocator_create(ctx, &ac, &a));
-  int32_t *rows = calloc((size_t)bs, 4);
-  int64_t *pre = calloc((size_t)bs, 8), *seq = calloc((size_t)bs, 8);
+  decode_world w = decode_world_make(bs, ps);
+  kvc_req_to_token_pool *pool = w.pool;
+  kvc_allocator *a = w.a;
+  int32_t *rows = w.rows;
+  int64_t *pre = w.pre, *seq = w.seq;
   int64_t *dev_out;
   CHECK(kvc_memory_alloc(ctx, (size_t)bs * 8, (void **)&dev_out));
-  CHECK(kvc_req_to_token_pool_alloc(pool, (size_t)bs, rows));
-  for (int i = 0; i < bs; i++) seq[i] = 100 + (i * 37) % 400;
   CHECK(kvc_allocator_alloc_extend(a, (size_t)bs, pre, seq, NULL, pool, rows, NULL, NULL, NULL, NULL));
   kvc_decode_channel *ch;
   CHECK(kvc_decode_channel_create(a, pool, (size_t)bs, N, dev_out, &ch));
@@ -103,30 +128,17 @@ static void bench_channel_gpu(int bs, int ps) {
             cu.stream_destroy(stream));
   kvc_decode_channel_destroy(ch);
   kvc_memory_free(ctx, dev_out);
-  free(rows), free(pre), free(seq);
-  kvc_allocator_destroy(a);
-  kvc_req_to_token_pool_destroy(pool);
+  decode_world_free(&w);
 }
 
 /* --- decode ------------------------------------------------------------------------- */
 
 static void bench_decode(int bs, int ps) {
-  kvc_req_to_token_pool_config pc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  pc.size = bs;
-  pc.max_context_len = 1024;
-  kvc_req_to_token_pool *pool;
-  CHECK(kvc_req_to_token_pool_create(ctx, &pc, &pool));
-  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
-  ac.kind = KVC_ALLOCATOR_PAGED;
-  ac.page_size = ps;
-  ac.size = (int64_t)bs * 1024 + 64 * ps;
-  kvc_allocator *a;
-  CHECK(kvc_allocator_create(ctx, &ac, &a));
-  int32_t *rows = calloc((size_t)bs, 4);
-  int64_t *pre = calloc((size_t)bs, 8), *seq = calloc((size_t)bs, 8), *out = calloc((size_t)bs, 8);
-  CHECK(kvc_req_to_token_pool_alloc(pool, (size_t)bs, rows));
-  /* Prompts of varied lengths so that about 1 in ps requests opens a page per step. */
-  for (int i = 0; i < bs; i++) seq[i] = 100 + (i * 37) % 400;
+  decode_world w = decode_world_make(bs, ps);
+  kvc_req_to_token_pool *pool = w.pool;
+  kvc_allocator *a = w.a;
+  int32_t *rows = w.rows;
+  int64_t *pre = w.pre, *seq = w.seq, *out = calloc((size_t)bs, 8);
   int64_t total = 0;
   for (int i = 0; i < bs; i++) total += seq[i];
   int64_t *tmp = malloc((size_t)total * 8), *dev_out, *dev_rows, *dev_pre, *dev_seq, *dev_loc;
@@ -197,12 +209,8 @@ static void bench_decode(int bs, int ps) {
   free(rows64);
   free(last);
   free(tmp);
-  free(rows);
-  free(pre);
-  free(seq);
   free(out);
-  kvc_allocator_destroy(a);
-  kvc_req_to_token_pool_destroy(pool);
+  decode_world_free(&w);
 }
 
 /* --- extend ------------------------------------------------------------------------- */
