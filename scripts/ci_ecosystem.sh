@@ -37,4 +37,7 @@ echo "== API docs (doxygen, warnings are errors)"
 echo "== Python binding (pytest, host backend) + SGLang-style demo"
 BUILD_DIR=$build ./scripts/test_python.sh
 
+echo "== Python binding against an ASan build of the library (buffer checks)"
+ASAN_BUILD_DIR=$build-asan ./scripts/test_python_asan.sh
+
 echo "ECOSYSTEM CI OK"

@@ -15,11 +15,12 @@ Lifetime: objects hold references to what they depend on (a pool to its context,
 flow to its pools, a DLPack view to its pool), and ``close()`` (or leaving a ``with``
 block) destroys the C object as soon as nothing alive depends on it any more.
 """
+import array
 import ctypes
 import threading
 from ctypes import byref, c_int, c_int32, c_int64, c_size_t, c_void_p
 
-from . import _dlpack, _ffi
+from . import _buf, _dlpack, _ffi
 from ._ffi import lib
 
 __all__ = [
@@ -27,7 +28,7 @@ __all__ = [
     "KvcacheError", "InvalidArgument", "OutOfSlots", "HostOOM", "DeviceOOM", "CudaError",
     "NvrtcError", "NoDevice", "Unsupported", "Misuse", "VersionError", "InternalError",
     "KvcIOError", "Busy", "Context", "DeviceBuffer", "ReqToTokenPool", "Allocator", "KVPool",
-    "Tensor", "ReqState", "Flow", "SessionCache", "DecodeChannel", "live_exports",
+    "Tensor", "ReqState", "RequestBatch", "Flow", "SessionCache", "DecodeChannel", "live_exports",
     "REQ_CHUNKED", "REQ_SKIP_CACHE_INSERT",
 ]
 
@@ -163,61 +164,76 @@ def _dtype_code(d):
         raise InvalidArgument(1, "unsupported dtype %r" % (d,)) from None
 
 
-def _array_dtype(x):
-    dt = getattr(x, "dtype", None)
-    if dt is None:
-        iface = getattr(x, "__cuda_array_interface__", None) or getattr(x, "__array_interface__", None)
-        if iface:
-            return {"<i4": 7, "<i8": 8, "<f4": 1, "<f2": 2, "|u1": 6}.get(iface["typestr"])
-        return None
-    return _dtype_code(dt)
-
-
 def _ptr(x):
-    """Address of a device/host vector (see the module docstring). None -> None."""
-    if x is None:
-        return None
-    if isinstance(x, int):
+    """Address of a vector for the few calls that take one unchecked (a raw int, or any
+    buffer form of _buf.describe). None -> None."""
+    if x is None or isinstance(x, int):
         return x
-    if isinstance(x, (DeviceBuffer, Tensor)):
-        return x.ptr
-    if hasattr(x, "data_ptr"):  # torch
-        if hasattr(x, "is_contiguous") and not x.is_contiguous():
-            raise InvalidArgument(1, "tensor must be contiguous")
-        return x.data_ptr()
-    iface = getattr(x, "__cuda_array_interface__", None) or getattr(x, "__array_interface__", None)
-    if iface is not None:
-        if iface.get("strides") is not None and hasattr(x, "flags") and not x.flags["C_CONTIGUOUS"]:
-            raise InvalidArgument(1, "array must be C-contiguous")
-        return iface["data"][0]
-    if isinstance(x, ctypes.Array):
-        return ctypes.addressof(x)
-    raise TypeError("cannot take a pointer of %r" % type(x))
+    v = _buf_call("argument", _buf.describe, x)
+    return v.ptr
 
 
-def _len(x, n):
-    if n is not None:
-        return int(n)
-    if x is None:
-        return 0
-    if isinstance(x, int):
-        raise TypeError("n is required with a raw pointer")
-    if hasattr(x, "numel"):
-        return int(x.numel())
-    if hasattr(x, "size") and not callable(x.size):
-        return int(x.size)
-    return len(x)
+def _buf_call(name, fn, *args, **kw):
+    """Runs a _buf check; a mismatch becomes InvalidArgument naming the argument."""
+    try:
+        return fn(*args, **kw)
+    except _buf.BufferArgError as e:
+        raise InvalidArgument(1, "%s %s" % (name, e)) from None
 
 
 def _index_type(x, explicit):
     if explicit is not None:
         return _INDEX[explicit] if isinstance(explicit, str) else int(explicit)
-    code = _array_dtype(x)
+    v = None if isinstance(x, int) else _buf_call("loc", _buf.describe, x)
+    code = None if v is None else v.dtype
     if code == 7:
         return 0
     if code == 8 or code is None:
         return 1
     raise InvalidArgument(1, "index vectors must be int32 or int64")
+
+
+def _backend(ctx):
+    b = getattr(ctx, "_backend_name", None)
+    if b is None:
+        b = ctx._backend_name = ctx.backend
+    return b
+
+
+def _in(ctx, name, x, n=None, dtypes=(8,), where="host"):
+    """(ptr, count, keep) of an input vector (see _buf.vec_in)."""
+    ints = dtypes[0] if dtypes[0] in (7, 8) else 8
+    ptr, count, _, keep = _buf_call(name, _buf.vec_in, x, n, dtypes, where, _backend(ctx), ints)
+    return ptr, count, keep
+
+
+def _idx_in(ctx, name, x, n=None, loc_type=None):
+    """(ptr, count, kvc_index_type, keep) of a device index vector (int32 or int64)."""
+    if x is None:
+        return None, 0, 1, None
+    if isinstance(x, int):
+        if n is None:
+            raise InvalidArgument(1, "%s: n is required with a raw address" % name)
+        return x, int(n), _index_type(x, loc_type), None
+    want = (_INDEX[loc_type] if isinstance(loc_type, str) else loc_type) if loc_type is not None \
+        else None
+    dtypes = (7,) if want == 0 else (8,) if want == 1 else (8, 7)
+    ptr, count, dt, keep = _buf_call(name, _buf.vec_in, x, n, dtypes, "device", _backend(ctx),
+                                     dtypes[0])
+    return ptr, count, (0 if dt == 7 else 1), keep
+
+
+def _out(ctx, name, x, n, dtype=8, where="host"):
+    """Address of an output vector with room for n elements of dtype (see _buf.vec_out)."""
+    if x is None:
+        return None
+    return _buf_call(name, _buf.vec_out, x, n, dtype, where, _backend(ctx))[0]
+
+
+def _bytes(ctx, name, x, nbytes, where="device", writable=False):
+    if x is None:
+        return None, None
+    return _buf_call(name, _buf.bytes_in, x, nbytes, where, _backend(ctx), writable)
 
 
 def _stream(s):
@@ -230,16 +246,6 @@ def _stream(s):
     if h is None:
         raise TypeError("stream must be None, an int handle or have .cuda_stream")
     return int(h) or None
-
-
-def _i64_array(values):
-    values = list(values)
-    return (c_int64 * max(len(values), 1))(*values), len(values)
-
-
-def _i32_array(values):
-    values = list(values)
-    return (c_int32 * max(len(values), 1))(*values), len(values)
 
 
 # --- Handle base ----------------------------------------------------------------------------
@@ -384,16 +390,24 @@ class Context(_Handle):
         return buf
 
     def memcpy_h2d(self, dst, src, nbytes, stream=None):
-        self._check(lib.kvc_memcpy_h2d(self.handle, _ptr(dst), _ptr(src), nbytes, _stream(stream)))
+        """nbytes from host `src` to device `dst` (both checked for nbytes)."""
+        d, _ = _bytes(self, "dst", dst, nbytes, "device", writable=True)
+        s_, keep = _bytes(self, "src", src, nbytes, "host")
+        self._check(lib.kvc_memcpy_h2d(self.handle, d, s_, nbytes, _stream(stream)))
 
     def memcpy_d2h(self, dst, src, nbytes, stream=None):
-        self._check(lib.kvc_memcpy_d2h(self.handle, _ptr(dst), _ptr(src), nbytes, _stream(stream)))
+        d, _ = _bytes(self, "dst", dst, nbytes, "host", writable=True)
+        s_, _ = _bytes(self, "src", src, nbytes, "device")
+        self._check(lib.kvc_memcpy_d2h(self.handle, d, s_, nbytes, _stream(stream)))
 
     def memcpy_d2d(self, dst, src, nbytes, stream=None):
-        self._check(lib.kvc_memcpy_d2d(self.handle, _ptr(dst), _ptr(src), nbytes, _stream(stream)))
+        d, _ = _bytes(self, "dst", dst, nbytes, "device", writable=True)
+        s_, _ = _bytes(self, "src", src, nbytes, "device")
+        self._check(lib.kvc_memcpy_d2d(self.handle, d, s_, nbytes, _stream(stream)))
 
     def memset(self, dst, value, nbytes, stream=None):
-        self._check(lib.kvc_memset_d8(self.handle, _ptr(dst), value, nbytes, _stream(stream)))
+        d, _ = _bytes(self, "dst", dst, nbytes, "device", writable=True)
+        self._check(lib.kvc_memset_d8(self.handle, d, value, nbytes, _stream(stream)))
 
     def synchronize(self, stream=None):
         """Waits for all work on `stream` (the only blocking call)."""
@@ -423,6 +437,16 @@ class Tensor:
         self._dtype_code = dtype
         self._export = export  # callable returning a DLManagedTensor* (library export)
 
+    def _kvc_view(self):
+        self._owner.handle  # raises when closed
+        n = 1
+        for d in self.shape:
+            n *= d
+        size = _buf._SIZE.get(self._dtype_code, 1)
+        return _buf._View(self.ptr or 0, n, size, self._dtype_code,
+                          "cuda" if _backend(self._owner._ctx) == "cuda" else "host", True,
+                          True, self)
+
     def __dlpack_device__(self):
         return _dl_device(self._owner._ctx)
 
@@ -450,7 +474,9 @@ class Tensor:
 class DeviceBuffer(_Handle):
     """kvc_memory_alloc memory (device memory on CUDA, host memory on the host backend)."""
 
-    def __init__(self, ctx, nbytes, shape=None, dtype=6):
+    def __init__(self, ctx, nbytes, shape=None, dtype=None):
+        self._untyped = dtype is None
+        dtype = 6 if dtype is None else dtype
         out = c_void_p()
         ctx._check(lib.kvc_memory_alloc(ctx.handle, nbytes, byref(out)), "kvc_memory_alloc")
         self._ctx = ctx
@@ -467,6 +493,13 @@ class DeviceBuffer(_Handle):
     @property
     def ptr(self):
         return self.handle
+
+    def _kvc_view(self):
+        size = _buf._SIZE.get(self._dtype, 1)
+        # Context.alloc's byte buffers are untyped (0): any dtype, counted in bytes.
+        return _buf._View(self.handle, self.nbytes // size, size,
+                          0 if self._untyped else self._dtype,
+                          "cuda" if _backend(self._ctx) == "cuda" else "host", True, True, self)
 
     @property
     def dtype(self):
@@ -486,14 +519,20 @@ class DeviceBuffer(_Handle):
 
     def copy_from_host(self, data, stream=None):
         """Uploads a bytes-like object or a list of ints of this buffer's dtype."""
-        if isinstance(data, (list, tuple)):
-            ct = {7: c_int32, 8: c_int64}[self._dtype]
-            data = (ct * len(data))(*data)
-        mv = memoryview(data).cast("B")
-        buf = (ctypes.c_char * mv.nbytes).from_buffer_copy(mv)
-        self._ctx.memcpy_h2d(self.ptr, ctypes.addressof(buf), mv.nbytes, stream)
+        ints = self._dtype if self._dtype in (7, 8) else 8
+        v = _buf_call("data", _buf.describe, data, ints)
+        if v is None:
+            raise InvalidArgument(1, "data must be a buffer or a list, not a raw address")
+        if v.device != "host" or not v.contiguous:
+            raise InvalidArgument(1, "data must be contiguous host memory")
+        nbytes = v.count * v.itemsize
+        if nbytes > self.nbytes:
+            raise InvalidArgument(1, "data has %d bytes, the buffer %d" % (nbytes, self.nbytes))
+        keep = v.keep
+        self._ctx.memcpy_h2d(self, v.ptr or None, nbytes, stream) if nbytes else None
         if stream is not None:
-            self._ctx.synchronize(stream)  # buf is pageable and temporary
+            self._ctx.synchronize(stream)  # data may be pageable and temporary
+        del keep
 
     def tolist(self, stream=None):
         """Synchronous readback as a list (int32/int64/uint8 buffers). Not for hot paths."""
@@ -527,10 +566,15 @@ class ReqToTokenPool(_Handle):
         """rows: an int n (n new rows) or a list where entries > 0 are rows already held
         (kept) and 0 entries get the next free rows. Returns the list of rows."""
         if isinstance(rows, int):
-            rows = [0] * rows
-        arr, n = _i32_array(rows)
-        self._ctx._check(lib.kvc_req_to_token_pool_alloc(self.handle, n, arr))
-        return list(arr[:n])
+            if rows < 0:
+                raise InvalidArgument(1, "rows must be >= 0")
+            rows = array.array("i", bytes(4 * rows))
+        else:
+            rows = array.array("i", rows)  # C writes the rows in place
+        n = len(rows)
+        self._ctx._check(lib.kvc_req_to_token_pool_alloc(self.handle, n,
+                                                         rows.buffer_info()[0] if n else None))
+        return rows.tolist()
 
     def free(self, row):
         self._ctx._check(lib.kvc_req_to_token_pool_free(self.handle, row))
@@ -556,17 +600,26 @@ class ReqToTokenPool(_Handle):
     def max_context_len(self):
         return lib.kvc_req_to_token_pool_max_context_len(self.handle)
 
-    def row(self, row, start=0, end=None):
-        """Host mirror of row[start:end) as a list (no device copy)."""
+    def row(self, row, start=0, end=None, out=None):
+        """Host mirror of row[start:end) (no device copy): a list, or written into `out`
+        (host int32, at least end - start elements), which is returned."""
         p = lib.kvc_req_to_token_pool_row(self.handle, row)
         if not p:
             raise InvalidArgument(1, "row %d out of range" % row)
-        end = self.max_context_len if end is None else end
-        return p[start:end]
+        width = self.max_context_len
+        end = width if end is None else end
+        if not 0 <= start <= end <= width:
+            raise InvalidArgument(1, "row range [%d, %d) outside [0, %d)" % (start, end, width))
+        if out is None:
+            return p[start:end]
+        dst = _out(self._ctx, "out", out, end - start, 7, "host")
+        ctypes.memmove(dst, ctypes.addressof(p.contents) + 4 * start, 4 * (end - start))
+        return out
 
     def write(self, row, start, slots, stream=None):
-        arr, n = _i64_array(slots)
-        self._ctx._check(lib.kvc_req_to_token_pool_write(self.handle, row, start, arr, n,
+        """row[start : start + len(slots)) = slots (host int64), mirror and device."""
+        ptr, n, keep = _in(self._ctx, "slots", slots)
+        self._ctx._check(lib.kvc_req_to_token_pool_write(self.handle, row, start, ptr, n,
                                                          _stream(stream)))
 
     @property
@@ -617,58 +670,85 @@ class Allocator(_Handle):
         self._check(lib.kvc_allocator_get_stats(self.handle, byref(s)))
         return {f: getattr(s, f) for f, _ in _ffi.AllocatorStats._fields_}
 
-    def alloc(self, n):
-        """n slots (a multiple of page_size) from the front of the free list."""
-        out = (c_int64 * max(n, 1))()
-        self._check(lib.kvc_allocator_alloc(self.handle, n, out))
-        return list(out[:n])
+    def alloc(self, n, out=None):
+        """n slots (a multiple of page_size) from the front of the free list: a list, or
+        written into `out` (host int64, >= n elements), which is returned."""
+        if n < 0:
+            raise InvalidArgument(1, "n must be >= 0")
+        if out is not None:
+            self._check(lib.kvc_allocator_alloc(self.handle, n, _out(self._ctx, "out", out, n)))
+            return out
+        buf = (c_int64 * max(n, 1))()
+        self._check(lib.kvc_allocator_alloc(self.handle, n, buf))
+        return buf[:n]
+
+    def _lens(self, prefix_lens, seq_lens, last_locs, req_rows):
+        ctx = self._ctx
+        seq, n, k1 = _in(ctx, "seq_lens", seq_lens)
+        pre = k0 = None
+        if prefix_lens is not None:
+            pre, n0, k0 = _in(ctx, "prefix_lens", prefix_lens)
+            if n0 != n:
+                raise InvalidArgument(1, "prefix_lens has %d entries, seq_lens %d" % (n0, n))
+        last, _, k2 = _in(ctx, "last_locs", last_locs, n) if last_locs is not None else \
+            (None, 0, None)
+        rows, _, k3 = _in(ctx, "req_rows", req_rows, n, (7,)) if req_rows is not None else \
+            (None, 0, None)
+        return pre, seq, last, rows, n, (k0, k1, k2, k3)
 
     def alloc_extend(self, prefix_lens, seq_lens, last_locs=None, req_pool=None, req_rows=None,
-                     prefix_slots=None, out_device=None, stream=None):
-        """SGLang alloc_extend. Returns the new slots (host list, request order); with
-        req_pool/req_rows also writes the req_to_token rows, with out_device (an int64
-        device vector) also the device copy, in the same launch."""
-        pre, n = _i64_array(prefix_lens)
-        seq, n2 = _i64_array(seq_lens)
-        if n != n2:
-            raise InvalidArgument(1, "prefix_lens and seq_lens differ in length")
-        last = _i64_array(last_locs)[0] if last_locs is not None else None
-        rows = _i32_array(req_rows)[0] if req_rows is not None else None
-        keep = []
+                     prefix_slots=None, out_device=None, stream=None, out=None):
+        """SGLang alloc_extend. Returns the new slots (request order): a host list, or
+        `out` (host int64) when given; with req_pool/req_rows also writes the
+        req_to_token rows, with out_device (an int64 device vector) also the device copy,
+        in the same launch. Lengths are int64 vectors of any buffer form (lists too)."""
+        pre, seq, last, rows, n, keep = self._lens(prefix_lens, seq_lens, last_locs, req_rows)
+        if n and not (pre and seq):
+            raise InvalidArgument(1, "prefix_lens and seq_lens must be buffers, not addresses")
+        pv = (c_int64 * n).from_address(pre) if n else ()
+        sv = (c_int64 * n).from_address(seq) if n else ()
+        total = sum(memoryview(sv).cast("B").cast("q")) - sum(memoryview(pv).cast("B").cast("q")) \
+            if n else 0
         ps = None
         if prefix_slots is not None:
+            prefix_slots = list(prefix_slots)
+            if len(prefix_slots) != n:
+                raise InvalidArgument(1, "prefix_slots has %d entries, %d requests" %
+                                      (len(prefix_slots), n))
             ps = (ctypes.POINTER(c_int64) * max(n, 1))()
-            for i, s in enumerate(prefix_slots):
-                if s is not None:
-                    a, _ = _i64_array(s)
-                    keep.append(a)
-                    ps[i] = ctypes.cast(a, ctypes.POINTER(c_int64))
-        total = sum(seq[i] - pre[i] for i in range(n))
-        out = (c_int64 * max(total, 1))()
+            held = []
+            for i, sl in enumerate(prefix_slots):
+                if sl is not None:
+                    p, _, k = _in(self._ctx, "prefix_slots[%d]" % i, sl, max(pv[i], 0))
+                    held.append(k)
+                    ps[i] = ctypes.cast(p, ctypes.POINTER(c_int64))
+            keep = (keep, held)
+        host = (c_int64 * max(total, 1))() if out is None else \
+            _out(self._ctx, "out", out, total)
         self._check(lib.kvc_allocator_alloc_extend(
-            self.handle, n, pre, seq, last, req_pool.handle if req_pool else None, rows, ps, out,
-            _ptr(out_device), _stream(stream)))
-        return list(out[:total])
+            self.handle, n, pre, seq, last, req_pool.handle if req_pool else None, rows, ps, host,
+            _out(self._ctx, "out_device", out_device, total, 8, "device"), _stream(stream)))
+        return host[:total] if out is None else out
 
     def alloc_decode(self, seq_lens, last_locs=None, req_pool=None, req_rows=None,
-                     out_device=None, stream=None):
-        """SGLang alloc_decode: one slot per request (seq_lens = lengths after the token)."""
-        seq, n = _i64_array(seq_lens)
-        last = _i64_array(last_locs)[0] if last_locs is not None else None
-        rows = _i32_array(req_rows)[0] if req_rows is not None else None
-        out = (c_int64 * max(n, 1))()
+                     out_device=None, stream=None, out=None):
+        """SGLang alloc_decode: one slot per request (seq_lens = lengths after the token).
+        Returns a host list, or `out` (host int64, >= n elements) when given."""
+        _, seq, last, rows, n, keep = self._lens(None, seq_lens, last_locs, req_rows)
+        host = (c_int64 * max(n, 1))() if out is None else _out(self._ctx, "out", out, n)
         self._check(lib.kvc_allocator_alloc_decode(
-            self.handle, n, seq, last, req_pool.handle if req_pool else None, rows, out,
-            _ptr(out_device), _stream(stream)))
-        return list(out[:n])
+            self.handle, n, seq, last, req_pool.handle if req_pool else None, rows, host,
+            _out(self._ctx, "out_device", out_device, n, 8, "device"), _stream(stream)))
+        return host[:n] if out is None else out
 
     def free(self, slots):
-        arr, n = _i64_array(slots)
-        self._check(lib.kvc_allocator_free(self.handle, arr, n))
+        """Frees host int64 slots (any buffer form)."""
+        ptr, n, keep = _in(self._ctx, "slots", slots)
+        self._check(lib.kvc_allocator_free(self.handle, ptr, n))
 
     def free_segment(self, slots, start_pos):
-        arr, n = _i64_array(slots)
-        self._check(lib.kvc_allocator_free_segment(self.handle, arr, n, start_pos))
+        ptr, n, keep = _in(self._ctx, "slots", slots)
+        self._check(lib.kvc_allocator_free_segment(self.handle, ptr, n, start_pos))
 
     def free_group_begin(self):
         self._check(lib.kvc_allocator_free_group_begin(self.handle))
@@ -722,21 +802,19 @@ class DecodeChannel(_Handle):
         out = c_void_p()
         allocator._check(lib.kvc_decode_channel_create(
             allocator.handle, req_pool.handle if req_pool else None, max_batch, depth,
-            _ptr(out_device), byref(out)))
+            _out(allocator._ctx, "out_device", out_device, max_batch, 8, "device"), byref(out)))
         self._alloc = allocator
         self._req_pool = req_pool
         self._out_device = out_device
         super().__init__(out.value, deps=(allocator, req_pool))
 
-    def alloc(self, seq_lens, req_rows=None, last_locs=None):
+    def alloc(self, seq_lens, req_rows=None, last_locs=None, out=None):
         """One decode step: the new slot per request (as Allocator.alloc_decode), published
-        for the next kernel execution."""
-        seq, n = _i64_array(seq_lens)
-        last = _i64_array(last_locs)[0] if last_locs is not None else None
-        rows = _i32_array(req_rows)[0] if req_rows is not None else None
-        out = (c_int64 * max(n, 1))()
-        self._alloc._check(lib.kvc_decode_channel_alloc(self.handle, n, seq, last, rows, out))
-        return list(out[:n])
+        for the next kernel execution. A list, or `out` (host int64) when given."""
+        _, seq, last, rows, n, keep = self._alloc._lens(None, seq_lens, last_locs, req_rows)
+        host = (c_int64 * max(n, 1))() if out is None else _out(self._alloc._ctx, "out", out, n)
+        self._alloc._check(lib.kvc_decode_channel_alloc(self.handle, n, seq, last, rows, host))
+        return host[:n] if out is None else out
 
     def enqueue(self, stream=None):
         """One execution of the channel's kernel on `stream` (capturable)."""
@@ -775,6 +853,12 @@ class KVPool(_Handle):
         self.dtype = _DTYPE_NAMES[cfg.dtype]
         self.start_layer = start_layer
         self.layer_num = layer_num
+        k = cfg.kind
+        if k in (0, 1, 2):  # MHA kinds: rows of head_num x head_dim (v: v_head_dim)
+            self._rows = (head_num * head_dim, head_num * (v_head_dim or head_dim))
+        else:  # MLA / NSA: one latent row, [nope | rope]
+            self._rows = (kv_lora_rank + qk_rope_head_dim, 0)
+        self._mla = (kv_lora_rank, qk_rope_head_dim)
         super().__init__(out.value, deps=(ctx,))
 
     def _check(self, st):
@@ -788,45 +872,95 @@ class KVPool(_Handle):
     def clear(self, stream=None):
         self._check(lib.kvc_kv_pool_clear(self.handle, _stream(stream)))
 
+    def _src_dtype(self, given, name, x):
+        """kvc_dtype of a source/target buffer: `given` (checked against x's own dtype when
+        x has one), else x's dtype."""
+        v = None if x is None or isinstance(x, int) else _buf_call(name, _buf.describe, x)
+        own = None if v is None else v.dtype
+        if given is not None:
+            code = _dtype_code(given)
+            if own is not None and own != code and own != 6:  # uint8: raw bytes, any dtype
+                raise InvalidArgument(1, "%s is %s but the dtype argument says %s" % (
+                    name, _buf._NAMES.get(own), _buf._NAMES.get(code)))
+            return code
+        if own is None:
+            raise InvalidArgument(1, "%s: pass the dtype argument (its dtype is unknown)" % name)
+        return own
+
+    @staticmethod
+    def _row_bytes(n, row, stride, dtype):
+        """Bytes C touches for n rows of `row` elements, `stride` elements apart (0 = row)."""
+        if n == 0 or row == 0:
+            return 0
+        if stride and stride < row:
+            raise InvalidArgument(1, "row stride %d below the row width %d" % (stride, row))
+        return ((n - 1) * (stride or row) + row) * lib.kvc_dtype_size(dtype)
+
+    def _rows_arg(self, name, x, n, row, stride, dtype, writable=False):
+        if x is None:
+            return None
+        return _bytes(self._ctx, name, x, self._row_bytes(n, row, stride, dtype), "device",
+                      writable)[0]
+
+    def _scale_arg(self, name, x):
+        if x is None:
+            return None
+        return _in(self._ctx, name, x, 1, (1,), "device")[0]
+
     def set_kv(self, layer_id, loc, k, v=None, src_dtype=None, n=None, loc_type=None,
                k_stride=0, v_stride=0, k_scale=1.0, v_scale=1.0, k_scale_device=None,
                v_scale_device=None, stream=None):
-        """SGLang set_kv_buffer: K[layer][loc[i]] = k[i], V[layer][loc[i]] = v[i]. One launch."""
-        src = _dtype_code(src_dtype) if src_dtype is not None else _array_dtype(k)
-        if src is None:
-            raise InvalidArgument(1, "src_dtype is required with raw pointers")
+        """SGLang set_kv_buffer: K[layer][loc[i]] = k[i], V[layer][loc[i]] = v[i]. One launch.
+        k / v must hold n rows of the pool's row width (strides in elements)."""
+        src = self._src_dtype(src_dtype, "k", k)
+        lp, n, lt, keep = _idx_in(self._ctx, "loc", loc, n, loc_type)
+        rk, rv = self._rows
+        kp = self._rows_arg("k", k, n, rk, k_stride, src)
+        vp = self._rows_arg("v", v, n, rv, v_stride, src) if rv else _ptr(v)
         self._check(lib.kvc_kv_pool_set_kv(
-            self.handle, layer_id, _ptr(loc), _index_type(loc, loc_type), _len(loc, n), _ptr(k),
-            _ptr(v), src, k_stride, v_stride, _ptr(k_scale_device), k_scale,
-            _ptr(v_scale_device), v_scale, _stream(stream)))
+            self.handle, layer_id, lp, lt, n, kp, vp, src, k_stride, v_stride,
+            self._scale_arg("k_scale_device", k_scale_device), k_scale,
+            self._scale_arg("v_scale_device", v_scale_device), v_scale, _stream(stream)))
 
     def gather_kv(self, layer_id, loc, k_out, v_out=None, out_dtype=None, n=None, loc_type=None,
                   stream=None):
-        """Rows loc[i] of one layer into dense k_out / v_out, converted to out_dtype."""
-        od = _dtype_code(out_dtype) if out_dtype is not None else _array_dtype(k_out)
-        self._check(lib.kvc_kv_pool_gather_kv(
-            self.handle, layer_id, _ptr(loc), _index_type(loc, loc_type), _len(loc, n),
-            _ptr(k_out), _ptr(v_out), od, _stream(stream)))
+        """Rows loc[i] of one layer into dense k_out / v_out (n rows each, writable),
+        converted to out_dtype."""
+        od = self._src_dtype(out_dtype, "k_out", k_out)
+        lp, n, lt, keep = _idx_in(self._ctx, "loc", loc, n, loc_type)
+        rk, rv = self._rows
+        kp = self._rows_arg("k_out", k_out, n, rk, 0, od, True)
+        vp = self._rows_arg("v_out", v_out, n, rv, 0, od, True) if rv else _ptr(v_out)
+        self._check(lib.kvc_kv_pool_gather_kv(self.handle, layer_id, lp, lt, n, kp, vp, od,
+                                              _stream(stream)))
 
     def set_mla_kv(self, layer_id, loc, nope, rope=None, src_dtype=None, n=None, loc_type=None,
                    nope_stride=0, rope_stride=0, stream=None):
-        src = _dtype_code(src_dtype) if src_dtype is not None else _array_dtype(nope)
+        src = self._src_dtype(src_dtype, "nope", nope)
+        lp, n, lt, keep = _idx_in(self._ctx, "loc", loc, n, loc_type)
+        nope_w, rope_w = self._mla
         self._check(lib.kvc_kv_pool_set_mla_kv(
-            self.handle, layer_id, _ptr(loc), _index_type(loc, loc_type), _len(loc, n),
-            _ptr(nope), _ptr(rope), src, nope_stride, rope_stride, _stream(stream)))
+            self.handle, layer_id, lp, lt, n,
+            self._rows_arg("nope", nope, n, nope_w, nope_stride, src),
+            self._rows_arg("rope", rope, n, rope_w, rope_stride, src), src, nope_stride,
+            rope_stride, _stream(stream)))
 
     def get_mla_kv(self, layer_id, loc, nope_out, rope_out=None, out_dtype=None, n=None,
                    loc_type=None, stream=None):
-        od = _dtype_code(out_dtype) if out_dtype is not None else _array_dtype(nope_out)
+        od = self._src_dtype(out_dtype, "nope_out", nope_out)
+        lp, n, lt, keep = _idx_in(self._ctx, "loc", loc, n, loc_type)
+        nope_w, rope_w = self._mla
         self._check(lib.kvc_kv_pool_get_mla_kv(
-            self.handle, layer_id, _ptr(loc), _index_type(loc, loc_type), _len(loc, n),
-            _ptr(nope_out), _ptr(rope_out), od, _stream(stream)))
+            self.handle, layer_id, lp, lt, n,
+            self._rows_arg("nope_out", nope_out, n, nope_w, 0, od, True),
+            self._rows_arg("rope_out", rope_out, n, rope_w, 0, od, True), od, _stream(stream)))
 
     def move(self, tgt_loc, src_loc, n=None, loc_type=None, stream=None):
         """SGLang move_kv_cache: every layer/region row tgt[i] = row src[i], one launch."""
-        self._check(lib.kvc_kv_pool_move(self.handle, _ptr(tgt_loc), _ptr(src_loc),
-                                         _index_type(tgt_loc, loc_type), _len(tgt_loc, n),
-                                         _stream(stream)))
+        tp, n, lt, k1 = _idx_in(self._ctx, "tgt_loc", tgt_loc, n, loc_type)
+        sp, _, lt2, k2 = _idx_in(self._ctx, "src_loc", src_loc, n,
+                                 loc_type if loc_type is not None else lt)
+        self._check(lib.kvc_kv_pool_move(self.handle, tp, sp, lt, n, _stream(stream)))
 
     @property
     def num_buffers(self):
@@ -901,13 +1035,30 @@ class ReqState(ctypes.Structure):
 
     @prefix_slots.setter
     def prefix_slots(self, slots):
+        """Host int64 slots of a prefix-cache match (any buffer form; lists are packed
+        once). The flows read prefix_len of them: checked before each extend."""
+        batch = getattr(self, "_batch", None)
         if slots is None:
             self._prefix_keep = None
+            self._prefix_n = 0
             self._prefix_slots = None
-        else:
-            arr, _ = _i64_array(slots)
-            self._prefix_keep = arr
-            self._prefix_slots = ctypes.cast(arr, ctypes.POINTER(c_int64))
+            if batch is not None:
+                batch._prefixed.pop(id(self), None)
+            return
+        v = _buf_call("prefix_slots", _buf.describe, slots)
+        if v is None or v.device != "host" or v.dtype != 8 or not v.contiguous:
+            ptr, n, keep = _in(_NoCtx, "prefix_slots", slots)
+            v = _buf._View(ptr, n, 8, 8, "host", True, True, keep)
+        self._prefix_keep = v.keep
+        self._prefix_n = v.count
+        self._prefix_slots = ctypes.cast(v.ptr, ctypes.POINTER(c_int64)) if v.ptr else None
+        if batch is not None:
+            batch._prefixed[id(self)] = self
+
+    def _check_prefix(self, name):
+        if self._prefix_slots and self.prefix_len > getattr(self, "_prefix_n", 0):
+            raise InvalidArgument(1, "%s.prefix_slots has %d slots, prefix_len is %d" % (
+                name, getattr(self, "_prefix_n", 0), self.prefix_len))
 
     def __repr__(self):
         return ("ReqState(row=%d, seq_len=%d, prefix_len=%d, committed=%d, allocated=%d, "
@@ -915,12 +1066,128 @@ class ReqState(ctypes.Structure):
                                  self.kv_committed_len, self.kv_allocated_len, self.session_id))
 
 
+class _NoCtx:
+    """Stands for a context where only host memory is involved."""
+    _backend_name = "host"
+
+
 def _req_array(reqs):
+    if type(reqs) is RequestBatch:
+        return reqs._ptrs, reqs._n
     reqs = list(reqs)
-    arr = (ctypes.POINTER(ReqState) * max(len(reqs), 1))()
+    arr = (c_void_p * max(len(reqs), 1))()
     for i, r in enumerate(reqs):
-        arr[i] = ctypes.pointer(r)
+        if not isinstance(r, ReqState):
+            raise InvalidArgument(1, "reqs[%d] is %s, not a ReqState" % (i, type(r).__name__))
+        arr[i] = ctypes.addressof(r)
     return arr, len(reqs)
+
+
+class RequestBatch:
+    """A persistent batch: up to `capacity` requests whose kvc_req_state structs live in
+    one C-contiguous array owned here, with the pointer array the flows take kept in
+    batch order between steps. add() and remove() update both in place (a removal
+    shifts the later pointers down with one memmove), so a step through
+    Flow.alloc_for_decode(batch) is one foreign call with no per-request Python work.
+
+    Each request is a ReqState view of its entry (stable while it is in the batch; set
+    its fields as on any ReqState). The batch also owns the decode output vector
+    (``out_cache_loc``), sized for capacity x token_per_req on first use."""
+
+    def __init__(self, capacity):
+        if capacity < 1:
+            raise InvalidArgument(1, "capacity must be >= 1")
+        self.capacity = int(capacity)
+        self._states = (ReqState * self.capacity)()
+        self._ptrs = (c_void_p * self.capacity)()
+        self._pp = ctypes.addressof(self._ptrs)
+        self._base = ctypes.addressof(self._states)
+        self._size = ctypes.sizeof(ReqState)
+        self._views = [None] * self.capacity   # entry index -> ReqState view
+        self._order = []                       # batch order -> entry index
+        self._free = list(range(self.capacity - 1, -1, -1))
+        self._n = 0
+        self._prefixed = {}                    # views with prefix_slots set
+        self._out = None                       # (ctx, DeviceBuffer) for decode steps
+
+    def __len__(self):
+        return self._n
+
+    def __iter__(self):
+        views = self._views
+        return iter([views[e] for e in self._order])
+
+    def __getitem__(self, i):
+        return self._views[self._order[i]]
+
+    def add(self, req=None, **fields):
+        """A new request at the end of the batch: a copy of `req` (a ReqState, with its
+        prefix_slots) and/or the given fields (seq_len=..., prefix_len=..., ...). Returns
+        its ReqState view. Raises InvalidArgument when the batch is full."""
+        if not self._free:
+            raise InvalidArgument(1, "batch is full (capacity %d)" % self.capacity)
+        e = self._free.pop()
+        view = ReqState.from_address(self._base + e * self._size)
+        ctypes.memset(ctypes.addressof(view), 0, self._size)
+        view._batch = self
+        view._entry = e
+        if req is not None:
+            ctypes.memmove(ctypes.addressof(view), ctypes.addressof(req), self._size)
+            view._prefix_slots = None
+            if getattr(req, "_prefix_keep", None) is not None:
+                view.prefix_slots = req._prefix_keep
+        for k, val in fields.items():
+            setattr(view, k, val)
+        self._views[e] = view
+        self._ptrs[self._n] = ctypes.addressof(view)
+        self._order.append(e)
+        self._n += 1
+        return view
+
+    def remove(self, req):
+        """Takes `req` (a view from add()) out of the batch, keeping the order of the
+        others; returns a standalone ReqState copy of its final state."""
+        e = getattr(req, "_entry", None)
+        if getattr(req, "_batch", None) is not self or self._views[e] is not req:
+            raise InvalidArgument(1, "request is not in this batch")
+        i = self._order.index(e)
+        tail = self._n - i - 1
+        if tail:
+            step = ctypes.sizeof(c_void_p)
+            ctypes.memmove(self._pp + i * step, self._pp + (i + 1) * step, tail * step)
+        del self._order[i]
+        self._n -= 1
+        self._ptrs[self._n] = None
+        copy = ReqState()
+        ctypes.memmove(ctypes.addressof(copy), ctypes.addressof(req), self._size)
+        if getattr(req, "_prefix_keep", None) is not None:
+            copy.prefix_slots = req._prefix_keep
+        self._prefixed.pop(id(req), None)
+        req._batch = None
+        self._views[e] = None
+        self._free.append(e)
+        return copy
+
+    def clear(self):
+        """Removes every request."""
+        for e in list(self._order):
+            self.remove(self._views[e])
+
+    def _decode_out(self, ctx, count):
+        o = self._out
+        if o is None or o[0] is not ctx or o[1].nbytes_capacity < 8 * count:
+            buf = ctx.empty(max(count, self.capacity), "int64")
+            buf.nbytes_capacity = buf.nbytes
+            o = self._out = (ctx, buf)
+        buf = o[1]
+        buf.shape = (count,)
+        buf.nbytes = 8 * count
+        return buf
+
+    @property
+    def out_cache_loc(self):
+        """The batch-owned output of the last decode step (None before the first)."""
+        return None if self._out is None else self._out[1]
 
 
 class SessionCache(_Handle):
@@ -983,21 +1250,38 @@ class Flow(_Handle):
         ctx._check(lib.kvc_flow_create(ctx.handle, byref(cfg), byref(out)), "kvc_flow_create")
         self._ctx = ctx
         self.req_pool, self.allocator, self.cache = req_pool, allocator, cache
+        self._channel = None
         super().__init__(out.value, deps=(ctx, req_pool, allocator, cache))
 
     def _check(self, st):
         self._ctx._check(st)
 
-    def _out(self, count, out):
-        if out is not None:
-            return out
-        return self._ctx.empty(count, "int64")
+    def _out_arg(self, count, out):
+        if out is None:
+            return self._ctx.empty(count, "int64")
+        _out(self._ctx, "out_cache_loc", out, count, 8, "device")
+        return out
 
     def alloc_for_extend(self, reqs, out_cache_loc=None, stream=None):
-        """SGLang alloc_for_extend. Returns out_cache_loc (device int64, the new slots in
-        request order): the one passed in, or a new DeviceBuffer."""
-        arr, n = _req_array(reqs)
-        out = self._out(sum(r.seq_len - r.prefix_len for r in reqs), out_cache_loc)
+        """SGLang alloc_for_extend for a RequestBatch or a list of ReqState. Returns
+        out_cache_loc (device int64, the new slots in request order): the one passed in
+        (checked for sum(seq_len - prefix_len) entries), or a new DeviceBuffer."""
+        if type(reqs) is RequestBatch:
+            arr, n = reqs._ptrs, reqs._n
+            views = [reqs._views[e] for e in reqs._order]
+            for r in reqs._prefixed.values():
+                r._check_prefix("reqs")
+        else:
+            arr, n = _req_array(reqs)
+            views = reqs
+            for i, r in enumerate(views):
+                r._check_prefix("reqs[%d]" % i)
+        total = 0
+        for r in views:
+            total += r.seq_len - r.prefix_len
+        if total < 0:
+            raise InvalidArgument(1, "seq_len < prefix_len")
+        out = self._out_arg(total, out_cache_loc)
         self._check(lib.kvc_flow_alloc_for_extend(self.handle, arr, n, _ptr(out), _stream(stream)))
         return out
 
@@ -1007,7 +1291,7 @@ class Flow(_Handle):
         self._check(lib.kvc_flow_set_decode_channel(self.handle, channel.handle if channel else None))
         # The flow depends on the channel (its C side holds the pointer) until replaced or
         # destroyed: a dependency released like the flow's others.
-        old = getattr(self, "_channel", None)
+        old = self._channel
         with _Handle._lock:
             if channel is not None:
                 channel._users += 1
@@ -1020,21 +1304,37 @@ class Flow(_Handle):
         self._channel = channel
 
     def alloc_for_decode(self, reqs, token_per_req=1, out_cache_loc=None, stream=None):
-        """SGLang alloc_for_decode; seq_len is the length before the step. With a decode
-        channel (one token per request) the channel's kernel writes its own out_device,
-        which is what this returns."""
-        arr, n = _req_array(reqs)
-        channel = getattr(self, "_channel", None)
+        """SGLang alloc_for_decode; seq_len is the length before the step. reqs: a
+        RequestBatch (one foreign call; the new slots go to the batch's own
+        out_cache_loc unless one is passed) or a list of ReqState. With a decode channel
+        (one token per request) the channel's kernel writes its own out_device, which is
+        what this returns."""
+        if type(reqs) is RequestBatch:
+            arr, n = reqs._pp, reqs._n
+        else:
+            arr, n = _req_array(reqs)
+        channel = self._channel
         if channel is not None and token_per_req == 1:
-            self._check(lib.kvc_flow_alloc_for_decode(self.handle, arr, n, 1, None, _stream(stream)))
+            self._check(lib.kvc_flow_alloc_for_decode(self._ptr, arr, n, 1, None,
+                                                      _stream(stream) if stream else None))
             return channel._out_device
-        out = self._out(n * token_per_req, out_cache_loc)
-        self._check(lib.kvc_flow_alloc_for_decode(self.handle, arr, n, token_per_req, _ptr(out),
-                                                  _stream(stream)))
+        if out_cache_loc is None and type(reqs) is RequestBatch:
+            out = reqs._decode_out(self._ctx, n * token_per_req)
+            ptr = out._ptr
+        else:
+            out = self._out_arg(n * token_per_req, out_cache_loc)
+            ptr = _ptr(out)
+        if self._closing or not self._ptr:
+            raise Misuse(9, "Flow is closed")
+        st = lib.kvc_flow_alloc_for_decode(self._ptr, arr, n, token_per_req, ptr,
+                                           _stream(stream) if stream else None)
+        if st:
+            self._check(st)
         return out
 
     def release(self, reqs, is_insert=True, stream=None):
-        """SGLang release_kv_cache for finished requests (one free group)."""
+        """SGLang release_kv_cache for finished requests (one free group): a list of
+        ReqState or a RequestBatch (all its requests; remove them afterwards)."""
         arr, n = _req_array(reqs)
         self._check(lib.kvc_flow_release(self.handle, arr, n, 1 if is_insert else 0,
                                          _stream(stream)))
@@ -1051,10 +1351,18 @@ class Flow(_Handle):
         self._check(lib.kvc_flow_available(self.handle, *[byref(x) for x in v]))
         return dict(zip(("available", "evictable", "protected", "cached"), [x.value for x in v]))
 
-    def row_slots(self, row, start, end):
-        out = (c_int64 * max(end - start, 1))()
-        self._check(lib.kvc_flow_row_slots(self.handle, row, start, end, out))
-        return list(out[:end - start])
+    def row_slots(self, row, start, end, out=None):
+        """row[start:end) of the request-to-token mirror as int64: a list, or written into
+        `out` (host int64, >= end - start elements), which is returned."""
+        if not 0 <= start <= end:
+            raise InvalidArgument(1, "bad range [%d, %d)" % (start, end))
+        if out is not None:
+            self._check(lib.kvc_flow_row_slots(self.handle, row, start, end,
+                                               _out(self._ctx, "out", out, end - start)))
+            return out
+        buf = (c_int64 * max(end - start, 1))()
+        self._check(lib.kvc_flow_row_slots(self.handle, row, start, end, buf))
+        return buf[:end - start]
 
     def check(self, live=()):
         arr, n = _req_array(live)

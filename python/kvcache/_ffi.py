@@ -155,8 +155,10 @@ DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", c_void_p),
 
 _st = c_int  # kvc_status
 _P = c_void_p
-_I64P = POINTER(c_int64)
-_I32P = POINTER(c_int32)
+# Vector arguments are plain addresses: the package passes ints it has checked (_buf.py),
+# which a POINTER argtype would refuse, and ctypes arrays, which c_void_p takes as well.
+_I64P = c_void_p
+_I32P = c_void_p
 
 
 def _fn(name, restype, *argtypes):
@@ -203,7 +205,7 @@ _fn("kvc_req_to_token_pool_is_held", c_int, _P, c_int32)
 _fn("kvc_req_to_token_pool_table", _P, _P)
 _fn("kvc_req_to_token_pool_size", c_int32, _P)
 _fn("kvc_req_to_token_pool_max_context_len", c_int32, _P)
-_fn("kvc_req_to_token_pool_row", _I32P, _P, c_int32)
+_fn("kvc_req_to_token_pool_row", POINTER(c_int32), _P, c_int32)
 _fn("kvc_req_to_token_pool_write", _st, _P, c_int32, c_int32, _I64P, c_size_t, _P)
 # allocators
 _fn("kvc_allocator_create", _st, _P, POINTER(AllocatorConfig), POINTER(c_void_p))
@@ -214,7 +216,7 @@ _fn("kvc_allocator_page_size", c_int32, _P)
 _fn("kvc_allocator_get_stats", _st, _P, POINTER(AllocatorStats))
 _fn("kvc_allocator_alloc", _st, _P, c_int64, _I64P)
 _fn("kvc_allocator_alloc_extend", _st, _P, c_size_t, _I64P, _I64P, _I64P, _P, _I32P,
-    POINTER(_I64P), _I64P, _P, _P)
+    _P, _I64P, _P, _P)
 _fn("kvc_allocator_alloc_decode", _st, _P, c_size_t, _I64P, _I64P, _P, _I32P, _I64P, _P, _P)
 _fn("kvc_allocator_free", _st, _P, _I64P, c_size_t)
 _fn("kvc_allocator_free_segment", _st, _P, _I64P, c_size_t, c_int64)
