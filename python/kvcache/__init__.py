@@ -248,6 +248,10 @@ def _stream(s):
     return int(h) or None
 
 
+_flow_decode = lib.kvc_flow_alloc_for_decode
+_flow_release = lib.kvc_flow_release
+
+
 # --- Handle base ----------------------------------------------------------------------------
 
 
@@ -1108,7 +1112,7 @@ class RequestBatch:
         self._free = list(range(self.capacity - 1, -1, -1))
         self._n = 0
         self._prefixed = {}                    # views with prefix_slots set
-        self._out = None                       # (ctx, DeviceBuffer) for decode steps
+        self._out = [None, None]  # (ctx, DeviceBuffer, capacity) for decode / extend
 
     def __len__(self):
         return self._n
@@ -1173,12 +1177,15 @@ class RequestBatch:
         for e in list(self._order):
             self.remove(self._views[e])
 
-    def _decode_out(self, ctx, count):
-        o = self._out
-        if o is None or o[0] is not ctx or o[1].nbytes_capacity < 8 * count:
-            buf = ctx.empty(max(count, self.capacity), "int64")
-            buf.nbytes_capacity = buf.nbytes
-            o = self._out = (ctx, buf)
+    def _step_out(self, which, ctx, count):
+        """The batch-owned int64 output vector `which` (0: decode, 1: extend), grown (to
+        at least twice the old size) only when a step needs more; its shape and nbytes
+        are set to this step's `count`."""
+        o = self._out[which]
+        if o is None or o[0] is not ctx or o[2] < count:
+            cap = max(count, self.capacity, 2 * o[2] if o is not None else 0)
+            buf = ctx.empty(cap, "int64")
+            o = self._out[which] = (ctx, buf, cap)
         buf = o[1]
         buf.shape = (count,)
         buf.nbytes = 8 * count
@@ -1186,8 +1193,14 @@ class RequestBatch:
 
     @property
     def out_cache_loc(self):
-        """The batch-owned output of the last decode step (None before the first)."""
-        return None if self._out is None else self._out[1]
+        """The batch-owned output of the last decode step (None before the first); the
+        last extend step's is extend_out_cache_loc. Each is rewritten by the next step
+        of its kind."""
+        return None if self._out[0] is None else self._out[0][1]
+
+    @property
+    def extend_out_cache_loc(self):
+        return None if self._out[1] is None else self._out[1][1]
 
 
 class SessionCache(_Handle):
@@ -1265,7 +1278,8 @@ class Flow(_Handle):
     def alloc_for_extend(self, reqs, out_cache_loc=None, stream=None):
         """SGLang alloc_for_extend for a RequestBatch or a list of ReqState. Returns
         out_cache_loc (device int64, the new slots in request order): the one passed in
-        (checked for sum(seq_len - prefix_len) entries), or a new DeviceBuffer."""
+        (checked for sum(seq_len - prefix_len) entries), the batch's own
+        extend_out_cache_loc for a RequestBatch, or else a new DeviceBuffer."""
         if type(reqs) is RequestBatch:
             arr, n = reqs._ptrs, reqs._n
             views = [reqs._views[e] for e in reqs._order]
@@ -1281,8 +1295,13 @@ class Flow(_Handle):
             total += r.seq_len - r.prefix_len
         if total < 0:
             raise InvalidArgument(1, "seq_len < prefix_len")
-        out = self._out_arg(total, out_cache_loc)
-        self._check(lib.kvc_flow_alloc_for_extend(self.handle, arr, n, _ptr(out), _stream(stream)))
+        if out_cache_loc is None and type(reqs) is RequestBatch:
+            out = reqs._step_out(1, self._ctx, total)
+            ptr = out._ptr
+        else:
+            out = self._out_arg(total, out_cache_loc)
+            ptr = _ptr(out)
+        self._check(lib.kvc_flow_alloc_for_extend(self.handle, arr, n, ptr, _stream(stream)))
         return out
 
     def set_decode_channel(self, channel):
@@ -1309,35 +1328,56 @@ class Flow(_Handle):
         out_cache_loc unless one is passed) or a list of ReqState. With a decode channel
         (one token per request) the channel's kernel writes its own out_device, which is
         what this returns."""
+        fp = self._ptr
+        if self._closing or not fp:
+            raise Misuse(9, "Flow is closed")
         if type(reqs) is RequestBatch:
             arr, n = reqs._pp, reqs._n
+            if out_cache_loc is None and self._channel is None:
+                # The hot path: checks that cannot fail for the batch's own vector are
+                # skipped; what remains is one foreign call.
+                count = n * token_per_req
+                o = reqs._out[0]
+                if o is None or o[0] is not self._ctx or o[2] < count:
+                    out = reqs._step_out(0, self._ctx, count)
+                else:
+                    out = o[1]
+                    out.shape = (count,)
+                    out.nbytes = 8 * count
+                st = _flow_decode(fp, arr, n, token_per_req, out._ptr,
+                                  None if stream is None else _stream(stream))
+                if st:
+                    self._check(st)
+                return out
         else:
             arr, n = _req_array(reqs)
         channel = self._channel
         if channel is not None and token_per_req == 1:
-            self._check(lib.kvc_flow_alloc_for_decode(self._ptr, arr, n, 1, None,
-                                                      _stream(stream) if stream else None))
+            self._check(_flow_decode(fp, arr, n, 1, None, _stream(stream)))
             return channel._out_device
         if out_cache_loc is None and type(reqs) is RequestBatch:
-            out = reqs._decode_out(self._ctx, n * token_per_req)
+            out = reqs._step_out(0, self._ctx, n * token_per_req)
             ptr = out._ptr
         else:
             out = self._out_arg(n * token_per_req, out_cache_loc)
             ptr = _ptr(out)
-        if self._closing or not self._ptr:
-            raise Misuse(9, "Flow is closed")
-        st = lib.kvc_flow_alloc_for_decode(self._ptr, arr, n, token_per_req, ptr,
-                                           _stream(stream) if stream else None)
-        if st:
-            self._check(st)
+        self._check(_flow_decode(fp, arr, n, token_per_req, ptr, _stream(stream)))
         return out
 
     def release(self, reqs, is_insert=True, stream=None):
         """SGLang release_kv_cache for finished requests (one free group): a list of
         ReqState or a RequestBatch (all its requests; remove them afterwards)."""
-        arr, n = _req_array(reqs)
-        self._check(lib.kvc_flow_release(self.handle, arr, n, 1 if is_insert else 0,
-                                         _stream(stream)))
+        fp = self._ptr
+        if self._closing or not fp:
+            raise Misuse(9, "Flow is closed")
+        if type(reqs) is RequestBatch:
+            arr, n = reqs._pp, reqs._n
+        else:
+            arr, n = _req_array(reqs)
+        st = _flow_release(fp, arr, n, 1 if is_insert else 0,
+                           None if stream is None else _stream(stream))
+        if st:
+            self._check(st)
 
     def cache_unfinished(self, req):
         self._check(lib.kvc_flow_cache_unfinished(self.handle, byref(req)))

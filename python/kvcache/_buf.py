@@ -138,36 +138,65 @@ def _from_buffer(x):
                  True, True, keep)
 
 
+def _d_list(x, ints):
+    try:
+        a = array.array(_ARRAY_CODE[ints], x)
+    except (TypeError, OverflowError) as e:
+        raise BufferArgError("must hold integers (%s)" % e) from None
+    addr = a.buffer_info()[0] if len(a) else 0
+    return _View(addr, len(a), a.itemsize, ints, "host", True, True, a)
+
+
+def _d_array(x, ints):
+    addr, n = x.buffer_info()
+    return _View(addr if n else 0, n, x.itemsize, _FORMAT.get(x.typecode), "host", True, True,
+                 x)
+
+
+_NP_CHAR = {"q": 8, "l": 8, "i": 7, "f": 1, "e": 2, "B": 6, "b": 6, "Q": 9, "L": 9}
+
+
+def _d_numpy(x, ints):
+    flags = x.flags
+    dt = x.dtype
+    if flags.c_contiguous and flags.writeable and x.size and dt.isnative:
+        # The cheap address of a writable contiguous array (no interface dict).
+        ptr = ctypes.addressof(ctypes.c_char.from_buffer(x))
+        return _View(ptr, x.size, dt.itemsize, _NP_CHAR.get(dt.char), "host", True, True, x)
+    return _from_iface(x, x.__array_interface__, "host")
+
+
+def _d_torch(x, ints):
+    dev = "cuda" if x.is_cuda else ("host" if x.device.type == "cpu" else "other")
+    return _View(x.data_ptr(), x.numel(), x.element_size(), _TORCH.get(str(x.dtype)), dev,
+                 True, x.is_contiguous(), x)
+
+
+_FAST = {list: _d_list, tuple: _d_list, range: _d_list, array.array: _d_array}
+
+
 def describe(x, ints=8):
     """_View of x, or None for a raw int address. `ints`: the kvc_dtype lists and tuples
     are packed as (8 = int64, 7 = int32)."""
-    global _NP
     t = type(x)
+    fast = _FAST.get(t)
+    if fast is not None:
+        return fast(x, ints)
     if t is int:
         return None
     own = getattr(x, "_kvc_view", None)
     if own is not None:  # DeviceBuffer / Tensor
         return own()
-    if t is list or t is tuple or t is range:
-        try:
-            a = array.array(_ARRAY_CODE[ints], x)
-        except (TypeError, OverflowError) as e:
-            raise BufferArgError("must hold integers (%s)" % e) from None
-        addr = a.buffer_info()[0] if len(a) else 0
-        return _View(addr, len(a), a.itemsize, ints, "host", True, True, a)
-    if t is array.array:
-        addr, n = x.buffer_info()
-        return _View(addr if n else 0, n, x.itemsize, _FORMAT.get(x.typecode), "host", True,
-                     True, x)
     mod = t.__module__
-    if mod == "numpy":
+    if mod == "numpy" and hasattr(x, "__array_interface__") and hasattr(x, "flags"):
+        global _NP
         _NP = _NP or __import__("numpy")
-        iface = x.__array_interface__
-        return _from_iface(x, iface, "host")
+        if t is _NP.ndarray:
+            _FAST[t] = _d_numpy
+        return _d_numpy(x, ints)
     if mod == "torch" and hasattr(x, "data_ptr"):
-        dev = "cuda" if x.is_cuda else ("host" if x.device.type == "cpu" else "other")
-        return _View(x.data_ptr(), x.numel(), x.element_size(), _TORCH.get(str(x.dtype)), dev,
-                     True, x.is_contiguous(), x)
+        _FAST[t] = _d_torch
+        return _d_torch(x, ints)
     iface = getattr(x, "__cuda_array_interface__", None)
     if iface is not None:
         return _from_iface(x, iface, "cuda")
