@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI for the ecosystem pieces (issue 8), no GPU needed: the install-and-consume test, the
 # Doxygen reference (no warnings allowed), and the Python binding's pytest suite plus the
-# SGLang-style demo on the host backend. Installs what it needs: doxygen and pkg-config
+# SGLang-style demo on the host backend, the same tests against an ASan build of the
+# library, and against the wheel installed into a fresh venv (issue 16). Installs what it needs: doxygen and pkg-config
 # from Debian (apt-get, when root), pytest and numpy with pip.
 #   scripts/ci_ecosystem.sh          env: BUILD_DIR (default build-eco), PYTHON
 set -euo pipefail
@@ -39,5 +40,8 @@ BUILD_DIR=$build ./scripts/test_python.sh
 
 echo "== Python binding against an ASan build of the library (buffer checks)"
 ASAN_BUILD_DIR=$build-asan ./scripts/test_python_asan.sh
+
+echo "== Python package: wheel (pyproject.toml, scikit-build-core), clean venv, tests"
+./scripts/test_wheel.sh
 
 echo "ECOSYSTEM CI OK"

@@ -16,32 +16,39 @@ _REPO = os.path.dirname(os.path.dirname(_HERE))
 
 
 def _candidates():
+    # 1. bundled: the library the wheel ships inside the package (pip install .)
+    for name in ("libkvcache.so", "libkvcache.dylib"):
+        yield os.path.join(_HERE, name), "bundled"
+    # 2. KVCACHE_LIB: a library chosen by path (source checkouts, an ASan build)
     env = os.environ.get("KVCACHE_LIB")
     if env:
-        yield env
-        return
-    for name in ("libkvcache.so", "libkvcache.so.0", "libkvcache.dylib"):
-        yield os.path.join(_HERE, name)  # shipped next to the package
+        yield env, "KVCACHE_LIB"
+        return  # when set, it is the answer: a wrong path must not load something else
+    # 3. a source checkout's build directories, then the system's linker path
     for build in ("build", "build-rel", "build-perf", "build-python", "build-gpu"):
-        yield os.path.join(_REPO, build, "libkvcache.so")
+        yield os.path.join(_REPO, build, "libkvcache.so"), "checkout"
     found = ctypes.util.find_library("kvcache")
     if found:
-        yield found
+        yield found, "system"
 
 
 def find_library():
-    """Path of the libkvcache shared library this package would load.
+    """Path of the libkvcache shared library this package loads. Search order:
 
-    Order: env KVCACHE_LIB (exclusively), next to the package, the repository's build
-    directories (build, build-rel, build-perf, build-python, build-gpu), then the system
-    linker path (ctypes.util.find_library)."""
+    1. bundled: ``libkvcache.so`` inside the package directory (what ``pip install .``
+       and the wheel ship);
+    2. ``KVCACHE_LIB``: an explicit path (the only candidate from here on when set);
+    3. the build directories of a source checkout (build, build-rel, build-perf,
+       build-python, build-gpu next to python/), then the system linker path
+       (``ctypes.util.find_library("kvcache")``, e.g. after ``cmake --install``).
+    """
     tried = []
-    for c in _candidates():
-        tried.append(c)
-        if os.path.sep not in c or os.path.exists(c):
-            return c
-    raise OSError("libkvcache not found (tried %s); build it with cmake or set KVCACHE_LIB"
-                  % ", ".join(tried))
+    for path, _origin in _candidates():
+        tried.append(path)
+        if os.path.sep not in path or os.path.exists(path):
+            return path
+    raise OSError("libkvcache not found (tried %s); `pip install .` bundles it, or build "
+                  "it with cmake and set KVCACHE_LIB" % ", ".join(tried))
 
 
 lib_path = find_library()
