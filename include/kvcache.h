@@ -970,6 +970,33 @@ KVC_API kvc_status kvc_kv_pool_buffer(const kvc_kv_pool *pool, kvc_region_kind r
 KVC_API kvc_status kvc_kv_pool_export_dlpack(const kvc_kv_pool *pool, kvc_region_kind region,
                                              int32_t layer_id, int as_bytes, void **out_tensor);
 
+/* --- DLPack capsules for language bindings (the Python package) ---------------------
+ * Plain-C end-of-life functions for DLPack tensors a binding hands out in PyCapsules,
+ * so that no interpreter callback runs on a consumer's error path (see
+ * src/pool/dlpack_capsule.c). The library does not link to Python. */
+
+/** A binding-owned tensor's manager_ctx for the relay deleters: `inner` (may be NULL)
+ *  is released with inner_deleter(inner), then `done` is set to 1 for the binding to
+ *  poll. */
+typedef struct kvc_dlpack_relay {
+  void *inner;
+  void (*inner_deleter)(void *inner);
+  volatile int32_t done;
+  int32_t pad_;
+} kvc_dlpack_relay;
+
+/** kvc_dlpack_capsule_destructor() : a PyCapsule destructor for capsules named
+ *  "dltensor" (DLManagedTensor) or "dltensor_versioned" (DLManagedTensorVersioned):
+ *  calls the tensor's deleter when the capsule dies unconsumed; a consumed capsule
+ *  ("used_..." name) is left alone. Uses PyCapsule_IsValid / PyCapsule_GetPointer of
+ *  the running interpreter (found with dlsym; none: does nothing) and no other Python
+ *  API, so it is safe while an exception is pending. Call with the GIL held. */
+KVC_API void kvc_dlpack_capsule_destructor(void *capsule);
+/** kvc_dlpack_relay_deleter() / _versioned() : the deleter of a DLManagedTensor /
+ *  DLManagedTensorVersioned whose manager_ctx is a kvc_dlpack_relay (see above). */
+KVC_API void kvc_dlpack_relay_deleter(void *managed);
+KVC_API void kvc_dlpack_relay_deleter_versioned(void *managed);
+
 /** SGLang get_contiguous_buf_infos entry: one registered memory range. */
 typedef struct kvc_contiguous_info {
   void *base;

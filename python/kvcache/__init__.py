@@ -293,6 +293,8 @@ class _Handle:
 
     def close(self):
         """Requests destruction (idempotent); the C object goes when nothing uses it."""
+        if _dlpack is not None:
+            _dlpack.sweep()  # views whose consumer let go since the last sweep
         with _Handle._lock:
             self._closing = True
             self._maybe_destroy()

@@ -35,7 +35,7 @@ _DL = {(0, 64): 8, (0, 32): 7, (2, 32): 1, (2, 16): 2, (4, 16): 3, (1, 8): 6, (0
 _SIZE = {1: 4, 2: 2, 3: 2, 4: 1, 5: 1, 6: 1, 7: 4, 8: 8, 9: 8, 10: 1}
 _ARRAY_CODE = {8: "q", 7: "i"}
 
-_pyapi = ctypes.pythonapi
+_pyapi = ctypes.PyDLL(None)  # own function objects (argtypes set here only)
 _pyapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
 _pyapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _pyapi.PyCapsule_IsValid.restype = ctypes.c_int

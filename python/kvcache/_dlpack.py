@@ -2,14 +2,19 @@
 
 A consumer that passes max_version >= (1, 0) to __dlpack__ (NumPy >= 2, recent PyTorch)
 gets a "dltensor_versioned" capsule (DLPack 1.x, writable: flags = 0); older consumers get
-the legacy "dltensor" capsule (DLPack 0.8 DLManagedTensor). Either way the tensor struct
-handed out is owned here and copies the DLTensor of the library's export (whose shape and
-strides arrays stay alive until our deleter runs the library's deleter).
+the legacy "dltensor" capsule (DLPack 0.8 DLManagedTensor).
 
-A capsule never consumed calls our deleter from its destructor; a consumer renames it
-"used_dltensor[_versioned]" and calls the deleter itself when its array dies. The deleter
-also drops the reference that keeps the owning pool (and its memory) alive, so a view
-never outlives its buffer.
+No Python code runs when a tensor dies. The capsule's destructor is the library's
+kvc_dlpack_capsule_destructor and the tensor's deleter its kvc_dlpack_relay_deleter
+(src/pool/dlpack_capsule.c): plain C, so a consumer that refuses a capsule (NumPy with
+bfloat16) raises its own error instead of a SystemError from a callback run on its
+error path. The relay deleter runs the library export's own deleter and sets a flag;
+this module polls those flags (sweep(): at every export, live_exports() and close() of a
+handle) to drop its bookkeeping and the reference that keeps the owning pool alive, so a
+pool closed while views exist is destroyed at the first sweep after the last view dies.
+
+FP4 buffers export the way PyTorch exports float4_e2m1fn_x2: code float4_e2m1fn, bits 4,
+lanes 2, one element per packed byte (the library's own export counts values, lanes 1).
 """
 import ctypes
 import threading
@@ -19,13 +24,16 @@ from . import _ffi
 
 _NAME = b"dltensor"
 _NAME_V = b"dltensor_versioned"
-_pyapi = ctypes.pythonapi
-_pyapi.PyCapsule_New.restype = ctypes.py_object
-_pyapi.PyCapsule_New.argtypes = [c_void_p, ctypes.c_char_p, c_void_p]
-_pyapi.PyCapsule_IsValid.restype = ctypes.c_int
-_pyapi.PyCapsule_IsValid.argtypes = [c_void_p, ctypes.c_char_p]
-_pyapi.PyCapsule_GetPointer.restype = c_void_p
-_pyapi.PyCapsule_GetPointer.argtypes = [c_void_p, ctypes.c_char_p]
+_capi = ctypes.PyDLL(None)  # own function objects: argtypes here do not leak elsewhere
+_capsule_new = _capi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [c_void_p, ctypes.c_char_p, c_void_p]
+
+_lib = _ffi.lib
+_DESTRUCTOR = ctypes.cast(_lib.kvc_dlpack_capsule_destructor, c_void_p).value
+_RELAY = ctypes.cast(_lib.kvc_dlpack_relay_deleter, c_void_p).value
+_RELAY_V = ctypes.cast(_lib.kvc_dlpack_relay_deleter_versioned, c_void_p).value
+_FLOAT4 = 17  # kDLFloat4_e2m1fn
 
 
 class DLPackVersion(ctypes.Structure):
@@ -37,83 +45,86 @@ class DLManagedTensorVersioned(ctypes.Structure):
                 ("flags", ctypes.c_uint64), ("dl_tensor", _ffi.DLTensor)]
 
 
+class Relay(ctypes.Structure):
+    """kvc_dlpack_relay."""
+    _fields_ = [("inner", c_void_p), ("inner_deleter", c_void_p), ("done", ctypes.c_int32),
+                ("pad_", ctypes.c_int32)]
+
+
 _lock = threading.Lock()
-_live = {}  # key -> (owner, library tensor address or None, library deleter, keepalive)
+_live = {}  # key -> (owner, relay, managed struct, keepalive)
 _next_key = [1]
-_CFN = ctypes.CFUNCTYPE(None, c_void_p)
 
 
-def _release(key):
+def sweep():
+    """Drops the exports whose tensor was deleted (relay flag set) and releases their
+    owners. Returns the number still alive."""
+    done = []
     with _lock:
-        entry = _live.pop(key, None)
-    if entry is None:
-        return
-    owner, lib_tensor, lib_deleter, _keep = entry
-    if lib_tensor and lib_deleter:
-        _CFN(lib_deleter)(lib_tensor)
-    if owner is not None:
-        owner._release_export()
-
-
-@_CFN
-def _deleter_legacy(managed):
-    _release(_ffi.DLManagedTensor.from_address(managed).manager_ctx)
-
-
-@_CFN
-def _deleter_versioned(managed):
-    _release(DLManagedTensorVersioned.from_address(managed).manager_ctx)
-
-
-@_CFN
-def _destructor_legacy(capsule):
-    # Runs when the capsule dies; only an unconsumed capsule still owns its tensor.
-    if _pyapi.PyCapsule_IsValid(capsule, _NAME):
-        _deleter_legacy(_pyapi.PyCapsule_GetPointer(capsule, _NAME))
-
-
-@_CFN
-def _destructor_versioned(capsule):
-    if _pyapi.PyCapsule_IsValid(capsule, _NAME_V):
-        _deleter_versioned(_pyapi.PyCapsule_GetPointer(capsule, _NAME_V))
-
-
-def _addr(f):
-    return ctypes.cast(f, c_void_p).value
+        for key, entry in _live.items():
+            if entry[1].done:
+                done.append(key)
+        entries = [_live.pop(k) for k in done]
+        alive = len(_live)
+    for owner, _relay, _m, _keep in entries:
+        if owner is not None:
+            owner._release_export()
+    return alive
 
 
 def make_capsule(dl_tensor, owner, versioned, lib_tensor=None, keepalive=None):
-    """A capsule for `dl_tensor` (a DLTensor copied into a struct owned here). With
-    lib_tensor (a library DLManagedTensor*), its deleter runs when the capsule's tensor is
-    deleted."""
-    lib_deleter = None
+    """A capsule for `dl_tensor` (copied into a managed struct owned here). With
+    lib_tensor (a library DLManagedTensor*), its deleter runs when ours does."""
+    sweep()
+    relay = Relay()
     if lib_tensor:
-        lib_deleter = _ffi.DLManagedTensor.from_address(lib_tensor).deleter
+        relay.inner = lib_tensor
+        relay.inner_deleter = _ffi.DLManagedTensor.from_address(lib_tensor).deleter
     if versioned:
         m = DLManagedTensorVersioned()
         m.version.major, m.version.minor = 1, 0
         m.flags = 0
-        deleter, destructor, name = _deleter_versioned, _destructor_versioned, _NAME_V
+        m.deleter, name = _RELAY_V, _NAME_V
     else:
         m = _ffi.DLManagedTensor()
-        deleter, destructor, name = _deleter_legacy, _destructor_legacy, _NAME
+        m.deleter, name = _RELAY, _NAME
     ctypes.memmove(ctypes.addressof(m.dl_tensor), ctypes.addressof(dl_tensor),
                    ctypes.sizeof(_ffi.DLTensor))
+    m.manager_ctx = ctypes.addressof(relay)
+    keep = [keepalive]
+    t = m.dl_tensor
+    if t.dtype.code == _FLOAT4 and t.dtype.lanes == 1 and t.ndim >= 1:
+        # PyTorch's float4_e2m1fn_x2: lanes 2, the last dimension in packed bytes.
+        ndim = t.ndim
+        shp = (ctypes.c_int64 * ndim)(*[t.shape[i] for i in range(ndim)])
+        shp[ndim - 1] //= 2
+        strides = (ctypes.c_int64 * ndim)()
+        s = 1
+        for i in range(ndim - 1, -1, -1):
+            strides[i] = s
+            s *= shp[i]
+        t.dtype.lanes = 2
+        t.shape = ctypes.cast(shp, ctypes.POINTER(ctypes.c_int64))
+        t.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+        keep.append((shp, strides))
+    cap = _capsule_new(ctypes.addressof(m), name, _DESTRUCTOR)
     with _lock:
         key = _next_key[0]
         _next_key[0] += 1
-        _live[key] = (owner, lib_tensor, lib_deleter, (m, keepalive))
-    m.manager_ctx = key
-    m.deleter = _addr(deleter)
+        _live[key] = (owner, relay, m, keep)
     if owner is not None:
         owner._acquire_export()
-    return _pyapi.PyCapsule_New(ctypes.addressof(m), name, _addr(destructor))
+    return cap
 
 
 def capsule_from_library(lib_tensor, owner, versioned):
     """Wraps a DLManagedTensor* returned by kvc_kv_pool_export_dlpack."""
     t = _ffi.DLManagedTensor.from_address(lib_tensor)
-    return make_capsule(t.dl_tensor, owner, versioned, lib_tensor=lib_tensor)
+    try:
+        return make_capsule(t.dl_tensor, owner, versioned, lib_tensor=lib_tensor)
+    except BaseException:
+        ctypes.CFUNCTYPE(None, c_void_p)(t.deleter)(lib_tensor)
+        raise
 
 
 def capsule_from_pointer(data, shape, dl_dtype, device, owner, versioned):
@@ -139,5 +150,4 @@ def capsule_from_pointer(data, shape, dl_dtype, device, owner, versioned):
 
 def live_exports():
     """Number of DLPack tensors handed out and not yet deleted."""
-    with _lock:
-        return len(_live)
+    return sweep()

@@ -97,3 +97,68 @@ def test_flow_writes_req_to_token_on_device(ctx):
     assert table[reqs[1].req_row, 5].item() == dec[1].item()
     flow.release(reqs, stream=torch.cuda.current_stream())
     assert a.available_size() == 4096
+
+
+# --- issue 16: buffer checks, persistent batches and FP4 DLPack on the CUDA backend --------
+
+
+def test_buffer_checks_on_cuda(ctx):
+    pool = kvc.KVPool(ctx, 64, 1, dtype="bfloat16", head_num=2, head_dim=64)
+    k = torch.zeros(4, 2, 64, device="cuda", dtype=torch.bfloat16)
+    loc = torch.arange(1, 5, device="cuda")
+    with pytest.raises(kvc.InvalidArgument, match="loc must be CUDA device memory"):
+        pool.set_kv(0, loc.cpu(), k, k)
+    with pytest.raises(kvc.InvalidArgument, match="k must be CUDA device memory"):
+        pool.set_kv(0, loc, k.cpu(), k)
+    with pytest.raises(kvc.InvalidArgument, match="v has 768 bytes, 1024 needed"):
+        pool.set_kv(0, loc, k, k[:3].clone())
+    with pytest.raises(kvc.InvalidArgument, match="k_out has 768 bytes, 1024 needed"):
+        pool.gather_kv(0, loc, k[:3].clone(), k)
+    pool.set_kv(0, loc, k, k, stream=torch.cuda.current_stream())
+    rp = kvc.ReqToTokenPool(ctx, 4, 64)
+    a = kvc.Allocator(ctx, 1024, page_size=16)
+    flow = kvc.Flow(ctx, rp, a)
+    reqs = [kvc.ReqState(seq_len=5)]
+    with pytest.raises(kvc.InvalidArgument, match="out_cache_loc must be CUDA device memory"):
+        flow.alloc_for_extend(reqs, out_cache_loc=torch.zeros(5, dtype=torch.int64))
+    with pytest.raises(kvc.InvalidArgument, match="out_cache_loc has room for 4 elements"):
+        flow.alloc_for_extend(reqs, out_cache_loc=torch.zeros(4, dtype=torch.int64,
+                                                                device="cuda"))
+    with pytest.raises(kvc.InvalidArgument, match="seq_lens must be host memory"):
+        a.alloc_decode(torch.tensor([2], device="cuda"))
+    a.alloc_decode(torch.tensor([2]), last_locs=torch.tensor([0]),
+                   out=torch.zeros(1, dtype=torch.int64))  # torch CPU by pointer
+    torch.cuda.synchronize()
+
+
+def test_request_batch_on_cuda(ctx):
+    rp = kvc.ReqToTokenPool(ctx, 8, 256)
+    a = kvc.Allocator(ctx, 4096, page_size=16)
+    flow = kvc.Flow(ctx, rp, a)
+    batch = kvc.RequestBatch(8)
+    for n in (37, 5, 64):
+        batch.add(seq_len=n)
+    s = torch.cuda.current_stream()
+    flow.alloc_for_extend(batch, stream=s)
+    table = torch.from_dlpack(rp.table)
+    for _ in range(3):
+        out = torch.from_dlpack(flow.alloc_for_decode(batch, stream=s))
+        s.synchronize()
+        for i, r in enumerate(batch):
+            assert table[r.req_row, r.seq_len - 1].item() == out[i].item()
+    del out, table
+    flow.release(batch, stream=s)
+    batch.clear()
+    assert a.available_size() == 4096
+
+
+def test_fp4_buffer_imports_into_torch(ctx):
+    if not hasattr(torch, "float4_e2m1fn_x2"):
+        pytest.skip("this torch has no float4_e2m1fn_x2")
+    H, D = 2, 64
+    pool = kvc.KVPool(ctx, 128, 1, kind="mha_fp4", dtype="bfloat16", head_num=H, head_dim=D)
+    t = torch.from_dlpack(pool.k_buffer(0))
+    assert t.is_cuda and t.dtype == torch.float4_e2m1fn_x2
+    assert tuple(t.shape) == (129, H, D // 2) and t.data_ptr() == pool.describe(0)["data"]
+    del t
+    assert kvc.live_exports() == 0
