@@ -29,7 +29,8 @@ __all__ = [
     "NvrtcError", "NoDevice", "Unsupported", "Misuse", "VersionError", "InternalError",
     "KvcIOError", "Busy", "Context", "DeviceBuffer", "ReqToTokenPool", "Allocator", "KVPool",
     "Tensor", "ReqState", "RequestBatch", "Flow", "SessionCache", "DecodeChannel", "live_exports",
-    "REQ_CHUNKED", "REQ_SKIP_CACHE_INSERT",
+    "REQ_CHUNKED", "REQ_SKIP_CACHE_INSERT", "MambaPool", "HybridReqToTokenPool",
+    "SWAAllocator", "SWAKVPool", "PrefixCache", "DeviceAllocator", "TorchDeviceAllocator",
 ]
 
 VERSION_NUMBER = lib.kvc_version_number()
@@ -332,9 +333,15 @@ class Context(_Handle):
 
     _destroy_fn = staticmethod(lambda p: lib.kvc_context_destroy(p))
 
-    def __init__(self, backend="auto", device=0, check=False, disk_cache=True, cache_dir=None):
+    def __init__(self, backend="auto", device=0, check=False, disk_cache=True, cache_dir=None,
+                 device_allocator=None):
+        """device_allocator: a kvcache.DeviceAllocator (e.g. TorchDeviceAllocator(), so
+        PyTorch's caching allocator owns the KV memory); None = cuMemAlloc/cuMemFree."""
         cfg = _ffi.ContextConfig()
         lib.kvc_context_config_default(byref(cfg))
+        self._device_allocator = device_allocator
+        if device_allocator is not None:
+            cfg.device_allocator = device_allocator._struct()
         cfg.backend = _BACKENDS[backend] if isinstance(backend, str) else int(backend)
         cfg.device = device
         cfg.flags = (0x1 if check else 0) | (0 if disk_cache else 0x2)
@@ -343,11 +350,22 @@ class Context(_Handle):
         out = c_void_p()
         st = lib.kvc_context_create(byref(cfg), byref(out))
         if st:
+            if device_allocator is not None:
+                device_allocator._raise_pending()
             _raise(st, None, "kvc_context_create")
         super().__init__(out.value)
 
     def _check(self, st, func=None):
         if st:
+            hook = self._device_allocator
+            if hook is not None and hook._pending is not None:
+                try:
+                    _raise(st, self._ptr, func)
+                except KvcacheError as e:
+                    try:
+                        hook._raise_pending()
+                    except BaseException as orig:
+                        raise orig from e
             _raise(st, self._ptr, func)
 
     @property
@@ -968,6 +986,26 @@ class KVPool(_Handle):
                                  loc_type if loc_type is not None else lt)
         self._check(lib.kvc_kv_pool_move(self.handle, tp, sp, lt, n, _stream(stream)))
 
+    def host_copy_bytes(self, n):
+        """Bytes copy_to_host needs for n slots (all layers and regions)."""
+        b = c_size_t()
+        self._check(lib.kvc_kv_pool_host_copy_bytes(self.handle, n, byref(b)))
+        return b.value
+
+    def copy_to_host(self, loc, host, n=None, loc_type=None, stream=None):
+        """Host offload: rows loc[i] of every layer and region into `host` (writable host
+        memory of host_copy_bytes(n) bytes; pinned, Context.pinned_empty, on CUDA), one
+        launch; valid once `stream` reaches it."""
+        lp, n, lt, keep = _idx_in(self._ctx, "loc", loc, n, loc_type)
+        hp, _ = _bytes(self._ctx, "host", host, self.host_copy_bytes(n), "host", writable=True)
+        self._check(lib.kvc_kv_pool_copy_to_host(self.handle, lp, lt, n, hp, _stream(stream)))
+
+    def copy_from_host(self, loc, host, n=None, loc_type=None, stream=None):
+        """The inverse scatter of copy_to_host (one launch)."""
+        lp, n, lt, keep = _idx_in(self._ctx, "loc", loc, n, loc_type)
+        hp, _ = _bytes(self._ctx, "host", host, self.host_copy_bytes(n), "host")
+        self._check(lib.kvc_kv_pool_copy_from_host(self.handle, lp, lt, n, hp, _stream(stream)))
+
     @property
     def num_buffers(self):
         return lib.kvc_kv_pool_num_buffers(self.handle)
@@ -1249,13 +1287,25 @@ class Flow(_Handle):
     _destroy_fn = staticmethod(lambda p: lib.kvc_flow_destroy(p))
 
     def __init__(self, ctx, req_pool, allocator, cache=None, spec_num_steps=0, spec_topk=0,
-                 spec_num_draft_tokens=0, spec_keeps_draft_kv=False):
+                 spec_num_draft_tokens=0, spec_keeps_draft_kv=False, hybrid_req_pool=None,
+                 sliding_window=0, swa_drop_page_margin=False):
+        """allocator: an Allocator, or an SWAAllocator for SWA models (then
+        sliding_window > 0 enables window eviction). hybrid_req_pool: a
+        HybridReqToTokenPool over req_pool (hybrid Mamba models). cache: None (chunk
+        cache), a SessionCache, or a Python PrefixCache subclass (kvcache.PrefixCache)."""
         cfg = _ffi.FlowConfig()
         cfg.struct_size = ctypes.sizeof(cfg)
         cfg.version = VERSION_NUMBER
         cfg.page_size = allocator.page_size
         cfg.req_pool = req_pool.handle
-        cfg.allocator = allocator.handle
+        if getattr(allocator, "_is_swa", False):
+            cfg.swa_allocator = allocator.handle
+        else:
+            cfg.allocator = allocator.handle
+        if hybrid_req_pool is not None:
+            cfg.hybrid_req_pool = hybrid_req_pool.handle
+        cfg.sliding_window = sliding_window
+        cfg.swa_drop_page_margin = 1 if swa_drop_page_margin else 0
         if cache is not None:
             cfg.cache = cache._prefix_cache()
         cfg.spec_num_steps, cfg.spec_topk = spec_num_steps, spec_topk
@@ -1266,10 +1316,29 @@ class Flow(_Handle):
         self._ctx = ctx
         self.req_pool, self.allocator, self.cache = req_pool, allocator, cache
         self._channel = None
-        super().__init__(out.value, deps=(ctx, req_pool, allocator, cache))
+        self._pycache = cache if hasattr(cache, "_raise_pending") else None
+        super().__init__(out.value, deps=(ctx, req_pool, allocator, hybrid_req_pool,
+                                          cache if isinstance(cache, _Handle) else None))
+        if cache is not None and hasattr(cache, "_bind_flow"):
+            cache._bind_flow(self)
 
     def _check(self, st):
+        pc = self._pycache
+        if pc is not None and pc._pending is not None:
+            try:
+                self._ctx._check(st)
+            except KvcacheError as e:
+                try:
+                    pc._raise_pending()
+                except BaseException as orig:  # the callback's own exception
+                    raise orig from e
+            pc._raise_pending()
         self._ctx._check(st)
+
+    def free_slots(self, slots):
+        """Frees host slots through the flow's allocator (for PrefixCache callbacks)."""
+        ptr, n, keep = _in(self._ctx, "slots", slots)
+        self._check(lib.kvc_flow_free_slots(self.handle, ptr, n))
 
     def _out_arg(self, count, out):
         if out is None:
@@ -1348,7 +1417,7 @@ class Flow(_Handle):
                     out.nbytes = 8 * count
                 st = _flow_decode(fp, arr, n, token_per_req, out._ptr,
                                   None if stream is None else _stream(stream))
-                if st:
+                if st or self._pycache is not None:
                     self._check(st)
                 return out
         else:
@@ -1378,7 +1447,7 @@ class Flow(_Handle):
             arr, n = _req_array(reqs)
         st = _flow_release(fp, arr, n, 1 if is_insert else 0,
                            None if stream is None else _stream(stream))
-        if st:
+        if st or self._pycache is not None:
             self._check(st)
 
     def cache_unfinished(self, req):
@@ -1409,3 +1478,7 @@ class Flow(_Handle):
     def check(self, live=()):
         arr, n = _req_array(live)
         self._check(lib.kvc_flow_check(self.handle, arr, n))
+
+
+from .hybrid import HybridReqToTokenPool, MambaPool, SWAAllocator, SWAKVPool  # noqa: E402
+from .prefix import DeviceAllocator, PrefixCache, TorchDeviceAllocator  # noqa: E402

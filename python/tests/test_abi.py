@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 import kvcache as kvc
-from kvcache import _ffi
+from kvcache import _dlpack, _ffi, hybrid
 
 HEADER_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "include")
 STRUCTS = {
@@ -18,11 +18,20 @@ STRUCTS = {
     "kvc_allocator_state": _ffi.AllocatorState, "kvc_kv_pool_config": _ffi.KVPoolConfig,
     "kvc_buffer_desc": _ffi.BufferDesc, "kvc_prefix_cache": _ffi.PrefixCache,
     "kvc_flow_config": _ffi.FlowConfig, "kvc_req_state": kvc.ReqState,
+    "kvc_mamba_shape": hybrid.MambaShape, "kvc_mamba_pool_config": hybrid.MambaPoolConfig,
+    "kvc_hybrid_req_pool_config": hybrid.HybridReqPoolConfig,
+    "kvc_swa_allocator_config": hybrid.SwaAllocatorConfig,
+    "kvc_swa_kv_pool_config": hybrid.SwaKVPoolConfig,
+    "kvc_dlpack_relay": _dlpack.Relay,
 }
 OFFSETS = [("kvc_req_state", f) for f, _ in kvc.ReqState._fields_ if not f.startswith("_")] + \
     [("kvc_flow_config", "cache"), ("kvc_flow_config", "sliding_window"),
      ("kvc_kv_pool_config", "index_buf_size"), ("kvc_buffer_desc", "data"),
-     ("kvc_buffer_desc", "total_bytes"), ("kvc_context_config", "device_allocator")]
+     ("kvc_buffer_desc", "total_bytes"), ("kvc_context_config", "device_allocator"),
+     ("kvc_mamba_pool_config", "temporal_shape"), ("kvc_mamba_pool_config", "flags"),
+     ("kvc_swa_kv_pool_config", "full_layer_ids"),
+     ("kvc_swa_kv_pool_config", "translate_capacity"), ("kvc_swa_allocator_config", "req_pool"),
+     ("kvc_hybrid_req_pool_config", "mamba_pool"), ("kvc_dlpack_relay", "done")]
 
 
 @pytest.mark.skipif(not shutil.which("cc"), reason="no C compiler")

@@ -162,3 +162,45 @@ def test_fp4_buffer_imports_into_torch(ctx):
     assert tuple(t.shape) == (129, H, D // 2) and t.data_ptr() == pool.describe(0)["data"]
     del t
     assert kvc.live_exports() == 0
+
+
+def test_torch_caching_allocator_owns_the_kv_memory():
+    hook = kvc.TorchDeviceAllocator()
+    before = torch.cuda.memory_allocated()
+    try:
+        c = kvc.Context(backend="cuda", device=torch.cuda.current_device(),
+                        device_allocator=hook)
+    except kvc.KvcacheError as e:
+        pytest.skip("kvcache CUDA context: %s" % e)
+    pool = kvc.KVPool(c, 4096, 2, dtype="bfloat16", head_num=8, head_dim=128)
+    k_bytes, v_bytes = pool.size_bytes()
+    assert hook.live and torch.cuda.memory_allocated() - before >= k_bytes + v_bytes
+    assert any(p <= pool.describe(0)["data"] < p + n for p, n in hook.live.items())
+    pool.close()
+    torch.cuda.synchronize()
+    c.close()
+    assert not hook.live and torch.cuda.memory_allocated() == before
+
+
+def test_python_prefix_cache_and_mamba_on_cuda(ctx):
+    rp = kvc.ReqToTokenPool(ctx, 4, 64)
+    m = kvc.MambaPool(ctx, 4, 2, conv_shapes=[(8, 3)], temporal_shape=(2, 8, 16),
+                      conv_dtype="bfloat16", temporal_dtype="float32")
+    hyb = kvc.HybridReqToTokenPool(ctx, rp, m)
+    alloc = kvc.Allocator(ctx, 256, page_size=16)
+
+    class Keep(kvc.PrefixCache):
+
+        def cache_finished_req(self, flow, req, is_insert):
+            flow.free_slots(flow.row_slots(req.req_row, 0, req.kv_committed_len))
+
+    flow = kvc.Flow(ctx, rp, alloc, cache=Keep(), hybrid_req_pool=hyb)
+    batch = kvc.RequestBatch(2)
+    batch.add(seq_len=20)
+    s = torch.cuda.current_stream()
+    flow.alloc_for_extend(batch, stream=s)
+    conv = torch.from_dlpack(m.conv_buffer(0))
+    assert conv.is_cuda and conv.dtype == torch.bfloat16 and conv.shape == (5, 8, 3)
+    flow.release(batch, stream=s)
+    torch.cuda.synchronize()
+    assert alloc.available_size() == 256 and m.available_size() == 4
