@@ -195,9 +195,11 @@ def _index_type(x, explicit):
 
 
 def _backend(ctx):
+    """'host' or 'cuda:N' (cached per context): where _buf checks memory against."""
     b = getattr(ctx, "_backend_name", None)
     if b is None:
-        b = ctx._backend_name = ctx.backend
+        b = ctx.backend
+        b = ctx._backend_name = "host" if b != "cuda" else "cuda:%d" % ctx.device
     return b
 
 
@@ -468,7 +470,7 @@ class Tensor:
             n *= d
         size = _buf._SIZE.get(self._dtype_code, 1)
         return _buf._View(self.ptr or 0, n, size, self._dtype_code,
-                          "cuda" if _backend(self._owner._ctx) == "cuda" else "host", True,
+                          "host" if _backend(self._owner._ctx) == "host" else "cuda", True,
                           True, self)
 
     def __dlpack_device__(self):
@@ -523,7 +525,7 @@ class DeviceBuffer(_Handle):
         # Context.alloc's byte buffers are untyped (0): any dtype, counted in bytes.
         return _buf._View(self.handle, self.nbytes // size, size,
                           0 if self._untyped else self._dtype,
-                          "cuda" if _backend(self._ctx) == "cuda" else "host", True, True, self)
+                          "host" if _backend(self._ctx) == "host" else "cuda", True, True, self)
 
     @property
     def dtype(self):

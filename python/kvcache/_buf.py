@@ -48,9 +48,10 @@ class BufferArgError(ValueError):
 
 class _View:
     __slots__ = ("ptr", "count", "itemsize", "dtype", "device", "writable", "contiguous",
-                 "keep")
+                 "keep", "dev_id")
 
-    def __init__(self, ptr, count, itemsize, dtype, device, writable, contiguous, keep=None):
+    def __init__(self, ptr, count, itemsize, dtype, device, writable, contiguous, keep=None,
+                 dev_id=None):
         self.ptr = ptr              # int address (0 for an empty buffer)
         self.count = count          # elements
         self.itemsize = itemsize    # bytes per element
@@ -59,6 +60,7 @@ class _View:
         self.writable = writable
         self.contiguous = contiguous
         self.keep = keep            # what must stay alive while C uses ptr
+        self.dev_id = dev_id        # CUDA ordinal when known (torch, DLPack), else None
 
 
 def _c_contiguous(shape, strides, itemsize):
@@ -109,7 +111,8 @@ def _from_dlpack(x):
     dev = {1: "host", 3: "host", 2: "cuda", 13: "cuda"}.get(t.device.device_type, "other")
     return _View((t.data or 0) + t.byte_offset, _prod(shape), itemsize,
                  _DL.get((t.dtype.code, t.dtype.bits)), dev, True,
-                 _c_contiguous(shape, strides, itemsize), cap)
+                 _c_contiguous(shape, strides, itemsize), cap,
+                 t.device.device_id if dev == "cuda" else None)
 
 
 def _from_buffer(x):
@@ -169,7 +172,7 @@ def _d_numpy(x, ints):
 def _d_torch(x, ints):
     dev = "cuda" if x.is_cuda else ("host" if x.device.type == "cpu" else "other")
     return _View(x.data_ptr(), x.numel(), x.element_size(), _TORCH.get(str(x.dtype)), dev,
-                 True, x.is_contiguous(), x)
+                 True, x.is_contiguous(), x, x.get_device() if dev == "cuda" else None)
 
 
 _FAST = {list: _d_list, tuple: _d_list, range: _d_list, array.array: _d_array}
@@ -222,16 +225,22 @@ def _untyped(v, dtype):
 
 def _where_ok(view, where, backend):
     """where: 'host' (host memory the library reads or writes itself) or 'device' (memory
-    kernels touch: device memory on CUDA, host memory on the host backend)."""
-    if where == "host" or backend != "cuda":
+    kernels touch: device memory on CUDA, host memory on the host backend). backend:
+    'host' or 'cuda:N' (the context's device)."""
+    if where == "host" or backend == "host":
         return view.device == "host"
-    return view.device == "cuda"
+    return view.device == "cuda" and (view.dev_id is None or
+                                      "cuda:%d" % view.dev_id == backend)
+
+
+def _got(v):
+    return v.device if v.dev_id is None else "%s:%d" % (v.device, v.dev_id)
 
 
 def _mem_name(where, backend):
-    if where == "host" or backend != "cuda":
+    if where == "host" or backend == "host":
         return "host memory"
-    return "CUDA device memory"
+    return "CUDA device memory of the context's device (%s)" % backend
 
 
 def vec_in(x, n, dtypes, where, backend, ints=8, convert=True):
@@ -246,7 +255,7 @@ def vec_in(x, n, dtypes, where, backend, ints=8, convert=True):
         return x, int(n), None, None
     if not _where_ok(v, where, backend):
         raise BufferArgError("must be %s (got %s memory)" % (_mem_name(where, backend),
-                                                             v.device))
+                                                             _got(v)))
     if v.dtype == 0:
         v = _untyped(v, dtypes[0])
     if v.dtype not in dtypes or not v.contiguous:
@@ -301,7 +310,7 @@ def vec_out(x, n, dtype, where, backend, name_itemsize=None):
         return x, None
     if not _where_ok(v, where, backend):
         raise BufferArgError("must be %s (got %s memory)" % (_mem_name(where, backend),
-                                                             v.device))
+                                                             _got(v)))
     if not v.writable:
         raise BufferArgError("is read-only")
     if not v.contiguous:
@@ -325,7 +334,7 @@ def bytes_in(x, nbytes, where, backend, writable=False):
         return x, None
     if not _where_ok(v, where, backend):
         raise BufferArgError("must be %s (got %s memory)" % (_mem_name(where, backend),
-                                                             v.device))
+                                                             _got(v)))
     if not v.contiguous:
         raise BufferArgError("must be C-contiguous")
     if writable and not v.writable:
