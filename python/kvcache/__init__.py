@@ -5,11 +5,16 @@ KV pools whose buffers are DLPack tensors (torch.from_dlpack / numpy.from_dlpack
 copy), scheduler flows (alloc_for_extend / alloc_for_decode / release) and streaming
 sessions. See docs/porting.md for the SGLang -> kvcache mapping.
 
-Arguments named "device vectors" (loc, k, v, out ...) accept anything that exposes a
-pointer: a torch tensor (``data_ptr()``), a NumPy array (host backend only), an object
-with ``__cuda_array_interface__`` / ``__array_interface__``, a :class:`DeviceBuffer`, or
-a raw int address (then pass ``n`` and the index type explicitly). Streams: None (legacy
-default stream), an int handle, or any object with ``.cuda_stream`` (torch.cuda.Stream).
+Vector and buffer arguments (slots, lengths, loc, k, v, out ...) accept a torch tensor,
+a NumPy array, anything with the buffer protocol, ``__array_interface__``,
+``__cuda_array_interface__`` or ``__dlpack__``, a :class:`DeviceBuffer` or
+:class:`Tensor`, or a list; they go to C by pointer (lists and other integer widths are
+converted once at C speed) after checks of length against what C reads or writes,
+dtype, contiguity, host vs device memory and writability (_buf.py): a mismatch raises
+InvalidArgument naming the argument. A raw int address is accepted unchecked (pass
+``n`` and the index type explicitly). Calls returning slots take ``out=``. Persistent
+batches: :class:`RequestBatch`. Streams: None (legacy default stream), an int handle, or
+any object with ``.cuda_stream`` (torch.cuda.Stream).
 
 Lifetime: objects hold references to what they depend on (a pool to its context, a
 flow to its pools, a DLPack view to its pool), and ``close()`` (or leaving a ``with``
