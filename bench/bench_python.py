@@ -17,7 +17,8 @@ Scenarios (host backend unless --backend cuda):
 
   python3 bench/bench_python.py [--backend host|cuda] [--rounds N] [--csv FILE]
   env: KVCACHE_LIB (library), KVCB_HELPER (libkvc_pybench.so; default: the library's
-  build directory's bench/)
+  build directory's bench/), KVCACHE_NO_FAST=1 (plain ctypes even when the optional
+  _kvcfast extension is built)
 """
 import argparse
 import ctypes
@@ -199,8 +200,9 @@ def main():
     ap.add_argument("--csv")
     args = ap.parse_args()
     b = Bench(args)
-    print("kvcache %s, %s backend, Python %s, library %s" % (
-        kvc.__version__, b.ctx.backend, sys.version.split()[0], kvc.library_path))
+    print("kvcache %s, %s backend, Python %s, library %s, per-step calls via %s" % (
+        kvc.__version__, b.ctx.backend, sys.version.split()[0], kvc.library_path,
+        "the _kvcfast extension" if kvc.fast_path else "ctypes"))
     print("%-28s %9s %9s %9s %9s %8s" % ("us per call", "py med", "py p90", "C med", "C p90",
                                          "py/C"))
     for batch in (256, 1024):

@@ -24,9 +24,12 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 build=${BUILD_DIR:-build-eco}
 
-echo "== library (shared + static)"
+echo "== library (shared + static; the Python extension where Python.h is installed)"
+pyext=OFF
+python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(
+    os.path.join(sysconfig.get_paths()["include"], "Python.h")))' && pyext=ON
 cmake -S . -B "$build" -DKVC_WERROR=ON -DKVC_BUILD_TESTS=OFF -DKVC_BUILD_BENCH=OFF \
-      -DKVC_BUILD_EXAMPLES=OFF >/dev/null
+      -DKVC_BUILD_EXAMPLES=OFF -DKVC_BUILD_PYTHON_EXT=$pyext >/dev/null
 cmake --build "$build" -j "$(nproc)" --target kvcache kvcache_static >/dev/null
 
 echo "== install and consume (find_package + pkg-config)"

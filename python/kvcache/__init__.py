@@ -29,7 +29,7 @@ from . import _buf, _dlpack, _ffi
 from ._ffi import lib
 
 __all__ = [
-    "__version__", "version", "version_number", "library_path",
+    "__version__", "version", "version_number", "library_path", "fast_path",
     "KvcacheError", "InvalidArgument", "OutOfSlots", "HostOOM", "DeviceOOM", "CudaError",
     "NvrtcError", "NoDevice", "Unsupported", "Misuse", "VersionError", "InternalError",
     "KvcIOError", "Busy", "Context", "DeviceBuffer", "ReqToTokenPool", "Allocator", "KVPool",
@@ -258,6 +258,14 @@ def _stream(s):
 
 _flow_decode = lib.kvc_flow_alloc_for_decode
 _flow_release = lib.kvc_flow_release
+_flow_extend = lib.kvc_flow_alloc_for_extend
+# The per-step calls on a RequestBatch take only ints and None: the optional _kvcfast
+# extension (cmake -DKVC_BUILD_PYTHON_EXT=ON) makes them without ctypes' conversions.
+_fast = _ffi.fast
+_batch_decode = _fast.flow_decode if _fast is not None else _flow_decode
+_batch_release = _fast.flow_release if _fast is not None else _flow_release
+_batch_extend = _fast.flow_extend if _fast is not None else _flow_extend
+fast_path = _fast.path if _fast is not None else None
 
 
 # --- Handle base ----------------------------------------------------------------------------
@@ -1379,7 +1387,12 @@ class Flow(_Handle):
         else:
             out = self._out_arg(total, out_cache_loc)
             ptr = _ptr(out)
-        self._check(lib.kvc_flow_alloc_for_extend(self.handle, arr, n, ptr, _stream(stream)))
+        if type(reqs) is RequestBatch:
+            st = _batch_extend(self.handle, reqs._pp, n, ptr, _stream(stream))
+        else:
+            st = _flow_extend(self.handle, arr, n, ptr, _stream(stream))
+        if st or self._pycache is not None:
+            self._check(st)
         return out
 
     def set_decode_channel(self, channel):
@@ -1422,8 +1435,8 @@ class Flow(_Handle):
                     out = o[1]
                     out.shape = (count,)
                     out.nbytes = 8 * count
-                st = _flow_decode(fp, arr, n, token_per_req, out._ptr,
-                                  None if stream is None else _stream(stream))
+                st = _batch_decode(fp, arr, n, token_per_req, out._ptr,
+                                   None if stream is None else _stream(stream))
                 if st or self._pycache is not None:
                     self._check(st)
                 return out
@@ -1449,11 +1462,11 @@ class Flow(_Handle):
         if self._closing or not fp:
             raise Misuse(9, "Flow is closed")
         if type(reqs) is RequestBatch:
-            arr, n = reqs._pp, reqs._n
+            st = _batch_release(fp, reqs._pp, reqs._n, 1 if is_insert else 0,
+                                None if stream is None else _stream(stream))
         else:
             arr, n = _req_array(reqs)
-        st = _flow_release(fp, arr, n, 1 if is_insert else 0,
-                           None if stream is None else _stream(stream))
+            st = _flow_release(fp, arr, n, 1 if is_insert else 0, _stream(stream))
         if st or self._pycache is not None:
             self._check(st)
 

@@ -9,7 +9,7 @@ import os
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32, c_int64,
                     c_size_t, c_uint, c_uint8, c_uint32, c_uint64, c_void_p)
 
-__all__ = ["lib", "lib_path", "find_library"]
+__all__ = ["lib", "lib_path", "find_library", "fast"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(os.path.dirname(_HERE))
@@ -53,6 +53,34 @@ def find_library():
 
 lib_path = find_library()
 lib = ctypes.CDLL(lib_path)
+
+
+def _load_fast():
+    """The optional _kvcfast extension (cmake -DKVC_BUILD_PYTHON_EXT=ON) for this
+    interpreter, from the package directory or next to the loaded library; None when
+    absent or when KVCACHE_NO_FAST=1. Bound to this very library's functions."""
+    if os.environ.get("KVCACHE_NO_FAST") == "1":
+        return None
+    import importlib.machinery
+    import importlib.util
+    dirs = [_HERE]
+    if os.path.sep in lib_path:
+        dirs.append(os.path.dirname(os.path.realpath(lib_path)))
+    for d in dirs:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(d, "_kvcfast" + suffix)
+            if not os.path.exists(path):
+                continue
+            spec = importlib.util.spec_from_file_location("kvcache._kvcfast", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            addr = [ctypes.cast(getattr(lib, n), c_void_p).value for n in
+                    ("kvc_flow_alloc_for_decode", "kvc_flow_alloc_for_extend",
+                     "kvc_flow_release")]
+            mod.bind(*addr)
+            mod.path = path
+            return mod
+    return None
 
 # --- Structs (mirrors of include/kvcache.h) -------------------------------------------------
 
@@ -283,3 +311,5 @@ _fn("kvc_session_cache_match", _st, _P, _P, c_int64, POINTER(c_int))
 _fn("kvc_session_cache_release", _st, _P, _P, c_uint64)
 _fn("kvc_session_cache_held", _st, _P, c_int64, _I64P, _I64P, _I64P)
 _fn("kvc_session_cache_reset", None, _P)
+
+fast = _load_fast()

@@ -31,3 +31,21 @@ def test_installed_package_uses_its_bundled_library():
     assert "site-packages" in pkg
     assert kvc.library_path == os.path.join(pkg, "libkvcache.so")
     assert "KVCACHE_LIB" not in os.environ
+
+
+def test_fast_extension_when_built():
+    """The optional _kvcfast extension: same statuses as the ctypes path, strict args."""
+    import pytest
+    fast = _ffi.fast
+    if fast is None:
+        pytest.skip("no _kvcfast next to the library (cmake -DKVC_BUILD_PYTHON_EXT=ON)")
+    assert kvc.fast_path == fast.path
+    assert fast.flow_decode(None, None, 0, 1, None, None) == 1  # NULL flow: INVALID_ARGUMENT
+    assert fast.flow_release(None, None, 0, True, None) == 1
+    assert fast.flow_extend(None, None, 0, None, None) == 1
+    with pytest.raises(TypeError):
+        fast.flow_decode(None, None, 0, 1, None)
+    with pytest.raises(OverflowError):
+        fast.flow_decode(None, None, -1, 1, None, None)
+    with pytest.raises(OverflowError):
+        fast.flow_decode(None, None, 0, 2 ** 40, None, None)
