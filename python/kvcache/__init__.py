@@ -601,19 +601,34 @@ class ReqToTokenPool(_Handle):
         self._ctx = ctx
         super().__init__(out.value, deps=(ctx,))
 
-    def alloc(self, rows):
-        """rows: an int n (n new rows) or a list where entries > 0 are rows already held
-        (kept) and 0 entries get the next free rows. Returns the list of rows."""
+    def alloc(self, rows, out=None):
+        """rows: an int n (n new rows) or a vector where entries > 0 are rows already held
+        (kept) and 0 entries get the next free rows. Returns the rows: a list, or `out`
+        (host int32, written in place; with an int n its first n entries are zeroed
+        first). out=rows updates a writable int32 vector in place."""
         if isinstance(rows, int):
             if rows < 0:
                 raise InvalidArgument(1, "rows must be >= 0")
-            rows = array.array("i", bytes(4 * rows))
+            n = rows
+            if out is not None:
+                ptr = _out(self._ctx, "out", out, n, 7)
+                ctypes.memset(ptr, 0, 4 * n) if n else None
+                self._ctx._check(lib.kvc_req_to_token_pool_alloc(self.handle, n, ptr))
+                return out
+            buf = array.array("i", bytes(4 * n))
+        elif out is not None:
+            ptr, n, keep = _in(self._ctx, "rows", rows, None, (7,))
+            dst = _out(self._ctx, "out", out, n, 7)
+            if dst != ptr and n:
+                ctypes.memmove(dst, ptr, 4 * n)
+            self._ctx._check(lib.kvc_req_to_token_pool_alloc(self.handle, n, dst))
+            return out
         else:
-            rows = array.array("i", rows)  # C writes the rows in place
-        n = len(rows)
+            buf = array.array("i", rows)  # C writes the rows in place
+        n = len(buf)
         self._ctx._check(lib.kvc_req_to_token_pool_alloc(self.handle, n,
-                                                         rows.buffer_info()[0] if n else None))
-        return rows.tolist()
+                                                         buf.buffer_info()[0] if n else None))
+        return buf.tolist()
 
     def free(self, row):
         self._ctx._check(lib.kvc_req_to_token_pool_free(self.handle, row))

@@ -207,6 +207,19 @@ def test_mla_rows_checked(ctx):
 # --- request pool, flows, memory helpers ------------------------------------------------------
 
 
+def test_req_pool_alloc_out(ctx):
+    rp = kvc.ReqToTokenPool(ctx, 4, 8)
+    out = np.full(3, 7, np.int32)
+    assert rp.alloc(2, out=out) is out and out.tolist() == [1, 2, 7]
+    rows = np.array([2, 0], np.int32)  # keep row 2, take a new one, in place
+    assert rp.alloc(rows, out=rows) is rows and rows.tolist() == [2, 3]
+    with _bad("out has room for 1 elements, 2 needed"):
+        rp.alloc(2, out=np.zeros(1, np.int32))
+    with _bad("out must be int32"):
+        rp.alloc(1, out=np.zeros(1, np.int64))
+    assert rp.available == 1
+
+
 def test_req_pool_row_bounds_and_write(ctx):
     rp = kvc.ReqToTokenPool(ctx, 2, 8)
     row = rp.alloc(1)[0]
