@@ -127,8 +127,10 @@ def test_buffer_checks_on_cuda(ctx):
                                                                 device="cuda"))
     with pytest.raises(kvc.InvalidArgument, match="seq_lens must be host memory"):
         a.alloc_decode(torch.tensor([2], device="cuda"))
-    a.alloc_decode(torch.tensor([2]), last_locs=torch.tensor([0]),
-                   out=torch.zeros(1, dtype=torch.int64))  # torch CPU by pointer
+    got = torch.zeros(1, dtype=torch.int64)
+    # seq 17 opens a new page of 16 (last_loc unused), torch CPU tensors by pointer
+    assert a.alloc_decode(torch.tensor([17]), last_locs=torch.tensor([0]), out=got) is got
+    assert got.item() > 0
     torch.cuda.synchronize()
 
 
