@@ -1387,15 +1387,17 @@ class Flow(_Handle):
             for r in reqs._prefixed.values():
                 r._check_prefix("reqs")
         else:
-            arr, n = _req_array(reqs)
-            views = reqs
+            views = reqs = list(reqs)
+            arr, n = _req_array(views)
             for i, r in enumerate(views):
                 r._check_prefix("reqs[%d]" % i)
         total = 0
-        for r in views:
-            total += r.seq_len - r.prefix_len
-        if total < 0:
-            raise InvalidArgument(1, "seq_len < prefix_len")
+        for r in views:  # C writes seq_len - prefix_len slots per request
+            d = r.seq_len - r.prefix_len
+            if d < 0:
+                raise InvalidArgument(1, "a request has seq_len %d < prefix_len %d" %
+                                      (r.seq_len, r.prefix_len))
+            total += d
         if out_cache_loc is None and type(reqs) is RequestBatch:
             out = reqs._step_out(1, self._ctx, total)
             ptr = out._ptr

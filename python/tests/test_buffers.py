@@ -264,6 +264,12 @@ def test_flow_out_cache_loc_checked(ctx):
     flow.release(reqs)
     with _bad("reqs.0. is int, not a ReqState"):
         flow.release([1])
+    with _bad("seq_len 2 < prefix_len 3"):
+        flow.alloc_for_extend([kvc.ReqState(seq_len=9), kvc.ReqState(seq_len=2, prefix_len=3)],
+                              out_cache_loc=np.zeros(8, np.int64))
+    g = kvc.ReqState(seq_len=3)
+    assert len(flow.alloc_for_extend(r for r in [g]).tolist()) == 3  # any iterable
+    flow.release([g])
     p = kvc.ReqState(seq_len=6, prefix_len=4)
     p.prefix_slots = [1, 2]
     with _bad(r"reqs\[0\].prefix_slots has 2 slots, prefix_len is 4"):
