@@ -686,6 +686,16 @@ class ReqToTokenPool(_Handle):
 # --- Allocators -------------------------------------------------------------------------------
 
 
+def _extend_total(seq, pre):
+    """Slots C writes for an extend batch: sum(seq - prefix), each term >= 0."""
+    total = 0
+    for i, (a, b) in enumerate(zip(seq, pre)):
+        if a < b:
+            raise InvalidArgument(1, "seq_lens[%d] = %d < prefix_lens[%d] = %d" % (i, a, i, b))
+        total += a - b
+    return total
+
+
 class Allocator(_Handle):
     """SGLang TokenToKVPoolAllocator (kind 'token', FIFO reuse) or
     PagedTokenToKVPoolAllocator (kind 'paged', freed pages LIFO, sorted-unique)."""
@@ -761,8 +771,7 @@ class Allocator(_Handle):
             raise InvalidArgument(1, "prefix_lens and seq_lens must be buffers, not addresses")
         pv = (c_int64 * n).from_address(pre) if n else ()
         sv = (c_int64 * n).from_address(seq) if n else ()
-        total = sum(memoryview(sv).cast("B").cast("q")) - sum(memoryview(pv).cast("B").cast("q")) \
-            if n else 0
+        total = _extend_total(sv, pv)
         ps = None
         if prefix_slots is not None:
             prefix_slots = list(prefix_slots)

@@ -8,7 +8,7 @@ from ctypes import POINTER, Structure, byref, c_int, c_int32, c_int64, c_size_t,
     c_uint64, c_void_p
 
 from . import (InvalidArgument, KVPool, Tensor, VERSION_NUMBER, _bytes, _dtype_code, _ffi,
-               _Handle, _idx_in, _in, _out, _stream)
+               _extend_total, _Handle, _idx_in, _in, _out, _stream)
 from . import _buf
 
 lib = _ffi.lib
@@ -366,7 +366,7 @@ class SWAAllocator(_Handle):
             (None, 0, None)
         sv = (c_int64 * n).from_address(seq) if n else ()
         pv = (c_int64 * n).from_address(pre) if n else ()
-        total = sum(sv) - sum(pv)
+        total = _extend_total(sv, pv)
         buf = (c_int64 * max(total, 1))() if out is None else _out(ctx, "out", out, total)
         self._check(lib.kvc_swa_allocator_alloc_extend(
             self.handle, n, pre, seq, last, req_pool.handle if req_pool else None, rows, None,

@@ -86,6 +86,8 @@ def test_alloc_decode_and_extend_outputs(ctx):
         a.alloc_extend([0, 0], [3, 4], last_locs=[-1, -1], out_device=ctx.empty(6, "int64"))
     with _bad("out_device must be int64"):
         a.alloc_extend([0, 0], [3, 4], last_locs=[-1, -1], out_device=ctx.empty(7, "int32"))
+    with _bad(r"seq_lens\[1\] = 4 < prefix_lens\[1\] = 5"):
+        a.alloc_extend([0, 5], [3, 4], last_locs=[-1, -1], out=np.zeros(8, np.int64))
     with _bad("prefix_lens has 1 entries, seq_lens 2"):
         a.alloc_extend([0], [3, 4])
     with _bad("last_locs has 1 elements, 2 needed"):
