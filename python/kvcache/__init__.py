@@ -34,7 +34,7 @@ __all__ = [
     "NvrtcError", "NoDevice", "Unsupported", "Misuse", "VersionError", "InternalError",
     "KvcIOError", "Busy", "Context", "DeviceBuffer", "ReqToTokenPool", "Allocator", "KVPool",
     "Tensor", "ReqState", "RequestBatch", "Flow", "SessionCache", "DecodeChannel", "live_exports",
-    "REQ_CHUNKED", "REQ_SKIP_CACHE_INSERT", "MambaPool", "HybridReqToTokenPool",
+    "REQ_CHUNKED", "REQ_SKIP_CACHE_INSERT", "MambaPool", "HybridReqToTokenPool", "HybridKVPool",
     "SWAAllocator", "SWAKVPool", "PrefixCache", "DeviceAllocator", "TorchDeviceAllocator",
 ]
 
@@ -1526,5 +1526,6 @@ class Flow(_Handle):
         self._check(lib.kvc_flow_check(self.handle, arr, n))
 
 
-from .hybrid import HybridReqToTokenPool, MambaPool, SWAAllocator, SWAKVPool  # noqa: E402
+from .hybrid import (HybridKVPool, HybridReqToTokenPool, MambaPool, SWAAllocator,  # noqa: E402
+                     SWAKVPool)
 from .prefix import DeviceAllocator, PrefixCache, TorchDeviceAllocator  # noqa: E402

@@ -52,6 +52,12 @@ class SwaKVPoolConfig(Structure):
                 ("reserved_", c_uint64 * 4)]
 
 
+class HybridKVPoolConfig(Structure):
+    _fields_ = [("struct_size", c_size_t), ("version", c_uint32), ("num_full_layers", c_int32),
+                ("full_layer_ids", _P), ("kv", _P), ("mamba_pool", _P),
+                ("reserved_", c_uint64 * 4)]
+
+
 def _fn(name, restype, *argtypes):
     f = getattr(lib, name)
     f.restype = restype
@@ -105,6 +111,11 @@ _fn("kvc_swa_kv_pool_register_allocator", _st, _P, _P)
 _fn("kvc_swa_kv_pool_set_kv", _st, _P, c_int32, _P, _P, c_int, c_size_t, _P, _P, c_int, c_int64,
     c_int64, _P, ctypes.c_float, _P, ctypes.c_float, _P)
 _fn("kvc_swa_kv_pool_move", _st, _P, _P, _P, c_int, c_size_t, _P)
+
+_fn("kvc_hybrid_kv_pool_create", _st, _P, POINTER(HybridKVPoolConfig), POINTER(c_void_p))
+_fn("kvc_hybrid_kv_pool_destroy", None, _P)
+_fn("kvc_hybrid_kv_pool_full", _P, _P)
+_fn("kvc_hybrid_kv_pool_layer", _st, _P, c_int32, POINTER(c_int32))
 
 _CONV, _TEMPORAL = 7, 8
 
@@ -456,6 +467,14 @@ class SWAKVPool(_Handle):
     def _check(self, st):
         self._ctx._check(st)
 
+    def close(self):
+        """Closes the .full/.swa views too (each goes once its DLPack exports are gone),
+        then the pool, which is destroyed when nothing uses it any more."""
+        for view in (getattr(self, "full", None), getattr(self, "swa", None)):
+            if view is not None:
+                view.close()
+        super().close()
+
     def layer(self, layer_id):
         """(is_swa, index in that side's pool) of a global layer id."""
         is_swa, idx = c_int(), c_int32()
@@ -499,3 +518,85 @@ class SWAKVPool(_Handle):
         tp, n, lt, k1 = _idx_in(self._ctx, "tgt_loc", tgt_loc, n, loc_type)
         sp, _, lt2, k2 = _idx_in(self._ctx, "src_loc", src_loc, n, lt)
         self._check(lib.kvc_swa_kv_pool_move(self.handle, tp, sp, lt, n, _stream(stream)))
+
+
+class HybridKVPool(_Handle):
+    """SGLang HybridLinearKVPool: a KV pool for the full-attention layers of a hybrid
+    model (global ids full_layer_ids), next to a borrowed MambaPool (may be None). KV
+    arguments as KVPool (kind, dtype, head_num, ...); every call takes a GLOBAL layer id,
+    translated to the full pool's layer and then checked and run exactly as KVPool's.
+    .full is that KVPool (local layer ids 0..n-1)."""
+
+    _destroy_fn = staticmethod(lambda p: lib.kvc_hybrid_kv_pool_destroy(p))
+
+    def __init__(self, ctx, size, full_layer_ids, mamba_pool=None, kind="mha",
+                 dtype="bfloat16", page_size=1, head_num=0, head_dim=0, v_head_dim=0,
+                 kv_lora_rank=0, qk_rope_head_dim=0):
+        from . import _KV_KINDS
+        full_layer_ids = list(full_layer_ids)
+        kv = _ffi.KVPoolConfig()
+        kv.struct_size, kv.version = ctypes.sizeof(kv), VERSION_NUMBER
+        kv.kind = _KV_KINDS[kind] if isinstance(kind, str) else int(kind)
+        kv.size, kv.page_size, kv.dtype = size, page_size, _dtype_code(dtype)
+        kv.layer_num = len(full_layer_ids)
+        kv.head_num, kv.head_dim, kv.v_head_dim = head_num, head_dim, v_head_dim
+        kv.kv_lora_rank, kv.qk_rope_head_dim = kv_lora_rank, qk_rope_head_dim
+        ids = (c_int32 * max(len(full_layer_ids), 1))(*full_layer_ids)
+        cfg = HybridKVPoolConfig()
+        cfg.struct_size, cfg.version = ctypes.sizeof(cfg), VERSION_NUMBER
+        cfg.num_full_layers = len(full_layer_ids)
+        cfg.full_layer_ids, cfg.kv = ctypes.addressof(ids), ctypes.addressof(kv)
+        cfg.mamba_pool = mamba_pool.handle if mamba_pool is not None else None
+        out = c_void_p()
+        ctx._check(lib.kvc_hybrid_kv_pool_create(ctx.handle, byref(cfg), byref(out)),
+                   "kvc_hybrid_kv_pool_create")
+        self._ctx = ctx
+        self.mamba_pool = mamba_pool
+        super().__init__(out.value, deps=(ctx, mamba_pool))
+        full = _BorrowedKVPool.__new__(_BorrowedKVPool)
+        full._ctx, full.kind, full.dtype = ctx, kind, _buf._NAMES[kv.dtype]
+        full.start_layer, full.layer_num = 0, len(full_layer_ids)
+        if kv.kind in (0, 1, 2):
+            full._rows = (head_num * head_dim, head_num * (v_head_dim or head_dim))
+        else:
+            full._rows = (kv_lora_rank + qk_rope_head_dim, 0)
+        full._mla = (kv_lora_rank, qk_rope_head_dim)
+        _Handle.__init__(full, lib.kvc_hybrid_kv_pool_full(self._ptr), deps=(self,))
+        self.full = full
+
+    def close(self):
+        """Closes the .full view too, then the pool (destroyed once nothing uses it)."""
+        full = getattr(self, "full", None)
+        if full is not None:
+            full.close()
+        super().close()
+
+    def layer(self, layer_id):
+        """The full pool's layer of a global full-attention layer id."""
+        idx = c_int32()
+        self._ctx._check(lib.kvc_hybrid_kv_pool_layer(self.handle, layer_id, byref(idx)))
+        return idx.value
+
+    def set_kv(self, layer_id, *args, **kw):
+        self.full.set_kv(self.layer(layer_id), *args, **kw)
+
+    def gather_kv(self, layer_id, *args, **kw):
+        self.full.gather_kv(self.layer(layer_id), *args, **kw)
+
+    def set_mla_kv(self, layer_id, *args, **kw):
+        self.full.set_mla_kv(self.layer(layer_id), *args, **kw)
+
+    def get_mla_kv(self, layer_id, *args, **kw):
+        self.full.get_mla_kv(self.layer(layer_id), *args, **kw)
+
+    def move(self, *args, **kw):
+        self.full.move(*args, **kw)
+
+    def buffer(self, region, layer_id, **kw):
+        return self.full.buffer(region, self.layer(layer_id), **kw)
+
+    def k_buffer(self, layer_id, **kw):
+        return self.buffer("k", layer_id, **kw)
+
+    def v_buffer(self, layer_id, **kw):
+        return self.buffer("v", layer_id, **kw)

@@ -22,6 +22,7 @@ STRUCTS = {
     "kvc_hybrid_req_pool_config": hybrid.HybridReqPoolConfig,
     "kvc_swa_allocator_config": hybrid.SwaAllocatorConfig,
     "kvc_swa_kv_pool_config": hybrid.SwaKVPoolConfig,
+    "kvc_hybrid_kv_pool_config": hybrid.HybridKVPoolConfig,
     "kvc_dlpack_relay": _dlpack.Relay,
 }
 OFFSETS = [("kvc_req_state", f) for f, _ in kvc.ReqState._fields_ if not f.startswith("_")] + \

@@ -137,8 +137,32 @@ def test_swa_kv_pool_routes_layers(ctx):
     assert np.array_equal(np.from_dlpack(pool.full.k_buffer(1)).reshape(-1, 4)[full], k)
     with pytest.raises(kvc.InvalidArgument, match="k has 16 bytes, 32 needed"):
         pool.set_kv(1, np.array(full), k[:1].copy(), k)
-    del v
     swa.free(full)
+    pool.close()
+    assert pool._ptr is not None  # the NumPy view of the SWA side keeps it
+    del v
+    assert kvc.live_exports() == 0
+    pool.close()
+    assert pool._ptr is None and pool.swa._ptr is None
+
+
+def test_hybrid_kv_pool_translates_global_layers(ctx):
+    m = _mamba(ctx)
+    pool = kvc.HybridKVPool(ctx, 32, full_layer_ids=[0, 2], mamba_pool=m, dtype="float32",
+                            head_num=1, head_dim=4)
+    assert pool.layer(2) == 1
+    with pytest.raises(kvc.InvalidArgument):
+        pool.layer(1)  # a Mamba layer
+    k = np.arange(8, dtype=np.float32).reshape(2, 4)
+    pool.set_kv(2, [5, 6], k, k * 2)
+    assert np.array_equal(np.from_dlpack(pool.k_buffer(2)).reshape(-1, 4)[5:7], k)
+    kout, vout = np.zeros((2, 4), np.float32), np.zeros((2, 4), np.float32)
+    pool.gather_kv(2, [5, 6], kout, vout)
+    assert np.array_equal(vout, k * 2)
+    with pytest.raises(kvc.InvalidArgument, match="v_out has 16 bytes, 32 needed"):
+        pool.gather_kv(2, [5, 6], kout, np.zeros((1, 4), np.float32))
+    pool.close()
+    assert pool.full._ptr is None and pool._ptr is None
 
 
 class RecordingCache(kvc.PrefixCache):
