@@ -35,6 +35,10 @@
  * ABI promise: the same major version is ABI stable; minor versions only add. Status
  * values below 100 and struct field offsets never change. Config structs begin with
  * struct_size and version; fill them with the matching *_INIT macro or *_default().
+ * Every call that takes one checks it the same way: KVC_ERR_VERSION unless struct_size
+ * lies between the size of the first version and this library's sizeof and the major
+ * version matches; KVC_ERR_INVALID_ARGUMENT when a reserved_ word is not zero (later
+ * minors add fields there).
  */
 #ifndef KVCACHE_H
 #define KVCACHE_H
@@ -141,7 +145,8 @@ KVC_API size_t kvc_dtype_size(kvc_dtype dtype);
 /** kvc_dtype_name() : "bf16", "fp8_e4m3", ... Static storage; never NULL. */
 KVC_API const char *kvc_dtype_name(kvc_dtype dtype);
 
-/** Width of index vectors (slots, lengths, row ids) passed to ops. */
+/** Width of index vectors (slots, lengths, row ids) passed to ops. Any other value is
+ *  KVC_ERR_INVALID_ARGUMENT, whatever n is. */
 typedef enum kvc_index_type { KVC_INDEX_I32 = 0, KVC_INDEX_I64 = 1 } kvc_index_type;
 
 /* --- Allocator hooks --------------------------------------------------------------- */
@@ -170,6 +175,7 @@ typedef struct kvc_device_allocator {
 typedef struct kvc_context kvc_context;
 
 /** Context flags. */
+/* Other bits are refused (KVC_ERR_INVALID_ARGUMENT). */
 #define KVC_CONTEXT_CHECK 0x1u /* check mode: verify conservation after every mutating call
                                   (also enabled by env KVC_CHECK=1) */
 #define KVC_CONTEXT_NO_DISK_CACHE 0x2u /* keep compiled kernels in memory only */
@@ -225,7 +231,11 @@ KVC_API int kvc_context_check_mode(const kvc_context *ctx);
 /** kvc_last_error() : the detailed message of the calling thread's last failure on `ctx`
  *  (function, argument, CUresult name or NVRTC log excerpt), or "" if none. With ctx ==
  *  NULL: the thread's last failure of a call that had no context (e.g. a failed create).
- *  Valid until the thread's next failing call on that context. */
+ *  The message begins with the name of the public function the caller called. Each
+ *  context keeps one message per thread, for any number of contexts and threads; the
+ *  pointer stays valid, showing only this context's messages for this thread, until
+ *  `ctx` is destroyed, and its text changes only at this thread's next failing call on
+ *  `ctx` (ctx == NULL: thread-local storage, valid for the thread's life). */
 KVC_API const char *kvc_last_error(const kvc_context *ctx);
 
 /** Device properties the library uses; filled by kvc_context_device_info(). */
@@ -804,7 +814,8 @@ typedef struct kvc_kv_pool_config {
   kvc_dtype dtype;       /* element type seen by attention: F32/F16/BF16/FP8_E4M3/FP8_E5M2;
                             FP4 kinds: the dtype of written/read values (BF16/F16/F32);
                             NSA: FP8_E4M3 selects the 656-byte quantized rows */
-  int32_t layer_num;     /* layers owned by this pool (>= 1) */
+  int32_t layer_num;     /* layers owned by this pool, in [1, 1024]; start_layer +
+                            layer_num must not pass INT32_MAX */
   int32_t start_layer;   /* global id of the first owned layer (default 0) */
   int32_t head_num;      /* MHA kinds */
   int32_t head_dim;      /* MHA kinds */
@@ -868,7 +879,11 @@ KVC_API kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const
  *  sources are read before any target is written (overlapping src/tgt sets of up to a
  *  chunk behave as one simultaneous copy; duplicate targets: one unspecified winner), and
  *  a later chunk sees the earlier chunks' writes (SGLang launches once per chunk). V rows
- *  wider than K rows are copied in full. Out-of-range slots are skipped. Capturable. */
+ *  wider than K rows are copied in full. Out-of-range slots are skipped. Capturable.
+ *  A NoOp pool moves nothing but checks its arguments as any pool does.
+ *  @return KVC_ERR_INVALID_ARGUMENT for NULL tgt_loc / src_loc with n > 0 or an unknown
+ *  loc_type; KVC_ERR_HOST_OOM on the host backend when its one-chunk scratch cannot be
+ *  allocated (nothing moved). */
 KVC_API kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *src_loc,
                                     kvc_index_type loc_type, size_t n, kvc_stream stream);
 
@@ -985,7 +1000,9 @@ KVC_API kvc_status kvc_kv_pool_contiguous_infos(const kvc_kv_pool *pool, kvc_con
 /* --- Host offload ------------------------------------------------------------------ */
 
 /** kvc_kv_pool_host_copy_bytes() : bytes kvc_kv_pool_copy_to_host needs for n slots
- *  (all layers, all regions; NSA index pages for the pages the slots cover). */
+ *  (all layers, all regions; NSA index pages for the pages the slots cover).
+ *  @return KVC_ERR_INVALID_ARGUMENT (and *bytes untouched) when the count does not fit
+ *  in size_t. */
 KVC_API kvc_status kvc_kv_pool_host_copy_bytes(const kvc_kv_pool *pool, size_t n, size_t *bytes);
 /** kvc_kv_pool_copy_to_host() : gathers rows loc[i] (device index vector) of every layer
  *  and region into `host` (pinned memory from kvc_host_pinned_alloc on the CUDA backend),
@@ -1555,7 +1572,8 @@ KVC_API kvc_status kvc_swa_kv_pool_move(kvc_swa_kv_pool *pool, const void *tgt_l
                                         const void *src_loc, kvc_index_type loc_type, size_t n,
                                         kvc_stream stream);
 /** kvc_swa_kv_pool_host_copy_bytes() : bytes of the full part and of the SWA part of an
- *  n-slot offload (the SWA part holds n rows, masked-out rows zero-filled). */
+ *  n-slot offload (the SWA part holds n rows, masked-out rows zero-filled).
+ *  @return KVC_ERR_INVALID_ARGUMENT (outputs untouched) when a count overflows size_t. */
 KVC_API kvc_status kvc_swa_kv_pool_host_copy_bytes(const kvc_swa_kv_pool *pool, size_t n,
                                                    size_t *full_bytes, size_t *swa_bytes);
 /** kvc_swa_kv_pool_copy_to_host() : SGLang get_cpu_copy without syncs: full rows of the

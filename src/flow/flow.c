@@ -70,12 +70,11 @@ kvc_status kvc__flow_reserve(kvc_flow *f, const char *fn, size_t n) {
 }
 
 kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_flow **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_RETURN_IF(!config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "config or out is NULL");
-  KVC_RETURN_IF(config->struct_size < offsetof(kvc_flow_config, reserved_) || config->struct_size > sizeof(kvc_flow_config),
-                ctx, KVC_ERR_VERSION, "config.struct_size %zu not understood", config->struct_size);
   kvc_flow_config cfg = KVC_FLOW_CONFIG_INIT;
-  memcpy(&cfg, config, config->struct_size);
+  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &cfg, config, kvc_flow_config));
   KVC_RETURN_IF(!cfg.req_pool, ctx, KVC_ERR_INVALID_ARGUMENT, "config.req_pool is NULL");
   KVC_RETURN_IF(!cfg.allocator == !cfg.swa_allocator, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "exactly one of config.allocator and config.swa_allocator must be set");
@@ -164,6 +163,7 @@ static kvc_status alloc_decode(kvc_flow *f, size_t n, const int64_t *seq, const 
 /* --- Small shared helpers ------------------------------------------------------------ */
 
 kvc_status kvc_flow_row_slots(const kvc_flow *f, int32_t row, int64_t start, int64_t end, int64_t *out) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   KVC_RETURN_IF(start < 0 || end < start || end > f->width || (end > start && !out), f->ctx,
                 KVC_ERR_INVALID_ARGUMENT, "range [%lld, %lld) outside the row width %d",
@@ -175,6 +175,7 @@ kvc_status kvc_flow_row_slots(const kvc_flow *f, int32_t row, int64_t start, int
 }
 
 kvc_status kvc_flow_free_slots(kvc_flow *f, const int64_t *slots, size_t n) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (!n) return KVC_OK;
   if (f->swa && !f->canary_swa) return kvc__swa_allocator_free_evicted(f->swa, slots, n, f->stream);
@@ -201,6 +202,7 @@ kvc_status kvc_flow_free_slots(kvc_flow *f, const int64_t *slots, size_t n) {
 
 kvc_status kvc_flow_available(const kvc_flow *f, int64_t *available, int64_t *evictable, int64_t *protected_size,
                               int64_t *cached) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (available) *available = kvc__flow_avail(f);
   if (evictable) *evictable = cache_size(f->cache.evictable_size, f->cache.self);
@@ -210,6 +212,7 @@ kvc_status kvc_flow_available(const kvc_flow *f, int64_t *available, int64_t *ev
 }
 
 kvc_status kvc_flow_evict(kvc_flow *f, int64_t num_tokens) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   KVC_RETURN_IF(num_tokens < 0, f->ctx, KVC_ERR_INVALID_ARGUMENT, "num_tokens %lld < 0", (long long)num_tokens);
   if (cache_is_chunk(f) || !f->cache.evict) return KVC_OK;
@@ -243,6 +246,7 @@ static int64_t new_pages(int64_t p, int64_t s, int64_t ps) { return (s + ps - 1)
 /* --- SWA window eviction (SGLang free_swa_out_of_window_slots) ----------------------- */
 
 kvc_status kvc_flow_free_swa_out_of_window(kvc_flow *f, kvc_req_state *r, int64_t pre_len, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   KVC_RETURN_IF(!f->swa, f->ctx, KVC_ERR_UNSUPPORTED, "the flow has no SWA allocator");
   KVC_RETURN_IF(!r, f->ctx, KVC_ERR_INVALID_ARGUMENT, "req is NULL");
@@ -331,6 +335,7 @@ static void rollback_rows(kvc_flow *f, size_t n, kvc_stream stream) {
 
 kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, size_t n, int64_t *out_cache_loc,
                                      kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!reqs, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs is NULL");
@@ -444,6 +449,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
 
 kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, size_t n, int32_t token_per_req,
                                      int64_t *out_cache_loc, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!reqs, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs is NULL");
@@ -517,6 +523,7 @@ int64_t kvc_flow_extra_context_len(const kvc_flow *f) {
 /* --- Decode channel ------------------------------------------------------------------ */
 
 kvc_status kvc_flow_set_decode_channel(kvc_flow *f, kvc_decode_channel *channel) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (!channel) {
     f->channel = NULL;

@@ -197,6 +197,7 @@ static void sc_dec(void *self, void *node) {
 /* --- Public --------------------------------------------------------------------------------- */
 
 kvc_status kvc_session_cache_create(kvc_context *ctx, const kvc_prefix_cache *inner, kvc_session_cache **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_RETURN_IF(!out, ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
   kvc_session_cache *s = kvc__calloc(ctx, 1, sizeof *s);
@@ -245,6 +246,7 @@ static kvc_status check(const kvc_session_cache *s, const char *fn) {
 }
 
 kvc_status kvc_session_cache_match(kvc_session_cache *s, kvc_req_state *req, int64_t num_tokens, int *matched) {
+  KVC_API_ENTRY();
   KVC_FORWARD(check(s, __func__));
   KVC_RETURN_IF(!req || !matched, s->ctx, KVC_ERR_INVALID_ARGUMENT, "req or matched is NULL");
   KVC_RETURN_IF(num_tokens < 0, s->ctx, KVC_ERR_INVALID_ARGUMENT, "num_tokens %lld < 0", (long long)num_tokens);
@@ -270,6 +272,7 @@ kvc_status kvc_session_cache_match(kvc_session_cache *s, kvc_req_state *req, int
 }
 
 kvc_status kvc_session_cache_release(kvc_session_cache *s, kvc_flow *f, uint64_t session_id) {
+  KVC_API_ENTRY();
   KVC_FORWARD(check(s, __func__));
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   session_slot *x = find(s, session_id);
@@ -306,6 +309,7 @@ kvc_status kvc_session_cache_release(kvc_session_cache *s, kvc_flow *f, uint64_t
 
 kvc_status kvc_session_cache_held(const kvc_session_cache *s, int64_t page_size, int64_t *held, int64_t *held_swa,
                                   int64_t *reqs) {
+  KVC_API_ENTRY();
   KVC_FORWARD(check(s, __func__));
   KVC_RETURN_IF(page_size < 1, s->ctx, KVC_ERR_INVALID_ARGUMENT, "page_size %lld < 1", (long long)page_size);
   if (held) *held = held_tokens(s, page_size, false);

@@ -76,6 +76,7 @@ kvc_status kvc_store_kv(kvc_context *ctx, void *k_cache, void *v_cache, int64_t 
                         int64_t v_cache_stride, int64_t num_rows, const void *k, const void *v, int64_t k_stride,
                         int64_t v_stride, int64_t k_row_bytes, int64_t v_row_bytes, const void *loc,
                         kvc_index_type loc_type, size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!k_cache || !k || !loc, ctx, KVC_ERR_INVALID_ARGUMENT, "k_cache, k and loc must be non-NULL for n = %zu", n);
@@ -83,7 +84,7 @@ kvc_status kvc_store_kv(kvc_context *ctx, void *k_cache, void *v_cache, int64_t 
                 "k_row_bytes %lld / v_row_bytes %lld / num_rows %lld", (long long)k_row_bytes, (long long)v_row_bytes,
                 (long long)num_rows);
   KVC_RETURN_IF(v_row_bytes > 0 && (!v_cache || !v), ctx, KVC_ERR_INVALID_ARGUMENT, "v_cache and v must be non-NULL when v_row_bytes > 0");
-  KVC_RETURN_IF(loc_type != KVC_INDEX_I32 && loc_type != KVC_INDEX_I64, ctx, KVC_ERR_INVALID_ARGUMENT, "loc_type %d", (int)loc_type);
+  KVC_CHECK_INDEX_TYPE(ctx, loc_type);
   if (k_stride == 0) k_stride = k_row_bytes;
   if (v_stride == 0) v_stride = v_row_bytes;
   if (k_cache_stride == 0) k_cache_stride = k_row_bytes;

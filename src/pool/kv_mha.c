@@ -87,6 +87,7 @@ kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *l
                               size_t n, const void *k, const void *v, kvc_dtype src_dtype, int64_t k_stride,
                               int64_t v_stride, const float *k_scale_device, float k_scale,
                               const float *v_scale_device, float v_scale, kvc_stream stream) {
+  KVC_API_ENTRY();
   int32_t l;
   KVC_FORWARD(kvc__kv_pool_layer(pool, __func__, layer_id, &l));
   kvc_context *ctx = pool->ctx;
@@ -96,7 +97,7 @@ kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *l
                 "NSA fp8 rows are written with kvc_kv_pool_set_mla_kv (quantized 656-byte layout)");
   KVC_RETURN_IF(!is_value_dtype(src_dtype), ctx, KVC_ERR_UNSUPPORTED,
                 "src_dtype %s: sources must be f32, f16, bf16, fp8_e4m3 or fp8_e5m2", kvc_dtype_name(src_dtype));
-  KVC_RETURN_IF(loc_type != KVC_INDEX_I32 && loc_type != KVC_INDEX_I64, ctx, KVC_ERR_INVALID_ARGUMENT, "loc_type %d", (int)loc_type);
+  KVC_CHECK_INDEX_TYPE(ctx, loc_type);
   KVC_RETURN_IF(k_stride < 0 || v_stride < 0, ctx, KVC_ERR_INVALID_ARGUMENT, "negative stride");
   if (n == 0) return KVC_OK;
 
@@ -146,6 +147,7 @@ kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *l
 
 kvc_status kvc_kv_pool_gather_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc, kvc_index_type loc_type,
                                  size_t n, void *k_out, void *v_out, kvc_dtype out_dtype, kvc_stream stream) {
+  KVC_API_ENTRY();
   int32_t l;
   KVC_FORWARD(kvc__kv_pool_layer(pool, __func__, layer_id, &l));
   kvc_context *ctx = pool->ctx;
@@ -154,7 +156,7 @@ kvc_status kvc_kv_pool_gather_kv(kvc_kv_pool *pool, int32_t layer_id, const void
                 "NSA fp8 rows are read with kvc_kv_pool_get_mla_kv (dequantizes the 656-byte layout)");
   KVC_RETURN_IF(!is_value_dtype(out_dtype), ctx, KVC_ERR_UNSUPPORTED,
                 "out_dtype %s: outputs are f32, f16, bf16, fp8_e4m3 or fp8_e5m2", kvc_dtype_name(out_dtype));
-  KVC_RETURN_IF(loc_type != KVC_INDEX_I32 && loc_type != KVC_INDEX_I64, ctx, KVC_ERR_INVALID_ARGUMENT, "loc_type %d", (int)loc_type);
+  KVC_CHECK_INDEX_TYPE(ctx, loc_type);
   if (n == 0) return KVC_OK;
   kvc__kv_rows_req req;
   memset(&req, 0, sizeof req);
