@@ -515,8 +515,8 @@ typedef struct kvc_req_to_token_pool_config {
 
 /** kvc_req_to_token_pool_create() : a zero-filled device int32 table of (size + 1) rows x
  *  max_context_len (row 0 is padding) and its host mirror; free rows 1..size (FIFO).
- *  @return KVC_ERR_INVALID_ARGUMENT for sizes < 1 or a table over 2^31 entries per row
- *  set, KVC_ERR_DEVICE_OOM / KVC_ERR_HOST_OOM. Synchronizes the default stream once
+ *  @return KVC_ERR_INVALID_ARGUMENT for sizes < 1 or a table of more than 2^31 entries
+ *  ((size + 1) x max_context_len), KVC_ERR_DEVICE_OOM / KVC_ERR_HOST_OOM. Synchronizes the default stream once
  *  (zero fill). */
 KVC_API kvc_status kvc_req_to_token_pool_create(kvc_context *ctx,
                                                 const kvc_req_to_token_pool_config *config,

@@ -130,8 +130,12 @@ kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *l
   const int64_t v_row_src = (convert ? req.v_elems * esz : req.v_elems);
   req.p.k_dense = KVC__ADDR(k);
   req.p.v_dense = has_v ? KVC__ADDR(v) : 0;
-  req.p.k_dense_stride = k_stride ? k_stride * esz : k_row_src;
-  req.p.v_dense_stride = v_stride ? v_stride * esz : v_row_src;
+  KVC_RETURN_IF(!kvc__mul_i64(k_stride, esz, &req.p.k_dense_stride) ||
+                    !kvc__mul_i64(v_stride, esz, &req.p.v_dense_stride),
+                ctx, KVC_ERR_INVALID_ARGUMENT, "k_stride %lld / v_stride %lld overflow in bytes", (long long)k_stride,
+                (long long)v_stride);
+  if (!k_stride) req.p.k_dense_stride = k_row_src;
+  if (!v_stride) req.p.v_dense_stride = v_row_src;
   KVC_RETURN_IF(req.p.k_dense_stride < k_row_src || (has_v && req.p.v_dense_stride < v_row_src), ctx,
                 KVC_ERR_INVALID_ARGUMENT, "k_stride %lld / v_stride %lld smaller than a row", (long long)k_stride,
                 (long long)v_stride);

@@ -119,6 +119,9 @@ static void reset_rows(kvc_req_to_token_pool *p) {
 
 /* --- Create / destroy -------------------------------------------------------------- */
 
+/* The header's limit: 8 GiB of device table and as much host mirror. */
+#define KVC__REQ_TABLE_MAX_ENTRIES ((size_t)1 << 31)
+
 kvc_status kvc_req_to_token_pool_create(kvc_context *ctx, const kvc_req_to_token_pool_config *config,
                                         kvc_req_to_token_pool **out) {
   KVC_API_ENTRY();
@@ -130,9 +133,9 @@ kvc_status kvc_req_to_token_pool_create(kvc_context *ctx, const kvc_req_to_token
   KVC_RETURN_IF(c.size > INT32_MAX - 1, ctx, KVC_ERR_INVALID_ARGUMENT, "size %d too large", c.size);
   size_t entries, bytes;
   KVC_RETURN_IF(!kvc__mul_size((size_t)c.size + 1, (size_t)c.max_context_len, &entries) ||
-                    !kvc__mul_size(entries, sizeof(int32_t), &bytes),
-                ctx, KVC_ERR_INVALID_ARGUMENT, "table of %d x %d entries overflows", c.size + 1,
-                c.max_context_len);
+                    entries > KVC__REQ_TABLE_MAX_ENTRIES || !kvc__mul_size(entries, sizeof(int32_t), &bytes),
+                ctx, KVC_ERR_INVALID_ARGUMENT, "table of (size %d + 1) x max_context_len %d entries is over 2^31",
+                c.size, c.max_context_len);
 
   kvc_status st = KVC_OK;
   kvc_req_to_token_pool *p = kvc__calloc(ctx, 1, sizeof *p);

@@ -182,7 +182,13 @@ kvc_status kvc_swa_kv_pool_set_kv(kvc_swa_kv_pool *p, int32_t layer_id, const vo
   KVC_RETURN_IF(!loc || !k || !v, p->ctx, KVC_ERR_INVALID_ARGUMENT, "loc, k and v must be non-NULL");
   const size_t es = src_elem(src_dtype), lw = loc_type == KVC_INDEX_I64 ? 8 : 4;
   KVC_RETURN_IF(!es, p->ctx, KVC_ERR_INVALID_ARGUMENT, "bad src_dtype");
-  const size_t kb = (size_t)(k_stride ? k_stride : p->swa_row_k) * es, vb = (size_t)(v_stride ? v_stride : p->swa_row_v) * es;
+  KVC_RETURN_IF(k_stride < 0 || v_stride < 0, p->ctx, KVC_ERR_INVALID_ARGUMENT, "negative stride");
+  /* Chunk offsets below are off x row bytes: the whole span must be representable. */
+  size_t kb, vb, k_span, v_span;
+  KVC_RETURN_IF(!kvc__mul_size((size_t)(k_stride ? k_stride : p->swa_row_k), es, &kb) ||
+                    !kvc__mul_size((size_t)(v_stride ? v_stride : p->swa_row_v), es, &vb) ||
+                    !kvc__mul_size(n, kb, &k_span) || !kvc__mul_size(n, vb, &v_span),
+                p->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu rows of the given strides overflow the address range", n);
   for (size_t off = 0; off < n; off += (size_t)p->cap) {
     const size_t m = KVC__MIN(n - off, (size_t)p->cap);
     KVC_FORWARD(kvc__swa_gather(p->ctx, &p->k_gather, p->dmap, 1, p->map_len, (const char *)loc + off * lw,
