@@ -109,10 +109,11 @@ kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_
     kvc_flow_destroy(f);
     return st == KVC_ERR_HOST_OOM ? kvc__error(ctx, st, __func__, "flow scratch") : st;
   }
-  if (ctx->core.options.canary && ctx->canary_pool) {
+  kvc_kv_pool *guarded = ctx->core.options.canary ? atomic_load(&ctx->canary_pool) : NULL;
+  if (guarded) {
     /* KVC_CANARY / KVC_CONTEXT_CANARY: guard the context's latest KV pool. */
     /* Best effort: a flow without the canary still works, so the failure is only logged. */
-    if (kvc_flow_set_canary(f, (kvc_kv_pool *)ctx->canary_pool) != KVC_OK)
+    if (kvc_flow_set_canary(f, guarded) != KVC_OK)
       kvc__log(ctx, KVC_LOG_WARN, "canary mode not enabled for this flow: %s", kvc_last_error(ctx));
   }
   *out = f;

@@ -220,7 +220,7 @@ kvc_status kvc_kv_pool_create(kvc_context *ctx, const kvc_kv_pool_config *config
   for (int32_t i = 0; i < nbuf; i++) p->buffers[i].base = (unsigned char *)p->mem + offsets[i];
   KVC_CHECK_GOTO(kvc__dev_memset(ctx, p->mem, 0, offset, NULL), st, fail);
   KVC_CHECK_GOTO(kvc__dev_sync(ctx, NULL), st, fail);
-  if (ctx->core.options.canary) ctx->canary_pool = p; /* flows created later guard it */
+  if (ctx->core.options.canary) atomic_store(&ctx->canary_pool, p); /* flows created later guard it */
   *out = p;
   return KVC_OK;
 fail:
@@ -234,7 +234,8 @@ fail:
 void kvc_kv_pool_destroy(kvc_kv_pool *pool) {
   if (!pool || pool->magic != KVC__KV_POOL_MAGIC) return;
   kvc_context *ctx = pool->ctx;
-  if (ctx->canary_pool == pool) ctx->canary_pool = NULL;
+  void *expected = pool;
+  atomic_compare_exchange_strong(&ctx->canary_pool, &expected, NULL);
   kvc__dev_free(ctx, pool->mem);
   kvc__dev_free(ctx, pool->canary_result);
   kvc__free(ctx, pool->buffers);
