@@ -1844,7 +1844,8 @@ KVC_API void kvc_flow_destroy(kvc_flow *flow);
  *  kv_allocated_len = kv_committed_len = seq_len on success.
  *  @return KVC_ERR_OUT_OF_SLOTS (rows taken by this call are given back, nothing else
  *  changed; the message carries the available/evictable figures), argument errors,
- *  KVC_ERR_MISUSE for a request listed twice. */
+ *  KVC_ERR_MISUSE for a request listed twice or a row not held, found before any
+ *  eviction (nothing changed). */
 KVC_API kvc_status kvc_flow_alloc_for_extend(kvc_flow *flow, kvc_req_state *const *reqs, size_t n,
                                              int64_t *out_cache_loc, kvc_stream stream);
 
@@ -1855,7 +1856,10 @@ KVC_API kvc_status kvc_flow_alloc_for_extend(kvc_flow *flow, kvc_req_state *cons
  *  Encoder-decoder models: the row holds [encoder tokens | decoder tokens], so count the
  *  encoder tokens in seq_len; the new token's position is then SGLang's encoder_lens +
  *  seq_lens, and last_loc is the slot before it (SGLang reads position seq_lens - 1,
- *  which lies in the encoder part — harmless only because it uses page size 1 there). */
+ *  which lies in the encoder part — harmless only because it uses page size 1 there).
+ *  @return KVC_ERR_MISUSE for a request listed twice or without a held row, checked for
+ *  the whole batch before the window eviction (nothing changed); the errors of the
+ *  allocator's alloc_decode / alloc_extend. */
 KVC_API kvc_status kvc_flow_alloc_for_decode(kvc_flow *flow, kvc_req_state *const *reqs, size_t n,
                                              int32_t token_per_req, int64_t *out_cache_loc,
                                              kvc_stream stream);

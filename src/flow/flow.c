@@ -280,6 +280,33 @@ kvc_status kvc_flow_free_swa_out_of_window(kvc_flow *f, kvc_req_state *r, int64_
   return st;
 }
 
+/* Every row of a batch is held and listed once. The allocators check this too, but only
+ * after the window and cache evictions have changed state: a batch refused there would
+ * already have freed SWA slots. row_seen is left clear. Row 0 is skipped unless
+ * `row_required` (decode: every request has one). */
+static kvc_status check_batch_rows(kvc_flow *f, const char *fn, kvc_req_state *const *reqs, size_t n,
+                                   bool row_required) {
+  kvc_status st = KVC_OK;
+  size_t i = 0;
+  for (; i < n; i++) {
+    const int32_t row = reqs[i]->req_row;
+    if (row == 0 && !row_required) continue;
+    if (!kvc_req_to_token_pool_is_held(f->cfg.req_pool, row)) {
+      st = kvc__error(f->ctx, KVC_ERR_MISUSE, fn, "reqs[%zu]: req_row %d is not a held row", i, row);
+      break;
+    }
+    if (f->row_seen[row]) {
+      st = kvc__error(f->ctx, KVC_ERR_MISUSE, fn, "reqs[%d] and reqs[%zu] share row %d (a request listed twice?)",
+                      f->row_seen[row] - 1, i, row);
+      break;
+    }
+    f->row_seen[row] = (int32_t)i + 1;
+  }
+  for (size_t j = 0; j < i; j++)
+    if (reqs[j]->req_row > 0) f->row_seen[reqs[j]->req_row] = 0;
+  return st;
+}
+
 /* Window eviction for every request of a batch that already holds KV. */
 static kvc_status evict_windows(kvc_flow *f, kvc_req_state *const *reqs, size_t n, bool decode, kvc_stream stream) {
   if (!f->swa || f->cfg.sliding_window <= 0) return KVC_OK;
@@ -390,6 +417,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
     f->seq_lens[i] = r->seq_len;
     f->prefix_slots[i] = r->prefix_slots;
   }
+  KVC_FORWARD(check_batch_rows(f, __func__, reqs, n, false));
   /* SGLang: window eviction first, then evict for extend_num_tokens (+ a page per
    * request when paged). */
   KVC_FORWARD(evict_windows(f, reqs, n, false, stream));
@@ -476,6 +504,7 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
                   "out_cache_loc must be NULL or the decode channel's out_device (the channel's kernel writes it)");
     KVC_FORWARD(kvc__decode_channel_ready(f->channel, __func__));
   }
+  KVC_FORWARD(check_batch_rows(f, __func__, reqs, n, true));
   KVC_FORWARD(evict_windows(f, reqs, n, true, stream));
   /* The allocators validate rows and last_locs (from the mirror) and fail without
    * changing anything, so no separate capacity check is needed here. */
