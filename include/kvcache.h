@@ -623,8 +623,12 @@ KVC_API kvc_status kvc_allocator_get_stats(const kvc_allocator *alloc, kvc_alloc
 
 /** kvc_allocator_alloc() : n slots (n a multiple of page_size) from the front of the free
  *  list, page-major, written to out_slots (host). n == 0 is a no-op.
- *  @return KVC_ERR_OUT_OF_SLOTS (nothing changed), KVC_ERR_INVALID_ARGUMENT when n is not
- *  page-aligned (SGLang silently floors). */
+ *  @return KVC_ERR_OUT_OF_SLOTS (no slot handed out or freed; one exception, as for
+ *  alloc_extend: on a need_sort allocator the merge that SGLang's trigger n > free fires
+ *  before finding the shortage is kept, as in SGLang, so the deferred pages are then in
+ *  the sorted free list, the merges stat counts it and later calls get SGLang's slots;
+ *  the set of free slots and the available size are unchanged),
+ *  KVC_ERR_INVALID_ARGUMENT when n is not page-aligned (SGLang silently floors). */
 KVC_API kvc_status kvc_allocator_alloc(kvc_allocator *alloc, int64_t n, int64_t *out_slots);
 
 /** kvc_allocator_alloc_extend() : slots for a prefill/extend batch (SGLang alloc_extend;

@@ -177,6 +177,8 @@ kvc_status kvc_allocator_alloc(kvc_allocator *a, int64_t n, int64_t *out_slots) 
   KVC_RETURN_IF(n % ps != 0, a->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %lld is not a multiple of page_size %lld",
                 (long long)n, (long long)ps);
   const int64_t np = n / ps;
+  /* SGLang merges before it finds a shortage and keeps the merge: so do we (the header
+   * documents this one change a refused call makes), or later slots would differ. */
   if (np > a->ring.count) kvc__fl_merge(a);
   if (np > a->ring.count)
     return kvc__alloc_finish(a, __func__,
