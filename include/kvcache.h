@@ -2025,7 +2025,8 @@ KVC_API kvc_status kvc_session_cache_match(kvc_session_cache *sessions, kvc_req_
 KVC_API kvc_status kvc_session_cache_release(kvc_session_cache *sessions, kvc_flow *flow,
                                              uint64_t session_id);
 /** kvc_session_cache_held() : tokens (full; SWA variant subtracts the SWA-evicted part)
- *  and requests held by sessions. Any pointer may be NULL. */
+ *  and requests held by sessions. Any pointer may be NULL. Time and the cache's memory
+ *  are O(sessions alive now), however many were created and ended before. */
 KVC_API kvc_status kvc_session_cache_held(const kvc_session_cache *sessions, int64_t page_size,
                                           int64_t *held_tokens, int64_t *held_swa_tokens,
                                           int64_t *held_reqs);
