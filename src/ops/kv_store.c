@@ -72,7 +72,10 @@ kvc_status kvc__kv_rows_launch(kvc_context *ctx, const char *fn, kvc__kv_rows_re
   }
   const int64_t unroll = KVC_ROWS_UNROLL(chunk_bytes(req->src_dt, g), chunk_bytes(req->dst_dt, g));
   const int64_t per_block = KVC_KV_ROWS_BLOCK * unroll;
-  const int64_t blocks = (p->n * (kch + vch) + per_block - 1) / per_block;
+  int64_t units = 0;
+  KVC_RETURN_IF(!kvc__mul_i64(p->n, (int64_t)kch + vch, &units) || units > INT64_MAX - per_block, ctx,
+                KVC_ERR_INVALID_ARGUMENT, "n = %lld rows is too large for one launch", (long long)p->n);
+  const int64_t blocks = (units + per_block - 1) / per_block;
   KVC_RETURN_IF(blocks > 0x7fffffff, ctx, KVC_ERR_INVALID_ARGUMENT, "n = %lld rows is too large for one launch",
                 (long long)p->n);
   return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)blocks, 1, 1), kvc__dim(KVC_KV_ROWS_BLOCK, 1, 1), 0, stream,

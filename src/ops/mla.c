@@ -122,7 +122,10 @@ kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a
     blocks = ((int64_t)a->n + 7) / 8; /* one warp per row, 8 rows per block */
   } else {
     const int64_t per_row = mode == KVC_MLA_MODE_FP4 ? T / 16 : T / g;
-    blocks = ((int64_t)a->n * per_row + 255) / 256; /* grid-stride beyond the cap */
+    int64_t units;
+    if (a->n > (size_t)INT64_MAX || !kvc__mul_i64((int64_t)a->n, per_row, &units) || units > INT64_MAX - 255)
+      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "n = %zu too large", a->n);
+    blocks = (units + 255) / 256; /* grid-stride beyond the cap */
     if (blocks > ((int64_t)1 << 20)) blocks = (int64_t)1 << 20;
   }
   if (blocks > INT32_MAX) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "n = %zu too large", a->n);

@@ -757,9 +757,11 @@ kvc_status kvc_mamba_pool_host_copy_bytes(const kvc_mamba_pool *pool, size_t n, 
   KVC_API_ENTRY();
   POOL_ENTRY(pool);
   KVC_RETURN_IF(!bytes, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "bytes is NULL");
-  size_t per = 0, total;
-  for (int s = 0; s < pool->nstate; s++) per += (size_t)pool->t[s].row_bytes * (size_t)pool->L;
-  KVC_RETURN_IF(!kvc__mul_size(per, n, &total), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu overflows", n);
+  size_t per = 0, total = 0, tensor;
+  bool fits = true;
+  for (int s = 0; s < pool->nstate && fits; s++)
+    fits = kvc__mul_size((size_t)pool->t[s].row_bytes, (size_t)pool->L, &tensor) && kvc__add_size(per, tensor, &per);
+  KVC_RETURN_IF(!fits || !kvc__mul_size(per, n, &total), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu overflows", n);
   *bytes = total;
   return KVC_OK;
 }

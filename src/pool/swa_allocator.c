@@ -326,7 +326,9 @@ kvc_status kvc_swa_allocator_translate(const kvc_swa_allocator *ac, const void *
 
 static kvc_status ensure_tok(kvc_swa_allocator *a, const char *fn, size_t n) {
   if (n <= a->cap_tok) return KVC_OK;
-  size_t cap = KVC__MAX(n, 2 * a->cap_tok);
+  /* Three buffers of 8, 8 and 12 bytes per token: n stays far below SIZE_MAX / 16. */
+  KVC_RETURN_IF(n > (size_t)PTRDIFF_MAX / 16, a->ctx, KVC_ERR_INVALID_ARGUMENT, "%zu tokens is too large", n);
+  size_t cap = KVC__MAX(n, KVC__MIN(2 * a->cap_tok, (size_t)PTRDIFF_MAX / 16));
   cap = KVC__MAX(cap, (size_t)1024);
   int64_t *f = kvc__malloc(a->ctx, cap * 8), *w = kvc__malloc(a->ctx, cap * 8);
   uint32_t *words = kvc__malloc(a->ctx, (3 * cap + 16) * 4);
@@ -794,7 +796,10 @@ static kvc_status zero_entries(kvc_swa_allocator *a, int64_t np, kvc_stream stre
 static kvc_status do_free_swa(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n,
                               bool unmapped_ok, kvc_stream stream) {
   int64_t nw, np;
-  KVC_FORWARD(ensure_tok(a, fn, n * (size_t)a->ps));
+  size_t tokens;
+  KVC_RETURN_IF(!kvc__mul_size(n, (size_t)a->ps, &tokens), a->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "%zu slots x page_size %d overflows", n, a->ps);
+  KVC_FORWARD(ensure_tok(a, fn, tokens));
   KVC_FORWARD(plan_swa_free(a, fn, slots, n, unmapped_ok, &nw, &np));
   KVC_FORWARD(zero_entries(a, np, stream));
   /* Cannot fail: every peer was checked held and listed once. */

@@ -88,6 +88,39 @@ static kvc_kv_pool *small_mha_pool(int layers, int ps) {
   return p;
 }
 
+static void test_row_copies_refuse_strides_that_overflow(void **state) {
+  (void)state;
+  kvc_kv_pool *p = small_mha_pool(1, 1);
+  int64_t *loc = kvt_dev_alloc(4 * sizeof(int64_t));
+  const int64_t locs[4] = {1, 2, 3, 4};
+  kvt_h2d(loc, locs, sizeof locs);
+  uint16_t *k = kvt_dev_alloc(4 * 16 * 2), *v = kvt_dev_alloc(4 * 16 * 2);
+  /* stride x element size, then n x stride bytes: each used to overflow int64 */
+  KVT_STATUS(kvc_kv_pool_set_kv(p, 0, loc, KVC_INDEX_I64, 2, k, v, KVC_DTYPE_BF16, INT64_MAX / 2, 0, NULL, 1.0f, NULL,
+                                1.0f, NULL),
+             KVC_ERR_INVALID_ARGUMENT);
+  assert_named_by("kvc_kv_pool_set_kv");
+  KVT_STATUS(kvc_kv_pool_set_kv(p, 0, loc, KVC_INDEX_I64, 2, k, v, KVC_DTYPE_BF16, 0, INT64_MAX / 3, NULL, 1.0f, NULL,
+                                1.0f, NULL),
+             KVC_ERR_INVALID_ARGUMENT);
+  KVT_OK(kvc_kv_pool_set_kv(p, 0, loc, KVC_INDEX_I64, 2, k, v, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f, NULL, 1.0f, NULL));
+  uint8_t *cache = kvt_dev_alloc(16 * 32);
+  /* 4 rows of a 2^62-byte stride: past INT64_MAX (a representable stride is the caller's) */
+  KVT_STATUS(kvc_store_kv(kvt_ctx, cache, NULL, 0, 0, 16, k, NULL, INT64_MAX / 2, 0, 32, 0, loc, KVC_INDEX_I64, 4,
+                          NULL),
+             KVC_ERR_INVALID_ARGUMENT);
+  KVT_STATUS(kvc_store_kv(kvt_ctx, cache, NULL, INT64_MAX / 4, 0, 16, k, NULL, 0, 0, 32, 0, loc, KVC_INDEX_I64, 2,
+                          NULL),
+             KVC_ERR_INVALID_ARGUMENT);
+  assert_named_by("kvc_store_kv");
+  KVT_OK(kvc_store_kv(kvt_ctx, cache, NULL, 0, 0, 16, k, NULL, 0, 0, 32, 0, loc, KVC_INDEX_I64, 2, NULL));
+  kvt_dev_free(cache);
+  kvt_dev_free(k);
+  kvt_dev_free(v);
+  kvt_dev_free(loc);
+  kvc_kv_pool_destroy(p);
+}
+
 static void test_host_copy_bytes_refuses_counts_that_overflow(void **state) {
   (void)state;
   kvc_kv_pool *p = small_mha_pool(2, 4);
@@ -431,6 +464,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_req_pool_write_range_check_does_not_wrap),
     cmocka_unit_test(test_get_last_loc_refuses_a_table_too_large_to_index),
     cmocka_unit_test(test_host_copy_bytes_refuses_counts_that_overflow),
+    cmocka_unit_test(test_row_copies_refuse_strides_that_overflow),
     cmocka_unit_test(test_move_scratch_failure_is_host_oom_with_nothing_moved),
     cmocka_unit_test(test_creates_refuse_sizes_that_overflow_their_bound_checks),
     cmocka_unit_test(test_every_create_checks_struct_size_version_and_reserved),
