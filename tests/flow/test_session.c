@@ -187,6 +187,20 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Seconds per kvc_session_cache_held call: the best of 20 rounds of 50 calls, so that a
+ * round the scheduler preempted (the machine is shared) does not count. */
+static double held_seconds(const kvc_session_cache *sc) {
+  int64_t held, reqs;
+  double best = 1e9;
+  for (int round = 0; round < 20; round++) {
+    const double t0 = now_s();
+    for (int k = 0; k < 50; k++) KVT_OK(kvc_session_cache_held(sc, 1, &held, NULL, &reqs));
+    const double t = (now_s() - t0) / 50;
+    if (t < best) best = t;
+  }
+  return best;
+}
+
 static long sessions_from_env(void) {
   const char *e = getenv("KVT_STEPS");
   long v = e && *e ? strtol(e, NULL, 10) : 1000000;
@@ -208,6 +222,7 @@ static void test_session_table_follows_live_sessions(void **state) {
   const long total = sessions_from_env();
   const kvc__live start = kvc__fault_live(kvt_ctx);
   int64_t peak_bytes = 0;
+  double held_at_start = 0; /* seconds per held() call once LIVE sessions are alive */
   for (long i = 1; i <= total; i++) {
     kvc_req_state r = turn((uint64_t)i, 4);
     int matched;
@@ -216,6 +231,7 @@ static void test_session_table_follows_live_sessions(void **state) {
     KVT_OK(kvc_flow_alloc_for_extend(f->flow, b, 1, NULL, NULL));
     KVT_OK(kvc_flow_release(f->flow, b, 1, 1, NULL)); /* the session takes the row */
     if (i > LIVE) KVT_OK(kvc_session_cache_release(s.sc, f->flow, (uint64_t)(i - LIVE)));
+    if (i == 2 * LIVE) held_at_start = held_seconds(s.sc);
     if (i % 4096 == 0) {
       const int64_t bytes = kvc__fault_live(kvt_ctx).host_bytes;
       if (bytes > peak_bytes) peak_bytes = bytes;
@@ -225,12 +241,12 @@ static void test_session_table_follows_live_sessions(void **state) {
   KVT_OK(kvc_session_cache_held(s.sc, 1, &held, NULL, &reqs));
   assert_int_equal(reqs, LIVE);
   assert_int_equal(held, 4 * LIVE);
-  /* held scans the table: its time follows the live sessions (a table of the sessions
-   * ever created took milliseconds). */
-  const double t0 = now_s();
-  for (int k = 0; k < 1000; k++) KVT_OK(kvc_session_cache_held(s.sc, 1, &held, NULL, &reqs));
-  const double per_call = (now_s() - t0) / 1000;
-  if (total >= 100000 && per_call > 100e-6) fail_msg("kvc_session_cache_held took %.1f us", per_call * 1e6);
+  /* held scans the table: with as many sessions alive, it costs what it did at the
+   * start (a table of the sessions ever created made it ~2000 times slower here). */
+  const double held_at_end = held_seconds(s.sc);
+  if (held_at_end > 4 * held_at_start + 2e-6)
+    fail_msg("kvc_session_cache_held: %.2f us per call after %ld sessions, %.2f us after %d", held_at_end * 1e6, total,
+             held_at_start * 1e6, 2 * LIVE);
   /* Memory: bounded by the live sessions during the run, back to the start at the end. */
   /* The table for LIVE sessions is 1024 slots of under 100 bytes; a table sized by the
    * sessions ever created would be 2^21 slots (over 100 MB) here. */
