@@ -35,6 +35,10 @@
  * ABI promise: the same major version is ABI stable; minor versions only add. Status
  * values below 100 and struct field offsets never change. Config structs begin with
  * struct_size and version; fill them with the matching *_INIT macro or *_default().
+ * Every call that takes one checks it the same way: KVC_ERR_VERSION unless struct_size
+ * lies between the size of the first version and this library's sizeof and the major
+ * version matches; KVC_ERR_INVALID_ARGUMENT when a reserved_ word is not zero (later
+ * minors add fields there).
  */
 #ifndef KVCACHE_H
 #define KVCACHE_H
@@ -141,7 +145,8 @@ KVC_API size_t kvc_dtype_size(kvc_dtype dtype);
 /** kvc_dtype_name() : "bf16", "fp8_e4m3", ... Static storage; never NULL. */
 KVC_API const char *kvc_dtype_name(kvc_dtype dtype);
 
-/** Width of index vectors (slots, lengths, row ids) passed to ops. */
+/** Width of index vectors (slots, lengths, row ids) passed to ops. Any other value is
+ *  KVC_ERR_INVALID_ARGUMENT, whatever n is. */
 typedef enum kvc_index_type { KVC_INDEX_I32 = 0, KVC_INDEX_I64 = 1 } kvc_index_type;
 
 /* --- Allocator hooks --------------------------------------------------------------- */
@@ -170,6 +175,7 @@ typedef struct kvc_device_allocator {
 typedef struct kvc_context kvc_context;
 
 /** Context flags. */
+/* Other bits are refused (KVC_ERR_INVALID_ARGUMENT). */
 #define KVC_CONTEXT_CHECK 0x1u /* check mode: verify conservation after every mutating call
                                   (also enabled by env KVC_CHECK=1) */
 #define KVC_CONTEXT_NO_DISK_CACHE 0x2u /* keep compiled kernels in memory only */
@@ -225,7 +231,11 @@ KVC_API int kvc_context_check_mode(const kvc_context *ctx);
 /** kvc_last_error() : the detailed message of the calling thread's last failure on `ctx`
  *  (function, argument, CUresult name or NVRTC log excerpt), or "" if none. With ctx ==
  *  NULL: the thread's last failure of a call that had no context (e.g. a failed create).
- *  Valid until the thread's next failing call on that context. */
+ *  The message begins with the name of the public function the caller called. Each
+ *  context keeps one message per thread, for any number of contexts and threads; the
+ *  pointer stays valid, showing only this context's messages for this thread, until
+ *  `ctx` is destroyed, and its text changes only at this thread's next failing call on
+ *  `ctx` (ctx == NULL: thread-local storage, valid for the thread's life). */
 KVC_API const char *kvc_last_error(const kvc_context *ctx);
 
 /** Device properties the library uses; filled by kvc_context_device_info(). */
@@ -505,8 +515,8 @@ typedef struct kvc_req_to_token_pool_config {
 
 /** kvc_req_to_token_pool_create() : a zero-filled device int32 table of (size + 1) rows x
  *  max_context_len (row 0 is padding) and its host mirror; free rows 1..size (FIFO).
- *  @return KVC_ERR_INVALID_ARGUMENT for sizes < 1 or a table over 2^31 entries per row
- *  set, KVC_ERR_DEVICE_OOM / KVC_ERR_HOST_OOM. Synchronizes the default stream once
+ *  @return KVC_ERR_INVALID_ARGUMENT for sizes < 1 or a table of more than 2^31 entries
+ *  ((size + 1) x max_context_len), KVC_ERR_DEVICE_OOM / KVC_ERR_HOST_OOM. Synchronizes the default stream once
  *  (zero fill). */
 KVC_API kvc_status kvc_req_to_token_pool_create(kvc_context *ctx,
                                                 const kvc_req_to_token_pool_config *config,
@@ -613,8 +623,12 @@ KVC_API kvc_status kvc_allocator_get_stats(const kvc_allocator *alloc, kvc_alloc
 
 /** kvc_allocator_alloc() : n slots (n a multiple of page_size) from the front of the free
  *  list, page-major, written to out_slots (host). n == 0 is a no-op.
- *  @return KVC_ERR_OUT_OF_SLOTS (nothing changed), KVC_ERR_INVALID_ARGUMENT when n is not
- *  page-aligned (SGLang silently floors). */
+ *  @return KVC_ERR_OUT_OF_SLOTS (no slot handed out or freed; one exception, as for
+ *  alloc_extend: on a need_sort allocator the merge that SGLang's trigger n > free fires
+ *  before finding the shortage is kept, as in SGLang, so the deferred pages are then in
+ *  the sorted free list, the merges stat counts it and later calls get SGLang's slots;
+ *  the set of free slots and the available size are unchanged),
+ *  KVC_ERR_INVALID_ARGUMENT when n is not page-aligned (SGLang silently floors). */
 KVC_API kvc_status kvc_allocator_alloc(kvc_allocator *alloc, int64_t n, int64_t *out_slots);
 
 /** kvc_allocator_alloc_extend() : slots for a prefill/extend batch (SGLang alloc_extend;
@@ -804,7 +818,8 @@ typedef struct kvc_kv_pool_config {
   kvc_dtype dtype;       /* element type seen by attention: F32/F16/BF16/FP8_E4M3/FP8_E5M2;
                             FP4 kinds: the dtype of written/read values (BF16/F16/F32);
                             NSA: FP8_E4M3 selects the 656-byte quantized rows */
-  int32_t layer_num;     /* layers owned by this pool (>= 1) */
+  int32_t layer_num;     /* layers owned by this pool, in [1, 1024]; start_layer +
+                            layer_num must not pass INT32_MAX */
   int32_t start_layer;   /* global id of the first owned layer (default 0) */
   int32_t head_num;      /* MHA kinds */
   int32_t head_dim;      /* MHA kinds */
@@ -868,7 +883,11 @@ KVC_API kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const
  *  sources are read before any target is written (overlapping src/tgt sets of up to a
  *  chunk behave as one simultaneous copy; duplicate targets: one unspecified winner), and
  *  a later chunk sees the earlier chunks' writes (SGLang launches once per chunk). V rows
- *  wider than K rows are copied in full. Out-of-range slots are skipped. Capturable. */
+ *  wider than K rows are copied in full. Out-of-range slots are skipped. Capturable.
+ *  A NoOp pool moves nothing but checks its arguments as any pool does.
+ *  @return KVC_ERR_INVALID_ARGUMENT for NULL tgt_loc / src_loc with n > 0 or an unknown
+ *  loc_type; KVC_ERR_HOST_OOM on the host backend when its one-chunk scratch cannot be
+ *  allocated (nothing moved). */
 KVC_API kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *src_loc,
                                     kvc_index_type loc_type, size_t n, kvc_stream stream);
 
@@ -1012,7 +1031,9 @@ KVC_API kvc_status kvc_kv_pool_contiguous_infos(const kvc_kv_pool *pool, kvc_con
 /* --- Host offload ------------------------------------------------------------------ */
 
 /** kvc_kv_pool_host_copy_bytes() : bytes kvc_kv_pool_copy_to_host needs for n slots
- *  (all layers, all regions; NSA index pages for the pages the slots cover). */
+ *  (all layers, all regions; NSA index pages for the pages the slots cover).
+ *  @return KVC_ERR_INVALID_ARGUMENT (and *bytes untouched) when the count does not fit
+ *  in size_t. */
 KVC_API kvc_status kvc_kv_pool_host_copy_bytes(const kvc_kv_pool *pool, size_t n, size_t *bytes);
 /** kvc_kv_pool_copy_to_host() : gathers rows loc[i] (device index vector) of every layer
  *  and region into `host` (pinned memory from kvc_host_pinned_alloc on the CUDA backend),
@@ -1582,7 +1603,8 @@ KVC_API kvc_status kvc_swa_kv_pool_move(kvc_swa_kv_pool *pool, const void *tgt_l
                                         const void *src_loc, kvc_index_type loc_type, size_t n,
                                         kvc_stream stream);
 /** kvc_swa_kv_pool_host_copy_bytes() : bytes of the full part and of the SWA part of an
- *  n-slot offload (the SWA part holds n rows, masked-out rows zero-filled). */
+ *  n-slot offload (the SWA part holds n rows, masked-out rows zero-filled).
+ *  @return KVC_ERR_INVALID_ARGUMENT (outputs untouched) when a count overflows size_t. */
 KVC_API kvc_status kvc_swa_kv_pool_host_copy_bytes(const kvc_swa_kv_pool *pool, size_t n,
                                                    size_t *full_bytes, size_t *swa_bytes);
 /** kvc_swa_kv_pool_copy_to_host() : SGLang get_cpu_copy without syncs: full rows of the
@@ -1853,7 +1875,8 @@ KVC_API void kvc_flow_destroy(kvc_flow *flow);
  *  kv_allocated_len = kv_committed_len = seq_len on success.
  *  @return KVC_ERR_OUT_OF_SLOTS (rows taken by this call are given back, nothing else
  *  changed; the message carries the available/evictable figures), argument errors,
- *  KVC_ERR_MISUSE for a request listed twice. */
+ *  KVC_ERR_MISUSE for a request listed twice or a row not held, found before any
+ *  eviction (nothing changed). */
 KVC_API kvc_status kvc_flow_alloc_for_extend(kvc_flow *flow, kvc_req_state *const *reqs, size_t n,
                                              int64_t *out_cache_loc, kvc_stream stream);
 
@@ -1864,7 +1887,10 @@ KVC_API kvc_status kvc_flow_alloc_for_extend(kvc_flow *flow, kvc_req_state *cons
  *  Encoder-decoder models: the row holds [encoder tokens | decoder tokens], so count the
  *  encoder tokens in seq_len; the new token's position is then SGLang's encoder_lens +
  *  seq_lens, and last_loc is the slot before it (SGLang reads position seq_lens - 1,
- *  which lies in the encoder part — harmless only because it uses page size 1 there). */
+ *  which lies in the encoder part — harmless only because it uses page size 1 there).
+ *  @return KVC_ERR_MISUSE for a request listed twice or without a held row, checked for
+ *  the whole batch before the window eviction (nothing changed); the errors of the
+ *  allocator's alloc_decode / alloc_extend. */
 KVC_API kvc_status kvc_flow_alloc_for_decode(kvc_flow *flow, kvc_req_state *const *reqs, size_t n,
                                              int32_t token_per_req, int64_t *out_cache_loc,
                                              kvc_stream stream);
@@ -2026,7 +2052,8 @@ KVC_API kvc_status kvc_session_cache_match(kvc_session_cache *sessions, kvc_req_
 KVC_API kvc_status kvc_session_cache_release(kvc_session_cache *sessions, kvc_flow *flow,
                                              uint64_t session_id);
 /** kvc_session_cache_held() : tokens (full; SWA variant subtracts the SWA-evicted part)
- *  and requests held by sessions. Any pointer may be NULL. */
+ *  and requests held by sessions. Any pointer may be NULL. Time and the cache's memory
+ *  are O(sessions alive now), however many were created and ended before. */
 KVC_API kvc_status kvc_session_cache_held(const kvc_session_cache *sessions, int64_t page_size,
                                           int64_t *held_tokens, int64_t *held_swa_tokens,
                                           int64_t *held_reqs);

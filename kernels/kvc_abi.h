@@ -198,6 +198,8 @@ typedef struct kvc_p_kv_move {
   int32_t cta_first[KVC_MAX_SEGS + 1];
   int32_t pad_;
   kvc_kv_seg seg[KVC_MAX_SEGS];
+  uint64_t host_scratch; /* host twin only: chunk x widest row bytes, allocated by the
+                            launcher so that a failed allocation is a status (0 on CUDA) */
 } kvc_p_kv_move;
 
 /* kv_offload.cu: one warp per (segment, layer, row) between the pool and mapped host

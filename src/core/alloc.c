@@ -14,12 +14,12 @@
 
 #define KVC__HDR 16u
 
-static void *raw_alloc(kvc__core *core, size_t bytes) {
+void *kvc__raw_alloc(kvc__core *core, size_t bytes) {
   if (core && core->host_allocator.alloc) return core->host_allocator.alloc(core->host_allocator.opaque, bytes);
   return malloc(bytes);
 }
 
-static void raw_free(kvc__core *core, void *p) {
+void kvc__raw_free(kvc__core *core, void *p) {
   if (core && core->host_allocator.free) core->host_allocator.free(core->host_allocator.opaque, p);
   else free(p);
 }
@@ -27,20 +27,19 @@ static void raw_free(kvc__core *core, void *p) {
 void *kvc__malloc(const kvc_context *ctx, size_t bytes) {
   kvc__core *core = ctx ? kvc__core_of(ctx) : NULL;
   if (core) {
-    int64_t n = core->fault.host_allocs++;
-    if (core->fault.host_alloc_fail_at >= 0 && n == core->fault.host_alloc_fail_at) return NULL;
+    if (kvc__fault_hit(&core->fault.host_allocs, &core->fault.host_alloc_fail_at)) return NULL;
   }
   size_t total;
   /* No object may exceed PTRDIFF_MAX (glibc refuses too): fail before the allocator. */
   if (!kvc__add_size(bytes ? bytes : 1, KVC__HDR, &total) || total > (size_t)PTRDIFF_MAX) return NULL;
   int saved = errno;
-  unsigned char *p = raw_alloc(core, total);
+  unsigned char *p = kvc__raw_alloc(core, total);
   errno = saved;
   if (!p) return NULL;
   memcpy(p, &bytes, sizeof bytes);
   if (core) {
-    core->host_bytes_live += (int64_t)bytes;
-    core->host_allocs_live++;
+    kvc__counter_add(&core->host_bytes_live, (int64_t)bytes);
+    kvc__counter_add(&core->host_allocs_live, 1);
   }
   return p + KVC__HDR;
 }
@@ -56,8 +55,7 @@ void *kvc__calloc(const kvc_context *ctx, size_t count, size_t size) {
   }
   /* Plain calloc keeps large zeroed mirrors lazily mapped (no RSS until written). */
   if (core) {
-    int64_t n = core->fault.host_allocs++;
-    if (core->fault.host_alloc_fail_at >= 0 && n == core->fault.host_alloc_fail_at) return NULL;
+    if (kvc__fault_hit(&core->fault.host_allocs, &core->fault.host_alloc_fail_at)) return NULL;
   }
   size_t total;
   if (!kvc__add_size(bytes ? bytes : 1, KVC__HDR, &total) || total > (size_t)PTRDIFF_MAX) return NULL;
@@ -67,8 +65,8 @@ void *kvc__calloc(const kvc_context *ctx, size_t count, size_t size) {
   if (!p) return NULL;
   memcpy(p, &bytes, sizeof bytes);
   if (core) {
-    core->host_bytes_live += (int64_t)bytes;
-    core->host_allocs_live++;
+    kvc__counter_add(&core->host_bytes_live, (int64_t)bytes);
+    kvc__counter_add(&core->host_allocs_live, 1);
   }
   return p + KVC__HDR;
 }
@@ -80,10 +78,10 @@ void kvc__free(const kvc_context *ctx, void *ptr) {
   size_t bytes;
   memcpy(&bytes, p, sizeof bytes);
   if (core) {
-    core->host_bytes_live -= (int64_t)bytes;
-    core->host_allocs_live--;
+    kvc__counter_add(&core->host_bytes_live, -(int64_t)bytes);
+    kvc__counter_add(&core->host_allocs_live, -1);
   }
   int saved = errno;
-  raw_free(core, p);
+  kvc__raw_free(core, p);
   errno = saved;
 }

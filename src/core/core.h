@@ -10,7 +10,9 @@
 
 #include "kvcache.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,36 +48,88 @@ void kvc__options_print(const kvc__options *o, int level);
 
 /* --- The core part of a context ---------------------------------------------------- */
 
+/* Counters below are shared by every object of a context, and the header lets threads
+ * use distinct objects of one context at once: they are atomics. Each is an independent
+ * tally (no ordering between them matters), so relaxed order is enough. */
+typedef _Atomic int64_t kvc__counter;
+
+static inline int64_t kvc__counter_add(kvc__counter *c, int64_t delta) {
+  return atomic_fetch_add_explicit(c, delta, memory_order_relaxed);
+}
+static inline int64_t kvc__counter_get(const kvc__counter *c) {
+  return atomic_load_explicit((kvc__counter *)c, memory_order_relaxed);
+}
+static inline void kvc__counter_set(kvc__counter *c, int64_t v) {
+  atomic_store_explicit(c, v, memory_order_relaxed);
+}
+
 typedef struct kvc__fault {
   /* Fault injection (tests): the Nth call of a kind fails; -1 = never. */
-  int64_t host_alloc_fail_at, device_alloc_fail_at, launch_fail_at, compile_fail_at;
-  int64_t host_allocs, device_allocs, launches, compiles;
-  uint64_t last_device_bytes; /* size of the last kvc__dev_alloc request (overflow tests) */
+  kvc__counter host_alloc_fail_at, device_alloc_fail_at, launch_fail_at, compile_fail_at;
+  kvc__counter host_allocs, device_allocs, launches, compiles;
+  kvc__counter last_device_bytes; /* size of the last kvc__dev_alloc request (overflow tests) */
 } kvc__fault;
+
+/** Counts one call of a fault kind; true when this is the call chosen to fail. */
+static inline bool kvc__fault_hit(kvc__counter *calls, const kvc__counter *fail_at) {
+  const int64_t n = kvc__counter_add(calls, 1);
+  const int64_t at = kvc__counter_get(fail_at);
+  return at >= 0 && n == at;
+}
+
+typedef struct kvc__error_slot kvc__error_slot;
 
 typedef struct kvc__core {
   uint64_t magic;
-  uint64_t id; /* unique per context for the thread-local error slots */
+  uint64_t id; /* unique per context */
   kvc_host_allocator host_allocator;
   kvc__options options;
   /* accounting */
-  int64_t host_bytes_live, host_allocs_live;
+  kvc__counter host_bytes_live, host_allocs_live;
   /* live kvc__dev_alloc allocations (any backend; src/device/memory.c) */
-  int64_t device_allocs_live;
+  kvc__counter device_allocs_live;
   kvc__fault fault; /* test hooks: src/core/fault.h */
+  /* Error text, one slot per thread that failed on this context (error.c). */
+  pthread_mutex_t error_lock;
+  kvc__error_slot *error_slots;
 } kvc__core;
 
 #define KVC__CONTEXT_MAGIC 0x6b76632d63747821ull /* "kvc-ctx!" */
 
 static inline kvc__core *kvc__core_of(const kvc_context *ctx) { return (kvc__core *)(void *)ctx; }
 
-/** Initialises the core part (id, allocator, options). */
-void kvc__core_init(kvc__core *core, const kvc_context_config *config);
+/** Initialises the core part in place (id, allocator, options, error slots) and
+ *  reserves the calling thread's error slot. KVC_ERR_HOST_OOM when that fails (nothing
+ *  is then held). */
+kvc_status kvc__core_init(kvc__core *core, const kvc_context_config *config);
+/** Releases what kvc__core_init and later errors acquired. */
+void kvc__core_fini(kvc__core *core);
+/* error.c's part of init/fini: the lock and the creating thread's slot. */
+kvc_status kvc__error_slots_init(kvc__core *core);
+void kvc__error_slots_fini(kvc__core *core);
 
 /* --- Errors ------------------------------------------------------------------------ */
 
+/* The message names the public function the caller called, whichever helper found the
+ * problem: each public entry point opens a scope with KVC_API_ENTRY(), and the outermost
+ * scope on the thread names every error recorded inside it (a public function that calls
+ * another public one keeps its own name). Without a scope, `func` is used. */
+typedef struct kvc__api_scope {
+  const char *outer; /* the name in force before this scope */
+} kvc__api_scope;
+kvc__api_scope kvc__api_enter(const char *func);
+void kvc__api_leave(const kvc__api_scope *scope);
+#if defined(__GNUC__)
+#define KVC_API_ENTRY()                                                                     \
+  const kvc__api_scope kvc_api_scope_ __attribute__((cleanup(kvc__api_leave), unused)) =  \
+      kvc__api_enter(__func__)
+#else
+#define KVC_API_ENTRY() ((void)0) /* errors then name the helper that found them */
+#endif
+
 /** Records "func: message" as the calling thread's last error on ctx (ctx may be NULL)
- *  and returns `status`. Never allocates. */
+ *  and returns `status`. Allocates only the first time a thread fails on ctx, outside
+ *  the context's accounting (the text is lost, not the status, if that fails). */
 kvc_status (kvc__error)(const kvc_context *ctx, kvc_status status, const char *func, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
@@ -97,6 +151,9 @@ kvc_status kvc__verror(const kvc_context *ctx, kvc_status status, const char *fu
                        const char *fmt, va_list ap);
 /** Appends text to the thread's last error on ctx (for NVRTC logs). */
 void kvc__error_append(const kvc_context *ctx, const char *text);
+/** Copies the thread's last error on ctx, as is, to the context-less slot (a create that
+ *  fails reports there: its context is about to die). Returns `status`. */
+kvc_status kvc__error_to_null(const kvc_context *ctx, kvc_status status);
 
 /* --- Check macros ------------------------------------------------------------------ */
 
@@ -134,6 +191,11 @@ void kvc__error_append(const kvc_context *ctx, const char *text);
     if ((st) == KVC_OK) (st) = kvc_st2_;                                                    \
   } while (0)
 
+/* A kvc_index_type argument: anything but I32 / I64 is refused (never read as int32). */
+#define KVC_CHECK_INDEX_TYPE(ctx, t)                                                        \
+  KVC_RETURN_IF((t) != KVC_INDEX_I32 && (t) != KVC_INDEX_I64, ctx, KVC_ERR_INVALID_ARGUMENT, \
+                #t " %d is not KVC_INDEX_I32 or KVC_INDEX_I64", (int)(t))
+
 #define KVC_ARG_NOT_NULL(ctx, p) KVC_RETURN_IF((p) == NULL, ctx, KVC_ERR_INVALID_ARGUMENT, #p " is NULL")
 
 /* --- Host memory ------------------------------------------------------------------- */
@@ -143,14 +205,47 @@ void kvc__error_append(const kvc_context *ctx, const char *text);
 void *kvc__malloc(const kvc_context *ctx, size_t bytes);
 void *kvc__calloc(const kvc_context *ctx, size_t count, size_t size);
 void kvc__free(const kvc_context *ctx, void *ptr);
+/** The context's host allocator (or malloc) without accounting or fault injection: for
+ *  the library's own bookkeeping that outlives any one call (error slots). */
+void *kvc__raw_alloc(kvc__core *core, size_t bytes);
+void kvc__raw_free(kvc__core *core, void *p);
 
-/** Overflow-checked size arithmetic: returns false on overflow. */
+/* --- Checked arithmetic -------------------------------------------------------------
+ * Sizes and counts from callers are hostile: every a + b and a * b on them goes through
+ * these (true = fits, *out written), never a check after the fact. */
+
 static inline bool kvc__mul_size(size_t a, size_t b, size_t *out) {
   return !__builtin_mul_overflow(a, b, out);
 }
 static inline bool kvc__add_size(size_t a, size_t b, size_t *out) {
   return !__builtin_add_overflow(a, b, out);
 }
+static inline bool kvc__mul_i64(int64_t a, int64_t b, int64_t *out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool kvc__add_i64(int64_t a, int64_t b, int64_t *out) {
+  return !__builtin_add_overflow(a, b, out);
+}
+static inline bool kvc__add_i32(int32_t a, int32_t b, int32_t *out) {
+  return !__builtin_add_overflow(a, b, out);
+}
+/** True when [start, start + n) lies inside [0, limit), computed without wrapping. */
+static inline bool kvc__range_fits(uint64_t start, uint64_t n, uint64_t limit) {
+  return start <= limit && n <= limit - start;
+}
+
+/* --- Versioned structs ------------------------------------------------------------- */
+
+/** Copies a caller's versioned struct (beginning with size_t struct_size, uint32_t
+ *  version, ending with uint64_t reserved_[]) over `dst`, which holds the defaults.
+ *  KVC_ERR_VERSION unless fixed_bytes (offsetof reserved_) <= struct_size <= dst_bytes
+ *  and the major version matches; KVC_ERR_INVALID_ARGUMENT when a reserved_ word the
+ *  caller passed is not zero. `what` names the argument ("config"). dst is unchanged on
+ *  failure. Every create's config goes through this one function. */
+kvc_status kvc__config_copy(const kvc_context *ctx, const char *what, void *dst, size_t dst_bytes,
+                            const void *src, size_t fixed_bytes);
+#define KVC__CONFIG_COPY(ctx, what, dst, src, type)                                         \
+  kvc__config_copy((ctx), (what), (dst), sizeof(type), (src), offsetof(type, reserved_))
 
 /* --- Logging ----------------------------------------------------------------------- */
 

@@ -11,7 +11,8 @@
  *   KVC__FAULT_COMPILE       kvc__nvrtc_compile fails (CUDA backend) -> KVC_ERR_NVRTC
  *
  * Setting a kind resets that kind's counter, so "fail the Nth call from now" is
- * kvc__fault_set(ctx, kind, N). Single-threaded use only (the counters are plain).
+ * kvc__fault_set(ctx, kind, N). The counters are atomics (threads may share a context);
+ * arming a kind while other threads run makes which of their calls fails a race.
  */
 #ifndef KVC_FAULT_H
 #define KVC_FAULT_H
@@ -31,10 +32,12 @@ static inline void kvc__fault_set(kvc_context *ctx, kvc__fault_kind kind, int64_
   kvc__fault *f = &kvc__core_of(ctx)->fault;
   const int64_t at = fail_at < 0 ? -1 : fail_at;
   switch (kind) {
-  case KVC__FAULT_HOST_ALLOC: f->host_allocs = 0, f->host_alloc_fail_at = at; break;
-  case KVC__FAULT_DEVICE_ALLOC: f->device_allocs = 0, f->device_alloc_fail_at = at; break;
-  case KVC__FAULT_LAUNCH: f->launches = 0, f->launch_fail_at = at; break;
-  case KVC__FAULT_COMPILE: f->compiles = 0, f->compile_fail_at = at; break;
+  case KVC__FAULT_HOST_ALLOC: kvc__counter_set(&f->host_allocs, 0), kvc__counter_set(&f->host_alloc_fail_at, at); break;
+  case KVC__FAULT_DEVICE_ALLOC:
+    kvc__counter_set(&f->device_allocs, 0), kvc__counter_set(&f->device_alloc_fail_at, at);
+    break;
+  case KVC__FAULT_LAUNCH: kvc__counter_set(&f->launches, 0), kvc__counter_set(&f->launch_fail_at, at); break;
+  case KVC__FAULT_COMPILE: kvc__counter_set(&f->compiles, 0), kvc__counter_set(&f->compile_fail_at, at); break;
   }
 }
 
@@ -47,10 +50,10 @@ static inline void kvc__fault_reset(kvc_context *ctx) {
 static inline int64_t kvc__fault_calls(const kvc_context *ctx, kvc__fault_kind kind) {
   const kvc__fault *f = &kvc__core_of(ctx)->fault;
   switch (kind) {
-  case KVC__FAULT_HOST_ALLOC: return f->host_allocs;
-  case KVC__FAULT_DEVICE_ALLOC: return f->device_allocs;
-  case KVC__FAULT_LAUNCH: return f->launches;
-  case KVC__FAULT_COMPILE: return f->compiles;
+  case KVC__FAULT_HOST_ALLOC: return kvc__counter_get(&f->host_allocs);
+  case KVC__FAULT_DEVICE_ALLOC: return kvc__counter_get(&f->device_allocs);
+  case KVC__FAULT_LAUNCH: return kvc__counter_get(&f->launches);
+  case KVC__FAULT_COMPILE: return kvc__counter_get(&f->compiles);
   }
   return 0;
 }
@@ -64,7 +67,8 @@ typedef struct kvc__live {
 
 static inline kvc__live kvc__fault_live(const kvc_context *ctx) {
   const kvc__core *c = kvc__core_of(ctx);
-  kvc__live l = {c->host_allocs_live, c->host_bytes_live, c->device_allocs_live};
+  kvc__live l = {kvc__counter_get(&c->host_allocs_live), kvc__counter_get(&c->host_bytes_live),
+                 kvc__counter_get(&c->device_allocs_live)};
   return l;
 }
 

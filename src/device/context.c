@@ -18,33 +18,33 @@ void kvc_context_config_default(kvc_context_config *config) {
 }
 
 
+#define KNOWN_CONTEXT_FLAGS (KVC_CONTEXT_CHECK | KVC_CONTEXT_NO_DISK_CACHE | KVC_CONTEXT_CANARY)
+
 kvc_status kvc_context_create(const kvc_context_config *config, kvc_context **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!out, NULL, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
   kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
   if (config) {
-    KVC_RETURN_IF(config->struct_size < offsetof(kvc_context_config, reserved_) ||
-                      config->struct_size > sizeof cfg,
-                  NULL, KVC_ERR_VERSION, "config.struct_size %zu not understood (expected %zu)",
-                  config->struct_size, sizeof cfg);
-    KVC_RETURN_IF(config->version / 10000 != KVC_VERSION_MAJOR, NULL, KVC_ERR_VERSION,
-                  "config.version %u is from another major version (library %u)", config->version,
-                  KVC_VERSION_NUMBER);
-    memcpy(&cfg, config, config->struct_size);
+    KVC_FORWARD(KVC__CONFIG_COPY(NULL, "config", &cfg, config, kvc_context_config));
     KVC_RETURN_IF(cfg.backend < KVC_BACKEND_AUTO || cfg.backend > KVC_BACKEND_CUDA, NULL,
                   KVC_ERR_INVALID_ARGUMENT, "config.backend %d unknown", (int)cfg.backend);
+    KVC_RETURN_IF(cfg.flags & ~KNOWN_CONTEXT_FLAGS, NULL, KVC_ERR_INVALID_ARGUMENT,
+                  "config.flags 0x%x has unknown bits 0x%x", cfg.flags, cfg.flags & ~KNOWN_CONTEXT_FLAGS);
     KVC_RETURN_IF((cfg.host_allocator.alloc == NULL) != (cfg.host_allocator.free == NULL), NULL,
                   KVC_ERR_INVALID_ARGUMENT, "host_allocator needs both alloc and free");
     KVC_RETURN_IF((cfg.device_allocator.alloc == NULL) != (cfg.device_allocator.free == NULL), NULL,
                   KVC_ERR_INVALID_ARGUMENT, "device_allocator needs both alloc and free");
   }
-  kvc__core core;
-  kvc__core_init(&core, &cfg);
   kvc_context *ctx;
   if (cfg.host_allocator.alloc) ctx = cfg.host_allocator.alloc(cfg.host_allocator.opaque, sizeof *ctx);
   else ctx = malloc(sizeof *ctx);
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_HOST_OOM, "context of %zu bytes", sizeof *ctx);
   memset(ctx, 0, sizeof *ctx);
-  ctx->core = core;
+  if (kvc__core_init(&ctx->core, &cfg) != KVC_OK) {
+    if (cfg.host_allocator.free) cfg.host_allocator.free(cfg.host_allocator.opaque, ctx);
+    else free(ctx);
+    return kvc__error(NULL, KVC_ERR_HOST_OOM, __func__, "error text slot");
+  }
   ctx->device = cfg.device;
   ctx->device_allocator = cfg.device_allocator;
   ctx->max_param_bytes = (size_t)1 << 30;
@@ -70,18 +70,17 @@ kvc_status kvc_context_create(const kvc_context_config *config, kvc_context **ou
   else KVC_CHECK_GOTO(kvc__host_staging_init(ctx, staging), st, fail);
   *out = ctx;
   return KVC_OK;
-fail: {
-  /* Report the failure on the context-less slot: the context dies here. */
-  char msg[1024];
-  snprintf(msg, sizeof msg, "%s", kvc_last_error(ctx));
+fail:
+  /* The context dies here: its text moves, unchanged, to the context-less slot. */
+  kvc__error_to_null(ctx, st);
   kvc__kcache_destroy(ctx);
   kvc__cuda_context_fini(ctx);
   pthread_mutex_destroy(&ctx->lock);
   pthread_mutex_destroy(&ctx->staging_lock);
+  kvc__core_fini(&ctx->core);
   if (cfg.host_allocator.free) cfg.host_allocator.free(cfg.host_allocator.opaque, ctx);
   else free(ctx);
-  return kvc__error(NULL, st, "kvc_context_create", "%s", msg);
-}
+  return st;
 }
 
 void kvc_context_destroy(kvc_context *ctx) {
@@ -93,6 +92,7 @@ void kvc_context_destroy(kvc_context *ctx) {
   kvc__cuda_context_fini(ctx);
   pthread_mutex_destroy(&ctx->lock);
   pthread_mutex_destroy(&ctx->staging_lock);
+  kvc__core_fini(&ctx->core);
   ctx->core.magic = 0;
   if (ha.free) ha.free(ha.opaque, ctx);
   else free(ctx);
@@ -105,6 +105,7 @@ int kvc_context_device(const kvc_context *ctx) {
 int kvc_context_check_mode(const kvc_context *ctx) { return ctx ? ctx->core.options.check : 0; }
 
 kvc_status kvc_context_device_info(kvc_context *ctx, kvc_device_info *out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "ctx or out is NULL");
   memset(out, 0, sizeof *out);
   out->nvrtc_version = kvc__nvrtc_version();
@@ -117,6 +118,7 @@ kvc_status kvc_context_device_info(kvc_context *ctx, kvc_device_info *out) {
 }
 
 kvc_status kvc_context_kernel_cache_stats(kvc_context *ctx, kvc_kernel_cache_stats *out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "ctx or out is NULL");
   return kvc__kcache_stats(ctx, out);
 }

@@ -43,7 +43,9 @@ struct kvc_context {
   size_t max_param_bytes;
   int num_sms;
   int sm; /* compute capability major*10+minor, 0 on host */
-  void *canary_pool; /* canary mode: the most recently created KV pool (kvc_kv_pool *) */
+  /* Canary mode: the most recently created KV pool (kvc_kv_pool *). Atomic: threads may
+   * create and destroy their own pools on one context. */
+  _Atomic(void *) canary_pool;
 };
 
 /* Backend hooks used by context.c and the kernel cache (cuda.c). */

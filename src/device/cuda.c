@@ -383,6 +383,7 @@ static bool staging_overlaps_inflight(const kvc__staging *sg, size_t begin, size
 
 kvc_status kvc__cuda_staging_reserve(kvc_context *ctx, size_t bytes, void **host, void **dev) {
   kvc__staging *sg = &ctx->staging;
+  if (bytes > SIZE_MAX - 255) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "%zu staging bytes", bytes);
   bytes = (bytes + 255) & ~(size_t)255;
   if (bytes > sg->capacity) {
     /* Grow: drain everything in flight, then reallocate. Rare (first huge batch). */

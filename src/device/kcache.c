@@ -318,8 +318,7 @@ kvc_status kvc__kernel_launch(kvc_context *ctx, const kvc__kfunc *f, kvc__dim3 g
                               unsigned smem_bytes, kvc_stream stream, const void *params,
                               size_t params_bytes) {
   kvc__core *core = kvc__core_of(ctx);
-  int64_t n = core->fault.launches++;
-  if (core->fault.launch_fail_at >= 0 && n == core->fault.launch_fail_at)
+  if (kvc__fault_hit(&core->fault.launches, &core->fault.launch_fail_at))
     return kvc__error(ctx, KVC_ERR_CUDA, "kvc__kernel_launch", "injected launch failure (%s)", f->key);
   if (params_bytes > ctx->max_param_bytes)
     return kvc__error(ctx, KVC_ERR_INTERNAL, "kvc__kernel_launch", "%zu parameter bytes for %s", params_bytes, f->key);

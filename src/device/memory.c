@@ -15,27 +15,26 @@ static bool on_cuda(const kvc_context *ctx) { return ctx->backend == KVC_BACKEND
 
 kvc_status kvc__dev_alloc(kvc_context *ctx, size_t bytes, void **out) {
   kvc__core *core = kvc__core_of(ctx);
-  core->fault.last_device_bytes = bytes;
-  int64_t n = core->fault.device_allocs++;
-  if (core->fault.device_alloc_fail_at >= 0 && n == core->fault.device_alloc_fail_at)
-    return kvc__error(ctx, KVC_ERR_DEVICE_OOM, "kvc__dev_alloc", "injected device allocation failure");
+  kvc__counter_set(&core->fault.last_device_bytes, bytes > INT64_MAX ? INT64_MAX : (int64_t)bytes);
+  if (kvc__fault_hit(&core->fault.device_allocs, &core->fault.device_alloc_fail_at))
+    return kvc__error(ctx, KVC_ERR_DEVICE_OOM, __func__, "injected device allocation failure of %zu bytes", bytes);
   if (on_cuda(ctx)) {
     KVC_FORWARD(kvc__cuda_alloc(ctx, bytes, out));
-    core->device_allocs_live++;
+    kvc__counter_add(&core->device_allocs_live, 1);
     return KVC_OK;
   }
   void *p = NULL;
   size_t rounded = (bytes + 255) & ~(size_t)255;
   if (rounded < bytes || posix_memalign(&p, 256, rounded) != 0 || !p)
-    return kvc__error(ctx, KVC_ERR_HOST_OOM, "kvc__dev_alloc", "%zu bytes of host-backend memory", bytes);
-  core->device_allocs_live++;
+    return kvc__error(ctx, KVC_ERR_HOST_OOM, __func__, "%zu bytes of host-backend memory", bytes);
+  kvc__counter_add(&core->device_allocs_live, 1);
   *out = p;
   return KVC_OK;
 }
 
 void kvc__dev_free(kvc_context *ctx, void *p) {
   if (!p) return;
-  kvc__core_of(ctx)->device_allocs_live--;
+  kvc__counter_add(&kvc__core_of(ctx)->device_allocs_live, -1);
   if (on_cuda(ctx)) kvc__cuda_free(ctx, p);
   else free(p);
 }
@@ -138,6 +137,7 @@ void kvc__staging_cancel(kvc_context *ctx) {
 /* --- Public helpers ---------------------------------------------------------------- */
 
 kvc_status kvc_memory_alloc(kvc_context *ctx, size_t bytes, void **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "ctx or out is NULL");
   if (!bytes) {
     *out = NULL;
@@ -151,6 +151,7 @@ void kvc_memory_free(kvc_context *ctx, void *ptr) {
 }
 
 kvc_status kvc_host_pinned_alloc(kvc_context *ctx, size_t bytes, void **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "ctx or out is NULL");
   return kvc__dev_pinned_alloc(ctx, bytes, out);
 }
@@ -164,23 +165,28 @@ void kvc_host_pinned_free(kvc_context *ctx, void *ptr) {
   KVC_RETURN_IF(bytes && (!dst || !src), ctx, KVC_ERR_INVALID_ARGUMENT, "NULL pointer for %zu bytes", bytes)
 
 kvc_status kvc_memcpy_h2d(kvc_context *ctx, void *dst, const void *src, size_t bytes, kvc_stream stream) {
+  KVC_API_ENTRY();
   COPY_ARGS_CHECK();
   return kvc__dev_h2d(ctx, dst, src, bytes, stream);
 }
 kvc_status kvc_memcpy_d2h(kvc_context *ctx, void *dst, const void *src, size_t bytes, kvc_stream stream) {
+  KVC_API_ENTRY();
   COPY_ARGS_CHECK();
   return kvc__dev_d2h(ctx, dst, src, bytes, stream);
 }
 kvc_status kvc_memcpy_d2d(kvc_context *ctx, void *dst, const void *src, size_t bytes, kvc_stream stream) {
+  KVC_API_ENTRY();
   COPY_ARGS_CHECK();
   return kvc__dev_d2d(ctx, dst, src, bytes, stream);
 }
 kvc_status kvc_memset_d8(kvc_context *ctx, void *dst, uint8_t value, size_t bytes, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_RETURN_IF(bytes && !dst, ctx, KVC_ERR_INVALID_ARGUMENT, "dst is NULL");
   return kvc__dev_memset(ctx, dst, value, bytes, stream);
 }
 kvc_status kvc_stream_synchronize(kvc_context *ctx, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   return kvc__dev_sync(ctx, stream);
 }

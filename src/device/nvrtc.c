@@ -138,8 +138,7 @@ kvc_status kvc__nvrtc_compile(const kvc_context *ctx, const char *file, const ch
   KVC_FORWARD(kvc__nvrtc_load(ctx, NULL));
   if (ctx) {
     kvc__core *core = kvc__core_of(ctx);
-    int64_t n = core->fault.compiles++;
-    if (core->fault.compile_fail_at >= 0 && n == core->fault.compile_fail_at)
+    if (kvc__fault_hit(&core->fault.compiles, &core->fault.compile_fail_at))
       return kvc__error(ctx, KVC_ERR_NVRTC, "kvc__nvrtc_compile", "injected compile failure (%s)", file);
   }
   const char *src = kvc__embedded_find(file);

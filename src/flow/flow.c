@@ -70,12 +70,11 @@ kvc_status kvc__flow_reserve(kvc_flow *f, const char *fn, size_t n) {
 }
 
 kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_flow **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_RETURN_IF(!config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "config or out is NULL");
-  KVC_RETURN_IF(config->struct_size < offsetof(kvc_flow_config, reserved_) || config->struct_size > sizeof(kvc_flow_config),
-                ctx, KVC_ERR_VERSION, "config.struct_size %zu not understood", config->struct_size);
   kvc_flow_config cfg = KVC_FLOW_CONFIG_INIT;
-  memcpy(&cfg, config, config->struct_size);
+  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &cfg, config, kvc_flow_config));
   KVC_RETURN_IF(!cfg.req_pool, ctx, KVC_ERR_INVALID_ARGUMENT, "config.req_pool is NULL");
   KVC_RETURN_IF(!cfg.allocator == !cfg.swa_allocator, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "exactly one of config.allocator and config.swa_allocator must be set");
@@ -110,10 +109,11 @@ kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_
     kvc_flow_destroy(f);
     return st == KVC_ERR_HOST_OOM ? kvc__error(ctx, st, __func__, "flow scratch") : st;
   }
-  if (ctx->core.options.canary && ctx->canary_pool) {
+  kvc_kv_pool *guarded = ctx->core.options.canary ? atomic_load(&ctx->canary_pool) : NULL;
+  if (guarded) {
     /* KVC_CANARY / KVC_CONTEXT_CANARY: guard the context's latest KV pool. */
     /* Best effort: a flow without the canary still works, so the failure is only logged. */
-    if (kvc_flow_set_canary(f, (kvc_kv_pool *)ctx->canary_pool) != KVC_OK)
+    if (kvc_flow_set_canary(f, guarded) != KVC_OK)
       kvc__log(ctx, KVC_LOG_WARN, "canary mode not enabled for this flow: %s", kvc_last_error(ctx));
   }
   *out = f;
@@ -164,6 +164,7 @@ static kvc_status alloc_decode(kvc_flow *f, size_t n, const int64_t *seq, const 
 /* --- Small shared helpers ------------------------------------------------------------ */
 
 kvc_status kvc_flow_row_slots(const kvc_flow *f, int32_t row, int64_t start, int64_t end, int64_t *out) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   KVC_RETURN_IF(start < 0 || end < start || end > f->width || (end > start && !out), f->ctx,
                 KVC_ERR_INVALID_ARGUMENT, "range [%lld, %lld) outside the row width %d",
@@ -175,6 +176,7 @@ kvc_status kvc_flow_row_slots(const kvc_flow *f, int32_t row, int64_t start, int
 }
 
 kvc_status kvc_flow_free_slots(kvc_flow *f, const int64_t *slots, size_t n) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (!n) return KVC_OK;
   if (f->swa && !f->canary_swa) return kvc__swa_allocator_free_evicted(f->swa, slots, n, f->stream);
@@ -201,6 +203,7 @@ kvc_status kvc_flow_free_slots(kvc_flow *f, const int64_t *slots, size_t n) {
 
 kvc_status kvc_flow_available(const kvc_flow *f, int64_t *available, int64_t *evictable, int64_t *protected_size,
                               int64_t *cached) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (available) *available = kvc__flow_avail(f);
   if (evictable) *evictable = cache_size(f->cache.evictable_size, f->cache.self);
@@ -210,6 +213,7 @@ kvc_status kvc_flow_available(const kvc_flow *f, int64_t *available, int64_t *ev
 }
 
 kvc_status kvc_flow_evict(kvc_flow *f, int64_t num_tokens) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   KVC_RETURN_IF(num_tokens < 0, f->ctx, KVC_ERR_INVALID_ARGUMENT, "num_tokens %lld < 0", (long long)num_tokens);
   if (cache_is_chunk(f) || !f->cache.evict) return KVC_OK;
@@ -243,6 +247,7 @@ static int64_t new_pages(int64_t p, int64_t s, int64_t ps) { return (s + ps - 1)
 /* --- SWA window eviction (SGLang free_swa_out_of_window_slots) ----------------------- */
 
 kvc_status kvc_flow_free_swa_out_of_window(kvc_flow *f, kvc_req_state *r, int64_t pre_len, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   KVC_RETURN_IF(!f->swa, f->ctx, KVC_ERR_UNSUPPORTED, "the flow has no SWA allocator");
   KVC_RETURN_IF(!r, f->ctx, KVC_ERR_INVALID_ARGUMENT, "req is NULL");
@@ -272,6 +277,33 @@ kvc_status kvc_flow_free_swa_out_of_window(kvc_flow *f, kvc_req_state *r, int64_
     evicted = next;
   }
   r->swa_evicted_seqlen = evicted;
+  return st;
+}
+
+/* Every row of a batch is held and listed once. The allocators check this too, but only
+ * after the window and cache evictions have changed state: a batch refused there would
+ * already have freed SWA slots. row_seen is left clear. Row 0 is skipped unless
+ * `row_required` (decode: every request has one). */
+static kvc_status check_batch_rows(kvc_flow *f, const char *fn, kvc_req_state *const *reqs, size_t n,
+                                   bool row_required) {
+  kvc_status st = KVC_OK;
+  size_t i = 0;
+  for (; i < n; i++) {
+    const int32_t row = reqs[i]->req_row;
+    if (row == 0 && !row_required) continue;
+    if (!kvc_req_to_token_pool_is_held(f->cfg.req_pool, row)) {
+      st = kvc__error(f->ctx, KVC_ERR_MISUSE, fn, "reqs[%zu]: req_row %d is not a held row", i, row);
+      break;
+    }
+    if (f->row_seen[row]) {
+      st = kvc__error(f->ctx, KVC_ERR_MISUSE, fn, "reqs[%d] and reqs[%zu] share row %d (a request listed twice?)",
+                      f->row_seen[row] - 1, i, row);
+      break;
+    }
+    f->row_seen[row] = (int32_t)i + 1;
+  }
+  for (size_t j = 0; j < i; j++)
+    if (reqs[j]->req_row > 0) f->row_seen[reqs[j]->req_row] = 0;
   return st;
 }
 
@@ -331,6 +363,7 @@ static void rollback_rows(kvc_flow *f, size_t n, kvc_stream stream) {
 
 kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, size_t n, int64_t *out_cache_loc,
                                      kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!reqs, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs is NULL");
@@ -384,6 +417,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
     f->seq_lens[i] = r->seq_len;
     f->prefix_slots[i] = r->prefix_slots;
   }
+  KVC_FORWARD(check_batch_rows(f, __func__, reqs, n, false));
   /* SGLang: window eviction first, then evict for extend_num_tokens (+ a page per
    * request when paged). */
   KVC_FORWARD(evict_windows(f, reqs, n, false, stream));
@@ -444,6 +478,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
 
 kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, size_t n, int32_t token_per_req,
                                      int64_t *out_cache_loc, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!reqs, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs is NULL");
@@ -469,6 +504,7 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
                   "out_cache_loc must be NULL or the decode channel's out_device (the channel's kernel writes it)");
     KVC_FORWARD(kvc__decode_channel_ready(f->channel, __func__));
   }
+  KVC_FORWARD(check_batch_rows(f, __func__, reqs, n, true));
   KVC_FORWARD(evict_windows(f, reqs, n, true, stream));
   /* The allocators validate rows and last_locs (from the mirror) and fail without
    * changing anything, so no separate capacity check is needed here. */
@@ -517,6 +553,7 @@ int64_t kvc_flow_extra_context_len(const kvc_flow *f) {
 /* --- Decode channel ------------------------------------------------------------------ */
 
 kvc_status kvc_flow_set_decode_channel(kvc_flow *f, kvc_decode_channel *channel) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (!channel) {
     f->channel = NULL;

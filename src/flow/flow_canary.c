@@ -200,6 +200,7 @@ static kvc_status fill_all(kvc_flow *f, const kvc_kv_pool *pool) {
 }
 
 kvc_status kvc_flow_set_canary(kvc_flow *f, kvc_kv_pool *pool) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (!pool) {
     f->canary = NULL;
@@ -218,6 +219,7 @@ kvc_status kvc_flow_set_canary(kvc_flow *f, kvc_kv_pool *pool) {
 }
 
 kvc_status kvc_flow_set_canary_swa(kvc_flow *f, kvc_swa_kv_pool *pool) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (!pool) {
     f->canary_swa = NULL;

@@ -171,6 +171,7 @@ static kvc_status validate_release(kvc_flow *f, kvc_req_state *const *reqs, size
 }
 
 kvc_status kvc_flow_release(kvc_flow *f, kvc_req_state *const *reqs, size_t n, int is_insert, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!reqs, f->ctx, KVC_ERR_INVALID_ARGUMENT, "reqs is NULL");
@@ -197,6 +198,7 @@ kvc_status kvc_flow_release(kvc_flow *f, kvc_req_state *const *reqs, size_t n, i
 }
 
 kvc_status kvc_flow_cache_unfinished(kvc_flow *f, kvc_req_state *req) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   KVC_RETURN_IF(!req, f->ctx, KVC_ERR_INVALID_ARGUMENT, "req is NULL");
   KVC_RETURN_IF(!kvc_req_to_token_pool_is_held(f->cfg.req_pool, req->req_row), f->ctx, KVC_ERR_MISUSE,
@@ -209,6 +211,7 @@ kvc_status kvc_flow_cache_unfinished(kvc_flow *f, kvc_req_state *req) {
 /* --- Audit --------------------------------------------------------------------------- */
 
 kvc_status kvc_flow_check(const kvc_flow *f, kvc_req_state *const *live, size_t n_live) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   const kvc_allocator *full = f->alloc;
   if (f->swa) {

@@ -7,6 +7,11 @@
  * the row is reused as is. Everything else passes through to the inner cache.
  *
  *   slots: open-addressing table keyed by session id (0 = empty, tombstone = deleted)
+ *
+ * The table is sized by the live sessions, not by those ever created: a rehash (when
+ * live + tombstones reach half of it) drops the tombstones and picks the capacity for
+ * the live entries, and releasing shrinks it once live entries fill under 1/8. So memory
+ * and the O(capacity) scans (held, cached_size) follow the sessions alive now.
  */
 #include "flow.h"
 
@@ -31,6 +36,7 @@ struct kvc_session_cache {
   kvc_prefix_cache inner;
   session_slot *slots;
   size_t cap, used; /* used counts live + tombstones */
+  size_t live;      /* entries with a session id */
   int64_t ps;       /* the flow's page size, learned at the first finished request */
 };
 
@@ -49,13 +55,24 @@ static session_slot *find(const kvc_session_cache *s, uint64_t id) {
   }
 }
 
-static kvc_status grow(kvc_session_cache *s) {
-  size_t cap = s->cap * 2;
+#define MIN_SLOTS 64
+
+/* The capacity for `live` entries: a power of two >= 4 x live, so that at least as many
+ * inserts again fit before the next rehash. */
+static size_t capacity_for(size_t live) {
+  size_t cap = MIN_SLOTS;
+  while (cap / 4 < live) cap *= 2;
+  return cap;
+}
+
+/* Moves the live entries into a table of `cap` slots (tombstones dropped). False, with
+ * nothing changed, when the table cannot be allocated. */
+static bool move_to(kvc_session_cache *s, size_t cap) {
   session_slot *slots = kvc__calloc(s->ctx, cap, sizeof *slots);
-  if (!slots) return kvc__error(s->ctx, KVC_ERR_HOST_OOM, "kvc_session_cache", "%zu session slots", cap);
+  if (!slots) return false;
   size_t used = 0;
   for (size_t i = 0; i < s->cap; i++) {
-    uint64_t id = s->slots[i].id;
+    const uint64_t id = s->slots[i].id;
     if (!id || id == TOMBSTONE) continue;
     size_t j = mix(id) & (cap - 1);
     while (slots[j].id) j = (j + 1) & (cap - 1);
@@ -66,18 +83,31 @@ static kvc_status grow(kvc_session_cache *s) {
   s->slots = slots;
   s->cap = cap;
   s->used = used;
-  return KVC_OK;
+  return true;
 }
 
 static kvc_status insert(kvc_session_cache *s, uint64_t id, session_slot **out) {
-  if ((s->used + 1) * 2 > s->cap) KVC_FORWARD(grow(s));
+  /* Never below half the current size: a table refilled right after a shrink would
+   * otherwise rehash at every other insert. */
+  if ((s->used + 1) * 2 > s->cap && !move_to(s, KVC__MAX(s->cap / 2, capacity_for(s->live + 1))))
+    return kvc__error(s->ctx, KVC_ERR_HOST_OOM, __func__, "session table of %zu slots", capacity_for(s->live + 1));
   size_t i = mix(id) & (s->cap - 1);
   while (s->slots[i].id && s->slots[i].id != TOMBSTONE) i = (i + 1) & (s->cap - 1);
   if (s->slots[i].id == 0) s->used++;
   memset(&s->slots[i], 0, sizeof s->slots[i]);
   s->slots[i].id = id;
+  s->live++;
   *out = &s->slots[i];
   return KVC_OK;
+}
+
+/* Deletes a found entry; shrinks the table when it has become mostly empty. A failed
+ * shrink keeps the larger table (nothing is lost, the call still succeeds). */
+static void erase(kvc_session_cache *s, session_slot *x) {
+  memset(x, 0, sizeof *x);
+  x->id = TOMBSTONE;
+  s->live--;
+  if (s->cap > MIN_SLOTS && s->live * 8 < s->cap) (void)move_to(s, capacity_for(s->live));
 }
 
 /* --- Prefix-cache callbacks -------------------------------------------------------------- */
@@ -145,7 +175,7 @@ static kvc_status sc_finished(void *self, kvc_flow *f, kvc_req_state *req, int i
     kvc_status st = kvc_flow_row_slots(f, req->req_row, keep, req->kv_allocated_len, f->row_slots);
     if (st == KVC_OK) st = kvc_flow_free_slots(f, f->row_slots, (size_t)(req->kv_allocated_len - keep));
     if (st != KVC_OK) {
-      if (first) memset(x, 0, sizeof *x), x->id = TOMBSTONE;
+      if (first) erase(s, x);
       return st;
     }
   }
@@ -197,6 +227,7 @@ static void sc_dec(void *self, void *node) {
 /* --- Public --------------------------------------------------------------------------------- */
 
 kvc_status kvc_session_cache_create(kvc_context *ctx, const kvc_prefix_cache *inner, kvc_session_cache **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_RETURN_IF(!out, ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
   kvc_session_cache *s = kvc__calloc(ctx, 1, sizeof *s);
@@ -204,7 +235,7 @@ kvc_status kvc_session_cache_create(kvc_context *ctx, const kvc_prefix_cache *in
   s->magic = KVC__SESSION_MAGIC;
   s->ctx = ctx;
   s->inner = inner ? *inner : kvc_chunk_cache();
-  s->cap = 64;
+  s->cap = MIN_SLOTS;
   s->ps = 1;
   s->slots = kvc__calloc(ctx, s->cap, sizeof *s->slots);
   if (!s->slots) {
@@ -245,6 +276,7 @@ static kvc_status check(const kvc_session_cache *s, const char *fn) {
 }
 
 kvc_status kvc_session_cache_match(kvc_session_cache *s, kvc_req_state *req, int64_t num_tokens, int *matched) {
+  KVC_API_ENTRY();
   KVC_FORWARD(check(s, __func__));
   KVC_RETURN_IF(!req || !matched, s->ctx, KVC_ERR_INVALID_ARGUMENT, "req or matched is NULL");
   KVC_RETURN_IF(num_tokens < 0, s->ctx, KVC_ERR_INVALID_ARGUMENT, "num_tokens %lld < 0", (long long)num_tokens);
@@ -270,6 +302,7 @@ kvc_status kvc_session_cache_match(kvc_session_cache *s, kvc_req_state *req, int
 }
 
 kvc_status kvc_session_cache_release(kvc_session_cache *s, kvc_flow *f, uint64_t session_id) {
+  KVC_API_ENTRY();
   KVC_FORWARD(check(s, __func__));
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   session_slot *x = find(s, session_id);
@@ -299,13 +332,13 @@ kvc_status kvc_session_cache_release(kvc_session_cache *s, kvc_flow *f, uint64_t
     KVC_FORWARD(kvc_req_to_token_pool_free(f->cfg.req_pool, x->req_row));
   }
   if (x->last_node && s->inner.dec_lock_ref) s->inner.dec_lock_ref(s->inner.self, x->last_node);
-  memset(x, 0, sizeof *x);
-  x->id = TOMBSTONE;
+  erase(s, x);
   return KVC_OK;
 }
 
 kvc_status kvc_session_cache_held(const kvc_session_cache *s, int64_t page_size, int64_t *held, int64_t *held_swa,
                                   int64_t *reqs) {
+  KVC_API_ENTRY();
   KVC_FORWARD(check(s, __func__));
   KVC_RETURN_IF(page_size < 1, s->ctx, KVC_ERR_INVALID_ARGUMENT, "page_size %lld < 1", (long long)page_size);
   if (held) *held = held_tokens(s, page_size, false);
@@ -322,4 +355,5 @@ void kvc_session_cache_reset(kvc_session_cache *s) {
   if (!s || s->magic != KVC__SESSION_MAGIC) return;
   memset(s->slots, 0, s->cap * sizeof *s->slots);
   s->used = 0;
+  s->live = 0;
 }

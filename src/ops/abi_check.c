@@ -14,7 +14,7 @@ KVC_ABI_ASSERT(kvc_p_plan_decode, 56);
 KVC_ABI_ASSERT(kvc_p_row_write, 32);
 KVC_ABI_ASSERT(kvc_p_kv_rows, 152);
 KVC_ABI_ASSERT(kvc_kv_seg, 96);
-KVC_ABI_ASSERT(kvc_p_kv_move, 80 + 96 * KVC_MAX_SEGS);
+KVC_ABI_ASSERT(kvc_p_kv_move, 88 + 96 * KVC_MAX_SEGS);
 KVC_ABI_ASSERT(kvc_p_kv_offload, 48 + 72 + 96 * KVC_MAX_SEGS);
 KVC_ABI_ASSERT(kvc_p_mla, 120);
 KVC_ABI_ASSERT(kvc_p_nsa_index_set, 64);

@@ -9,9 +9,11 @@ kvc_status kvc_alloc_extend_fill(kvc_context *ctx, const void *prefix_lens, cons
                                  kvc_index_type lens_type, const int64_t *last_loc,
                                  const int64_t *free_pages, int64_t num_free_pages, int64_t page_size,
                                  int64_t *out, size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_RETURN_IF(page_size < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "page_size %lld < 1", (long long)page_size);
   KVC_RETURN_IF(num_free_pages < 0, ctx, KVC_ERR_INVALID_ARGUMENT, "num_free_pages %lld < 0", (long long)num_free_pages);
+  KVC_CHECK_INDEX_TYPE(ctx, lens_type);
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!prefix_lens || !seq_lens || !last_loc || !out || (num_free_pages > 0 && !free_pages), ctx,
                 KVC_ERR_INVALID_ARGUMENT, "NULL pointer argument for n = %zu", n);
@@ -27,9 +29,12 @@ kvc_status kvc_alloc_decode_fill(kvc_context *ctx, const void *seq_lens, kvc_ind
                                  const void *last_loc, kvc_index_type last_loc_type,
                                  const int64_t *free_pages, int64_t num_free_pages, int64_t page_size,
                                  int64_t *out, size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_RETURN_IF(page_size < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "page_size %lld < 1", (long long)page_size);
   KVC_RETURN_IF(num_free_pages < 0, ctx, KVC_ERR_INVALID_ARGUMENT, "num_free_pages %lld < 0", (long long)num_free_pages);
+  KVC_CHECK_INDEX_TYPE(ctx, lens_type);
+  KVC_CHECK_INDEX_TYPE(ctx, last_loc_type);
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!seq_lens || !last_loc || !out || (num_free_pages > 0 && !free_pages), ctx,
                 KVC_ERR_INVALID_ARGUMENT, "NULL pointer argument for n = %zu", n);

@@ -55,6 +55,7 @@ static const compile_case cases[] = {
 };
 
 kvc_status kvc_compile_check(int sm, int *compiled) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(sm < 50 || sm > 200, NULL, KVC_ERR_INVALID_ARGUMENT, "sm %d out of range", sm);
   int n = 0;
   for (size_t i = 0; i < KVC__ARRAY_LEN(cases); i++) {
@@ -72,6 +73,7 @@ kvc_status kvc_compile_check(int sm, int *compiled) {
 }
 
 kvc_status kvc_context_precompile(kvc_context *ctx) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   const kvc__kernel_def *fixed[] = {&kvc__k_get_last_loc, &kvc__k_write_req_to_token, &kvc__k_extend_fill,
                                     &kvc__k_decode_fill};

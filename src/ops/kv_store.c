@@ -21,6 +21,13 @@ static int chunk_bytes(int dt, int g) { return dt == KVC__DT_FP4 ? g / 2 : g * e
 kvc_status kvc__kv_rows_launch(kvc_context *ctx, const char *fn, kvc__kv_rows_req *req, const kvc__kfunc **memo,
                                kvc_stream stream) {
   kvc_p_kv_rows *p = &req->p;
+  /* The kernel forms i x dense stride and slot x pool stride in int64: both spans must fit
+   * (n arrives as a size_t cast to int64, so a huge one is negative here). */
+  int64_t dense_span, pool_span;
+  if (p->n < 0 || !kvc__mul_i64(p->n, KVC__MAX(p->k_dense_stride, p->v_dense_stride), &dense_span) ||
+      !kvc__mul_i64(p->rows, KVC__MAX(p->k_pool_stride, p->v_pool_stride), &pool_span))
+    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "%lld rows of the given strides overflow the address range",
+                      (long long)p->n);
   const bool fp4 = req->src_dt == KVC__DT_FP4 || req->dst_dt == KVC__DT_FP4;
   int g;
   if (fp4) {
@@ -65,7 +72,10 @@ kvc_status kvc__kv_rows_launch(kvc_context *ctx, const char *fn, kvc__kv_rows_re
   }
   const int64_t unroll = KVC_ROWS_UNROLL(chunk_bytes(req->src_dt, g), chunk_bytes(req->dst_dt, g));
   const int64_t per_block = KVC_KV_ROWS_BLOCK * unroll;
-  const int64_t blocks = (p->n * (kch + vch) + per_block - 1) / per_block;
+  int64_t units = 0;
+  KVC_RETURN_IF(!kvc__mul_i64(p->n, (int64_t)kch + vch, &units) || units > INT64_MAX - per_block, ctx,
+                KVC_ERR_INVALID_ARGUMENT, "n = %lld rows is too large for one launch", (long long)p->n);
+  const int64_t blocks = (units + per_block - 1) / per_block;
   KVC_RETURN_IF(blocks > 0x7fffffff, ctx, KVC_ERR_INVALID_ARGUMENT, "n = %lld rows is too large for one launch",
                 (long long)p->n);
   return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)blocks, 1, 1), kvc__dim(KVC_KV_ROWS_BLOCK, 1, 1), 0, stream,
@@ -76,14 +86,15 @@ kvc_status kvc_store_kv(kvc_context *ctx, void *k_cache, void *v_cache, int64_t 
                         int64_t v_cache_stride, int64_t num_rows, const void *k, const void *v, int64_t k_stride,
                         int64_t v_stride, int64_t k_row_bytes, int64_t v_row_bytes, const void *loc,
                         kvc_index_type loc_type, size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
+  KVC_CHECK_INDEX_TYPE(ctx, loc_type);
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!k_cache || !k || !loc, ctx, KVC_ERR_INVALID_ARGUMENT, "k_cache, k and loc must be non-NULL for n = %zu", n);
   KVC_RETURN_IF(k_row_bytes <= 0 || v_row_bytes < 0 || num_rows <= 0, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "k_row_bytes %lld / v_row_bytes %lld / num_rows %lld", (long long)k_row_bytes, (long long)v_row_bytes,
                 (long long)num_rows);
   KVC_RETURN_IF(v_row_bytes > 0 && (!v_cache || !v), ctx, KVC_ERR_INVALID_ARGUMENT, "v_cache and v must be non-NULL when v_row_bytes > 0");
-  KVC_RETURN_IF(loc_type != KVC_INDEX_I32 && loc_type != KVC_INDEX_I64, ctx, KVC_ERR_INVALID_ARGUMENT, "loc_type %d", (int)loc_type);
   if (k_stride == 0) k_stride = k_row_bytes;
   if (v_stride == 0) v_stride = v_row_bytes;
   if (k_cache_stride == 0) k_cache_stride = k_row_bytes;

@@ -11,6 +11,8 @@
  */
 #include "mla.h"
 
+#include <string.h>
+
 #define ADDR(p) ((uint64_t)(uintptr_t)(p))
 
 static bool value_dtype_ok(kvc_dtype d) { return d >= KVC_DTYPE_F32 && d <= KVC_DTYPE_FP8_E5M2; }
@@ -36,6 +38,7 @@ static int pick_group(const kvc__mla_args *a, int64_t nope_stride, int64_t rope_
 }
 
 kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a, kvc_stream stream) {
+  KVC_CHECK_INDEX_TYPE(ctx, a->loc_type);
   const int64_t R = a->R, Q = a->Q, T = R + Q;
   if (R < 1 || Q < 0)
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "kv_lora_rank %d must be >= 1 and qk_rope_head_dim %d >= 0",
@@ -119,7 +122,10 @@ kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a
     blocks = ((int64_t)a->n + 7) / 8; /* one warp per row, 8 rows per block */
   } else {
     const int64_t per_row = mode == KVC_MLA_MODE_FP4 ? T / 16 : T / g;
-    blocks = ((int64_t)a->n * per_row + 255) / 256; /* grid-stride beyond the cap */
+    int64_t units;
+    if (a->n > (size_t)INT64_MAX || !kvc__mul_i64((int64_t)a->n, per_row, &units) || units > INT64_MAX - 255)
+      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "n = %zu too large", a->n);
+    blocks = (units + 255) / 256; /* grid-stride beyond the cap */
     if (blocks > ((int64_t)1 << 20)) blocks = (int64_t)1 << 20;
   }
   if (blocks > INT32_MAX) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "n = %zu too large", a->n);
@@ -144,10 +150,10 @@ void kvc__mla_args_values(kvc__mla_args *a, int get, const void *loc, kvc_index_
 
 static kvc_status buffer_args(kvc_context *ctx, const char *fn, const kvc_mla_buffer *buf, kvc__mla_args *a) {
   if (!buf) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "buf is NULL");
-  if (buf->struct_size < offsetof(kvc_mla_buffer, reserved_) || buf->struct_size > sizeof *buf)
-    return kvc__error(ctx, KVC_ERR_VERSION, fn, "buf->struct_size %zu not understood", buf->struct_size);
-  if (buf->version / 10000 != KVC_VERSION_MAJOR)
-    return kvc__error(ctx, KVC_ERR_VERSION, fn, "buf->version %u", buf->version);
+  kvc_mla_buffer copy;
+  memset(&copy, 0, sizeof copy);
+  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "buf", &copy, buf, kvc_mla_buffer));
+  buf = &copy;
   a->format = buf->format;
   a->data = buf->data;
   a->scale = buf->scale;
@@ -174,12 +180,14 @@ static kvc_status level1_run(kvc_context *ctx, const char *fn, const kvc_mla_buf
 kvc_status kvc_set_mla_kv(kvc_context *ctx, const kvc_mla_buffer *buf, const void *loc, kvc_index_type loc_type,
                           size_t n, const void *nope, const void *rope, kvc_dtype src_dtype, int64_t nope_stride,
                           int64_t rope_stride, kvc_stream stream) {
+  KVC_API_ENTRY();
   return level1_run(ctx, __func__, buf, 0, loc, loc_type, n, nope, rope, src_dtype, nope_stride, rope_stride, stream);
 }
 
 kvc_status kvc_get_mla_kv(kvc_context *ctx, const kvc_mla_buffer *buf, const void *loc, kvc_index_type loc_type,
                           size_t n, void *nope_out, void *rope_out, kvc_dtype out_dtype, int64_t nope_stride,
                           int64_t rope_stride, kvc_stream stream) {
+  KVC_API_ENTRY();
   return level1_run(ctx, __func__, buf, 1, loc, loc_type, n, nope_out, rope_out, out_dtype, nope_stride, rope_stride,
                     stream);
 }

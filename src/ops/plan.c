@@ -10,6 +10,8 @@
  */
 #include "ops.h"
 
+#include <stddef.h>
+
 #include <string.h>
 
 static const size_t variant_words[KVC__PLAN_INLINE_VARIANTS] = {KVC_INLINE_SMALL, KVC_INLINE_MEDIUM,
@@ -33,7 +35,10 @@ kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scr
   }
   plan->variant = KVC__PLAN_STAGED;
   void *host, *dev;
-  KVC_FORWARD(kvc__staging_reserve(ctx, words * 4, &host, &dev));
+  size_t payload_bytes;
+  KVC_RETURN_IF(!kvc__mul_size(words, 4, &payload_bytes) || payload_bytes > (size_t)PTRDIFF_MAX, ctx,
+                KVC_ERR_INVALID_ARGUMENT, "a payload of %zu words is too large", words);
+  KVC_FORWARD(kvc__staging_reserve(ctx, payload_bytes, &host, &dev));
   plan->payload = host;
   plan->staged_dev = (uint64_t)(uintptr_t)dev;
   return KVC_OK;

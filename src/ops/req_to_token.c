@@ -5,6 +5,8 @@
  */
 #include "ops.h"
 
+#include <stddef.h>
+
 #define ADDR(p) ((uint64_t)(uintptr_t)(p))
 
 static kvc_status check_table(const kvc_context *ctx, const char *fn, const int32_t *table,
@@ -13,6 +15,13 @@ static kvc_status check_table(const kvc_context *ctx, const char *fn, const int3
   if (num_rows <= 0 || row_stride <= 0)
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "num_rows %lld / row_stride %lld must be positive",
                       (long long)num_rows, (long long)row_stride);
+  /* The kernels index row * row_stride + position in int64, over a table of int32. */
+  int64_t entries;
+  size_t bytes;
+  if (!kvc__mul_i64(num_rows, row_stride, &entries) || !kvc__mul_size((size_t)entries, sizeof *table, &bytes) ||
+      bytes > (size_t)PTRDIFF_MAX)
+    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "num_rows %lld x row_stride %lld overflows",
+                      (long long)num_rows, (long long)row_stride);
   return KVC_OK;
 }
 
@@ -20,7 +29,10 @@ kvc_status kvc_get_last_loc(kvc_context *ctx, const int32_t *req_to_token, int64
                             int64_t row_stride, const void *rows, kvc_index_type rows_type,
                             const void *prefix_lens, kvc_index_type lens_type, void *out_last_loc,
                             size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
+  KVC_CHECK_INDEX_TYPE(ctx, rows_type);
+  KVC_CHECK_INDEX_TYPE(ctx, lens_type);
   if (n == 0) return KVC_OK;
   KVC_FORWARD(check_table(ctx, __func__, req_to_token, num_rows, row_stride));
   KVC_RETURN_IF(!rows || !prefix_lens || !out_last_loc, ctx, KVC_ERR_INVALID_ARGUMENT,
@@ -39,7 +51,10 @@ kvc_status kvc_write_req_to_token(kvc_context *ctx, int32_t *req_to_token, int64
                                   const uint64_t *prefix_ptrs, const void *prefix_lens,
                                   const void *seq_lens, kvc_index_type lens_type,
                                   const int64_t *out_cache_loc, size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
+  KVC_CHECK_INDEX_TYPE(ctx, rows_type);
+  KVC_CHECK_INDEX_TYPE(ctx, lens_type);
   if (n == 0) return KVC_OK;
   KVC_FORWARD(check_table(ctx, __func__, req_to_token, num_rows, row_stride));
   KVC_RETURN_IF(!rows || !prefix_lens || !seq_lens || !out_cache_loc, ctx, KVC_ERR_INVALID_ARGUMENT,

@@ -73,12 +73,10 @@ static void alloc_free_all(kvc_context *ctx, kvc_allocator *a) {
 }
 
 kvc_status kvc_allocator_create(kvc_context *ctx, const kvc_allocator_config *config, kvc_allocator **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx || !config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "ctx, config and out must be non-NULL");
-  KVC_RETURN_IF(config->struct_size < offsetof(kvc_allocator_config, reserved_), ctx, KVC_ERR_VERSION,
-                "config->struct_size %zu is too small (use KVC_ALLOCATOR_CONFIG_INIT)", config->struct_size);
-  kvc_allocator_config c;
-  memset(&c, 0, sizeof c);
-  memcpy(&c, config, KVC__MIN(config->struct_size, sizeof c));
+  kvc_allocator_config c = KVC_ALLOCATOR_CONFIG_INIT;
+  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_allocator_config));
   KVC_RETURN_IF(c.kind != KVC_ALLOCATOR_TOKEN && c.kind != KVC_ALLOCATOR_PAGED, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "kind %d is not TOKEN or PAGED", (int)c.kind);
   KVC_RETURN_IF(c.page_size < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "page_size %d must be >= 1", c.page_size);
@@ -149,6 +147,7 @@ int32_t kvc_allocator_page_size(const kvc_allocator *a) {
 }
 
 kvc_status kvc_allocator_get_stats(const kvc_allocator *a, kvc_allocator_stats *out) {
+  KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   KVC_RETURN_IF(!out, a->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
   out->num_pages = a->num_pages;
@@ -161,6 +160,7 @@ kvc_status kvc_allocator_get_stats(const kvc_allocator *a, kvc_allocator_stats *
 }
 
 kvc_status kvc_allocator_check(const kvc_allocator *a) {
+  KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   return kvc__fl_audit(a, __func__);
 }
@@ -168,6 +168,7 @@ kvc_status kvc_allocator_check(const kvc_allocator *a) {
 /* --- alloc(n) ----------------------------------------------------------------------- */
 
 kvc_status kvc_allocator_alloc(kvc_allocator *a, int64_t n, int64_t *out_slots) {
+  KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   KVC_RETURN_IF(n < 0, a->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %lld is negative", (long long)n);
   if (n == 0) return KVC_OK;
@@ -176,6 +177,8 @@ kvc_status kvc_allocator_alloc(kvc_allocator *a, int64_t n, int64_t *out_slots) 
   KVC_RETURN_IF(n % ps != 0, a->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %lld is not a multiple of page_size %lld",
                 (long long)n, (long long)ps);
   const int64_t np = n / ps;
+  /* SGLang merges before it finds a shortage and keeps the merge: so do we (the header
+   * documents this one change a refused call makes), or later slots would differ. */
   if (np > a->ring.count) kvc__fl_merge(a);
   if (np > a->ring.count)
     return kvc__alloc_finish(a, __func__,
@@ -340,11 +343,13 @@ static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slo
 }
 
 kvc_status kvc_allocator_free(kvc_allocator *a, const int64_t *slots, size_t n) {
+  KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   return free_impl(a, __func__, slots, n);
 }
 
 kvc_status kvc_allocator_free_segment(kvc_allocator *a, const int64_t *slots, size_t n, int64_t start_pos) {
+  KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   KVC_RETURN_IF(start_pos < 0 || start_pos % a->ps != 0, a->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "start_pos %lld is not a non-negative multiple of page_size %d", (long long)start_pos, a->ps);
@@ -401,6 +406,7 @@ kvc_status kvc_allocator_free_segment(kvc_allocator *a, const int64_t *slots, si
 /* --- Groups ------------------------------------------------------------------------- */
 
 kvc_status kvc_allocator_free_group_begin(kvc_allocator *a) {
+  KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   KVC_RETURN_IF(a->in_group, a->ctx, KVC_ERR_MISUSE, "a free group is already open (groups do not nest)");
   a->in_group = true;
@@ -410,6 +416,7 @@ kvc_status kvc_allocator_free_group_begin(kvc_allocator *a) {
 }
 
 kvc_status kvc_allocator_free_group_end(kvc_allocator *a) {
+  KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   KVC_RETURN_IF(!a->in_group, a->ctx, KVC_ERR_MISUSE, "no free group is open");
   a->epoch++;
@@ -433,6 +440,7 @@ kvc_status kvc_allocator_free_group_end(kvc_allocator *a) {
 }
 
 kvc_status kvc_allocator_merge_and_sort_free(kvc_allocator *a) {
+  KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   kvc__fl_merge(a);
   return kvc__alloc_finish(a, __func__, KVC_OK);
@@ -443,6 +451,7 @@ kvc_status kvc_allocator_merge_and_sort_free(kvc_allocator *a) {
 static uint64_t alloc_tag(const kvc_allocator *a) { return KVC__ALLOCATOR_MAGIC ^ (uint64_t)(uintptr_t)a; }
 
 kvc_status kvc_allocator_backup_state(kvc_allocator *a, kvc_allocator_state *out) {
+  KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   KVC_RETURN_IF(!out, a->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
   a->backup_serial++;
@@ -460,6 +469,7 @@ kvc_status kvc_allocator_backup_state(kvc_allocator *a, kvc_allocator_state *out
 }
 
 kvc_status kvc_allocator_restore_state(kvc_allocator *a, const kvc_allocator_state *state) {
+  KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   KVC_RETURN_IF(!state, a->ctx, KVC_ERR_INVALID_ARGUMENT, "state is NULL");
   KVC_RETURN_IF(state->opaque_[0] != alloc_tag(a), a->ctx, KVC_ERR_MISUSE, "state was not taken from this allocator");
@@ -489,6 +499,7 @@ kvc_status kvc_allocator_restore_state(kvc_allocator *a, const kvc_allocator_sta
 }
 
 kvc_status kvc_allocator_clear(kvc_allocator *a) {
+  KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   kvc__fl_reset(a);
   a->epoch++;

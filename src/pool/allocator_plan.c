@@ -272,6 +272,7 @@ kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t
                                       kvc_req_to_token_pool *rp, const int32_t *req_rows,
                                       const int64_t *const *prefix_slots, int64_t *out_host,
                                       int64_t *out_device, kvc_stream stream) {
+  KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   if (bs == 0) return KVC_OK;
   return alloc_extend_impl(a, __func__, bs, prefix_lens, seq_lens, last_locs, rp, req_rows, prefix_slots, out_host,
@@ -478,6 +479,7 @@ kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t
                                       const int64_t *last_locs, kvc_req_to_token_pool *rp,
                                       const int32_t *req_rows, int64_t *out_host, int64_t *out_device,
                                       kvc_stream stream) {
+  KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   if (bs == 0) return KVC_OK;
   return alloc_decode_impl(a, __func__, bs, seq_lens, last_locs, rp, req_rows, out_host, out_device, NULL, 0, NULL,

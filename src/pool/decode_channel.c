@@ -119,8 +119,8 @@ static kvc_status channel_create(kvc_context *ctx, const char *fn, kvc_allocator
 
 kvc_status kvc_decode_channel_create(kvc_allocator *alloc, kvc_req_to_token_pool *req_pool, size_t max_batch,
                                      unsigned depth, int64_t *out_device, kvc_decode_channel **out) {
+  KVC_API_ENTRY();
   if (!out) return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__, "out is NULL");
-  *out = NULL;
   if (!alloc || alloc->magic != KVC__ALLOCATOR_MAGIC)
     return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__, "alloc is NULL or not a live kvc_allocator");
   return channel_create(alloc->ctx, __func__, alloc, NULL, NULL, 0, req_pool, max_batch, depth, out_device, out);
@@ -129,8 +129,8 @@ kvc_status kvc_decode_channel_create(kvc_allocator *alloc, kvc_req_to_token_pool
 kvc_status kvc_decode_channel_create_swa(kvc_swa_allocator *alloc, kvc_req_to_token_pool *req_pool,
                                          size_t max_batch, unsigned depth, int64_t *out_device,
                                          kvc_decode_channel **out) {
+  KVC_API_ENTRY();
   if (!out) return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__, "out is NULL");
-  *out = NULL;
   kvc_allocator *full;
   int64_t *map, map_len;
   if (!kvc__swa_channel_info(alloc, &full, &map, &map_len))
@@ -149,6 +149,7 @@ void kvc_decode_channel_destroy(kvc_decode_channel *ch) {
 }
 
 kvc_status kvc_decode_channel_enqueue(kvc_decode_channel *ch, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_FORWARD(check_channel(ch, __func__));
   const unsigned mb = (unsigned)ch->params.max_batch;
   const unsigned threads = mb >= 1024 ? 1024 : (mb + 31) / 32 * 32;
@@ -172,6 +173,7 @@ kvc_status kvc__decode_channel_ready(const kvc_decode_channel *ch, const char *f
 
 kvc_status kvc_decode_channel_alloc(kvc_decode_channel *ch, size_t bs, const int64_t *seq_lens,
                                     const int64_t *last_locs, const int32_t *req_rows, int64_t *out_host) {
+  KVC_API_ENTRY();
   KVC_FORWARD(check_channel(ch, __func__));
   kvc_allocator *a = ch->alloc;
   KVC_RETURN_IF(a->magic != KVC__ALLOCATOR_MAGIC, ch->ctx, KVC_ERR_MISUSE, "the channel's allocator was destroyed");
@@ -198,6 +200,7 @@ kvc_status kvc_decode_channel_alloc(kvc_decode_channel *ch, size_t bs, const int
 }
 
 kvc_status kvc_decode_channel_check(const kvc_decode_channel *ch, uint64_t *published, uint64_t *applied) {
+  KVC_API_ENTRY();
   KVC_FORWARD(check_channel(ch, __func__));
   if (published) *published = ch->published;
   if (applied) *applied = __atomic_load_n(&ch->host[0], __ATOMIC_ACQUIRE);

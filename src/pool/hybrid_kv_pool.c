@@ -31,17 +31,12 @@ void kvc_hybrid_kv_pool_destroy(kvc_hybrid_kv_pool *p) {
 
 kvc_status kvc_hybrid_kv_pool_create(kvc_context *ctx, const kvc_hybrid_kv_pool_config *config,
                                      kvc_hybrid_kv_pool **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_ARG_NOT_NULL(ctx, config);
   KVC_ARG_NOT_NULL(ctx, out);
-  KVC_RETURN_IF(config->struct_size < offsetof(kvc_hybrid_kv_pool_config, reserved_) ||
-                    config->struct_size > sizeof(kvc_hybrid_kv_pool_config) ||
-                    config->version / 10000 != KVC_VERSION_MAJOR,
-                ctx, KVC_ERR_VERSION, "config struct_size %zu / version %u not understood", config->struct_size,
-                config->version);
-  kvc_hybrid_kv_pool_config c;
-  memset(&c, 0, sizeof c);
-  memcpy(&c, config, config->struct_size);
+  kvc_hybrid_kv_pool_config c = KVC_HYBRID_KV_POOL_CONFIG_INIT;
+  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_hybrid_kv_pool_config));
   KVC_RETURN_IF(c.num_full_layers < 1 || !c.full_layer_ids || !c.kv, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "num_full_layers >= 1, full_layer_ids and kv are required");
   KVC_RETURN_IF(c.kv->kind != KVC_KV_MHA && c.kv->kind != KVC_KV_MLA && c.kv->kind != KVC_KV_MHA_FP4 &&
@@ -89,6 +84,7 @@ kvc_mamba_pool *kvc_hybrid_kv_pool_mamba(const kvc_hybrid_kv_pool *p) {
 }
 
 kvc_status kvc_hybrid_kv_pool_layer(const kvc_hybrid_kv_pool *p, int32_t layer_id, int32_t *index) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!p || p->magic != KVC__HKV_MAGIC, NULL, KVC_ERR_INVALID_ARGUMENT,
                 "pool is NULL or not a live kvc_hybrid_kv_pool");
   KVC_RETURN_IF(layer_id < 0 || layer_id > p->max_id || p->route[layer_id] < 0, p->ctx, KVC_ERR_INVALID_ARGUMENT,
@@ -101,6 +97,7 @@ kvc_status kvc_hybrid_kv_pool_set_kv(kvc_hybrid_kv_pool *p, int32_t layer_id, co
                                      size_t n, const void *k, const void *v, kvc_dtype src_dtype, int64_t k_stride,
                                      int64_t v_stride, const float *k_scale_device, float k_scale,
                                      const float *v_scale_device, float v_scale, kvc_stream stream) {
+  KVC_API_ENTRY();
   int32_t i;
   KVC_FORWARD(kvc_hybrid_kv_pool_layer(p, layer_id, &i));
   return kvc_kv_pool_set_kv(p->full, i, loc, loc_type, n, k, v, src_dtype, k_stride, v_stride, k_scale_device, k_scale,
@@ -111,6 +108,7 @@ kvc_status kvc_hybrid_kv_pool_set_mla_kv(kvc_hybrid_kv_pool *p, int32_t layer_id
                                          kvc_index_type loc_type, size_t n, const void *nope, const void *rope,
                                          kvc_dtype src_dtype, int64_t nope_stride, int64_t rope_stride,
                                          kvc_stream stream) {
+  KVC_API_ENTRY();
   int32_t i;
   KVC_FORWARD(kvc_hybrid_kv_pool_layer(p, layer_id, &i));
   return kvc_kv_pool_set_mla_kv(p->full, i, loc, loc_type, n, nope, rope, src_dtype, nope_stride, rope_stride, stream);
@@ -119,6 +117,7 @@ kvc_status kvc_hybrid_kv_pool_set_mla_kv(kvc_hybrid_kv_pool *p, int32_t layer_id
 kvc_status kvc_hybrid_kv_pool_gather_kv(kvc_hybrid_kv_pool *p, int32_t layer_id, const void *loc,
                                         kvc_index_type loc_type, size_t n, void *k_out, void *v_out,
                                         kvc_dtype out_dtype, kvc_stream stream) {
+  KVC_API_ENTRY();
   int32_t i;
   KVC_FORWARD(kvc_hybrid_kv_pool_layer(p, layer_id, &i));
   return kvc_kv_pool_gather_kv(p->full, i, loc, loc_type, n, k_out, v_out, out_dtype, stream);
@@ -127,6 +126,7 @@ kvc_status kvc_hybrid_kv_pool_gather_kv(kvc_hybrid_kv_pool *p, int32_t layer_id,
 kvc_status kvc_hybrid_kv_pool_get_mla_kv(kvc_hybrid_kv_pool *p, int32_t layer_id, const void *loc,
                                          kvc_index_type loc_type, size_t n, void *nope_out, void *rope_out,
                                          kvc_dtype out_dtype, kvc_stream stream) {
+  KVC_API_ENTRY();
   int32_t i;
   KVC_FORWARD(kvc_hybrid_kv_pool_layer(p, layer_id, &i));
   return kvc_kv_pool_get_mla_kv(p->full, i, loc, loc_type, n, nope_out, rope_out, out_dtype, stream);
@@ -134,6 +134,7 @@ kvc_status kvc_hybrid_kv_pool_get_mla_kv(kvc_hybrid_kv_pool *p, int32_t layer_id
 
 kvc_status kvc_hybrid_kv_pool_buffer(const kvc_hybrid_kv_pool *p, kvc_region_kind region, int32_t layer_id,
                                      kvc_buffer_desc *out) {
+  KVC_API_ENTRY();
   int32_t i;
   KVC_FORWARD(kvc_hybrid_kv_pool_layer(p, layer_id, &i));
   KVC_FORWARD(kvc_kv_pool_buffer(p->full, region, i, out));
@@ -143,6 +144,7 @@ kvc_status kvc_hybrid_kv_pool_buffer(const kvc_hybrid_kv_pool *p, kvc_region_kin
 
 kvc_status kvc_hybrid_kv_pool_move(kvc_hybrid_kv_pool *p, const void *tgt, const void *src, kvc_index_type loc_type,
                                    size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!p || p->magic != KVC__HKV_MAGIC, NULL, KVC_ERR_INVALID_ARGUMENT,
                 "pool is NULL or not a live kvc_hybrid_kv_pool");
   return kvc_kv_pool_move(p->full, tgt, src, loc_type, n, stream);

@@ -63,17 +63,12 @@ void kvc_hybrid_req_pool_destroy(kvc_hybrid_req_pool *p) {
 
 kvc_status kvc_hybrid_req_pool_create(kvc_context *ctx, const kvc_hybrid_req_pool_config *config,
                                       kvc_hybrid_req_pool **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_ARG_NOT_NULL(ctx, config);
   KVC_ARG_NOT_NULL(ctx, out);
-  KVC_RETURN_IF(config->struct_size < offsetof(kvc_hybrid_req_pool_config, reserved_) ||
-                    config->struct_size > sizeof(kvc_hybrid_req_pool_config) ||
-                    config->version / 10000 != KVC_VERSION_MAJOR,
-                ctx, KVC_ERR_VERSION, "config struct_size %zu / version %u not understood", config->struct_size,
-                config->version);
-  kvc_hybrid_req_pool_config c;
-  memset(&c, 0, sizeof c);
-  memcpy(&c, config, config->struct_size);
+  kvc_hybrid_req_pool_config c = KVC_HYBRID_REQ_POOL_CONFIG_INIT;
+  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_hybrid_req_pool_config));
   KVC_RETURN_IF(!c.req_pool || !c.mamba_pool, ctx, KVC_ERR_INVALID_ARGUMENT, "req_pool and mamba_pool are required");
   KVC_RETURN_IF(c.flags & ~(KVC_HYBRID_TRACK | KVC_HYBRID_LAZY), ctx, KVC_ERR_INVALID_ARGUMENT, "unknown flags 0x%x",
                 c.flags);
@@ -149,6 +144,7 @@ static bool has_track(const kvc_hybrid_req_pool *p, const int32_t *v) {
 
 kvc_status kvc_hybrid_req_pool_alloc(kvc_hybrid_req_pool *p, size_t n, int32_t *rows, int32_t *mamba_slots,
                                      int32_t *pp_slots, kvc_stream stream) {
+  KVC_API_ENTRY();
   HYB_ENTRY(p);
   kvc_context *ctx = p->ctx;
   if (!n) return KVC_OK;
@@ -236,6 +232,7 @@ kvc_status kvc__hybrid_req_pool_unalloc(kvc_hybrid_req_pool *p, kvc_stream strea
 }
 
 kvc_status kvc_hybrid_req_pool_free_mamba_cache(kvc_hybrid_req_pool *p, int32_t row, int32_t keep, kvc_stream stream) {
+  KVC_API_ENTRY();
   HYB_ENTRY(p);
   p->undo_live = false;
   kvc_context *ctx = p->ctx;
@@ -275,6 +272,7 @@ kvc_status kvc_hybrid_req_pool_free_mamba_cache(kvc_hybrid_req_pool *p, int32_t 
 
 kvc_status kvc_hybrid_req_pool_set_track_slot(kvc_hybrid_req_pool *p, int32_t row, int32_t index, int32_t slot,
                                               kvc_stream stream) {
+  KVC_API_ENTRY();
   HYB_ENTRY(p);
   p->undo_live = false;
   kvc_context *ctx = p->ctx;
@@ -310,8 +308,10 @@ const int32_t *kvc_hybrid_req_pool_track_mapping(const kvc_hybrid_req_pool *p) {
 
 kvc_status kvc_hybrid_req_pool_get_mamba_indices(const kvc_hybrid_req_pool *pc, const void *rows,
                                                  kvc_index_type rows_type, int32_t *out, size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   HYB_ENTRY(pc);
   kvc_hybrid_req_pool *p = (kvc_hybrid_req_pool *)pc; /* memoised kernel lookup only */
+  KVC_CHECK_INDEX_TYPE(p->ctx, rows_type);
   if (!n) return KVC_OK;
   KVC_RETURN_IF(!rows || !out, p->ctx, KVC_ERR_INVALID_ARGUMENT, "rows and out must be non-NULL");
   return kvc__swa_gather(p->ctx, &p->k_gather, p->dmap, 0, p->size + 1, rows, rows_type == KVC_INDEX_I64, out, 0, 0,
@@ -319,6 +319,7 @@ kvc_status kvc_hybrid_req_pool_get_mamba_indices(const kvc_hybrid_req_pool *pc, 
 }
 
 kvc_status kvc_hybrid_req_pool_clear(kvc_hybrid_req_pool *p, kvc_stream stream) {
+  KVC_API_ENTRY();
   HYB_ENTRY(p);
   p->undo_live = false;
   KVC_FORWARD(kvc__dev_memset(p->ctx, p->dmap, 0, (size_t)p->len * 4, stream));

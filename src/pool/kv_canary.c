@@ -66,11 +66,13 @@ static kvc_status canary_launch(kvc_kv_pool *pool, const char *fn, const int64_t
 }
 
 kvc_status kvc_kv_pool_canary_fill(kvc_kv_pool *pool, const int64_t *slots, size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   int32_t idx[KVC_CANARY_MAX_BUFS], nbuf;
   return canary_launch(pool, __func__, slots, n, false, idx, &nbuf, stream);
 }
 
 kvc_status kvc_kv_pool_canary_check(kvc_kv_pool *pool, const int64_t *slots, size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   int32_t idx[KVC_CANARY_MAX_BUFS], nbuf;
   KVC_FORWARD(canary_launch(pool, __func__, slots, n, true, idx, &nbuf, stream));
   if (nbuf == 0) return KVC_OK;

@@ -43,6 +43,7 @@ static kvc_dl_dtype dl_dtype(kvc_dtype d) {
 
 kvc_status kvc_kv_pool_export_dlpack(const kvc_kv_pool *pool, kvc_region_kind region, int32_t layer_id, int as_bytes,
                                      void **out_tensor) {
+  KVC_API_ENTRY();
   int32_t l;
   KVC_FORWARD(kvc__kv_pool_layer(pool, __func__, layer_id, &l));
   KVC_RETURN_IF(!out_tensor, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out_tensor is NULL");

@@ -87,6 +87,7 @@ kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *l
                               size_t n, const void *k, const void *v, kvc_dtype src_dtype, int64_t k_stride,
                               int64_t v_stride, const float *k_scale_device, float k_scale,
                               const float *v_scale_device, float v_scale, kvc_stream stream) {
+  KVC_API_ENTRY();
   int32_t l;
   KVC_FORWARD(kvc__kv_pool_layer(pool, __func__, layer_id, &l));
   kvc_context *ctx = pool->ctx;
@@ -96,7 +97,7 @@ kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *l
                 "NSA fp8 rows are written with kvc_kv_pool_set_mla_kv (quantized 656-byte layout)");
   KVC_RETURN_IF(!is_value_dtype(src_dtype), ctx, KVC_ERR_UNSUPPORTED,
                 "src_dtype %s: sources must be f32, f16, bf16, fp8_e4m3 or fp8_e5m2", kvc_dtype_name(src_dtype));
-  KVC_RETURN_IF(loc_type != KVC_INDEX_I32 && loc_type != KVC_INDEX_I64, ctx, KVC_ERR_INVALID_ARGUMENT, "loc_type %d", (int)loc_type);
+  KVC_CHECK_INDEX_TYPE(ctx, loc_type);
   KVC_RETURN_IF(k_stride < 0 || v_stride < 0, ctx, KVC_ERR_INVALID_ARGUMENT, "negative stride");
   if (n == 0) return KVC_OK;
 
@@ -129,8 +130,12 @@ kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *l
   const int64_t v_row_src = (convert ? req.v_elems * esz : req.v_elems);
   req.p.k_dense = KVC__ADDR(k);
   req.p.v_dense = has_v ? KVC__ADDR(v) : 0;
-  req.p.k_dense_stride = k_stride ? k_stride * esz : k_row_src;
-  req.p.v_dense_stride = v_stride ? v_stride * esz : v_row_src;
+  KVC_RETURN_IF(!kvc__mul_i64(k_stride, esz, &req.p.k_dense_stride) ||
+                    !kvc__mul_i64(v_stride, esz, &req.p.v_dense_stride),
+                ctx, KVC_ERR_INVALID_ARGUMENT, "k_stride %lld / v_stride %lld overflow in bytes", (long long)k_stride,
+                (long long)v_stride);
+  if (!k_stride) req.p.k_dense_stride = k_row_src;
+  if (!v_stride) req.p.v_dense_stride = v_row_src;
   KVC_RETURN_IF(req.p.k_dense_stride < k_row_src || (has_v && req.p.v_dense_stride < v_row_src), ctx,
                 KVC_ERR_INVALID_ARGUMENT, "k_stride %lld / v_stride %lld smaller than a row", (long long)k_stride,
                 (long long)v_stride);
@@ -146,6 +151,7 @@ kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *l
 
 kvc_status kvc_kv_pool_gather_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc, kvc_index_type loc_type,
                                  size_t n, void *k_out, void *v_out, kvc_dtype out_dtype, kvc_stream stream) {
+  KVC_API_ENTRY();
   int32_t l;
   KVC_FORWARD(kvc__kv_pool_layer(pool, __func__, layer_id, &l));
   kvc_context *ctx = pool->ctx;
@@ -154,7 +160,7 @@ kvc_status kvc_kv_pool_gather_kv(kvc_kv_pool *pool, int32_t layer_id, const void
                 "NSA fp8 rows are read with kvc_kv_pool_get_mla_kv (dequantizes the 656-byte layout)");
   KVC_RETURN_IF(!is_value_dtype(out_dtype), ctx, KVC_ERR_UNSUPPORTED,
                 "out_dtype %s: outputs are f32, f16, bf16, fp8_e4m3 or fp8_e5m2", kvc_dtype_name(out_dtype));
-  KVC_RETURN_IF(loc_type != KVC_INDEX_I32 && loc_type != KVC_INDEX_I64, ctx, KVC_ERR_INVALID_ARGUMENT, "loc_type %d", (int)loc_type);
+  KVC_CHECK_INDEX_TYPE(ctx, loc_type);
   if (n == 0) return KVC_OK;
   kvc__kv_rows_req req;
   memset(&req, 0, sizeof req);

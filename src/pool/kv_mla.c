@@ -43,6 +43,7 @@ static kvc_status pool_args(kvc_kv_pool *pool, const char *fn, int32_t layer_id,
 kvc_status kvc_kv_pool_set_mla_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc, kvc_index_type loc_type,
                                   size_t n, const void *nope, const void *rope, kvc_dtype src_dtype,
                                   int64_t nope_stride, int64_t rope_stride, kvc_stream stream) {
+  KVC_API_ENTRY();
   kvc__mla_args a = {0};
   KVC_FORWARD(pool_args(pool, __func__, layer_id, &a));
   kvc__mla_args_values(&a, 0, loc, loc_type, n, nope, rope, src_dtype, nope_stride, rope_stride);
@@ -51,6 +52,7 @@ kvc_status kvc_kv_pool_set_mla_kv(kvc_kv_pool *pool, int32_t layer_id, const voi
 
 kvc_status kvc_kv_pool_get_mla_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc, kvc_index_type loc_type,
                                   size_t n, void *nope_out, void *rope_out, kvc_dtype out_dtype, kvc_stream stream) {
+  KVC_API_ENTRY();
   kvc__mla_args a = {0};
   KVC_FORWARD(pool_args(pool, __func__, layer_id, &a));
   /* Outputs are dense: the pool's get takes no strides (0 = dense). */

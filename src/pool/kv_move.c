@@ -113,12 +113,15 @@ int kvc__kv_pool_segments(const kvc_kv_pool *pool, const char *fn, bool by_page,
 
 kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *src_loc, kvc_index_type loc_type,
                             size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__kv_pool_check(pool, __func__));
   kvc_context *ctx = pool->ctx;
-  KVC_RETURN_IF(loc_type != KVC_INDEX_I32 && loc_type != KVC_INDEX_I64, ctx, KVC_ERR_INVALID_ARGUMENT, "loc_type %d", (int)loc_type);
-  if (n == 0 || pool->cfg.kind == KVC_KV_MHA_NOOP) return KVC_OK; /* NoOp: SGLang's move is a no-op */
+  KVC_CHECK_INDEX_TYPE(ctx, loc_type);
+  if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!tgt_loc || !src_loc, ctx, KVC_ERR_INVALID_ARGUMENT, "tgt_loc and src_loc must be non-NULL for n = %zu", n);
   KVC_RETURN_IF(n > (size_t)INT32_MAX, ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu too large", n);
+  /* NoOp: SGLang's move is a no-op, but the arguments are checked as for any pool. */
+  if (pool->cfg.kind == KVC_KV_MHA_NOOP) return KVC_OK;
 
   kvc_p_kv_move p;
   memset(&p, 0, sizeof p);
@@ -172,6 +175,17 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
     kvc__spec spec = {1, {{"KVC_W", w}}};
     KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_kv_move, &spec, memo));
   }
+  /* The host twin buffers one chunk of rows (sources are all read before any target is
+   * written); allocating it here makes a failure HOST_OOM with nothing moved. */
+  void *host_scratch = NULL;
+  if (kvc_context_backend(ctx) == KVC_BACKEND_HOST) {
+    size_t scratch_bytes;
+    KVC_RETURN_IF(!kvc__mul_size((size_t)chunk, (size_t)widest, &scratch_bytes), ctx, KVC_ERR_INVALID_ARGUMENT,
+                  "move scratch of %lld x %lld bytes overflows", (long long)chunk, (long long)widest);
+    host_scratch = kvc__malloc(ctx, scratch_bytes);
+    KVC_RETURN_IF(!host_scratch, ctx, KVC_ERR_HOST_OOM, "move scratch of %zu bytes", scratch_bytes);
+    p.host_scratch = KVC__ADDR(host_scratch);
+  }
   /* Persistent grid: as many CTAs as fit. */
   const int64_t smem = cnt * (stages * w + 8);
   p.stages = (int32_t)stages;
@@ -183,6 +197,8 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
    * leave most of the GPU idle at the end). */
   const int64_t per_cta = one_tile ? 1 : (ctas + resident - 1) / KVC__MAX(1, resident);
   const int64_t grid = KVC__MAX(1, (ctas + per_cta - 1) / KVC__MAX(1, per_cta));
-  return kvc__kernel_launch(ctx, *memo, kvc__dim((unsigned)grid, 1, 1), kvc__dim((unsigned)threads, 1, 1), (unsigned)smem,
-                            stream, &p, sizeof p);
+  const kvc_status st = kvc__kernel_launch(ctx, *memo, kvc__dim((unsigned)grid, 1, 1), kvc__dim((unsigned)threads, 1, 1),
+                                           (unsigned)smem, stream, &p, sizeof p);
+  kvc__free(ctx, host_scratch); /* the host backend ran the twin synchronously */
+  return st;
 }

@@ -35,8 +35,10 @@ static int32_t access_width(uint64_t bits) {
 
 kvc_status kvc_nsa_set_index_k(kvc_kv_pool *pool, int32_t layer_id, const void *loc, kvc_index_type loc_type,
                                size_t n, const uint8_t *index_k, const float *scale, kvc_stream stream) {
+  KVC_API_ENTRY();
   const kvc__kv_buffer *b;
   KVC_FORWARD(index_buffer(pool, __func__, layer_id, &b));
+  KVC_CHECK_INDEX_TYPE(pool->ctx, loc_type);
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!loc || !index_k || !scale, pool->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "loc, index_k and scale must be non-NULL for n = %zu", n);
@@ -72,6 +74,7 @@ static kvc_status launch_get(kvc_kv_pool *pool, const kvc__kv_buffer *b, kvc_p_n
 
 kvc_status kvc_nsa_get_index_k(kvc_kv_pool *pool, int32_t layer_id, int64_t seq_len, const int32_t *page_indices,
                                uint8_t *out_k, uint8_t *out_scale, kvc_stream stream) {
+  KVC_API_ENTRY();
   const kvc__kv_buffer *b;
   KVC_FORWARD(index_buffer(pool, __func__, layer_id, &b));
   KVC_RETURN_IF(seq_len < 0 || seq_len > INT32_MAX, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "seq_len %lld outside [0, 2^31)",
@@ -87,6 +90,7 @@ kvc_status kvc_nsa_get_index_k(kvc_kv_pool *pool, int32_t layer_id, int64_t seq_
 kvc_status kvc_nsa_get_index_k_batch(kvc_kv_pool *pool, int32_t layer_id, size_t batch, const int32_t *page_table,
                                      int64_t table_width, const int32_t *seq_lens, int64_t seq_len_sum,
                                      int64_t max_seq_len, uint8_t *out_k, uint8_t *out_scale, kvc_stream stream) {
+  KVC_API_ENTRY();
   const kvc__kv_buffer *b;
   KVC_FORWARD(index_buffer(pool, __func__, layer_id, &b));
   KVC_RETURN_IF(table_width < 0 || seq_len_sum < 0 || max_seq_len < 0 || seq_len_sum > INT32_MAX * (int64_t)64,

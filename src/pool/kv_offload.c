@@ -28,26 +28,33 @@ static kvc_status build(kvc_kv_pool *pool, const char *fn, size_t n, uint64_t ho
   memset(p, 0, sizeof *p);
   const int ns = kvc__kv_pool_segments(pool, fn, true, p->seg);
   if (ns < 0) return KVC_ERR_INTERNAL;
-  uint64_t off = 0;
+  KVC_RETURN_IF(n > (size_t)INT64_MAX, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu is too large", n);
+  size_t off = 0;
   int64_t rows = 0;
   for (int i = 0; i < ns; i++) {
     kvc_kv_seg *s = &p->seg[i];
-    s->count = s->by_page ? (int64_t)((n + (size_t)s->page_size - 1) / (size_t)s->page_size) : (int64_t)n;
+    const size_t ps = (size_t)s->page_size;
+    s->count = s->by_page ? (int64_t)(n / ps + (n % ps != 0)) : (int64_t)n;
     s->host_off = off;
     p->row_first[i] = rows;
-    rows += (int64_t)s->layers * s->count;
-    off += (uint64_t)s->layers * (uint64_t)s->count * (uint64_t)s->row_bytes;
+    int64_t seg_rows;
+    size_t seg_bytes;
+    KVC_RETURN_IF(!kvc__mul_i64(s->layers, s->count, &seg_rows) || !kvc__add_i64(rows, seg_rows, &rows) ||
+                      !kvc__mul_size((size_t)seg_rows, (size_t)s->row_bytes, &seg_bytes) ||
+                      !kvc__add_size(off, seg_bytes, &off),
+                  pool->ctx, KVC_ERR_INVALID_ARGUMENT, "host copy of n = %zu slots overflows the size range", n);
     uint64_t v[3] = {(uint64_t)s->vec, host + s->host_off, (uint64_t)s->row_bytes};
     s->vec = kvc__align16(v, 3);
   }
   p->row_first[ns] = rows;
   p->nseg = ns;
   p->total_rows = rows;
-  *bytes = (size_t)off;
+  *bytes = off;
   return KVC_OK;
 }
 
 kvc_status kvc_kv_pool_host_copy_bytes(const kvc_kv_pool *pool, size_t n, size_t *bytes) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__kv_pool_check(pool, __func__));
   KVC_RETURN_IF(!bytes, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "bytes is NULL");
   KVC_RETURN_IF(pool->cfg.kind == KVC_KV_MHA_NOOP, pool->ctx, KVC_ERR_UNSUPPORTED, "a NoOp pool has no KV storage");
@@ -60,7 +67,7 @@ static kvc_status offload(kvc_kv_pool *pool, const char *fn, const void *loc, kv
   KVC_FORWARD(kvc__kv_pool_check(pool, fn));
   kvc_context *ctx = pool->ctx;
   KVC_RETURN_IF(pool->cfg.kind == KVC_KV_MHA_NOOP, ctx, KVC_ERR_UNSUPPORTED, "a NoOp pool has no KV storage");
-  KVC_RETURN_IF(loc_type != KVC_INDEX_I32 && loc_type != KVC_INDEX_I64, ctx, KVC_ERR_INVALID_ARGUMENT, "loc_type %d", (int)loc_type);
+  KVC_CHECK_INDEX_TYPE(ctx, loc_type);
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!loc || !host, ctx, KVC_ERR_INVALID_ARGUMENT, "loc and host must be non-NULL for n = %zu", n);
   kvc_p_kv_offload p;
@@ -81,10 +88,12 @@ static kvc_status offload(kvc_kv_pool *pool, const char *fn, const void *loc, kv
 
 kvc_status kvc_kv_pool_copy_to_host(kvc_kv_pool *pool, const void *loc, kvc_index_type loc_type, size_t n, void *host,
                                     kvc_stream stream) {
+  KVC_API_ENTRY();
   return offload(pool, __func__, loc, loc_type, n, host, 0, stream);
 }
 
 kvc_status kvc_kv_pool_copy_from_host(kvc_kv_pool *pool, const void *loc, kvc_index_type loc_type, size_t n,
                                       const void *host, kvc_stream stream) {
+  KVC_API_ENTRY();
   return offload(pool, __func__, loc, loc_type, n, host, 1, stream);
 }

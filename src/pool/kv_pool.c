@@ -39,6 +39,7 @@ typedef struct region_spec {
 } region_spec;
 
 #define KVC__DIM_MAX (1 << 20)
+#define KVC__KV_MAX_LAYERS 1024
 
 static kvc_status validate(kvc_context *ctx, kvc_kv_pool_config *c) {
   const char *fn = "kvc_kv_pool_create";
@@ -50,6 +51,12 @@ static kvc_status validate(kvc_context *ctx, kvc_kv_pool_config *c) {
                 (long long)c->size, c->page_size);
   KVC_RETURN_IF(c->layer_num < 1 || c->start_layer < 0, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "layer_num %d / start_layer %d", c->layer_num, c->start_layer);
+  int32_t layer_end;
+  KVC_RETURN_IF(!kvc__add_i32(c->start_layer, c->layer_num, &layer_end), ctx, KVC_ERR_INVALID_ARGUMENT,
+                "start_layer %d + layer_num %d passes INT32_MAX", c->start_layer, c->layer_num);
+  /* Bounds every per-layer count below (buffer table, segments) before it is summed. */
+  KVC_RETURN_IF(c->layer_num > KVC__KV_MAX_LAYERS, ctx, KVC_ERR_INVALID_ARGUMENT, "layer_num %d > %d", c->layer_num,
+                KVC__KV_MAX_LAYERS);
   KVC_RETURN_IF(c->flags != 0, ctx, KVC_ERR_INVALID_ARGUMENT, "flags must be 0");
   bool mha = c->kind <= KVC_KV_MHA_FP4;
   if (mha) {
@@ -159,13 +166,11 @@ static void geometry(kvc_kv_pool *p, region_spec specs[KVC__REGION_KINDS]) {
 }
 
 kvc_status kvc_kv_pool_create(kvc_context *ctx, const kvc_kv_pool_config *config, kvc_kv_pool **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_RETURN_IF(!config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "config or out is NULL");
-  KVC_RETURN_IF(config->struct_size < offsetof(kvc_kv_pool_config, reserved_) || config->struct_size > sizeof(kvc_kv_pool_config),
-                ctx, KVC_ERR_VERSION, "config.struct_size %zu not understood", config->struct_size);
-  KVC_RETURN_IF(config->version / 10000 != KVC_VERSION_MAJOR, ctx, KVC_ERR_VERSION, "config.version %u", config->version);
   kvc_kv_pool_config cfg = KVC_KV_POOL_CONFIG_INIT;
-  memcpy(&cfg, config, config->struct_size);
+  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &cfg, config, kvc_kv_pool_config));
   KVC_FORWARD(validate(ctx, &cfg));
 
   kvc_status st = KVC_OK;
@@ -186,8 +191,7 @@ kvc_status kvc_kv_pool_create(kvc_context *ctx, const kvc_kv_pool_config *config
 
   /* Lay out every buffer, 256-byte aligned, with overflow checks. */
   size_t offset = 0;
-  size_t offsets[KVC__REGION_KINDS * 1024];
-  KVC_FAIL_GOTO(nbuf > (int32_t)KVC__ARRAY_LEN(offsets), ctx, st, KVC_ERR_INVALID_ARGUMENT, fail, "too many layers");
+  size_t offsets[KVC__REGION_KINDS * KVC__KV_MAX_LAYERS]; /* nbuf fits: layer_num was bounded */
   int32_t b = 0;
   for (int r = 0; r < KVC__REGION_KINDS; r++) {
     p->first[r] = -1;
@@ -216,7 +220,7 @@ kvc_status kvc_kv_pool_create(kvc_context *ctx, const kvc_kv_pool_config *config
   for (int32_t i = 0; i < nbuf; i++) p->buffers[i].base = (unsigned char *)p->mem + offsets[i];
   KVC_CHECK_GOTO(kvc__dev_memset(ctx, p->mem, 0, offset, NULL), st, fail);
   KVC_CHECK_GOTO(kvc__dev_sync(ctx, NULL), st, fail);
-  if (ctx->core.options.canary) ctx->canary_pool = p; /* flows created later guard it */
+  if (ctx->core.options.canary) atomic_store(&ctx->canary_pool, p); /* flows created later guard it */
   *out = p;
   return KVC_OK;
 fail:
@@ -230,7 +234,8 @@ fail:
 void kvc_kv_pool_destroy(kvc_kv_pool *pool) {
   if (!pool || pool->magic != KVC__KV_POOL_MAGIC) return;
   kvc_context *ctx = pool->ctx;
-  if (ctx->canary_pool == pool) ctx->canary_pool = NULL;
+  void *expected = pool;
+  atomic_compare_exchange_strong(&ctx->canary_pool, &expected, NULL);
   kvc__dev_free(ctx, pool->mem);
   kvc__dev_free(ctx, pool->canary_result);
   kvc__free(ctx, pool->buffers);
@@ -240,11 +245,13 @@ void kvc_kv_pool_destroy(kvc_kv_pool *pool) {
 }
 
 kvc_status kvc_kv_pool_clear(kvc_kv_pool *pool, kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__kv_pool_check(pool, __func__));
   return kvc__dev_memset(pool->ctx, pool->mem, 0, pool->mem_bytes, stream);
 }
 
 kvc_status kvc_kv_pool_size_bytes(const kvc_kv_pool *pool, size_t *k_bytes, size_t *v_bytes) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__kv_pool_check(pool, __func__));
   KVC_RETURN_IF(!k_bytes || !v_bytes, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "k_bytes or v_bytes is NULL");
   size_t k = 0, v = 0;
@@ -291,6 +298,7 @@ static void fill_desc(const kvc_kv_pool *pool, const kvc__kv_buffer *b, kvc_buff
 }
 
 kvc_status kvc_kv_pool_describe(const kvc_kv_pool *pool, int32_t index, kvc_buffer_desc *out) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__kv_pool_check(pool, __func__));
   KVC_RETURN_IF(!out, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
   KVC_RETURN_IF(out->struct_size < offsetof(kvc_buffer_desc, reserved_) || out->struct_size > sizeof *out,
@@ -303,6 +311,7 @@ kvc_status kvc_kv_pool_describe(const kvc_kv_pool *pool, int32_t index, kvc_buff
 
 kvc_status kvc_kv_pool_buffer(const kvc_kv_pool *pool, kvc_region_kind region, int32_t layer_id,
                               kvc_buffer_desc *out) {
+  KVC_API_ENTRY();
   int32_t l = 0;
   KVC_FORWARD(kvc__kv_pool_layer(pool, __func__, layer_id, &l));
   KVC_RETURN_IF(!out, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
@@ -316,6 +325,7 @@ kvc_status kvc_kv_pool_buffer(const kvc_kv_pool *pool, kvc_region_kind region, i
 
 kvc_status kvc_kv_pool_contiguous_infos(const kvc_kv_pool *pool, kvc_contiguous_info *out, size_t cap,
                                         size_t *count) {
+  KVC_API_ENTRY();
   KVC_FORWARD(kvc__kv_pool_check(pool, __func__));
   KVC_RETURN_IF(!count || (cap && !out), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "count or out is NULL");
   size_t n = 0;

@@ -132,6 +132,7 @@ static kvc_status finish(kvc_mamba_pool *p, const char *fn, kvc_status st) {
 }
 
 kvc_status kvc_mamba_pool_check(const kvc_mamba_pool *pool) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   return audit(pool, __func__);
 }
@@ -250,8 +251,6 @@ static kvc_status validate(kvc_context *ctx, const kvc_mamba_pool_config *c) {
                       "layer_ids[%d] and [%d] are both %d", j, i, c->layer_ids[i]);
     }
   }
-  for (size_t i = 0; i < KVC__ARRAY_LEN(c->reserved_); i++)
-    KVC_RETURN_IF(c->reserved_[i] != 0, ctx, KVC_ERR_INVALID_ARGUMENT, "reserved_[%zu] must be zero", i);
   return KVC_OK;
 }
 
@@ -305,14 +304,11 @@ void kvc_mamba_pool_config_default(kvc_mamba_pool_config *config) {
 }
 
 kvc_status kvc_mamba_pool_create(kvc_context *ctx, const kvc_mamba_pool_config *config, kvc_mamba_pool **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_RETURN_IF(!config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "config or out is NULL");
-  KVC_RETURN_IF(config->struct_size < offsetof(kvc_mamba_pool_config, reserved_) ||
-                    config->struct_size > sizeof(kvc_mamba_pool_config),
-                ctx, KVC_ERR_VERSION, "config.struct_size %zu not understood", config->struct_size);
-  KVC_RETURN_IF(config->version / 10000 != KVC_VERSION_MAJOR, ctx, KVC_ERR_VERSION, "config.version %u", config->version);
   kvc_mamba_pool_config c = KVC_MAMBA_POOL_CONFIG_INIT;
-  memcpy(&c, config, config->struct_size);
+  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_mamba_pool_config));
   KVC_FORWARD(validate(ctx, &c));
 
   kvc_status st = KVC_OK;
@@ -408,6 +404,7 @@ static kvc_status zero_front(kvc_mamba_pool *p, size_t n, kvc_stream stream) {
 }
 
 kvc_status kvc_mamba_pool_alloc(kvc_mamba_pool *pool, size_t n, int32_t *out_slots, kvc_stream stream) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!out_slots, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out_slots is NULL");
@@ -449,6 +446,7 @@ void kvc__mamba_pool_unalloc(kvc_mamba_pool *p, const int32_t *slots, size_t n) 
 }
 
 kvc_status kvc_mamba_pool_free(kvc_mamba_pool *pool, const int32_t *slots, size_t n) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!slots, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "slots is NULL");
@@ -483,6 +481,7 @@ kvc_status kvc_mamba_pool_free(kvc_mamba_pool *pool, const int32_t *slots, size_
 }
 
 kvc_status kvc_mamba_pool_alloc_group_begin(kvc_mamba_pool *pool, size_t k, kvc_stream stream) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   KVC_RETURN_IF(pool->in_group, pool->ctx, KVC_ERR_MISUSE, "an alloc group is already open");
   if (k > 0 && k <= (size_t)pool->count) {
@@ -504,6 +503,7 @@ kvc_status kvc_mamba_pool_alloc_group_begin(kvc_mamba_pool *pool, size_t k, kvc_
 }
 
 kvc_status kvc_mamba_pool_alloc_group_end(kvc_mamba_pool *pool) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   KVC_RETURN_IF(!pool->in_group, pool->ctx, KVC_ERR_MISUSE, "no alloc group is open");
   for (int32_t i = pool->group_pos; i < pool->group_n; i++) {
@@ -518,6 +518,7 @@ kvc_status kvc_mamba_pool_alloc_group_end(kvc_mamba_pool *pool) {
 }
 
 kvc_status kvc_mamba_pool_clear(kvc_mamba_pool *pool) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   reset_free(pool);
   return finish(pool, __func__, KVC_OK);
@@ -526,6 +527,7 @@ kvc_status kvc_mamba_pool_clear(kvc_mamba_pool *pool) {
 /* --- State operations -------------------------------------------------------------- */
 
 kvc_status kvc_mamba_pool_clear_slots(kvc_mamba_pool *pool, const int32_t *slots, size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   if (n == 0) return KVC_OK;
   KVC_FORWARD(check_ids(pool, __func__, "slots", slots, n));
@@ -534,6 +536,7 @@ kvc_status kvc_mamba_pool_clear_slots(kvc_mamba_pool *pool, const int32_t *slots
 
 kvc_status kvc_mamba_pool_copy_from(kvc_mamba_pool *pool, const int32_t *src, const int32_t *dst, size_t n,
                                     kvc_stream stream) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   if (n == 0) return KVC_OK;
   KVC_FORWARD(check_ids(pool, __func__, "src", src, n));
@@ -569,6 +572,7 @@ kvc_status kvc_mamba_pool_copy_from(kvc_mamba_pool *pool, const int32_t *src, co
 }
 
 kvc_status kvc_mamba_pool_fork_from(kvc_mamba_pool *pool, int32_t src, int32_t *out_slot, kvc_stream stream) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   KVC_RETURN_IF(!out_slot, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out_slot is NULL");
   KVC_RETURN_IF(src < 0 || src > pool->size, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "src %d outside [0, %d]", src, pool->size);
@@ -596,6 +600,7 @@ kvc_status kvc_mamba_pool_fork_from(kvc_mamba_pool *pool, int32_t src, int32_t *
 /* --- Layers and descriptors -------------------------------------------------------- */
 
 kvc_status kvc_mamba_pool_layer_index(const kvc_mamba_pool *pool, int32_t layer_id, int32_t *index) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   KVC_RETURN_IF(!index, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "index is NULL");
   for (int32_t l = 0; l < pool->L; l++)
@@ -614,6 +619,7 @@ int32_t kvc_mamba_pool_num_tensors(const kvc_mamba_pool *pool) { return live(poo
 int32_t kvc_mamba_pool_num_buffers(const kvc_mamba_pool *pool) { return live(pool) ? pool->nstate * pool->L : 0; }
 
 kvc_status kvc_mamba_pool_describe_tensor(const kvc_mamba_pool *pool, int32_t index, kvc_mamba_tensor_desc *out) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   KVC_RETURN_IF(!out, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
   KVC_RETURN_IF(out->struct_size < offsetof(kvc_mamba_tensor_desc, reserved_) || out->struct_size > sizeof *out,
@@ -675,6 +681,7 @@ static kvc_status fill_buffer(const kvc_mamba_pool *pool, const char *fn, const 
 }
 
 kvc_status kvc_mamba_pool_describe(const kvc_mamba_pool *pool, int32_t index, kvc_buffer_desc *out) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   KVC_RETURN_IF(index < 0 || index >= pool->nstate * pool->L, pool->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "index %d outside [0, %d)", index, pool->nstate * pool->L);
@@ -683,6 +690,7 @@ kvc_status kvc_mamba_pool_describe(const kvc_mamba_pool *pool, int32_t index, kv
 
 kvc_status kvc_mamba_pool_buffer(const kvc_mamba_pool *pool, kvc_region_kind region, int32_t conv_index,
                                  int32_t layer_id, kvc_buffer_desc *out) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   int32_t l = 0;
   KVC_FORWARD(kvc_mamba_pool_layer_index(pool, layer_id, &l));
@@ -702,6 +710,7 @@ kvc_status kvc_mamba_pool_buffer(const kvc_mamba_pool *pool, kvc_region_kind reg
 
 kvc_status kvc_mamba_pool_contiguous_infos(const kvc_mamba_pool *pool, kvc_contiguous_info *out, size_t cap,
                                            size_t *count) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   KVC_RETURN_IF(!count || (cap && !out), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "count or out is NULL");
   size_t n = 0;
@@ -717,6 +726,7 @@ kvc_status kvc_mamba_pool_contiguous_infos(const kvc_mamba_pool *pool, kvc_conti
 }
 
 kvc_status kvc_mamba_pool_state_dims(const kvc_mamba_pool *pool, int64_t *out, size_t cap, size_t *count) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   KVC_RETURN_IF(!count || (cap && !out), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "count or out is NULL");
   size_t n = 0;
@@ -728,6 +738,7 @@ kvc_status kvc_mamba_pool_state_dims(const kvc_mamba_pool *pool, int64_t *out, s
 }
 
 kvc_status kvc_mamba_pool_memory_bytes(const kvc_mamba_pool *pool, size_t *state_bytes, size_t *speculative_bytes) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   size_t a = 0, b = 0;
   for (int i = 0; i < pool->ntensors; i++) {
@@ -743,11 +754,14 @@ kvc_status kvc_mamba_pool_memory_bytes(const kvc_mamba_pool *pool, size_t *state
 /* --- Host offload ------------------------------------------------------------------ */
 
 kvc_status kvc_mamba_pool_host_copy_bytes(const kvc_mamba_pool *pool, size_t n, size_t *bytes) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   KVC_RETURN_IF(!bytes, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "bytes is NULL");
-  size_t per = 0, total;
-  for (int s = 0; s < pool->nstate; s++) per += (size_t)pool->t[s].row_bytes * (size_t)pool->L;
-  KVC_RETURN_IF(!kvc__mul_size(per, n, &total), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu overflows", n);
+  size_t per = 0, total = 0, tensor;
+  bool fits = true;
+  for (int s = 0; s < pool->nstate && fits; s++)
+    fits = kvc__mul_size((size_t)pool->t[s].row_bytes, (size_t)pool->L, &tensor) && kvc__add_size(per, tensor, &per);
+  KVC_RETURN_IF(!fits || !kvc__mul_size(per, n, &total), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu overflows", n);
   *bytes = total;
   return KVC_OK;
 }
@@ -765,12 +779,14 @@ static kvc_status offload(kvc_mamba_pool *pool, const char *fn, int mode, const 
 
 kvc_status kvc_mamba_pool_copy_to_host(kvc_mamba_pool *pool, const int32_t *slots, size_t n, void *host,
                                        kvc_stream stream) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   return offload(pool, __func__, KVC_MAMBA_TO_HOST, slots, n, host, stream);
 }
 
 kvc_status kvc_mamba_pool_copy_from_host(kvc_mamba_pool *pool, const int32_t *slots, size_t n, const void *host,
                                          kvc_stream stream) {
+  KVC_API_ENTRY();
   POOL_ENTRY(pool);
   return offload(pool, __func__, KVC_MAMBA_FROM_HOST, slots, n, (void *)(uintptr_t)host, stream);
 }

@@ -79,11 +79,13 @@ static kvc_status pool_finish(kvc_req_to_token_pool *p, const char *fn, kvc_stat
 }
 
 kvc_status kvc_req_to_token_pool_check(const kvc_req_to_token_pool *p) {
+  KVC_API_ENTRY();
   POOL_ENTRY(p);
   return audit(p, __func__);
 }
 
 kvc_status kvc_req_to_token_pool_audit_device(const kvc_req_to_token_pool *p, kvc_stream stream) {
+  KVC_API_ENTRY();
   POOL_ENTRY(p);
   KVC_FORWARD(audit(p, __func__));
   kvc_context *ctx = p->ctx;
@@ -117,23 +119,23 @@ static void reset_rows(kvc_req_to_token_pool *p) {
 
 /* --- Create / destroy -------------------------------------------------------------- */
 
+/* The header's limit: 8 GiB of device table and as much host mirror. */
+#define KVC__REQ_TABLE_MAX_ENTRIES ((size_t)1 << 31)
+
 kvc_status kvc_req_to_token_pool_create(kvc_context *ctx, const kvc_req_to_token_pool_config *config,
                                         kvc_req_to_token_pool **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx || !config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "ctx, config and out must be non-NULL");
-  KVC_RETURN_IF(config->struct_size < offsetof(kvc_req_to_token_pool_config, reserved_), ctx, KVC_ERR_VERSION,
-                "config->struct_size %zu is too small (use KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT)",
-                config->struct_size);
-  kvc_req_to_token_pool_config c;
-  memset(&c, 0, sizeof c);
-  memcpy(&c, config, KVC__MIN(config->struct_size, sizeof c));
+  kvc_req_to_token_pool_config c = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_req_to_token_pool_config));
   KVC_RETURN_IF(c.size < 1 || c.max_context_len < 1, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "size %d and max_context_len %d must be >= 1", c.size, c.max_context_len);
   KVC_RETURN_IF(c.size > INT32_MAX - 1, ctx, KVC_ERR_INVALID_ARGUMENT, "size %d too large", c.size);
   size_t entries, bytes;
   KVC_RETURN_IF(!kvc__mul_size((size_t)c.size + 1, (size_t)c.max_context_len, &entries) ||
-                    !kvc__mul_size(entries, sizeof(int32_t), &bytes),
-                ctx, KVC_ERR_INVALID_ARGUMENT, "table of %d x %d entries overflows", c.size + 1,
-                c.max_context_len);
+                    entries > KVC__REQ_TABLE_MAX_ENTRIES || !kvc__mul_size(entries, sizeof(int32_t), &bytes),
+                ctx, KVC_ERR_INVALID_ARGUMENT, "table of (size %d + 1) x max_context_len %d entries is over 2^31",
+                c.size, c.max_context_len);
 
   kvc_status st = KVC_OK;
   kvc_req_to_token_pool *p = kvc__calloc(ctx, 1, sizeof *p);
@@ -187,6 +189,7 @@ void kvc_req_to_token_pool_destroy(kvc_req_to_token_pool *p) {
 /* --- Rows -------------------------------------------------------------------------- */
 
 kvc_status kvc_req_to_token_pool_alloc(kvc_req_to_token_pool *p, size_t n, int32_t *rows) {
+  KVC_API_ENTRY();
   POOL_ENTRY(p);
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!rows, p->ctx, KVC_ERR_INVALID_ARGUMENT, "rows is NULL for n = %zu", n);
@@ -240,6 +243,7 @@ void kvc__req_pool_unalloc(kvc_req_to_token_pool *p, const int32_t *rows, size_t
 }
 
 kvc_status kvc_req_to_token_pool_free(kvc_req_to_token_pool *p, int32_t row) {
+  KVC_API_ENTRY();
   POOL_ENTRY(p);
   KVC_RETURN_IF(row == 0, p->ctx, KVC_ERR_MISUSE, "row 0 is the padding row");
   KVC_RETURN_IF(row < 0 || row > p->size, p->ctx, KVC_ERR_MISUSE, "row %d is out of range [1, %d]", row, p->size);
@@ -252,6 +256,7 @@ kvc_status kvc_req_to_token_pool_free(kvc_req_to_token_pool *p, int32_t row) {
 }
 
 kvc_status kvc_req_to_token_pool_clear(kvc_req_to_token_pool *p) {
+  KVC_API_ENTRY();
   POOL_ENTRY(p);
   reset_rows(p);
   return pool_finish(p, __func__, KVC_OK);
@@ -284,11 +289,12 @@ const int32_t *kvc_req_to_token_pool_row(const kvc_req_to_token_pool *p, int32_t
 
 kvc_status kvc_req_to_token_pool_write(kvc_req_to_token_pool *p, int32_t row, int32_t start,
                                        const int64_t *slots, size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   POOL_ENTRY(p);
   KVC_RETURN_IF(row < 0 || row > p->size, p->ctx, KVC_ERR_INVALID_ARGUMENT, "row %d is out of range [1, %d]", row,
                 p->size);
   KVC_RETURN_IF(!kvc__req_pool_row_held(p, row), p->ctx, KVC_ERR_MISUSE, "row %d is not held", row);
-  KVC_RETURN_IF(start < 0 || (uint64_t)start + n > (uint64_t)p->width, p->ctx, KVC_ERR_INVALID_ARGUMENT,
+  KVC_RETURN_IF(start < 0 || !kvc__range_fits((uint64_t)start, n, (uint64_t)p->width), p->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "range [%d, %d + %zu) leaves the row of %d positions", start, start, n, p->width);
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!slots, p->ctx, KVC_ERR_INVALID_ARGUMENT, "slots is NULL for n = %zu", n);

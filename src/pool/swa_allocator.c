@@ -159,17 +159,12 @@ void kvc_swa_allocator_destroy(kvc_swa_allocator *a) {
 
 kvc_status kvc_swa_allocator_create(kvc_context *ctx, const kvc_swa_allocator_config *config,
                                     kvc_swa_allocator **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_ARG_NOT_NULL(ctx, config);
   KVC_ARG_NOT_NULL(ctx, out);
-  KVC_RETURN_IF(config->struct_size < offsetof(kvc_swa_allocator_config, reserved_) ||
-                    config->struct_size > sizeof(kvc_swa_allocator_config) ||
-                    config->version / 10000 != KVC_VERSION_MAJOR,
-                ctx, KVC_ERR_VERSION, "config struct_size %zu / version %u not understood", config->struct_size,
-                config->version);
-  kvc_swa_allocator_config c;
-  memset(&c, 0, sizeof c);
-  memcpy(&c, config, config->struct_size);
+  kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_swa_allocator_config));
   const bool pure = (c.flags & KVC_SWA_PURE) != 0, ring = c.ring_size > 0;
   const int64_t ps = c.page_size;
   KVC_RETURN_IF(c.flags & ~(KVC_SWA_NEED_SORT | KVC_SWA_PURE), ctx, KVC_ERR_INVALID_ARGUMENT, "unknown flags 0x%x",
@@ -183,8 +178,11 @@ kvc_status kvc_swa_allocator_create(kvc_context *ctx, const kvc_swa_allocator_co
   KVC_RETURN_IF(c.size_full < ps || (!ring && c.size_swa < ps), ctx, KVC_ERR_INVALID_ARGUMENT,
                 "size_full %lld / size_swa %lld must be >= page_size %lld", (long long)c.size_full,
                 (long long)c.size_swa, (long long)ps);
-  KVC_RETURN_IF(c.size_full + ps + 1 >= INT32_MAX || (!ring && c.size_swa + ps + 1 >= INT32_MAX), ctx,
-                KVC_ERR_INVALID_ARGUMENT, "sizes + page_size must stay below 2^31");
+  /* ps <= INT32_MAX, so the limit is computed without overflow; the sizes are never added. */
+  const int64_t size_limit = (int64_t)INT32_MAX - ps - 1;
+  KVC_RETURN_IF(c.size_full >= size_limit || (!ring && c.size_swa >= size_limit), ctx, KVC_ERR_INVALID_ARGUMENT,
+                "size_full %lld / size_swa %lld + page_size must stay below 2^31", (long long)c.size_full,
+                (long long)c.size_swa);
 
   kvc_status st = KVC_OK;
   kvc_swa_allocator *a = kvc__calloc(ctx, 1, sizeof *a);
@@ -285,6 +283,7 @@ int64_t kvc_swa_allocator_mapping_length(const kvc_swa_allocator *a) { return li
 
 kvc_status kvc_swa_allocator_translate_host(const kvc_swa_allocator *a, const int64_t *full, size_t n,
                                             int64_t *out) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   if (!n) return KVC_OK;
   KVC_RETURN_IF(!full || !out, a->ctx, KVC_ERR_INVALID_ARGUMENT, "full and out must be non-NULL");
@@ -298,7 +297,10 @@ kvc_status kvc_swa_allocator_translate_host(const kvc_swa_allocator *a, const in
 kvc_status kvc_swa_translate(kvc_context *ctx, const int64_t *mapping, int64_t mapping_len, const void *loc,
                              kvc_index_type loc_type, void *out, kvc_index_type out_type, size_t n,
                              kvc_stream stream) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
+  KVC_CHECK_INDEX_TYPE(ctx, loc_type);
+  KVC_CHECK_INDEX_TYPE(ctx, out_type);
   if (!n) return KVC_OK;
   KVC_RETURN_IF(!mapping || !loc || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "mapping, loc and out must be non-NULL");
   KVC_RETURN_IF(mapping_len < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "mapping_len %lld < 1", (long long)mapping_len);
@@ -309,8 +311,11 @@ kvc_status kvc_swa_translate(kvc_context *ctx, const int64_t *mapping, int64_t m
 
 kvc_status kvc_swa_allocator_translate(const kvc_swa_allocator *ac, const void *loc, kvc_index_type loc_type,
                                        void *out, kvc_index_type out_type, size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   SWA_ENTRY(ac);
   kvc_swa_allocator *a = (kvc_swa_allocator *)ac; /* memoised kernel lookup only */
+  KVC_CHECK_INDEX_TYPE(a->ctx, loc_type);
+  KVC_CHECK_INDEX_TYPE(a->ctx, out_type);
   if (!n) return KVC_OK;
   KVC_RETURN_IF(!loc || !out, a->ctx, KVC_ERR_INVALID_ARGUMENT, "loc and out must be non-NULL");
   return kvc__swa_gather(a->ctx, &a->k_gather, a->dmap, 1, a->map_len, loc, loc_type == KVC_INDEX_I64, out,
@@ -321,7 +326,9 @@ kvc_status kvc_swa_allocator_translate(const kvc_swa_allocator *ac, const void *
 
 static kvc_status ensure_tok(kvc_swa_allocator *a, const char *fn, size_t n) {
   if (n <= a->cap_tok) return KVC_OK;
-  size_t cap = KVC__MAX(n, 2 * a->cap_tok);
+  /* Three buffers of 8, 8 and 12 bytes per token: n stays far below SIZE_MAX / 16. */
+  KVC_RETURN_IF(n > (size_t)PTRDIFF_MAX / 16, a->ctx, KVC_ERR_INVALID_ARGUMENT, "%zu tokens is too large", n);
+  size_t cap = KVC__MAX(n, KVC__MIN(2 * a->cap_tok, (size_t)PTRDIFF_MAX / 16));
   cap = KVC__MAX(cap, (size_t)1024);
   int64_t *f = kvc__malloc(a->ctx, cap * 8), *w = kvc__malloc(a->ctx, cap * 8);
   uint32_t *words = kvc__malloc(a->ctx, (3 * cap + 16) * 4);
@@ -378,6 +385,7 @@ static kvc_status write_out(kvc_swa_allocator *a, int64_t *out_device, const int
 
 kvc_status kvc_swa_allocator_alloc(kvc_swa_allocator *a, int64_t n, int64_t *out_host, int64_t *out_device,
                                    kvc_stream stream) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   kvc_context *ctx = a->ctx;
   KVC_RETURN_IF(a->ps != 1, ctx, KVC_ERR_UNSUPPORTED, "alloc(n) needs page_size 1 (use alloc_extend)");
@@ -475,6 +483,7 @@ kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const
                                           kvc_req_to_token_pool *rp, const int32_t *rows,
                                           const int64_t *const *prefix_slots, int64_t *out_host,
                                           int64_t *out_device, kvc_stream stream) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   kvc_context *ctx = a->ctx;
   KVC_RETURN_IF(a->pure, ctx, KVC_ERR_UNSUPPORTED, "the pure-SWA allocator has no alloc_extend (page_size 1)");
@@ -560,6 +569,7 @@ static kvc_status decode_prepare(kvc_swa_allocator *a, const char *fn, size_t bs
 kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *a, size_t bs, const int64_t *seq_lens,
                                           const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *rows,
                                           int64_t *out_host, int64_t *out_device, kvc_stream stream) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   KVC_RETURN_IF(a->pure, a->ctx, KVC_ERR_UNSUPPORTED, "the pure-SWA allocator has no alloc_decode (page_size 1)");
   if (bs == 0) return KVC_OK;
@@ -648,6 +658,7 @@ kvc_status kvc_swa_allocator_alloc_extend_swa_tail(kvc_swa_allocator *a, int64_t
                                                    int64_t tail, kvc_req_to_token_pool *rp, int32_t row,
                                                    const int64_t *prefix_slots, int64_t *out_host,
                                                    int64_t *out_device, kvc_stream stream) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   kvc_context *ctx = a->ctx;
   KVC_RETURN_IF(a->pure, ctx, KVC_ERR_UNSUPPORTED, "the pure-SWA allocator has no alloc_extend_swa_tail");
@@ -785,7 +796,10 @@ static kvc_status zero_entries(kvc_swa_allocator *a, int64_t np, kvc_stream stre
 static kvc_status do_free_swa(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n,
                               bool unmapped_ok, kvc_stream stream) {
   int64_t nw, np;
-  KVC_FORWARD(ensure_tok(a, fn, n * (size_t)a->ps));
+  size_t tokens;
+  KVC_RETURN_IF(!kvc__mul_size(n, (size_t)a->ps, &tokens), a->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "%zu slots x page_size %d overflows", n, a->ps);
+  KVC_FORWARD(ensure_tok(a, fn, tokens));
   KVC_FORWARD(plan_swa_free(a, fn, slots, n, unmapped_ok, &nw, &np));
   KVC_FORWARD(zero_entries(a, np, stream));
   /* Cannot fail: every peer was checked held and listed once. */
@@ -802,6 +816,7 @@ static kvc_status pure_free(kvc_swa_allocator *a, const char *fn, const int64_t 
 }
 
 kvc_status kvc_swa_allocator_free_swa(kvc_swa_allocator *a, const int64_t *slots, size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   if (!n) return KVC_OK;
   KVC_ARG_NOT_NULL(a->ctx, slots);
@@ -821,6 +836,7 @@ static kvc_status check_released(kvc_swa_allocator *a, const char *fn, const int
 }
 
 kvc_status kvc_swa_allocator_free_full(kvc_swa_allocator *a, const int64_t *slots, size_t n) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   if (!n || a->pure) return KVC_OK;
   KVC_ARG_NOT_NULL(a->ctx, slots);
@@ -830,6 +846,7 @@ kvc_status kvc_swa_allocator_free_full(kvc_swa_allocator *a, const int64_t *slot
 }
 
 kvc_status kvc_swa_allocator_free(kvc_swa_allocator *a, const int64_t *slots, size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   if (!n) return KVC_OK;
   KVC_ARG_NOT_NULL(a->ctx, slots);
@@ -851,6 +868,7 @@ kvc_status kvc__swa_allocator_free_evicted(kvc_swa_allocator *a, const int64_t *
 
 kvc_status kvc_swa_allocator_free_segment(kvc_swa_allocator *a, const int64_t *slots, size_t n, int64_t start_pos,
                                           kvc_stream stream) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   if (!n) return KVC_OK;
   KVC_ARG_NOT_NULL(a->ctx, slots);
@@ -864,6 +882,7 @@ kvc_status kvc_swa_allocator_free_segment(kvc_swa_allocator *a, const int64_t *s
 
 kvc_status kvc_swa_allocator_free_full_segment(kvc_swa_allocator *a, const int64_t *slots, size_t n,
                                                int64_t start_pos) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   if (!n || a->pure) return KVC_OK;
   KVC_ARG_NOT_NULL(a->ctx, slots);
@@ -873,6 +892,7 @@ kvc_status kvc_swa_allocator_free_full_segment(kvc_swa_allocator *a, const int64
 }
 
 kvc_status kvc_swa_allocator_free_group_begin(kvc_swa_allocator *a) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   KVC_RETURN_IF(a->in_group, a->ctx, KVC_ERR_MISUSE, "a free group is already open (groups do not nest)");
   KVC_FORWARD(kvc_allocator_free_group_begin(a->full));
@@ -888,6 +908,7 @@ kvc_status kvc_swa_allocator_free_group_begin(kvc_swa_allocator *a) {
 }
 
 kvc_status kvc_swa_allocator_free_group_end(kvc_swa_allocator *a) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   KVC_RETURN_IF(!a->in_group, a->ctx, KVC_ERR_MISUSE, "no free group is open");
   a->in_group = false;
@@ -898,6 +919,7 @@ kvc_status kvc_swa_allocator_free_group_end(kvc_swa_allocator *a) {
 }
 
 kvc_status kvc_swa_allocator_clear(kvc_swa_allocator *a, kvc_stream stream) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   if (!a->pure) KVC_FORWARD(kvc__dev_memset(a->ctx, a->dmap, 0, (size_t)(a->map_len - 1) * 8, stream));
   kvc_status st = kvc_allocator_clear(a->full);
@@ -908,6 +930,7 @@ kvc_status kvc_swa_allocator_clear(kvc_swa_allocator *a, kvc_stream stream) {
 }
 
 kvc_status kvc_swa_allocator_check(const kvc_swa_allocator *a) {
+  KVC_API_ENTRY();
   SWA_ENTRY(a);
   KVC_FORWARD(kvc_allocator_check(a->full));
   if (has_swa_side(a)) KVC_FORWARD(kvc_allocator_check(a->swa));

@@ -54,17 +54,12 @@ void kvc_swa_kv_pool_destroy(kvc_swa_kv_pool *p) {
 }
 
 kvc_status kvc_swa_kv_pool_create(kvc_context *ctx, const kvc_swa_kv_pool_config *config, kvc_swa_kv_pool **out) {
+  KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_ARG_NOT_NULL(ctx, config);
   KVC_ARG_NOT_NULL(ctx, out);
-  KVC_RETURN_IF(config->struct_size < offsetof(kvc_swa_kv_pool_config, reserved_) ||
-                    config->struct_size > sizeof(kvc_swa_kv_pool_config) ||
-                    config->version / 10000 != KVC_VERSION_MAJOR,
-                ctx, KVC_ERR_VERSION, "config struct_size %zu / version %u not understood", config->struct_size,
-                config->version);
-  kvc_swa_kv_pool_config c;
-  memset(&c, 0, sizeof c);
-  memcpy(&c, config, config->struct_size);
+  kvc_swa_kv_pool_config c = KVC_SWA_KV_POOL_CONFIG_INIT;
+  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_swa_kv_pool_config));
   KVC_RETURN_IF(c.num_full_layers < 0 || c.num_swa_layers < 0 || c.num_full_layers + c.num_swa_layers < 1, ctx,
                 KVC_ERR_INVALID_ARGUMENT, "layer counts %d / %d", c.num_full_layers, c.num_swa_layers);
   KVC_RETURN_IF((c.num_full_layers && !c.full_layer_ids) || (c.num_swa_layers && !c.swa_layer_ids), ctx,
@@ -141,6 +136,7 @@ kvc_kv_pool *kvc_swa_kv_pool_full(const kvc_swa_kv_pool *p) { return p && p->mag
 kvc_kv_pool *kvc_swa_kv_pool_swa(const kvc_swa_kv_pool *p) { return p && p->magic == KVC__SWAKV_MAGIC ? p->swa : NULL; }
 
 kvc_status kvc_swa_kv_pool_layer(const kvc_swa_kv_pool *p, int32_t layer_id, int *is_swa, int32_t *index) {
+  KVC_API_ENTRY();
   SKV_ENTRY(p);
   KVC_RETURN_IF(layer_id < 0 || layer_id > p->max_id || p->route[layer_id] < 0, p->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "layer %d is neither a full nor an SWA layer of this pool", layer_id);
@@ -151,6 +147,7 @@ kvc_status kvc_swa_kv_pool_layer(const kvc_swa_kv_pool *p, int32_t layer_id, int
 }
 
 kvc_status kvc_swa_kv_pool_register_allocator(kvc_swa_kv_pool *p, const kvc_swa_allocator *a) {
+  KVC_API_ENTRY();
   SKV_ENTRY(p);
   const int64_t len = kvc_swa_allocator_mapping_length(a);
   KVC_RETURN_IF(!len, p->ctx, KVC_ERR_INVALID_ARGUMENT, "alloc is not a live kvc_swa_allocator");
@@ -169,9 +166,11 @@ kvc_status kvc_swa_kv_pool_set_kv(kvc_swa_kv_pool *p, int32_t layer_id, const vo
                                   kvc_index_type loc_type, size_t n, const void *k, const void *v, kvc_dtype src_dtype,
                                   int64_t k_stride, int64_t v_stride, const float *k_scale_device, float k_scale,
                                   const float *v_scale_device, float v_scale, kvc_stream stream) {
+  KVC_API_ENTRY();
   int is_swa;
   int32_t idx;
   KVC_FORWARD(kvc_swa_kv_pool_layer(p, layer_id, &is_swa, &idx));
+  KVC_CHECK_INDEX_TYPE(p->ctx, loc_type);
   if (!is_swa)
     return kvc_kv_pool_set_kv(p->full, idx, loc, loc_type, n, k, v, src_dtype, k_stride, v_stride, k_scale_device,
                               k_scale, v_scale_device, v_scale, stream);
@@ -183,7 +182,13 @@ kvc_status kvc_swa_kv_pool_set_kv(kvc_swa_kv_pool *p, int32_t layer_id, const vo
   KVC_RETURN_IF(!loc || !k || !v, p->ctx, KVC_ERR_INVALID_ARGUMENT, "loc, k and v must be non-NULL");
   const size_t es = src_elem(src_dtype), lw = loc_type == KVC_INDEX_I64 ? 8 : 4;
   KVC_RETURN_IF(!es, p->ctx, KVC_ERR_INVALID_ARGUMENT, "bad src_dtype");
-  const size_t kb = (size_t)(k_stride ? k_stride : p->swa_row_k) * es, vb = (size_t)(v_stride ? v_stride : p->swa_row_v) * es;
+  KVC_RETURN_IF(k_stride < 0 || v_stride < 0, p->ctx, KVC_ERR_INVALID_ARGUMENT, "negative stride");
+  /* Chunk offsets below are off x row bytes: the whole span must be representable. */
+  size_t kb, vb, k_span, v_span;
+  KVC_RETURN_IF(!kvc__mul_size((size_t)(k_stride ? k_stride : p->swa_row_k), es, &kb) ||
+                    !kvc__mul_size((size_t)(v_stride ? v_stride : p->swa_row_v), es, &vb) ||
+                    !kvc__mul_size(n, kb, &k_span) || !kvc__mul_size(n, vb, &v_span),
+                p->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu rows of the given strides overflow the address range", n);
   for (size_t off = 0; off < n; off += (size_t)p->cap) {
     const size_t m = KVC__MIN(n - off, (size_t)p->cap);
     KVC_FORWARD(kvc__swa_gather(p->ctx, &p->k_gather, p->dmap, 1, p->map_len, (const char *)loc + off * lw,
@@ -198,12 +203,15 @@ kvc_status kvc_swa_kv_pool_set_kv(kvc_swa_kv_pool *p, int32_t layer_id, const vo
 
 kvc_status kvc_swa_kv_pool_move(kvc_swa_kv_pool *p, const void *tgt, const void *src, kvc_index_type loc_type,
                                 size_t n, kvc_stream stream) {
+  KVC_API_ENTRY();
   SKV_ENTRY(p);
+  KVC_CHECK_INDEX_TYPE(p->ctx, loc_type);
   if (!n) return KVC_OK;
   KVC_RETURN_IF(!tgt || !src, p->ctx, KVC_ERR_INVALID_ARGUMENT, "tgt_loc and src_loc must be non-NULL");
+  /* Before the full side moves anything: a refused SWA half must leave both unchanged. */
+  KVC_RETURN_IF(p->swa && !p->dmap, p->ctx, KVC_ERR_MISUSE, "the SWA side needs a registered allocator");
   if (p->full) KVC_FORWARD(kvc_kv_pool_move(p->full, tgt, src, loc_type, n, stream));
   if (!p->swa) return KVC_OK;
-  KVC_RETURN_IF(!p->dmap, p->ctx, KVC_ERR_MISUSE, "the SWA side needs a registered allocator");
   const size_t lw = loc_type == KVC_INDEX_I64 ? 8 : 4;
   const int i64 = loc_type == KVC_INDEX_I64;
   for (size_t off = 0; off < n; off += (size_t)p->cap) {
@@ -218,6 +226,7 @@ kvc_status kvc_swa_kv_pool_move(kvc_swa_kv_pool *p, const void *tgt, const void 
 }
 
 kvc_status kvc_swa_kv_pool_host_copy_bytes(const kvc_swa_kv_pool *p, size_t n, size_t *full_bytes, size_t *swa_bytes) {
+  KVC_API_ENTRY();
   SKV_ENTRY(p);
   size_t f = 0, s = 0;
   if (p->full) KVC_FORWARD(kvc_kv_pool_host_copy_bytes(p->full, n, &f));
@@ -261,6 +270,7 @@ done:
 
 kvc_status kvc_swa_kv_pool_copy_to_host(kvc_swa_kv_pool *p, const int64_t *loc, size_t n, void *host_full,
                                         void *host_swa, uint8_t *swa_mask, kvc_stream stream) {
+  KVC_API_ENTRY();
   SKV_ENTRY(p);
   if (!n) return KVC_OK;
   KVC_RETURN_IF(!loc || (p->full && !host_full) || (p->swa && (!host_swa || !swa_mask)), p->ctx,
@@ -275,6 +285,7 @@ kvc_status kvc_swa_kv_pool_copy_to_host(kvc_swa_kv_pool *p, const int64_t *loc, 
 
 kvc_status kvc_swa_kv_pool_copy_from_host(kvc_swa_kv_pool *p, const int64_t *loc, size_t n, const void *host_full,
                                           const void *host_swa, const uint8_t *saved_mask, kvc_stream stream) {
+  KVC_API_ENTRY();
   SKV_ENTRY(p);
   if (!n) return KVC_OK;
   KVC_RETURN_IF(!loc || (p->full && !host_full) || (p->swa && (!host_swa || !saved_mask)), p->ctx,

@@ -278,8 +278,9 @@ static void window_use_after_free(int32_t ps, bool channel) {
              kvc_status_name(st));
   /* The failed step handed out the full slot whose peer is s, and kept it. */
   assert_int_equal(peer(&w, slot_at(&w, &a, a.seq_len - 1)), s);
+  /* The message names the call the scheduler made, not the canary check inside it. */
   char want[160];
-  snprintf(want, sizeof want, "kvc_kv_pool_canary_check: slot %d (request position 0) layer 1 region 0 byte 0 was "
+  snprintf(want, sizeof want, "kvc_flow_alloc_for_decode: slot %d (request position 0) layer 1 region 0 byte 0 was "
                               "written after it was freed (%d bytes differ) [SWA layers",
            s, 2 * ROW_BYTES);
   if (strncmp(kvc_last_error(kvt_ctx), want, strlen(want)))

@@ -106,6 +106,54 @@ static void test_swa_window_eviction_during_decode(void **state) {
   }
 }
 
+/* A batch the allocator would refuse (a request listed twice, a row not held) is refused
+ * before the window eviction: no SWA slot freed, no mapping zeroed, swa_evicted_seqlen
+ * unchanged (issue 13 item 7). Extend too, for a request with a row listed twice. */
+static void test_swa_refused_batch_evicts_nothing(void **state) {
+  (void)state;
+  flow_world w;
+  swa_world_make(&w, 4);
+  kvc_req_state a = req0(40), b = req0(24);
+  kvc_req_state *both[] = {&a, &b};
+  KVT_OK(kvc_flow_alloc_for_extend(w.flow, both, 2, w.out, NULL));
+  const int64_t swa_free = kvc_swa_allocator_swa_available_size(w.swa);
+  const int64_t full_free = kvc_swa_allocator_full_available_size(w.swa);
+  const int32_t *row = kvc_req_to_token_pool_row(w.pool, a.req_row);
+  const int32_t *map = kvc_swa_allocator_mapping_host(w.swa);
+  const int32_t peer0 = map[row[0]];
+  assert_true(peer0 > 0);
+  kvc_req_state *twice[] = {&a, &b, &a};
+  KVT_STATUS(kvc_flow_alloc_for_decode(w.flow, twice, 3, 1, w.out, NULL), KVC_ERR_MISUSE);
+  assert_int_equal(a.swa_evicted_seqlen, 0);
+  assert_int_equal(kvc_swa_allocator_swa_available_size(w.swa), swa_free);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "share row"));
+  kvc_req_state stale = a;
+  stale.req_row = 4; /* a row nobody holds */
+  kvc_req_state *bad_row[] = {&a, &stale};
+  KVT_STATUS(kvc_flow_alloc_for_decode(w.flow, bad_row, 2, 1, w.out, NULL), KVC_ERR_MISUSE);
+  /* Extend of a request with a row (a chunked prefill continuing) listed twice. */
+  a.prefix_len = a.seq_len;
+  a.seq_len += 8;
+  kvc_req_state *twice_extend[] = {&a, &a};
+  KVT_STATUS(kvc_flow_alloc_for_extend(w.flow, twice_extend, 2, w.out, NULL), KVC_ERR_MISUSE);
+  a.seq_len = a.prefix_len;
+  a.prefix_len = 0;
+  assert_int_equal(a.swa_evicted_seqlen, 0);
+  assert_int_equal(b.swa_evicted_seqlen, 0);
+  assert_int_equal(map[row[0]], peer0);
+  assert_int_equal(kvc_swa_allocator_swa_available_size(w.swa), swa_free);
+  assert_int_equal(kvc_swa_allocator_full_available_size(w.swa), full_free);
+  assert_int_equal(a.seq_len, 40);
+  kvc_req_state *live[] = {&a, &b};
+  KVT_OK(kvc_flow_check(w.flow, live, 2));
+  /* The same batch without the repeat goes through and evicts. */
+  KVT_OK(kvc_flow_alloc_for_decode(w.flow, both, 2, 1, w.out, NULL));
+  assert_true(a.swa_evicted_seqlen > 0);
+  KVT_OK(kvc_flow_release(w.flow, both, 2, 1, NULL));
+  KVT_OK(kvc_swa_allocator_check(w.swa));
+  flow_world_free(&w);
+}
+
 /* The same window eviction with decode steps published through an SWA decode channel and
  * applied by its kernel: same states and host mapping, and the device mapping (written by
  * the eviction's launches and the channel's kernel, in stream order) equals the host's. */
@@ -374,6 +422,7 @@ static void test_hybrid_decode_through_a_channel(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_swa_window_eviction_during_decode),
     cmocka_unit_test(test_swa_window_eviction_through_a_channel),
+    cmocka_unit_test(test_swa_refused_batch_evicts_nothing),
     cmocka_unit_test(test_hybrid_mamba_slots_follow_requests),
     cmocka_unit_test(test_hybrid_free_mamba_cache_slot_mapped_twice),
     cmocka_unit_test(test_hybrid_flow_track_pp1_batch),

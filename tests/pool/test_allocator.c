@@ -263,6 +263,28 @@ static void test_need_sort_merge_triggers(void **state) {
   KVT_OK(kvc_allocator_merge_and_sort_free(a));
   expect_next_alloc(a, (int64_t[]){1, 6}, 2);
   kvc_allocator_destroy(a);
+
+  /* A refused alloc(n) changes only what the header says (issue 13 item 8): its merge is
+   * kept, as SGLang's, the free set and available size are the same, the next call gets
+   * SGLang's (sorted) slots. */
+  a = kvt_allocator(KVC_ALLOCATOR_PAGED, 12, 2, KVC_ALLOCATOR_NEED_SORT);
+  KVT_OK(kvc_allocator_alloc(a, 10, s));                /* pages 1..5, free [6] */
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){8, 9, 2, 3}, 4)); /* deferred [4, 1] */
+  kvc_allocator_stats before, after;
+  KVT_OK(kvc_allocator_get_stats(a, &before));
+  assert_int_equal(before.deferred_pages, 2);
+  int64_t big[8];
+  for (int i = 0; i < 8; i++) big[i] = -7;
+  KVT_STATUS(kvc_allocator_alloc(a, 8, big), KVC_ERR_OUT_OF_SLOTS); /* 4 pages > 3 */
+  for (int i = 0; i < 8; i++) assert_int_equal(big[i], -7);
+  KVT_OK(kvc_allocator_get_stats(a, &after));
+  assert_int_equal(after.merges, before.merges + 1);
+  assert_int_equal(after.deferred_pages, 0);
+  assert_int_equal(after.free_pages, before.free_pages + before.deferred_pages);
+  assert_int_equal(kvc_allocator_available_size(a), 6);
+  expect_next_alloc(a, (int64_t[]){2, 3, 8, 9, 12, 13}, 6); /* pages 1, 4, 6 sorted */
+  KVT_OK(kvc_allocator_check(a));
+  kvc_allocator_destroy(a);
 }
 
 static void test_free_groups_paged(void **state) {

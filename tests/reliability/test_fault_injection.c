@@ -831,19 +831,24 @@ static void test_pool_bytes_over_2_31_and_2_32_are_exact(void **state) {
   sc.swa_head_num = 1 << 20, sc.swa_head_dim = 1 << 20;
   kvc_swa_kv_pool *sp = NULL;
   assert_int_equal(kvc_swa_kv_pool_create(kvt_ctx, &sc, &sp), KVC_ERR_INVALID_ARGUMENT);
-  /* req_to_token table: (size + 1) x width x 4 bytes over 2^32, exact. */
+  /* req_to_token table: the largest allowed one, 2^31 entries = 2^33 bytes, exact. */
   kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  rc.size = 1 << 16, rc.max_context_len = 1 << 15;
+  rc.size = (1 << 15) - 1, rc.max_context_len = 1 << 16;
   kvc_req_to_token_pool *rp = NULL;
   kvc__fault_set(kvt_ctx, KVC__FAULT_DEVICE_ALLOC, 0);
   assert_int_equal(kvc_req_to_token_pool_create(kvt_ctx, &rc, &rp), KVC_ERR_DEVICE_OOM);
   kvc__fault_reset(kvt_ctx);
-  assert_int_equal(kvc__core_of(kvt_ctx)->fault.last_device_bytes, ((uint64_t)(1 << 16) + 1) * (1 << 15) * 4);
-  /* The largest table (2^64 - 2^33 bytes) still fits size_t: an exact request that fails
-   * as host OOM (the host mirror), never a wrapped one. */
-  rc.size = INT32_MAX - 1, rc.max_context_len = INT32_MAX;
-  assert_int_equal(kvc_req_to_token_pool_create(kvt_ctx, &rc, &rp), KVC_ERR_HOST_OOM);
-  assert_null(rp);
+  assert_int_equal(kvc__core_of(kvt_ctx)->fault.last_device_bytes, (uint64_t)1 << 33);
+  /* One row more, 65536 x 65536 (2 x 16 GiB), and the largest sizes (whose byte count
+   * still fits size_t) are over the documented 2^31 entries: refused before allocating. */
+  const int32_t over[][2] = {{1 << 15, 1 << 16}, {(1 << 16) - 1, 1 << 16}, {INT32_MAX - 1, INT32_MAX}};
+  for (size_t i = 0; i < sizeof over / sizeof over[0]; i++) {
+    rc.size = over[i][0], rc.max_context_len = over[i][1];
+    kvc__core_of(kvt_ctx)->fault.last_device_bytes = 0;
+    assert_int_equal(kvc_req_to_token_pool_create(kvt_ctx, &rc, &rp), KVC_ERR_INVALID_ARGUMENT);
+    assert_int_equal(kvc__core_of(kvt_ctx)->fault.last_device_bytes, 0);
+    assert_null(rp);
+  }
   const kvc__live live1 = kvc__fault_live(kvt_ctx);
   assert_int_equal(live1.host_allocs, live0.host_allocs);
   assert_int_equal(live1.device_allocs, live0.device_allocs);

@@ -103,6 +103,59 @@ static void test_error_text_is_per_context_and_per_thread(void **state) {
   kvc_context_destroy(b);
 }
 
+/* More contexts than any fixed per-thread table: each keeps its own text, and a pointer
+ * returned earlier still shows that context's message (issue 13 item 6). */
+static void test_error_text_holds_for_any_number_of_contexts(void **state) {
+  (void)state;
+  enum { N = 40 };
+  kvc_context *c[N];
+  const char *earlier[N];
+  kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
+  cfg.backend = KVC_BACKEND_HOST;
+  for (int i = 0; i < N; i++) {
+    KVT_OK(kvc_context_create(&cfg, &c[i]));
+    /* A distinct size in each message tells the contexts apart. */
+    kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+    rc.size = -(1000 + i);
+    rc.max_context_len = 8;
+    kvc_req_to_token_pool *rp = NULL;
+    assert_int_equal(kvc_req_to_token_pool_create(c[i], &rc, &rp), KVC_ERR_INVALID_ARGUMENT);
+    earlier[i] = kvc_last_error(c[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    char want[32];
+    snprintf(want, sizeof want, "%d", -(1000 + i));
+    if (!strstr(kvc_last_error(c[i]), want) || !strstr(earlier[i], want))
+      fail_msg("context %d: text \"%s\", earlier pointer \"%s\", want \"%s\"", i, kvc_last_error(c[i]),
+               earlier[i], want);
+    assert_ptr_equal(kvc_last_error(c[i]), earlier[i]);
+  }
+  for (int i = 0; i < N; i++) kvc_context_destroy(c[i]);
+}
+
+static void test_context_config_reserved_and_unknown_flags_are_refused(void **state) {
+  (void)state;
+  kvc_context *c = (kvc_context *)&c; /* must stay untouched */
+  kvc_context *const sentinel = c;
+  kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
+  cfg.backend = KVC_BACKEND_HOST;
+  cfg.reserved_[7] = 1;
+  assert_int_equal(kvc_context_create(&cfg, &c), KVC_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(kvc_last_error(NULL), "reserved_[7]"));
+  assert_ptr_equal(c, sentinel);
+  kvc_context_config_default(&cfg);
+  cfg.backend = KVC_BACKEND_HOST;
+  cfg.flags = 0x80u;
+  assert_int_equal(kvc_context_create(&cfg, &c), KVC_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(kvc_last_error(NULL), "flags"));
+  assert_ptr_equal(c, sentinel);
+  /* A caller built against a newer minor with a bigger struct is refused, not misread. */
+  kvc_context_config_default(&cfg);
+  cfg.struct_size = sizeof cfg + 8;
+  assert_int_equal(kvc_context_create(&cfg, &c), KVC_ERR_VERSION);
+  assert_ptr_equal(c, sentinel);
+}
+
 static void test_memory_roundtrip_on_backend(void **state) {
   (void)state;
   kvt_rng r = {kvt_seed()};
@@ -150,7 +203,10 @@ static void test_cuda_request_without_device_is_no_device(void **state) {
   }
   assert_int_equal(st, KVC_ERR_NO_DEVICE);
   assert_null(c);
-  assert_true(strlen(kvc_last_error(NULL)) > 0);
+  /* Named once, by the function the caller called (issue 13 item 14). */
+  const char *msg = kvc_last_error(NULL);
+  if (strncmp(msg, "kvc_context_create: ", 20) != 0 || strstr(msg + 20, "kvc_context_create:"))
+    fail_msg("message \"%s\"", msg);
 }
 
 static void test_device_info_on_cuda(void **state) {
@@ -172,6 +228,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_host_backend_always_available),
     cmocka_unit_test(test_check_mode_from_flag),
     cmocka_unit_test(test_error_text_is_per_context_and_per_thread),
+    cmocka_unit_test(test_error_text_holds_for_any_number_of_contexts),
+    cmocka_unit_test(test_context_config_reserved_and_unknown_flags_are_refused),
     cmocka_unit_test(test_memory_roundtrip_on_backend),
     cmocka_unit_test(test_pinned_memory),
     cmocka_unit_test(test_cuda_request_without_device_is_no_device),

@@ -103,9 +103,8 @@ void kvc_host_kv_move(const void *params) {
   int64_t max_row = 0;
   for (int g = 0; g < p->nseg; g++) max_row = p->seg[g].row_bytes > max_row ? p->seg[g].row_bytes : max_row;
   const int64_t chunk = p->n < p->chunk ? p->n : p->chunk;
-  if (chunk <= 0 || max_row <= 0) return; /* nothing to copy (and no malloc(0), which may return NULL) */
-  uint8_t *tmp = malloc((size_t)(chunk * max_row));
-  if (!tmp) abort(); /* host twin scratch; chunk * row bytes is small on the host backend */
+  if (chunk <= 0 || max_row <= 0) return; /* nothing to copy */
+  uint8_t *tmp = KVC_HPTR(uint8_t *, p->host_scratch); /* chunk x max_row bytes (kv_move.c) */
   for (int g = 0; g < p->nseg; g++) {
     const kvc_kv_seg *s = &p->seg[g];
     for (int32_t l = 0; l < s->layers; l++) {
@@ -125,7 +124,6 @@ void kvc_host_kv_move(const void *params) {
       }
     }
   }
-  free(tmp);
 }
 
 void kvc_host_kv_offload(const void *params) {
