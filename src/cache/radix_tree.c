@@ -493,6 +493,7 @@ void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys,
     rx_node *C = &rc->nodes[c];
     C->access = t;
     if (priority > C->priority) C->priority = priority;
+    heap_fix(rc, c); /* its key changed; a split below leaves it where it is */
     int64_t pl = common_pages(rx_keys(C), keys + pos, KVC__MIN((int64_t)C->len, n - pos), ps);
     if (pl < C->len) c = split(rc, c, (int32_t)pl);
     pos += pl;
