@@ -37,17 +37,18 @@ static inline int64_t *rx_seg_vals(rx_seg *s) { return (int64_t *)(s + 1); }
 static inline int32_t *rx_seg_keys(rx_seg *s) { return (int32_t *)(rx_seg_vals(s) + s->len); }
 
 typedef struct rx_node {
+  /* hot in lock / unlock / eviction walks: first, so one cache line serves them */
+  int32_t parent, lock_ref, len, nchild;
+  int32_t heap_pos;   /* index in the eviction heap, RX_NONE when not an evictable leaf */
+  int32_t off;        /* [off, off + len) of the segment */
   rx_seg *seg;        /* NULL for the root and for free nodes */
-  int32_t off, len;   /* [off, off + len) of the segment */
-  uint64_t ns;        /* namespace (extra_key / cache_salt id), inherited from the parent */
   uint64_t access;    /* logical clock of the last access (SGLang last_access_time) */
   uint64_t creation;  /* logical clock at creation (SGLang creation_time) */
-  uint64_t last_hash; /* block hash of the node's last page (KV events only) */
   int32_t hit_count, priority;
-  int32_t parent, first_child, next_sib, prev_sib;
-  int32_t nchild, lock_ref;
-  int32_t heap_pos;   /* index in the eviction heap, RX_NONE when not an evictable leaf */
+  int32_t first_child, next_sib, prev_sib;
   uint32_t serial;    /* generation: part of the public handle, new on every reuse */
+  uint64_t ns;        /* namespace (extra_key / cache_salt id), inherited from the parent */
+  uint64_t last_hash; /* block hash of the node's last page (KV events only) */
 } rx_node;
 
 /* One entry of the child table. child RX_NONE = empty. */
@@ -61,6 +62,7 @@ struct kvc_radix_cache {
   kvc_context *ctx;
   kvc_radix_cache_config cfg;
   int64_t ps;
+  int32_t ps_shift; /* log2(ps) when ps is a power of two, else -1 */
   /* nodes */
   rx_node *nodes;
   int32_t nodes_cap, nodes_used; /* used = high-water mark of ids handed out */
@@ -102,9 +104,29 @@ kvc_status kvc__rx_clear(kvc_radix_cache *rc);
 
 static inline int64_t *rx_vals(const rx_node *n) { return rx_seg_vals(n->seg) + n->off; }
 static inline int32_t *rx_keys(const rx_node *n) { return rx_seg_keys(n->seg) + n->off; }
-static inline bool rx_slot_held(const kvc_radix_cache *rc, int64_t s) {
-  return (rc->held[s >> 6] >> (s & 63)) & 1u;
+/* The page of a slot: a shift for power-of-two page sizes (a division costs ~25 cycles,
+ * and duplicate checks take one per slot). */
+static inline int64_t rx_page(const kvc_radix_cache *rc, int64_t s) {
+  return rc->ps_shift >= 0 ? s >> rc->ps_shift : s / rc->ps;
 }
+/* The held bitmap has one bit per page: the tree holds whole pages. */
+static inline bool rx_slot_held(const kvc_radix_cache *rc, int64_t s) {
+  const int64_t u = rx_page(rc, s);
+  return (rc->held[u >> 6] >> (u & 63)) & 1u;
+}
+static inline size_t rx_held_words(const kvc_radix_cache *rc) {
+  return (size_t)(rc->cfg.num_slots / rc->ps >> 6) + 1;
+}
+
+/** Marks the pages of slots[0:n) (n a multiple of the page size) held, a bitmap word at a
+ *  time along runs of consecutive slots. With page_size > 1 every page must be one
+ *  allocator page: its first slot page-aligned, the others consecutive. Returns KVC_OK,
+ *  or, having marked nothing, the status for the run holding the first bad slot (its
+ *  start in *bad): INVALID_ARGUMENT (outside [1, num_slots] or not whole pages) or
+ *  MISUSE (already held, or repeated). */
+kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad);
+/** Clears the held bits of the pages of slots[0:n) (all marked). */
+void kvc__rx_unmark(kvc_radix_cache *rc, const int64_t *slots, int64_t n);
 
 /** Grows the scratch arrays for keys of up to n tokens. */
 kvc_status kvc__rx_reserve(kvc_radix_cache *rc, const char *fn, size_t n);
@@ -122,11 +144,14 @@ const int64_t *kvc__rx_path_values(kvc_radix_cache *rc, size_t depth, int64_t to
 /** Nodes a call creates at most: a split and a new leaf. Reserve before mutating. */
 kvc_status kvc__rx_reserve_nodes(kvc_radix_cache *rc, const char *fn, int32_t n);
 
-/** Dry run of an insert of keys/vals[0:n) (page-floored): *prefix tokens already
- *  present; the incoming slots there that differ from the tree's go to dups (*ndups).
- *  Changes nothing. */
+/** Dry run of an insert of keys[0:n) (page-floored) with vals valid on [from, n):
+ *  *prefix tokens already present; the incoming slots of [from, prefix) that differ from
+ *  the tree's go to dups (*ndups). Changes nothing. */
 kvc_status kvc__rx_probe(const kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, const int64_t *vals, int64_t n,
-                         int64_t *prefix, int64_t *dups, size_t *ndups);
+                         int64_t from, int64_t *prefix, int64_t *dups, size_t *ndups);
+/** Slots to free must be in range and not the tree's: KVC_OK, or the status for the
+ *  first bad one (index in *bad). Runs of consecutive ids are checked a word at a time. */
+kvc_status kvc__rx_check_free(const kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad);
 /** A new segment holding keys/vals[0:n) (refs 1). NULL on HOST_OOM. */
 rx_seg *kvc__rx_seg_new(kvc_radix_cache *rc, const int32_t *keys, const int64_t *vals, int64_t n);
 /** SGLang _insert_helper, after kvc__rx_probe and kvc__rx_reserve_nodes(rc, 2): stamps

@@ -72,6 +72,7 @@ kvc_status kvc_radix_cache_create(kvc_context *ctx, const kvc_radix_cache_config
   rc->ctx = ctx;
   rc->cfg = cfg;
   rc->ps = cfg.page_size;
+  rc->ps_shift = (cfg.page_size & (cfg.page_size - 1)) ? -1 : __builtin_ctz((unsigned)cfg.page_size);
   rc->events_on = cfg.on_event != NULL;
   rc->check = kvc_context_check_mode(ctx) != 0;
   if (kvc__rx_init(rc) != KVC_OK) {
@@ -155,46 +156,36 @@ kvc_status kvc_radix_cache_match_req(kvc_radix_cache *rc, kvc_req_state *req, kv
 
 /* --- Insert ------------------------------------------------------------------------------------ */
 
-static void unmark(kvc_radix_cache *rc, const int64_t *slots, int64_t n) {
-  for (int64_t i = 0; i < n; i++) rc->held[slots[i] >> 6] &= ~(1ull << (slots[i] & 63));
-}
-
 /* The whole insert: probe, validate and mark the new slots, allocate the leaf, reserve
  * nodes, free the duplicates, then apply (which cannot fail). keys/vals hold n tokens
  * (page-floored by the caller). reserve_extra: nodes the caller needs after this (the
  * prompt split). On failure nothing changed. */
 static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, uint64_t ns, const int32_t *keys,
-                         const int64_t *vals, int64_t n, int32_t priority, int64_t inserted_len, int32_t extra,
-                         int64_t *prefix, int32_t *node, size_t *ndups) {
+                         const int64_t *vals, int64_t from, int64_t n, int32_t priority, int64_t inserted_len,
+                         int32_t extra, int64_t *prefix, int32_t *node, size_t *ndups) {
   KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)n));
   size_t nd = 0;
-  kvc__rx_probe(rc, ns, keys, vals, n, prefix, rc->dups, &nd);
+  kvc__rx_probe(rc, ns, keys, vals, n, from, prefix, rc->dups, &nd);
   const int64_t p = *prefix, top = rc->cfg.num_slots;
-  int64_t marked = 0;
-  kvc_status st = KVC_OK;
-  for (int64_t i = p; i < n; i++, marked++) {
-    int64_t s = vals[i];
-    if (s < 1 || s > top) {
-      st = kvc__error(rc->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "slot %lld at position %lld outside [1, %lld]",
-                      (long long)s, (long long)i, (long long)top);
-      break;
-    }
-    if (rx_slot_held(rc, s)) {
-      st = kvc__error(rc->ctx, KVC_ERR_MISUSE, fn, "slot %lld at position %lld is already cached (given twice?)",
-                      (long long)s, (long long)i);
-      break;
-    }
-    rc->held[s >> 6] |= 1ull << (s & 63);
+  KVC_RETURN_IF(p < from, rc->ctx, KVC_ERR_MISUSE,
+                "%s: the request's first %lld tokens (cache_protected_len) are not in the tree, only %lld (was its "
+                "node locked?)", fn, (long long)from, (long long)p);
+  int64_t bad = 0;
+  kvc_status st = kvc__rx_mark(rc, vals + p, n - p, &bad);
+  if (st != KVC_OK) {
+    const int64_t s = vals[p + bad];
+    if (st == KVC_ERR_INVALID_ARGUMENT)
+      return kvc__error(rc->ctx, st, fn,
+                        "slots from %lld at position %lld: outside [1, %lld], or (page size %lld) not whole "
+                        "allocator pages (a page-aligned slot followed by its consecutive slots)",
+                        (long long)s, (long long)(p + bad), (long long)top, (long long)rc->ps);
+    return kvc__error(rc->ctx, st, fn, "slots from %lld at position %lld: one is already cached (given twice?)",
+                      (long long)s,
+                      (long long)(p + bad));
   }
-  for (size_t i = 0; i < nd && st == KVC_OK; i++) {
-    int64_t s = rc->dups[i];
-    if (s < 1 || s > top)
-      st = kvc__error(rc->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "duplicate slot %lld outside [1, %lld]", (long long)s,
-                      (long long)top);
-    else if (rx_slot_held(rc, s))
-      st = kvc__error(rc->ctx, KVC_ERR_MISUSE, fn, "slot %lld of a cached token is held by the tree elsewhere",
-                      (long long)s);
-  }
+  if (nd && (st = kvc__rx_check_free(rc, rc->dups, (int64_t)nd, &bad)) != KVC_OK)
+    st = kvc__error(rc->ctx, st, fn, "duplicate slot %lld: outside [1, %lld] or held by the tree elsewhere",
+                    (long long)rc->dups[bad], (long long)top);
   if (st == KVC_OK && nd && !can_free(rc, flow))
     st = kvc__error(rc->ctx, KVC_ERR_UNSUPPORTED, fn, "%zu duplicate slots to free but no flow and no free_slots hook",
                     nd);
@@ -209,7 +200,7 @@ static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, ui
     st = free_through(&fp, rc->dups, nd); /* SGLang frees row[cache_protected_len:prefix_len) */
   }
   if (st != KVC_OK) {
-    unmark(rc, vals + p, marked);
+    kvc__rx_unmark(rc, vals + p, n - p);
     if (seg) {
       rc->seg_bytes -= kvc__rx_seg_bytes(seg->len);
       kvc__free(rc->ctx, seg);
@@ -229,7 +220,7 @@ kvc_status kvc_radix_cache_insert(kvc_radix_cache *rc, kvc_flow *flow, uint64_t 
   n = n / rc->ps * rc->ps;
   int64_t prefix = 0;
   int32_t node;
-  if (n > 0) KVC_FORWARD(insert(rc, flow, __func__, ns, tokens, slots, n, priority, 0, 0, &prefix, &node, NULL));
+  if (n > 0) KVC_FORWARD(insert(rc, flow, __func__, ns, tokens, slots, 0, n, priority, 0, 0, &prefix, &node, NULL));
   if (prefix_len) *prefix_len = prefix;
   return post(rc, __func__, KVC_OK);
 }
@@ -270,7 +261,9 @@ static kvc_status req_key(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_sta
                 "%s: the request's node is in namespace %llu, its key in %llu (mixed namespaces)", fn,
                 (unsigned long long)rc->nodes[old].ns, (unsigned long long)rr->ns);
   KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)key_len));
-  return kvc_flow_row_slots(flow, req->req_row, 0, key_len, rc->vec);
+  /* [0, cache_protected_len) is the tree's already (SGLang frees duplicates from there). */
+  const int64_t from = KVC__MIN(req->cache_protected_len, key_len);
+  return kvc_flow_row_slots(flow, req->req_row, from, key_len, rc->vec + from);
 }
 
 kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flow, kvc_req_state *req,
@@ -304,8 +297,8 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
   int64_t prefix = 0;
   int32_t node = 0;
   if (key_len > 0) {
-    st = insert(rc, flow, __func__, rr->ns, rr->tokens, rc->vec, key_len, rr->priority, rr->inserted_len, 1, &prefix,
-                &node, NULL);
+    st = insert(rc, flow, __func__, rr->ns, rr->tokens, rc->vec, KVC__MIN(req->cache_protected_len, key_len), key_len,
+                rr->priority, rr->inserted_len, 1, &prefix, &node, NULL);
     if (st != KVC_OK) {
       if (old) kvc__rx_lock(rc, old);
       return st;
@@ -347,8 +340,8 @@ kvc_status kvc_radix_cache_cache_unfinished_req(kvc_radix_cache *rc, kvc_flow *f
   size_t nd = 0;
   if (key_len > 0) {
     int64_t prefix;
-    KVC_FORWARD(insert(rc, flow, __func__, rr->ns, rr->tokens, rc->vec, key_len, rr->priority, rr->inserted_len, 1,
-                       &prefix, &node, &nd));
+    KVC_FORWARD(insert(rc, flow, __func__, rr->ns, rr->tokens, rc->vec, KVC__MIN(req->cache_protected_len, key_len),
+                       key_len, rr->priority, rr->inserted_len, 1, &prefix, &node, &nd));
     rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
     /* SGLang re-matches the key (stamping the path) and writes the tree's slots into the
      * row where the request's duplicates were. A node is reserved, so this cannot fail. */

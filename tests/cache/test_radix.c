@@ -51,13 +51,13 @@ static void test_page_boundaries(void **state) {
   int32_t t[16];
   for (int i = 0; i < 16; i++) t[i] = 100 + i;
   /* 10 tokens store 2 pages; the unaligned tail stays with the caller. */
-  assert_int_equal(radix_put(rc, 0, t, 10, 1, 0), 0);
+  assert_int_equal(radix_put(rc, 0, t, 10, 4, 0), 0);
   assert_int_equal(radix_cached(rc), 8);
   assert_int_equal(radix_get(rc, 0, t, 7).len, 4); /* floored to a page */
   assert_int_equal(radix_get(rc, 0, t, 3).len, 0);
   /* Children are indexed by their whole first page: same first token, other page. */
   int32_t u[8] = {100, 101, 102, 999, 1, 2, 3, 4};
-  assert_int_equal(radix_put(rc, 0, u, 8, 50, 0), 0);
+  assert_int_equal(radix_put(rc, 0, u, 8, 52, 0), 0);
   assert_int_equal(radix_nodes(rc), 3); /* root's children: [100..103], [100,101,102,999] */
   assert_int_equal(radix_get(rc, 0, u, 8).len, 8);
   /* A mismatch inside a page: the match and the split stop at the page start. */
@@ -73,7 +73,7 @@ static void test_match_req_limit_and_lock(void **state) {
   kvc_radix_cache *rc = radix_make(64, KVC_RADIX_LRU, &log);
   int32_t t[128];
   for (int i = 0; i < 128; i++) t[i] = i + 7;
-  radix_put(rc, 0, t, 128, 1, 0);
+  radix_put(rc, 0, t, 128, 64, 0);
   /* SGLang: the match key is len - 1, then floored: with page 64 a 64-token prompt
    * matches 0 and a 128-token prompt 64. */
   kvc_radix_req rr = {.tokens = t, .num_tokens = 64};
@@ -87,7 +87,7 @@ static void test_match_req_limit_and_lock(void **state) {
   KVT_OK(kvc_radix_cache_match_req(rc, &r, &rr));
   assert_int_equal(r.prefix_len, 64);
   assert_int_equal(r.cache_protected_len, 64);
-  assert_int_equal(r.prefix_slots[63], 64);
+  assert_int_equal(r.prefix_slots[63], 127);
   int64_t ev, pr;
   KVT_OK(kvc_radix_cache_sizes(rc, &ev, &pr, NULL));
   assert_int_equal(pr, 64); /* admission locked the matched node */
@@ -107,7 +107,7 @@ static void test_split_keeps_lock_hits_priority(void **state) {
   freelog log = {0};
   kvc_radix_cache *rc = radix_make(2, KVC_RADIX_PRIORITY, &log);
   const int32_t a[] = {1, 2, 3, 4, 5, 6, 7, 8};
-  radix_put(rc, 0, a, 8, 1, 7);
+  radix_put(rc, 0, a, 8, 2, 7);
   kvc_radix_match m = radix_get(rc, 0, a, 8);
   KVT_OK(kvc_radix_cache_lock(rc, m.node));
   int64_t ev, pr;
@@ -299,6 +299,20 @@ static void test_bad_slots_change_nothing(void **state) {
   KVT_STATUS(kvc_radix_cache_evict(bare, NULL, 1, NULL), KVC_ERR_UNSUPPORTED);
   assert_int_equal(radix_cached(bare), 4);
   kvc_radix_cache_destroy(bare);
+  /* Page size 4: a page must be one allocator page (aligned, consecutive slots). */
+  kvc_radix_cache *paged = radix_make(4, KVC_RADIX_LRU, &log);
+  const int32_t k8[] = {1, 2, 3, 4, 5, 6, 7, 8};
+  int64_t unaligned[] = {9, 10, 11, 12, 16, 17, 18, 19}, gap[] = {8, 9, 10, 12, 16, 17, 18, 19};
+  int64_t good[] = {8, 9, 10, 11, 40, 41, 42, 43};
+  KVT_STATUS(kvc_radix_cache_insert(paged, NULL, 0, k8, unaligned, 8, 0, NULL), KVC_ERR_INVALID_ARGUMENT);
+  KVT_STATUS(kvc_radix_cache_insert(paged, NULL, 0, k8, gap, 8, 0, NULL), KVC_ERR_INVALID_ARGUMENT);
+  assert_int_equal(radix_cached(paged), 0);
+  KVT_OK(kvc_radix_cache_insert(paged, NULL, 0, k8, good, 8, 0, NULL));
+  const int32_t other[] = {5, 5, 5, 5};
+  int64_t reused[] = {40, 41, 42, 43};
+  KVT_STATUS(kvc_radix_cache_insert(paged, NULL, 0, other, reused, 4, 0, NULL), KVC_ERR_MISUSE);
+  KVT_OK(kvc_radix_cache_check(paged));
+  kvc_radix_cache_destroy(paged);
   c.page_size = 0;
   KVT_STATUS(kvc_radix_cache_create(kvt_ctx, &c, &bare), KVC_ERR_INVALID_ARGUMENT);
   c.page_size = 1;

@@ -37,7 +37,7 @@ typedef struct model {
   pnode n[MAXP];
   int32_t free_nodes[MAXP], nfree_nodes;
   int64_t clock;
-  int64_t free_slots[CAP + 1], nfree; /* the model allocator (LIFO) */
+  int64_t free_pages[CAP + 1], nfree; /* the model allocator: pages, LIFO */
   int64_t freed[CAP * 4];             /* what the tree freed in the current call */
   int64_t nfreed;
   kvt_rng rng;
@@ -49,7 +49,7 @@ static kvc_status model_free(void *user, const int64_t *slots, size_t n) {
   model *m = user;
   for (size_t i = 0; i < n; i++) {
     m->freed[m->nfreed++] = slots[i];
-    m->free_slots[m->nfree++] = slots[i];
+    if (slots[i] % m->ps == 0) m->free_pages[m->nfree++] = slots[i] / m->ps; /* the tree frees whole pages */
   }
   return KVC_OK;
 }
@@ -241,7 +241,8 @@ static void run(kvc_radix_policy policy, int ps, long steps, uint64_t seed) {
   m->seed = seed;
   m->rng.s = seed;
   model_reset(m);
-  for (int64_t s = CAP; s >= 1; s--) m->free_slots[m->nfree++] = s;
+  const int64_t total_pages = CAP / ps - 1; /* pages 1 .. CAP/ps - 1 (page 0 is padding) */
+  for (int64_t pg = total_pages; pg >= 1; pg--) m->free_pages[m->nfree++] = pg;
   kvc_radix_cache_config c = KVC_RADIX_CACHE_CONFIG_INIT;
   c.page_size = ps;
   c.policy = policy;
@@ -262,8 +263,12 @@ static void run(kvc_radix_policy policy, int ps, long steps, uint64_t seed) {
     const int64_t pages = n / ps;
     m->nfreed = 0;
     if (op < 40) { /* insert: fresh slots, or the tree's own for a matched part */
-      if (m->nfree < n) continue;
-      for (int64_t i = 0; i < n; i++) vals[i] = m->free_slots[--m->nfree];
+      const int64_t need = (n + ps - 1) / ps;
+      if (m->nfree < need) continue;
+      for (int64_t pg = 0; pg < need; pg++) {
+        const int64_t page = m->free_pages[--m->nfree];
+        for (int64_t i = pg * ps; i < n && i < (pg + 1) * ps; i++) vals[i] = page * ps + i % ps;
+      }
       int64_t prio = kvt_range(&m->rng, 0, 3), prefix;
       int64_t ref_slots[MAXK];
       int32_t last;
@@ -273,7 +278,7 @@ static void run(kvc_radix_policy policy, int ps, long steps, uint64_t seed) {
       int64_t k = 0;
       for (int64_t i = 0; i < rp; i++)
         if (vals[i] != ref_slots[i]) want[k++] = vals[i];
-      for (int64_t i = pages * ps; i < n; i++) m->free_slots[m->nfree++] = vals[i]; /* unaligned tail */
+      if (n > pages * ps) m->free_pages[m->nfree++] = vals[pages * ps] / ps; /* the unaligned tail's page */
       EXPECT(k == m->nfreed, "insert freed %lld duplicates, reference %lld", (long long)m->nfreed, (long long)k);
       for (int64_t i = 0; i < k; i++) EXPECT(m->freed[i] == want[i], "duplicate %lld", (long long)i);
       int32_t p = last; /* the reference's new pages get the incoming slots */
@@ -322,7 +327,7 @@ static void run(kvc_radix_policy policy, int ps, long steps, uint64_t seed) {
     } else if (op == 98 && nlocks == 0 && kvt_range(&m->rng, 0, 9) == 0) { /* reset: slots back by hand */
       KVT_OK(kvc_radix_cache_reset(rc));
       for (int32_t i = 1; i < MAXP; i++)
-        if (m->n[i].alive) for (int j = 0; j < ps; j++) m->free_slots[m->nfree++] = m->n[i].slot[j];
+        if (m->n[i].alive) m->free_pages[m->nfree++] = m->n[i].slot[0] / ps;
       model_reset(m);
     }
     int64_t ev, pr, rev, rpr;
@@ -330,8 +335,8 @@ static void run(kvc_radix_policy policy, int ps, long steps, uint64_t seed) {
     sizes(m, &rev, &rpr);
     EXPECT(ev == rev && pr == rpr, "sizes %lld/%lld, reference %lld/%lld", (long long)ev, (long long)pr,
            (long long)rev, (long long)rpr);
-    EXPECT(m->nfree + ev + pr == CAP, "conservation: free %lld + cached %lld != %d", (long long)m->nfree,
-           (long long)(ev + pr), CAP);
+    EXPECT(m->nfree * ps + ev + pr == total_pages * ps, "conservation: free %lld pages + cached %lld != %lld",
+           (long long)m->nfree, (long long)(ev + pr), (long long)(total_pages * ps));
     if (m->step % 997 == 0) KVT_OK(kvc_radix_cache_check(rc));
   }
   KVT_OK(kvc_radix_cache_check(rc));
