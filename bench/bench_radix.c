@@ -278,6 +278,58 @@ static void bench_finished(int ps, int64_t tree, int64_t present) {
   kvc_radix_cache_destroy(rc);
 }
 
+/* evict(4096) from a 10^6-token tree through a flow: the victims' slots go back to a real
+ * allocator (the cost SGLang's eviction figure includes). */
+static void bench_evict_flow(int ps, int64_t tree) {
+  const int64_t cap = tree + 65536;
+  kvc_radix_cache_config rcfg = KVC_RADIX_CACHE_CONFIG_INIT;
+  rcfg.page_size = ps;
+  rcfg.num_slots = cap;
+  kvc_radix_cache *rc;
+  KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &rcfg, &rc));
+  kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  qc.size = 4;
+  qc.max_context_len = 1024;
+  kvc_req_to_token_pool *pool;
+  KVB_CHECK(ctx, kvc_req_to_token_pool_create(ctx, &qc, &pool));
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = ps == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
+  ac.size = cap;
+  ac.page_size = ps;
+  kvc_allocator *alloc;
+  KVB_CHECK(ctx, kvc_allocator_create(ctx, &ac, &alloc));
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.page_size = ps;
+  fc.req_pool = pool;
+  fc.allocator = alloc;
+  fc.cache = kvc_radix_cache_as_prefix_cache(rc);
+  kvc_flow *flow;
+  KVB_CHECK(ctx, kvc_flow_create(ctx, &fc, &flow));
+  static int32_t q[1024];
+  static int64_t slots[1024];
+  samples s = {0};
+  const int reps = quick ? 500 : 5000;
+  for (int r = 0; r <= reps; r++) {
+    for (int64_t cached = 0; cached < tree;) { /* (re)fill, not timed */
+      int64_t n = range(16, 64) * 16;
+      random_tokens(q, n);
+      KVB_CHECK(ctx, kvc_allocator_alloc(alloc, (size_t)n, slots));
+      KVB_CHECK(ctx, kvc_radix_cache_insert(rc, flow, 0, q, slots, n, 0, NULL));
+      KVB_CHECK(ctx, kvc_radix_cache_sizes(rc, NULL, NULL, &cached));
+    }
+    if (r == reps) break;
+    double t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_radix_cache_evict(rc, flow, 4096, NULL));
+    add(&s, kvb_now_us() - t0);
+  }
+  KVB_CHECK(ctx, kvc_flow_check(flow, NULL, 0));
+  report("target", "evict 4096 through a flow (allocator free)", ps, tree, &s, -1);
+  kvc_flow_destroy(flow);
+  kvc_allocator_destroy(alloc);
+  kvc_req_to_token_pool_destroy(pool);
+  kvc_radix_cache_destroy(rc);
+}
+
 /* --- Part 2: trace replays through a flow -------------------------------------------------- */
 
 static kvc_radix_req *req_of(void *user, const kvc_req_state *r) {
@@ -348,8 +400,11 @@ static int64_t make_request(int trace, int64_t cap, int32_t *t, int64_t *out, in
     random_tokens(t + sl, q + *out);
     return sl + q;
   }
-  /* random prefixes: one of 4096 random stems (any prefix length of it) + a suffix */
-  uint64_t stem = (uint64_t)range(0, 4095);
+  /* random prefixes under pressure: one of cap / 128 random stems (a working set of about
+   * 8x the capacity), drawn with a skew (the smaller of two uniform draws), any prefix of
+   * it, + a random suffix */
+  const int64_t stems = cap / 128;
+  uint64_t stem = (uint64_t)MIN2(range(0, stems - 1), range(0, stems - 1));
   int64_t len = range(64, MIN2(2048, cap / 8)), sfx = range(16, 256);
   uint64_t save = rng_s;
   rng_s = stem * 7919 + 17;
@@ -501,6 +556,8 @@ int main(int argc, char **argv) {
   if (PART("evict")) {
     bench_evict(16, 1000000);
     bench_evict(1, 1000000);
+    bench_evict_flow(16, 1000000);
+    bench_evict_flow(1, 1000000);
   }
   for (int trace = 0; trace < 3 && PART("trace"); trace++)
     for (int p = 0; p < 3; p++)

@@ -2101,7 +2101,9 @@ typedef struct kvc_radix_cache_config {
   int32_t page_size;          /* >= 1; the flow's */
   kvc_radix_policy policy;    /* default LRU */
   int32_t slru_threshold;     /* SLRU protected hit count, 0 = 2 (SGLang's default) */
-  int64_t num_slots;          /* slot ids are in [1, num_slots] (the allocator's size) */
+  int64_t num_slots;          /* the allocator's size (kvc_allocator_size): slot ids are in
+                                 [1, num_slots + page_size - 1] (a paged allocator's pages
+                                 1 .. num_slots / page_size) */
   kvc_radix_req_fn req_of;    /* required for the request-level calls */
   void *req_user;
   kvc_radix_free_fn free_slots; /* optional, see above */
@@ -2160,8 +2162,10 @@ KVC_API kvc_status kvc_radix_cache_match_req(kvc_radix_cache *cache, kvc_req_sta
  *  tokens already present that differ from the tree's are freed (through flow, else the
  *  free_slots hook); slots of the unaligned tail are not taken (the caller keeps them).
  *  *prefix_len (may be NULL) gets the number of tokens already present.
- *  @return KVC_ERR_INVALID_ARGUMENT for a slot outside [1, num_slots], KVC_ERR_MISUSE for
- *  an incoming new slot the tree already holds, KVC_ERR_UNSUPPORTED when a duplicate must
+ *  @return KVC_ERR_INVALID_ARGUMENT for a slot outside [1, num_slots + page_size - 1] or,
+ *  with page_size > 1, slots of a page that are not one allocator page (a page-aligned
+ *  slot and its consecutive ones), KVC_ERR_MISUSE for an incoming new slot the tree
+ *  already holds, KVC_ERR_UNSUPPORTED when a duplicate must
  *  be freed and there is neither a flow nor a hook. */
 KVC_API kvc_status kvc_radix_cache_insert(kvc_radix_cache *cache, kvc_flow *flow, uint64_t ns,
                                           const int32_t *tokens, const int64_t *slots, int64_t n,

@@ -41,6 +41,9 @@ typedef struct rx_node {
   int32_t parent, lock_ref, len, nchild;
   int32_t heap_pos;   /* index in the eviction heap, RX_NONE when not an evictable leaf */
   int32_t off;        /* [off, off + len) of the segment */
+  int64_t run_first;  /* the values are run_first, run_first + 1, ... (one run of slots, as
+                         allocators mostly hand them out), or -1: eviction then clears the
+                         held bits without reading the (cold) values */
   rx_seg *seg;        /* NULL for the root and for free nodes */
   uint64_t access;    /* logical clock of the last access (SGLang last_access_time) */
   uint64_t creation;  /* logical clock at creation (SGLang creation_time) */
@@ -63,6 +66,7 @@ struct kvc_radix_cache {
   kvc_radix_cache_config cfg;
   int64_t ps;
   int32_t ps_shift; /* log2(ps) when ps is a power of two, else -1 */
+  int64_t top_slot; /* largest valid slot id: num_slots + ps - 1 (a paged allocator's last page) */
   /* nodes */
   rx_node *nodes;
   int32_t nodes_cap, nodes_used; /* used = high-water mark of ids handed out */
@@ -115,7 +119,7 @@ static inline bool rx_slot_held(const kvc_radix_cache *rc, int64_t s) {
   return (rc->held[u >> 6] >> (u & 63)) & 1u;
 }
 static inline size_t rx_held_words(const kvc_radix_cache *rc) {
-  return (size_t)(rc->cfg.num_slots / rc->ps >> 6) + 1;
+  return (size_t)(rc->top_slot / rc->ps >> 6) + 1;
 }
 
 /** Marks the pages of slots[0:n) (n a multiple of the page size) held, a bitmap word at a

@@ -72,6 +72,7 @@ kvc_status kvc_radix_cache_create(kvc_context *ctx, const kvc_radix_cache_config
   rc->ctx = ctx;
   rc->cfg = cfg;
   rc->ps = cfg.page_size;
+  rc->top_slot = cfg.num_slots + cfg.page_size - 1;
   rc->ps_shift = (cfg.page_size & (cfg.page_size - 1)) ? -1 : __builtin_ctz((unsigned)cfg.page_size);
   rc->events_on = cfg.on_event != NULL;
   rc->check = kvc_context_check_mode(ctx) != 0;
@@ -166,7 +167,7 @@ static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, ui
   KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)n));
   size_t nd = 0;
   kvc__rx_probe(rc, ns, keys, vals, n, from, prefix, rc->dups, &nd);
-  const int64_t p = *prefix, top = rc->cfg.num_slots;
+  const int64_t p = *prefix, top = rc->top_slot;
   KVC_RETURN_IF(p < from, rc->ctx, KVC_ERR_MISUSE,
                 "%s: the request's first %lld tokens (cache_protected_len) are not in the tree, only %lld (was its "
                 "node locked?)", fn, (long long)from, (long long)p);

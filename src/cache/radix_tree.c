@@ -209,6 +209,7 @@ static int32_t node_new(kvc_radix_cache *rc) {
   rx_node *n = &rc->nodes[id];
   memset(n, 0, sizeof *n);
   n->parent = n->first_child = n->next_sib = n->prev_sib = n->heap_pos = RX_NONE;
+  n->run_first = -1;
   if (++rc->serial_next == 0) rc->serial_next = 1;
   n->serial = rc->serial_next;
   rc->live_nodes++;
@@ -403,7 +404,7 @@ static int64_t run_end(const int64_t *s, int64_t k, int64_t np, int64_t ps) {
 kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad) {
   /* Runs of consecutive slots: each must start and end on a page boundary of the key and
    * start on a page-aligned slot, which makes every page in it one allocator page. */
-  const int64_t ps = rc->ps, top = rc->cfg.num_slots;
+  const int64_t ps = rc->ps, top = rc->top_slot;
   int64_t i = 0;
   kvc_status st = KVC_OK;
   while (i < n) {
@@ -427,7 +428,7 @@ kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, in
 }
 
 kvc_status kvc__rx_check_free(const kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad) {
-  const int64_t top = rc->cfg.num_slots;
+  const int64_t top = rc->top_slot;
   for (int64_t i = 0; i < n;) {
     const int64_t j = run_end(slots, i, n, 1), a = slots[i], b = slots[j - 1];
     if (a < 1 || b > top || range_any(rc->held, rx_page(rc, a), rx_page(rc, b))) {
@@ -470,6 +471,8 @@ static int32_t split(kvc_radix_cache *rc, int32_t c, int32_t p) {
   U->seg = C->seg;
   U->seg->refs++;
   U->off = C->off;
+  U->run_first = C->run_first;
+  if (C->run_first >= 0) C->run_first += p;
   U->len = p;
   U->ns = C->ns;
   U->lock_ref = C->lock_ref;
@@ -605,6 +608,7 @@ void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys,
     L->seg = leaf_seg;
     L->off = 0;
     L->len = (int32_t)(n - pos);
+    L->run_first = run_end(rx_vals(L), 0, L->len, 1) == L->len ? rx_vals(L)[0] : -1;
     L->ns = ns;
     L->priority = priority;
     L->hit_count = n > inserted_len;
@@ -658,7 +662,8 @@ static void delete_leaf(kvc_radix_cache *rc, int32_t id) {
   rx_node *n = &rc->nodes[id];
   const int32_t parent = n->parent;
   heap_remove(rc, id);
-  kvc__rx_unmark(rc, rx_vals(n), n->len);
+  if (n->run_first >= 0) range_set(rc->held, rx_page(rc, n->run_first), rx_page(rc, n->run_first + n->len - 1), false);
+  else kvc__rx_unmark(rc, rx_vals(n), n->len);
   rc->evictable -= n->len;
   table_del(rc, id);
   sib_unlink(rc, id);
@@ -713,9 +718,14 @@ kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn) {
       return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d not found in the child index", i);
     const int64_t *v = rx_vals(n);
     for (int32_t k = 0; k < n->len; k++)
-      if (v[k] < 1 || v[k] > rc->cfg.num_slots || !rx_slot_held(rc, v[k]) || v[k] - v[k - k % rc->ps] != k % rc->ps ||
+      if (v[k] < 1 || v[k] > rc->top_slot || !rx_slot_held(rc, v[k]) || v[k] - v[k - k % rc->ps] != k % rc->ps ||
           (k % rc->ps == 0 && v[k] % rc->ps))
         return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d slot %lld not a held page", i, (long long)v[k]);
+    bool run = n->run_first >= 0;
+    for (int32_t k = 0; k < n->len && run; k++) run = v[k] == n->run_first + k;
+    if (n->run_first >= 0 && !run)
+      return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d: run of slots from %lld is not its values", i,
+                        (long long)n->run_first);
     held += n->len / rc->ps;
   }
   int64_t bits = 0;
