@@ -261,6 +261,7 @@ static kvc_status req_key(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_sta
   KVC_RETURN_IF(old && rc->nodes[old].ns != rr->ns, rc->ctx, KVC_ERR_MISUSE,
                 "%s: the request's node is in namespace %llu, its key in %llu (mixed namespaces)", fn,
                 (unsigned long long)rc->nodes[old].ns, (unsigned long long)rr->ns);
+  if (key_len == 0) return KVC_OK;
   KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)key_len));
   /* [0, cache_protected_len) is the tree's already (SGLang frees duplicates from there). */
   const int64_t from = KVC__MIN(req->cache_protected_len, key_len);
