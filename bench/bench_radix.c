@@ -74,10 +74,11 @@ static kvc_status drop(void *user, const int64_t *slots, size_t n) {
   return KVC_OK;
 }
 
-static kvc_radix_cache *tree_make(int ps, int64_t *dropped) {
+/* Slot ids only grow here (nothing is reallocated), hence the large id space. */
+static kvc_radix_cache *tree_make_slots(int ps, int64_t *dropped, int64_t num_slots) {
   kvc_radix_cache_config c = KVC_RADIX_CACHE_CONFIG_INIT;
   c.page_size = ps;
-  c.num_slots = (int64_t)1 << 26;
+  c.num_slots = num_slots;
   c.free_slots = drop;
   c.free_user = dropped;
   kvc_radix_cache *rc;
@@ -85,6 +86,7 @@ static kvc_radix_cache *tree_make(int ps, int64_t *dropped) {
   next_slot = 1;
   return rc;
 }
+static kvc_radix_cache *tree_make(int ps, int64_t *dropped) { return tree_make_slots(ps, dropped, (int64_t)1 << 26); }
 
 /* Slots of a request are whole allocator pages: runs start page-aligned (64 covers all). */
 static void align_slots(void) { next_slot = (next_slot + 63) / 64 * 64; }
@@ -135,6 +137,24 @@ static void bench_match(int ps, int64_t tree, int nodes) {
   char what[96];
   snprintf(what, sizeof what, "match_prefix 4096 (3584 cached, %d node%s)", nodes, nodes > 1 ? "s" : "");
   report("target", what, ps, tree, &s, -1);
+  kvc_radix_cache_destroy(rc);
+}
+
+/* Host bytes of a tree of `tree` tokens over an allocator of 2 x tree slots (the held
+ * bitmap is sized by the allocator): the bound is 16 B per cached token + 128 B per node. */
+static void bench_memory(int ps, int64_t tree) {
+  int64_t dropped = 0;
+  kvc_radix_cache *rc = tree_make_slots(ps, &dropped, 2 * tree); /* fill() wastes unaligned tails */
+  fill(rc, tree);
+  kvc_radix_stats st;
+  KVB_CHECK(ctx, kvc_radix_cache_stats(rc, &st));
+  const int64_t bound = 16 * st.cached_tokens + 128 * st.nodes;
+  printf("memory    page %2d: %lld tokens in %lld nodes: %lld bytes = %.2f B/token; bound %lld (%s)\n", ps,
+         (long long)st.cached_tokens, (long long)st.nodes, (long long)st.bytes,
+         (double)st.bytes / (double)st.cached_tokens, (long long)bound, st.bytes <= bound ? "within" : "EXCEEDED");
+  if (csv)
+    fprintf(csv, "memory,\"bytes (%lld nodes; bound %lld)\",%d,%lld,%lld,%lld,1,-1\n", (long long)st.nodes,
+            (long long)bound, ps, (long long)st.cached_tokens, (long long)st.bytes, (long long)bound);
   kvc_radix_cache_destroy(rc);
 }
 
@@ -553,6 +573,8 @@ int main(int argc, char **argv) {
     }
     if (PART("lock")) bench_lock(sizes[z]);
   }
+  if (PART("memory"))
+    for (int p = 0; p < 3; p++) bench_memory((int[]){1, 16, 64}[p], 1000000);
   if (PART("evict")) {
     bench_evict(16, 1000000);
     bench_evict(1, 1000000);

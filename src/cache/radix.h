@@ -51,6 +51,7 @@ typedef struct rx_node {
   int32_t first_child, next_sib, prev_sib;
   uint32_t serial;    /* generation: part of the public handle, new on every reuse */
   uint64_t ns;        /* namespace (extra_key / cache_salt id), inherited from the parent */
+  uint64_t child_h;   /* its child-index hash (parent, namespace, first page) */
   uint64_t last_hash; /* block hash of the node's last page (KV events only) */
 } rx_node;
 

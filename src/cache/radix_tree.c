@@ -135,8 +135,7 @@ static void table_put(kvc_radix_cache *rc, uint64_t h, int32_t parent, int32_t c
 }
 
 static size_t table_find(const kvc_radix_cache *rc, int32_t child) {
-  const rx_node *c = &rc->nodes[child];
-  const uint64_t h = child_hash(c->parent, c->ns, rx_keys(c), rc->ps);
+  const uint64_t h = rc->nodes[child].child_h; /* not rehashed: its keys are cold memory */
   const size_t mask = rc->table_cap - 1;
   size_t i = h & mask;
   while (rc->table[i].child != child) i = (i + 1) & mask; /* present by construction */
@@ -493,7 +492,9 @@ static int32_t split(kvc_radix_cache *rc, int32_t c, int32_t p) {
   C->prev_sib = C->next_sib = RX_NONE;
   U->first_child = c;
   U->nchild = 1;
-  table_put(rc, child_hash(u, C->ns, rx_keys(C), rc->ps), u, c);
+  U->child_h = C->child_h; /* U's entry is C's old one (same first page) */
+  C->child_h = child_hash(u, C->ns, rx_keys(C), rc->ps);
+  table_put(rc, C->child_h, u, c);
   if (rc->events_on) kvc__rx_event_split(rc, u);
   return u;
 }
@@ -614,7 +615,8 @@ void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys,
     L->hit_count = n > inserted_len;
     L->access = L->creation = ++rc->clock;
     sib_link(rc, cur, l);
-    table_put(rc, child_hash(cur, ns, rx_keys(L), ps), cur, l);
+    L->child_h = child_hash(cur, ns, rx_keys(L), ps);
+    table_put(rc, L->child_h, cur, l);
     /* The caller marked the leaf's slots held when it validated them. */
     rc->evictable += L->len;
     leaf_update(rc, cur);
@@ -714,7 +716,7 @@ kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn) {
     leaves += leaf;
     if (leaf != (n->heap_pos != RX_NONE) || (leaf && rc->heap[n->heap_pos] != i))
       return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d eviction heap membership", i);
-    if (lookup(rc, n->parent, n->ns, rx_keys(n)) != i)
+    if (lookup(rc, n->parent, n->ns, rx_keys(n)) != i || n->child_h != child_hash(n->parent, n->ns, rx_keys(n), rc->ps))
       return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d not found in the child index", i);
     const int64_t *v = rx_vals(n);
     for (int32_t k = 0; k < n->len; k++)
