@@ -455,7 +455,10 @@ void kvc__rx_unmark(kvc_radix_cache *rc, const int64_t *slots, int64_t n) {
 
 /* Common prefix of a and b (n tokens at most), floored to whole pages. */
 static int64_t common_pages(const int32_t *a, const int32_t *b, int64_t n, int64_t ps) {
+  /* Mostly the whole node matches: one memcmp (a call per 16 tokens cost ~3 us per 8k). */
+  if (memcmp(a, b, (size_t)n * sizeof *a) == 0) return n / ps * ps;
   int64_t i = 0;
+  while (i + 256 <= n && memcmp(a + i, b + i, 256 * sizeof *a) == 0) i += 256;
   while (i + 16 <= n && memcmp(a + i, b + i, 16 * sizeof *a) == 0) i += 16;
   while (i < n && a[i] == b[i]) i++;
   return i / ps * ps;
