@@ -2158,7 +2158,8 @@ KVC_API kvc_status kvc_radix_cache_match_prefix(kvc_radix_cache *cache, uint64_t
 KVC_API kvc_status kvc_radix_cache_match_req(kvc_radix_cache *cache, kvc_req_state *req, kvc_radix_req *rreq);
 
 /** kvc_radix_cache_insert() : SGLang insert of tokens[0:n) -> slots[0:n) (floored to whole
- *  pages) with `priority`: existing values are never overwritten; the incoming slots of
+ *  pages) with `priority` (raised to on every node of the key's path; a node split by
+ *  the insert passes it to its upper part only): existing values are never overwritten; the incoming slots of
  *  tokens already present that differ from the tree's are freed (through flow, else the
  *  free_slots hook); slots of the unaligned tail are not taken (the caller keeps them).
  *  *prefix_len (may be NULL) gets the number of tokens already present.

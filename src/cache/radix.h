@@ -1,7 +1,7 @@
 /*
  * radix.h — internal state of a kvc_radix_cache (SGLang RadixCache), shared by
  * radix_tree.c (the tree: nodes, children, match, insert, split, locks, eviction order),
- * radix_cache.c (the public calls and the request-level checkpoints) and radix_events.c
+ * radix_held.c (the held-page bitmap), radix_cache.c (the public calls and the request-level checkpoints) and radix_events.c
  * (KV events and block hashes).
  *
  * Layout, chosen for the memory bound (<= 16 bytes per cached token + 128 per node):
@@ -132,6 +132,11 @@ static inline size_t rx_held_words(const kvc_radix_cache *rc) {
 kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad);
 /** Clears the held bits of the pages of slots[0:n) (all marked). */
 void kvc__rx_unmark(kvc_radix_cache *rc, const int64_t *slots, int64_t n);
+/** Clears the held bits of the pages of the slot run [first_slot, last_slot]. */
+void kvc__rx_clear_pages(kvc_radix_cache *rc, int64_t first_slot, int64_t last_slot);
+/** End of the run of consecutive page ids starting at page k of s (np pages of ps slots;
+ *  ps 1: consecutive slots). */
+int64_t kvc__rx_run_end(const int64_t *s, int64_t k, int64_t np, int64_t ps);
 
 /** Grows the scratch arrays for keys of up to n tokens. */
 kvc_status kvc__rx_reserve(kvc_radix_cache *rc, const char *fn, size_t n);

@@ -354,103 +354,6 @@ kvc_status kvc__rx_reserve(kvc_radix_cache *rc, const char *fn, size_t n) {
   return KVC_OK;
 }
 
-/* --- Held slots ---------------------------------------------------------------------------- */
-
-/* One bit per page, read and written a word at a time along runs of consecutive page ids
- * (pages of one request mostly are): a per-slot read-modify-write chains every store into
- * the next load (~11 us per 4096 slots here), and with page_size > 1 eviction reads only
- * each page's first slot. */
-
-static uint64_t word_mask(int64_t w, int64_t a, int64_t b) { /* bits of [a, b] in word w */
-  uint64_t m = ~0ull;
-  if ((a >> 6) == w) m &= ~0ull << (a & 63);
-  if ((b >> 6) == w) m &= ~0ull >> (63 - (b & 63));
-  return m;
-}
-
-static bool range_any(const uint64_t *h, int64_t a, int64_t b) {
-  for (int64_t w = a >> 6; w <= b >> 6; w++)
-    if (h[w] & word_mask(w, a, b)) return true;
-  return false;
-}
-
-static void range_set(uint64_t *h, int64_t a, int64_t b, bool on) {
-  for (int64_t w = a >> 6; w <= b >> 6; w++) {
-    if (on) h[w] |= word_mask(w, a, b);
-    else h[w] &= ~word_mask(w, a, b);
-  }
-}
-
-/* End of the run of consecutive page ids starting at page k of slots (np pages). Page
- * size 1: s[j] - j is constant along a run, so blocks of 16 are checked branch-free. */
-static int64_t run_end(const int64_t *s, int64_t k, int64_t np, int64_t ps) {
-  int64_t j = k + 1;
-  if (ps == 1) {
-    const uint64_t c = (uint64_t)s[k] - (uint64_t)k;
-    while (j + 16 <= np) {
-      uint64_t diff = 0;
-      for (int i = 0; i < 16; i++) diff |= ((uint64_t)s[j + i] - (uint64_t)(j + i)) ^ c;
-      if (diff) break;
-      j += 16;
-    }
-    while (j < np && (uint64_t)s[j] - (uint64_t)j == c) j++;
-    return j;
-  }
-  while (j < np && s[j * ps] == s[(j - 1) * ps] + ps) j++;
-  return j;
-}
-
-kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad) {
-  /* Runs of consecutive slots: each must start and end on a page boundary of the key and
-   * start on a page-aligned slot, which makes every page in it one allocator page. */
-  const int64_t ps = rc->ps, top = rc->top_slot;
-  int64_t i = 0;
-  kvc_status st = KVC_OK;
-  while (i < n) {
-    const int64_t j = run_end(slots, i, n, 1), a = slots[i], b = slots[j - 1];
-    if (a < 1 || b > top || (j - i) % ps || a - rx_page(rc, a) * ps) {
-      st = KVC_ERR_INVALID_ARGUMENT;
-      break;
-    }
-    if (range_any(rc->held, rx_page(rc, a), rx_page(rc, b))) {
-      st = KVC_ERR_MISUSE;
-      break;
-    }
-    range_set(rc->held, rx_page(rc, a), rx_page(rc, b), true);
-    i = j;
-  }
-  if (st != KVC_OK) {
-    kvc__rx_unmark(rc, slots, i);
-    *bad = i; /* the first slot of the offending run */
-  }
-  return st;
-}
-
-kvc_status kvc__rx_check_free(const kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad) {
-  const int64_t top = rc->top_slot;
-  for (int64_t i = 0; i < n;) {
-    const int64_t j = run_end(slots, i, n, 1), a = slots[i], b = slots[j - 1];
-    if (a < 1 || b > top || range_any(rc->held, rx_page(rc, a), rx_page(rc, b))) {
-      for (*bad = i; *bad < j; ++*bad) {
-        const int64_t s = slots[*bad];
-        if (s < 1 || s > top) return KVC_ERR_INVALID_ARGUMENT;
-        if (rx_slot_held(rc, s)) return KVC_ERR_MISUSE;
-      }
-    }
-    i = j;
-  }
-  return KVC_OK;
-}
-
-void kvc__rx_unmark(kvc_radix_cache *rc, const int64_t *slots, int64_t n) {
-  const int64_t ps = rc->ps, np = n / ps;
-  for (int64_t k = 0; k < np;) {
-    int64_t j = run_end(slots, k, np, ps);
-    range_set(rc->held, rx_page(rc, slots[k * ps]), rx_page(rc, slots[(j - 1) * ps]), false);
-    k = j;
-  }
-}
-
 /* --- Match and split ----------------------------------------------------------------------- */
 
 /* Common prefix of a and b (n tokens at most), floored to whole pages. */
@@ -595,12 +498,14 @@ void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys,
     if (c == RX_NONE) break;
     rx_node *C = &rc->nodes[c];
     C->access = t;
-    if (priority > C->priority) C->priority = priority;
     heap_fix(rc, c); /* its key changed; a split below leaves it where it is */
     int64_t pl = common_pages(rx_keys(C), keys + pos, KVC__MIN((int64_t)C->len, n - pos), ps);
     if (pl < C->len) c = split(rc, c, (int32_t)pl);
     pos += pl;
     cur = c;
+    /* The priority goes to the part on the key's path only: the prompt's re-insert with
+     * priority + 1 must leave the outputs' part below it evictable first. */
+    if (priority > rc->nodes[cur].priority) rc->nodes[cur].priority = priority;
     /* A request counts each node once: only nodes ending past what it inserted before. */
     if (pos > inserted_len) rc->nodes[cur].hit_count++;
     heap_fix(rc, cur);
@@ -612,7 +517,7 @@ void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys,
     L->seg = leaf_seg;
     L->off = 0;
     L->len = (int32_t)(n - pos);
-    L->run_first = run_end(rx_vals(L), 0, L->len, 1) == L->len ? rx_vals(L)[0] : -1;
+    L->run_first = kvc__rx_run_end(rx_vals(L), 0, L->len, 1) == L->len ? rx_vals(L)[0] : -1;
     L->ns = ns;
     L->priority = priority;
     L->hit_count = n > inserted_len;
@@ -667,7 +572,7 @@ static void delete_leaf(kvc_radix_cache *rc, int32_t id) {
   rx_node *n = &rc->nodes[id];
   const int32_t parent = n->parent;
   heap_remove(rc, id);
-  if (n->run_first >= 0) range_set(rc->held, rx_page(rc, n->run_first), rx_page(rc, n->run_first + n->len - 1), false);
+  if (n->run_first >= 0) kvc__rx_clear_pages(rc, n->run_first, n->run_first + n->len - 1);
   else kvc__rx_unmark(rc, rx_vals(n), n->len);
   rc->evictable -= n->len;
   table_del(rc, id);

@@ -355,6 +355,44 @@ static void test_swa_allocator_flow(void **state) {
   kvc_req_to_token_pool_destroy(pool);
 }
 
+static void test_prompt_split_outputs_go_first(void **state) {
+  (void)state;
+  kvc_radix_cache *rc = make_cache(1, 512);
+  kvc_prefix_cache pc = kvc_radix_cache_as_prefix_cache(rc);
+  fixture f;
+  fixture_make(&f, 8, 512, 512, 1, &pc);
+  ereq a;
+  ereq_init(&a, 32, 1, 0, 0); /* a 32-token prompt, then 8 decoded tokens */
+  admit_and_extend(&f, rc, &a);
+  for (int i = 0; i < 8; i++) {
+    kvc_req_state *one[] = {&a.st};
+    KVT_OK(kvc_flow_alloc_for_decode(f.flow, one, 1, 1, f.out, NULL));
+    a.toks[a.rr.num_tokens++] = 9000 + i;
+  }
+  int64_t slots[40];
+  KVT_OK(kvc_flow_row_slots(f.flow, a.st.req_row, 0, 40, slots));
+  release(&f, &a, 1);
+  /* SGLang inserts the prompt again with priority + 1: the outputs are their own leaf. */
+  kvc_radix_stats st;
+  KVT_OK(kvc_radix_cache_stats(rc, &st));
+  assert_int_equal(st.nodes, 2);
+  char dump[512];
+  KVT_OK(kvc_radix_cache_dump(rc, dump, sizeof dump, NULL));
+  assert_non_null(strstr(dump, "len=32 lock=0 hits=1 prio=1"));
+  if (!strstr(dump, "len=8 lock=0 hits=1 prio=0")) fail_msg("%s", dump);
+  int64_t avail = kvc_allocator_available_size(f.alloc), n;
+  KVT_OK(kvc_radix_cache_evict(rc, f.flow, 1, &n));
+  assert_int_equal(n, 8); /* the outputs' leaf first */
+  assert_int_equal(kvc_allocator_available_size(f.alloc), avail + 8);
+  kvc_radix_match m;
+  KVT_OK(kvc_radix_cache_match_prefix(rc, 0, a.toks, 40, &m));
+  assert_int_equal(m.len, 32);
+  assert_int_equal(m.slots[31], slots[31]);
+  check(&f, rc, NULL, 0);
+  fixture_free(&f);
+  kvc_radix_cache_destroy(rc);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_reuse_token_allocator),
     cmocka_unit_test(test_reuse_paged_allocator),
@@ -363,5 +401,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_abort_inserts_nothing),
     cmocka_unit_test(test_sessions_over_radix),
     cmocka_unit_test(test_swa_allocator_flow),
+    cmocka_unit_test(test_prompt_split_outputs_go_first),
 };
 KVT_MAIN("radix_flow", tests)

@@ -113,7 +113,6 @@ static int64_t walk(model *m, uint64_t ns, const int32_t *key, int64_t pages, bo
     if (c < 0) break;
     int32_t e = end_of(m, c);
     m->n[e].access = t;
-    if (insert && prio > m->n[e].prio) m->n[e].prio = prio;
     /* follow the chain while pages match */
     int32_t x = c, stop = c;
     for (;;) {
@@ -132,6 +131,7 @@ static int64_t walk(model *m, uint64_t ns, const int32_t *key, int64_t pages, bo
       u->access = u->creation = ++m->clock;
     }
     cur = stop;
+    if (insert && prio > m->n[cur].prio) m->n[cur].prio = prio; /* the path's part only */
     if (insert && pos * ps > inserted_len) m->n[cur].hits++;
     if (stop != e) break;
   }
