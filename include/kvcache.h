@@ -2014,7 +2014,9 @@ KVC_API void kvc_session_cache_reset(kvc_session_cache *sessions);
  * Everything is on the host: the values are host slot ids, nothing reads or writes the
  * device except through the flow calls it is used from (the match is written into the
  * request row by kvc_flow_alloc_for_extend in its one launch). No call does stream work,
- * so every call is allowed during a CUDA graph capture. Single writer, like the flows.
+ * so every call is allowed during a CUDA graph capture, with one exception:
+ * cache_unfinished_req rewrites a row range with one launch when the request's chunk
+ * duplicated tokens another request cached meanwhile. Single writer, like the flows.
  *
  * Keys: int32 token ids plus a 64-bit namespace (the engine's id for SGLang's extra_key /
  * cache_salt; 0 = none). Requests in different namespaces never share a node, not even at

@@ -283,8 +283,10 @@ kvc_status kvc__rx_init(kvc_radix_cache *rc) {
   rc->held = kvc__calloc(rc->ctx, rx_held_words(rc), sizeof *rc->held);
   if (!rc->nodes || !rc->heap || !rc->table || !rc->held) return KVC_ERR_HOST_OOM;
   for (size_t i = 0; i < rc->table_cap; i++) rc->table[i].child = RX_NONE;
-  /* Serials start at a per-cache value so that one cache's handles fail in another. */
-  rc->serial_next = (uint32_t)kvc__hash(KVC__HASH_SEED, &rc, sizeof rc);
+  /* Serials start at a per-cache value so that one cache's handles fail in another, even
+   * one created later at the same address (the clock differs). */
+  const double now = kvc__now();
+  rc->serial_next = (uint32_t)kvc__hash(kvc__hash(KVC__HASH_SEED, &rc, sizeof rc), &now, sizeof now);
   root_make(rc);
   return KVC_OK;
 }

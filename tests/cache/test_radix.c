@@ -261,7 +261,13 @@ static void test_handles_are_generation_checked(void **state) {
   KVT_STATUS(kvc_radix_cache_lock(rc, m.node), KVC_ERR_INVALID_ARGUMENT);
   KVT_STATUS(kvc_radix_cache_lock(NULL, m.node), KVC_ERR_INVALID_ARGUMENT);
   kvc_radix_cache_destroy(rc);
+  /* A new cache (often at the same address) refuses the old cache's handles too. */
+  m = radix_get(other, 0, a, 3);
   kvc_radix_cache_destroy(other);
+  kvc_radix_cache *again = radix_make(1, KVC_RADIX_LRU, &log);
+  radix_put(again, 0, a, 3, 10, 0);
+  KVT_STATUS(kvc_radix_cache_lock(again, m.node), KVC_ERR_INVALID_ARGUMENT);
+  kvc_radix_cache_destroy(again);
   kvc_radix_cache_destroy(NULL);
 }
 
