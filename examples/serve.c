@@ -7,13 +7,16 @@
  * request (kvc_flow_alloc_for_decode, retracting the newest request when memory runs
  * out), write real K/V rows into every layer with kvc_kv_pool_set_kv, release finished
  * requests (kvc_flow_release), keep multi-turn streaming sessions' KV between turns.
+ * With --radix, prompts start with one of 8 shared system prompts and a radix prefix
+ * cache (kvc_radix_cache, under the session cache) reuses their KV; the summary prints
+ * the hit rate and the prefill tokens saved.
  * The model shape is Llama-3-8B's KV (32 layers, 8 KV heads x 128, bf16); on the host
  * backend the default is a smaller run. Prints a progress line and a summary with host
  * microseconds per step, and checks at the end that everything was freed.
  *
  *   kvc_example_serve [--requests N] [--seed S] [--check] [--layers L] [--page-size P]
  *                     [--pool-tokens T] [--max-running R] [--chunk C] [--sessions F]
- *                     [--quiet]
+ *                     [--radix] [--quiet]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -29,7 +32,7 @@
 /* --- Options ------------------------------------------------------------------------- */
 
 typedef struct options {
-  int requests, layers, page_size, max_running, chunk, quiet, check;
+  int requests, layers, page_size, max_running, chunk, quiet, check, radix;
   int64_t pool_tokens;
   double sessions;
   uint64_t seed;
@@ -37,7 +40,8 @@ typedef struct options {
 
 static void usage(void) {
   fprintf(stderr, "usage: kvc_example_serve [--requests N] [--seed S] [--check] [--layers L] [--page-size P]\n"
-                  "                         [--pool-tokens T] [--max-running R] [--chunk C] [--sessions F] [--quiet]\n");
+                  "                         [--pool-tokens T] [--max-running R] [--chunk C] [--sessions F] [--radix]\n"
+                  "                         [--quiet]\n");
   exit(2);
 }
 
@@ -62,7 +66,11 @@ static int64_t lognormal(rng *r, double median, double sigma, int64_t lo, int64_
 typedef enum { R_PENDING, R_WAITING, R_RUNNING, R_DONE } rstate;
 
 typedef struct request {
-  kvc_req_state kv;
+  kvc_req_state kv; /* first: the radix cache's req_of finds rr from it */
+  kvc_radix_req rr; /* --radix: token ids (system prompt + random), kept for every turn */
+  int sys;          /* --radix: its system prompt */
+  int64_t radix_hit; /* --radix: tokens matched at its admission, counted once it is extended */
+  bool radix_pending;
   int64_t arrival;   /* step at which it becomes visible */
   int64_t prompt;    /* tokens of this turn's prompt (incl. the session's history) */
   int64_t output;    /* tokens to generate this turn */
@@ -88,6 +96,22 @@ static int cmp_double(const void *a, const void *b) {
 
 static kvc_context *ctx;
 
+/* --radix: the token ids of a request (a system prompt, then its own random tokens). */
+enum { SYSTEM_PROMPTS = 8 };
+static int32_t *sys_tokens[SYSTEM_PROMPTS];
+static int64_t sys_len[SYSTEM_PROMPTS];
+static kvc_radix_req *req_of(void *user, const kvc_req_state *kv) {
+  (void)user;
+  return &((request *)(uintptr_t)kv)->rr;
+}
+static int32_t *request_tokens(request *q, int64_t width, rng *r) {
+  int32_t *t = malloc((size_t)width * sizeof *t);
+  if (!t) exit(1);
+  for (int64_t i = 0; i < width; i++)
+    t[i] = i < sys_len[q->sys] ? sys_tokens[q->sys][i] : (int32_t)(next_u64(r) % 128000);
+  return t;
+}
+
 #define CHECK(call)                                                                         \
   do {                                                                                      \
     kvc_status st_ = (call);                                                                \
@@ -99,12 +123,13 @@ static kvc_context *ctx;
   } while (0)
 
 int main(int argc, char **argv) {
-  options o = {0, 0, 16, 256, 8192, 0, 0, 0, 0.2, 42};
+  options o = {0, 0, 16, 256, 8192, 0, 0, 0, 0, 0.2, 42};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--check")) o.check = 1;
     else if (!strcmp(a, "--quiet")) o.quiet = 1;
+    else if (!strcmp(a, "--radix")) o.radix = 1;
     else if (!strcmp(a, "--help") || !v) usage();
     else if (!strcmp(a, "--requests")) o.requests = atoi(v), i++;
     else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 0), i++;
@@ -154,8 +179,18 @@ int main(int argc, char **argv) {
   kc.head_dim = head_dim;
   kvc_kv_pool *kv;
   CHECK(kvc_kv_pool_create(ctx, &kc, &kv));
+  kvc_radix_cache *radix = NULL;
+  kvc_prefix_cache inner = kvc_chunk_cache();
+  if (o.radix) {
+    kvc_radix_cache_config xc = KVC_RADIX_CACHE_CONFIG_INIT;
+    xc.page_size = o.page_size;
+    xc.num_slots = o.pool_tokens;
+    xc.req_of = req_of;
+    CHECK(kvc_radix_cache_create(ctx, &xc, &radix));
+    inner = kvc_radix_cache_as_prefix_cache(radix);
+  }
   kvc_session_cache *sessions;
-  CHECK(kvc_session_cache_create(ctx, NULL, &sessions));
+  CHECK(kvc_session_cache_create(ctx, &inner, &sessions));
   kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
   fc.page_size = o.page_size;
   fc.req_pool = rows;
@@ -185,6 +220,12 @@ int main(int argc, char **argv) {
 
   /* --- Trace: arrivals over time, heavy-tailed lengths, some multi-turn sessions --- */
   rng r = {o.seed};
+  for (int k = 0; o.radix && k < SYSTEM_PROMPTS; k++) {
+    sys_len[k] = 256 + (int64_t)(next_u64(&r) % 1793); /* 256 .. 2048 tokens */
+    sys_tokens[k] = malloc((size_t)sys_len[k] * sizeof(int32_t));
+    for (int64_t i = 0; i < sys_len[k]; i++) sys_tokens[k][i] = (int32_t)(next_u64(&r) % 128000);
+  }
+  int64_t radix_prompt_tokens = 0, radix_hit_tokens = 0;
   request *reqs = calloc((size_t)o.requests, sizeof *reqs);
   double t = 0;
   for (int i = 0; i < o.requests; i++) {
@@ -192,6 +233,10 @@ int main(int argc, char **argv) {
     t += -log(uniform(&r)) * 0.5; /* ~2 arrivals per step */
     q->arrival = (int64_t)t;
     q->prompt = lognormal(&r, 400, 1.0, 8, 6000);
+    if (o.radix) { /* a shared system prompt, then the request's own part */
+      q->sys = (int)(next_u64(&r) % SYSTEM_PROMPTS);
+      q->prompt += sys_len[q->sys];
+    }
     q->output = lognormal(&r, 120, 1.1, 1, 2000);
     if (uniform(&r) < o.sessions) {
       q->kv.session_id = (uint64_t)i + 1;
@@ -229,17 +274,34 @@ int main(int argc, char **argv) {
       } else if (q->state == R_WAITING) {
         if (q->arrival > step || running + (int64_t)nb >= o.max_running) continue;
         int64_t start = 0;
+        int matched = 0;
         if (q->kv.session_id && q->kv.req_row) {
           start = q->kv.prefix_len; /* matched on an earlier step, then had to wait */
+          matched = 1;
         } else if (q->kv.session_id) {
-          int matched = 0;
           CHECK(kvc_session_cache_match(sessions, &q->kv, q->prompt, &matched));
           if (matched) start = q->kv.prefix_len;
         }
+        if (radix && !matched) { /* the radix match + admission lock (SGLang match_prefix) */
+          if (!q->rr.tokens) q->rr.tokens = request_tokens(q, width, &r);
+          q->rr.num_tokens = q->rr.prompt_len = q->prompt;
+          CHECK(kvc_radix_cache_match_req(radix, &q->kv, &q->rr));
+          start = q->kv.prefix_len;
+        }
         /* Keep room for one decode page per running request. */
         int64_t need = (q->prompt - start) + (running + 1) * o.page_size;
-        if (kvc_allocator_available_size(alloc) < (need < o.chunk ? need : o.chunk)) break;
-        if (!q->kv.req_row && kvc_req_to_token_pool_available(rows) == 0) break;
+        if (kvc_allocator_available_size(alloc) < (need < o.chunk ? need : o.chunk) ||
+            (!q->kv.req_row && kvc_req_to_token_pool_available(rows) == 0)) {
+          if (q->kv.cache_node && !q->kv.req_row) { /* wait unmatched: match again when admitted */
+            CHECK(kvc_radix_cache_unlock(radix, q->kv.cache_node));
+            q->kv.cache_node = NULL;
+            q->kv.prefix_slots = NULL;
+            q->kv.prefix_len = q->kv.cache_protected_len = 0;
+          }
+          break;
+        }
+        q->radix_pending = radix && !matched;
+        q->radix_hit = start;
         q->filled = start;
         q->kv.prefix_len = start;
         q->state = R_RUNNING;
@@ -259,8 +321,19 @@ int main(int argc, char **argv) {
       kvc_status st = kvc_flow_alloc_for_extend(flow, batch, nb, out_loc, NULL);
       t_alloc += now_us() - a0;
       if (st == KVC_ERR_OUT_OF_SLOTS) { /* admission was optimistic: put them back */
-        for (size_t i = 0; i < nb; i++)
-          if (!batch_req[i]->kv.req_row || batch_req[i]->filled == 0) batch_req[i]->state = R_WAITING;
+        for (size_t i = 0; i < nb; i++) {
+          request *q = batch_req[i];
+          if (q->kv.req_row && q->filled > 0) continue;
+          q->state = R_WAITING;
+          q->radix_pending = false;
+          if (q->kv.cache_node && !q->kv.req_row) { /* its radix match is redone at admission */
+            CHECK(kvc_radix_cache_unlock(radix, q->kv.cache_node));
+            q->kv.cache_node = NULL;
+            q->kv.prefix_slots = NULL;
+            q->kv.cache_protected_len = 0;
+            q->filled = q->kv.prefix_len = 0;
+          }
+        }
         nb = 0;
       } else {
         CHECK(st);
@@ -272,8 +345,11 @@ int main(int argc, char **argv) {
         prefill_tokens += ntok;
         for (size_t i = 0; i < nb; i++) {
           request *q = batch_req[i];
+          if (q->radix_pending) radix_prompt_tokens += q->prompt, radix_hit_tokens += q->radix_hit;
+          q->radix_pending = false;
           q->filled = q->kv.seq_len;
           if (q->filled < q->prompt) {
+            q->rr.num_tokens = q->kv.kv_committed_len;
             double a1 = now_us();
             CHECK(kvc_flow_cache_unfinished(flow, &q->kv));
             t_alloc += now_us() - a1;
@@ -312,6 +388,7 @@ int main(int argc, char **argv) {
       batch_req[v - 1] = batch_req[nd - 1];
       nd--;
       kvc_req_state *one[] = {&victim->kv};
+      victim->rr.num_tokens = victim->kv.kv_committed_len;
       double a1 = now_us();
       CHECK(kvc_flow_release(flow, one, 1, 0, NULL));
       t_alloc += now_us() - a1;
@@ -333,7 +410,10 @@ int main(int argc, char **argv) {
     size_t nf = 0;
     for (size_t i = 0; i < nlive; i++) {
       request *q = live[i];
-      if (q->state == R_RUNNING && q->filled == q->prompt && q->generated >= q->output) batch[nf++] = &q->kv;
+      if (q->state == R_RUNNING && q->filled == q->prompt && q->generated >= q->output) {
+        q->rr.num_tokens = q->kv.kv_committed_len; /* prompt + outputs: the key to cache */
+        batch[nf++] = &q->kv;
+      }
     }
     if (nf) {
       double a0 = now_us();
@@ -360,6 +440,8 @@ int main(int argc, char **argv) {
             t_alloc += now_us() - a0;
           }
           q->state = R_DONE;
+          free((void *)q->rr.tokens);
+          q->rr.tokens = NULL;
           served++;
           continue;
         }
@@ -396,6 +478,17 @@ int main(int argc, char **argv) {
   qsort(alloc_us, nsteps, sizeof(double), cmp_double);
   int64_t held = 0, held_reqs = 0;
   CHECK(kvc_session_cache_held(sessions, o.page_size, &held, NULL, &held_reqs));
+  if (radix) { /* the tree's KV goes back too */
+    int64_t cached = 0;
+    CHECK(kvc_flow_check(flow, NULL, 0));
+    CHECK(kvc_radix_cache_sizes(radix, NULL, NULL, &cached));
+    printf("radix cache: hit rate %.3f (%lld of %lld prompt tokens of new requests reused), prefill tokens saved "
+           "%lld; %lld tokens cached at the end\n",
+           radix_prompt_tokens ? (double)radix_hit_tokens / (double)radix_prompt_tokens : 0.0,
+           (long long)radix_hit_tokens, (long long)radix_prompt_tokens, (long long)radix_hit_tokens,
+           (long long)cached);
+    if (cached) CHECK(kvc_radix_cache_evict(radix, flow, cached, NULL));
+  }
   int64_t avail = kvc_allocator_available_size(alloc);
   int all_free = avail == capacity && kvc_req_to_token_pool_available(rows) == rc.size && held == 0;
   CHECK(kvc_flow_check(flow, NULL, 0));
@@ -417,6 +510,8 @@ int main(int argc, char **argv) {
   kvc_memory_free(ctx, out_loc);
   kvc_flow_destroy(flow);
   kvc_session_cache_destroy(sessions);
+  kvc_radix_cache_destroy(radix);
+  for (int k = 0; k < SYSTEM_PROMPTS; k++) free(sys_tokens[k]);
   kvc_kv_pool_destroy(kv);
   kvc_allocator_destroy(alloc);
   kvc_req_to_token_pool_destroy(rows);

@@ -2060,6 +2060,241 @@ KVC_API kvc_status kvc_session_cache_held(const kvc_session_cache *sessions, int
 /** kvc_session_cache_reset() : drops every session without freeing (pools being cleared). */
 KVC_API void kvc_session_cache_reset(kvc_session_cache *sessions);
 
+/* ===================================================================================
+ * Radix prefix cache (SGLang RadixCache)
+ *
+ * A radix tree over token ids that keeps the KV slots of finished (and chunked) requests
+ * for reuse by later requests sharing a prefix, as SGLang's mem_cache/radix_cache.py does.
+ * Everything is on the host: the values are host slot ids, nothing reads or writes the
+ * device except through the flow calls it is used from (the match is written into the
+ * request row by kvc_flow_alloc_for_extend in its one launch). No call does stream work,
+ * so every call is allowed during a CUDA graph capture, with one exception:
+ * cache_unfinished_req rewrites a row range with one launch when the request's chunk
+ * duplicated tokens another request cached meanwhile. Single writer, like the flows.
+ *
+ * Keys: int32 token ids plus a 64-bit namespace (the engine's id for SGLang's extra_key /
+ * cache_salt; 0 = none). Requests in different namespaces never share a node, not even at
+ * the root. With page_size > 1 keys are matched and stored in whole pages (children are
+ * indexed by their first page), a request's match key is its tokens minus the last one
+ * floored to a page, exactly as SGLang.
+ *
+ * Ownership: slots given to the tree (insert, cache_finished_req, cache_unfinished_req)
+ * belong to it until eviction frees them through kvc_flow_free_slots (or the config's
+ * free_slots hook when a call gets no flow). Conservation: free + held by live requests +
+ * kvc_radix_cache_sizes' cached == capacity, which kvc_flow_check verifies for a flow using
+ * the cache. Node handles (void *, stored in kvc_req_state.cache_node) are generation
+ * checked: a handle of another cache, of an evicted node or from before a reset is refused.
+ * Every failed call returns a status with a message and changes nothing.
+ * =================================================================================== */
+
+typedef struct kvc_radix_cache kvc_radix_cache;
+
+/** Eviction policies (SGLang evict_policy.py), all over a logical clock. */
+typedef enum kvc_radix_policy {
+  KVC_RADIX_LRU = 0,      /* oldest last access first (default) */
+  KVC_RADIX_LFU = 1,      /* fewest hits, then LRU */
+  KVC_RADIX_FIFO = 2,     /* oldest creation first */
+  KVC_RADIX_MRU = 3,      /* newest last access first */
+  KVC_RADIX_FILO = 4,     /* newest creation first */
+  KVC_RADIX_PRIORITY = 5, /* lowest priority, then LRU */
+  KVC_RADIX_SLRU = 6      /* probationary (hits < threshold) before protected, then LRU */
+} kvc_radix_policy;
+
+/** What the cache needs of a request beyond kvc_req_state (SGLang Req.fill_ids, extra_key,
+ *  priority, cache_inserted_len). The engine owns it and keeps it next to its
+ *  kvc_req_state; the config's req_of callback finds it. */
+typedef struct kvc_radix_req {
+  const int32_t *tokens; /* prompt + output tokens so far (SGLang fill_ids), engine-owned */
+  int64_t num_tokens;
+  int64_t prompt_len;    /* prompt tokens: a finished request's prompt is split off so
+                            its outputs can be evicted first (priority + 1) */
+  uint64_t ns;           /* namespace, 0 = none */
+  int32_t priority;      /* SGLang request priority (the priority policy) */
+  int32_t reserved_i32_;
+  int64_t inserted_len;  /* SGLang cache_inserted_len: zero-initialise; the cache updates it */
+  int64_t *prefix_buf;   /* optional, >= num_tokens entries: where a match that cannot be
+                            returned without a copy is copied (NULL: the cache's scratch,
+                            valid until the next call on the cache) */
+  uint64_t reserved_[2];
+} kvc_radix_req;
+
+/** KV events (SGLang / vLLM BlockStored, BlockRemoved, AllBlocksCleared). */
+typedef enum kvc_radix_event_kind {
+  KVC_RADIX_BLOCK_STORED = 1,
+  KVC_RADIX_BLOCK_REMOVED = 2,
+  KVC_RADIX_ALL_BLOCKS_CLEARED = 3
+} kvc_radix_event_kind;
+
+typedef struct kvc_radix_event {
+  kvc_radix_event_kind kind;
+  int32_t block_size;       /* page size */
+  int32_t has_parent;       /* STORED: 0 for the first page of a root child */
+  int32_t reserved_i32_;
+  uint64_t parent_hash;     /* STORED: hash of the previous page */
+  uint64_t block_hash;      /* STORED: hash of this page */
+  const int32_t *token_ids; /* STORED: the page's tokens (block_size of them) */
+  const uint64_t *block_hashes; /* REMOVED: every page hash of the evicted node */
+  size_t num_hashes;
+  uint64_t ns;              /* namespace of the node */
+} kvc_radix_event;
+
+/** Receives each event during the call that causes it; the pointers are valid only then.
+ *  Must not call back into the cache. */
+typedef void (*kvc_radix_event_fn)(void *user, const kvc_radix_event *event);
+/** Block hash of a page: chains from `parent` (has_parent 0: the first page of a root child,
+ *  seeded by the namespace ns instead). Returns KVC_OK and *out. */
+typedef kvc_status (*kvc_radix_hash_fn)(void *user, uint64_t parent, int has_parent, uint64_t ns,
+                                        const int32_t *tokens, int64_t n, uint64_t *out);
+/** Finds the kvc_radix_req of a request the flows pass to the cache (NULL: refused). */
+typedef kvc_radix_req *(*kvc_radix_req_fn)(void *user, const kvc_req_state *req);
+/** Frees slots when a cache call gets no flow (standalone use); NULL = such calls refuse
+ *  to free. */
+typedef kvc_status (*kvc_radix_free_fn)(void *user, const int64_t *slots, size_t n);
+
+typedef struct kvc_radix_cache_config {
+  size_t struct_size;
+  uint32_t version;
+  int32_t page_size;          /* >= 1; the flow's */
+  kvc_radix_policy policy;    /* default LRU */
+  int32_t slru_threshold;     /* SLRU protected hit count, 0 = 2 (SGLang's default) */
+  int64_t num_slots;          /* the allocator's size (kvc_allocator_size): slot ids are in
+                                 [1, num_slots + page_size - 1] (a paged allocator's pages
+                                 1 .. num_slots / page_size) */
+  kvc_radix_req_fn req_of;    /* required for the request-level calls */
+  void *req_user;
+  kvc_radix_free_fn free_slots; /* optional, see above */
+  void *free_user;
+  kvc_radix_event_fn on_event;  /* optional; NULL = no events, no hashing, no cost */
+  void *event_user;
+  kvc_radix_hash_fn block_hash; /* optional; NULL = kvc_radix_block_hash_xxh3 */
+  void *hash_user;
+  uint64_t reserved_[8];
+} kvc_radix_cache_config;
+
+#define KVC_RADIX_CACHE_CONFIG_INIT \
+  { sizeof(kvc_radix_cache_config), KVC_VERSION_NUMBER, 1, KVC_RADIX_LRU, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {0} }
+
+/** kvc_radix_cache_create() : an empty tree. Copies the config.
+ *  @return KVC_ERR_INVALID_ARGUMENT (page_size < 1, num_slots < 1, unknown policy),
+ *  KVC_ERR_VERSION, KVC_ERR_UNSUPPORTED for events without a hash function when the
+ *  library was built without xxhash.h, KVC_ERR_HOST_OOM. */
+KVC_API kvc_status kvc_radix_cache_create(kvc_context *ctx, const kvc_radix_cache_config *config,
+                                          kvc_radix_cache **out);
+/** kvc_radix_cache_destroy() : frees the tree's host memory; the cached slots are NOT given
+ *  back (reset the allocator, or evict everything first). NULL is a no-op. */
+KVC_API void kvc_radix_cache_destroy(kvc_radix_cache *cache);
+/** kvc_radix_cache_as_prefix_cache() : the kvc_prefix_cache to give to a flow (or to
+ *  kvc_session_cache_create): release calls cache_finished_req, kvc_flow_cache_unfinished
+ *  calls cache_unfinished_req, kvc_flow_evict and allocation under pressure evict. */
+KVC_API kvc_prefix_cache kvc_radix_cache_as_prefix_cache(kvc_radix_cache *cache);
+
+/** A match: `len` tokens are cached; `slots` their slot ids (len entries), pointing into the
+ *  tree when `copied` is 0 (valid while `node` exists: lock it), else into the buffer named
+ *  by the call (valid until that buffer is reused). */
+typedef struct kvc_radix_match {
+  int64_t len;
+  const int64_t *slots;
+  void *node; /* last matched node (the root when len is 0) */
+  int32_t copied;
+  int32_t reserved_i32_;
+} kvc_radix_match;
+
+/** kvc_radix_cache_match_prefix() : SGLang match_prefix of tokens[0:n) (floored to whole
+ *  pages; apply SGLang's len - 1 limit before calling) in namespace ns: splits a node the
+ *  match ends inside and stamps the access time of the root and every node entered. No
+ *  lock is taken. Copies (when needed) go to the cache's scratch. */
+KVC_API kvc_status kvc_radix_cache_match_prefix(kvc_radix_cache *cache, uint64_t ns, const int32_t *tokens,
+                                                int64_t n, kvc_radix_match *out);
+/** kvc_radix_cache_match_req() : the scheduler's match + admission for a new request (no
+ *  row yet, cache_node NULL): matches the request's tokens with SGLang's limit
+ *  (num_tokens - 1, floored to pages), then sets req->prefix_len = cache_protected_len =
+ *  the match, req->prefix_slots (NULL for 0; copies go to rreq->prefix_buf when set),
+ *  req->cache_node, and locks that node (SGLang inc_lock_ref at admission).
+ *  @return KVC_ERR_MISUSE for a request already holding a row or a node. */
+KVC_API kvc_status kvc_radix_cache_match_req(kvc_radix_cache *cache, kvc_req_state *req, kvc_radix_req *rreq);
+
+/** kvc_radix_cache_insert() : SGLang insert of tokens[0:n) -> slots[0:n) (floored to whole
+ *  pages) with `priority` (raised to on every node of the key's path; a node split by
+ *  the insert passes it to its upper part only): existing values are never overwritten; the incoming slots of
+ *  tokens already present that differ from the tree's are freed (through flow, else the
+ *  free_slots hook); slots of the unaligned tail are not taken (the caller keeps them).
+ *  *prefix_len (may be NULL) gets the number of tokens already present.
+ *  @return KVC_ERR_INVALID_ARGUMENT for a slot outside [1, num_slots + page_size - 1] or,
+ *  with page_size > 1, slots of a page that are not one allocator page (a page-aligned
+ *  slot and its consecutive ones), KVC_ERR_MISUSE for an incoming new slot the tree
+ *  already holds, KVC_ERR_UNSUPPORTED when a duplicate must
+ *  be freed and there is neither a flow nor a hook. */
+KVC_API kvc_status kvc_radix_cache_insert(kvc_radix_cache *cache, kvc_flow *flow, uint64_t ns,
+                                          const int32_t *tokens, const int64_t *slots, int64_t n,
+                                          int32_t priority, int64_t *prefix_len);
+
+/** kvc_radix_cache_cache_finished_req() : SGLang cache_finished_req / release_kv_cache's
+ *  checkpoint: with is_insert, the committed tokens floored to pages go into the tree
+ *  (duplicates freed, the prompt split off with priority + 1), and the unaligned tail
+ *  [aligned, committed) is freed; without is_insert (abort) [cache_protected_len,
+ *  committed) is freed. Then the request's lock is dropped and cache_node cleared. The row
+ *  itself and the over-allocated tail are the flow's (kvc_flow_release). */
+KVC_API kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *cache, kvc_flow *flow, kvc_req_state *req,
+                                                      int is_insert);
+/** kvc_radix_cache_cache_unfinished_req() : SGLang cache_unfinished_req (chunked prefill):
+ *  inserts the committed tokens floored to pages, frees the request's duplicates and
+ *  writes the tree's slots into the row instead (kvc_req_to_token_pool_write on the
+ *  stream of the flow's last call), moves the lock to the new last node, and sets
+ *  cache_protected_len, prefix_len = kv_committed_len, prefix_slots = NULL. */
+KVC_API kvc_status kvc_radix_cache_cache_unfinished_req(kvc_radix_cache *cache, kvc_flow *flow,
+                                                        kvc_req_state *req);
+
+/** kvc_radix_cache_lock() / _unlock() : SGLang inc_lock_ref / dec_lock_ref of a node and its
+ *  ancestors (NULL = root: nothing). Moves tokens between evictable and protected.
+ *  @return KVC_ERR_INVALID_ARGUMENT for a stale or foreign handle, KVC_ERR_MISUSE for an
+ *  unlock below zero. */
+KVC_API kvc_status kvc_radix_cache_lock(kvc_radix_cache *cache, void *node);
+KVC_API kvc_status kvc_radix_cache_unlock(kvc_radix_cache *cache, void *node);
+
+/** kvc_radix_cache_evict() : SGLang evict(num_tokens): evicts whole unlocked leaves in the
+ *  policy's order (parents become candidates as they become leaves) until at least
+ *  num_tokens are freed or nothing is evictable; each victim's slots are freed through flow
+ *  (else the free_slots hook) in victim order. *evicted (may be NULL) gets the count.
+ *  @return KVC_ERR_OUT_OF_SLOTS when num_tokens > 0 and nothing is evictable (everything
+ *  locked or empty; nothing changed), KVC_ERR_UNSUPPORTED without flow or hook. */
+KVC_API kvc_status kvc_radix_cache_evict(kvc_radix_cache *cache, kvc_flow *flow, int64_t num_tokens,
+                                         int64_t *evicted);
+
+/** kvc_radix_cache_reset() : SGLang reset: drops every node WITHOUT freeing slots (the
+ *  pools are being cleared), emits AllBlocksCleared. Every old handle becomes stale. */
+KVC_API kvc_status kvc_radix_cache_reset(kvc_radix_cache *cache);
+
+/** kvc_radix_cache_sizes() : evictable, protected (locked) and cached tokens (any pointer
+ *  may be NULL); evictable + protected == cached. */
+KVC_API kvc_status kvc_radix_cache_sizes(const kvc_radix_cache *cache, int64_t *evictable, int64_t *protected_size,
+                                         int64_t *cached);
+
+typedef struct kvc_radix_stats {
+  int64_t nodes;         /* excluding the root */
+  int64_t leaves;        /* evictable leaves (unlocked, childless) */
+  int64_t cached_tokens;
+  int64_t bytes;         /* host bytes held by the tree (every array at its capacity) */
+  int64_t reserved_[4];
+} kvc_radix_stats;
+/** kvc_radix_cache_stats() : node count and host bytes. */
+KVC_API kvc_status kvc_radix_cache_stats(const kvc_radix_cache *cache, kvc_radix_stats *out);
+
+/** kvc_radix_cache_dump() : SGLang pretty_print: one line per node, indented by depth
+ *  (length, lock, hits, priority, first tokens), into buf (NUL-terminated, truncated to
+ *  cap). *needed (may be NULL) gets the full length + 1. */
+KVC_API kvc_status kvc_radix_cache_dump(const kvc_radix_cache *cache, char *buf, size_t cap, size_t *needed);
+
+/** kvc_radix_cache_check() : O(n) audit of the tree (sizes, eviction heap, child index,
+ *  held-slot bits). Also run after every mutating call in check mode.
+ *  @return KVC_ERR_INTERNAL with a description when violated. */
+KVC_API kvc_status kvc_radix_cache_check(const kvc_radix_cache *cache);
+
+/** kvc_radix_block_hash_xxh3() : the default block hash: XXH3-64 of the page's tokens
+ *  seeded with the parent hash (or the namespace for a root child's first page).
+ *  @return KVC_ERR_UNSUPPORTED when the library was built without xxhash.h. */
+KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int has_parent, uint64_t ns,
+                                             const int32_t *tokens, int64_t n, uint64_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,10 +12,10 @@ CC=${CC:-clang}
 if ! "$CC" --version 2>/dev/null | grep -qi clang; then CC=clang; fi
 cmake -S . -B "$build" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVC_BUILD_FUZZ=ON \
   -DKVC_BUILD_TESTS=OFF -DKVC_BUILD_BENCH=OFF -DKVC_BUILD_EXAMPLES=OFF -DKVC_BUILD_SHARED=OFF -DKVC_WERROR=ON >/dev/null
-cmake --build "$build" -j "$(nproc)" --target fuzz_allocator fuzz_flow fuzz_flow_hybrid
+cmake --build "$build" -j "$(nproc)" --target fuzz_allocator fuzz_flow fuzz_flow_hybrid fuzz_radix
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-for h in fuzz_allocator fuzz_flow fuzz_flow_hybrid; do
+for h in fuzz_allocator fuzz_flow fuzz_flow_hybrid fuzz_radix; do
   mkdir -p "$build/corpus/$h"
   args=(-max_total_time="$secs" -max_len=4096 -timeout=10 -print_final_stats=1 -artifact_prefix="$build/")
   [ -n "${FUZZ_RUNS:-}" ] && args+=(-runs="$FUZZ_RUNS")

@@ -234,7 +234,9 @@ kvc_status kvc_flow_check(const kvc_flow *f, kvc_req_state *const *live, size_t 
      * the pages past that (release_one). */
     const int32_t row = live[i]->req_row;
     const bool cached = row > 0 && row <= kvc_req_to_token_pool_size(f->cfg.req_pool) && f->row_cached[row];
-    const int64_t from = cached ? tail_start(f, live[i]->kv_committed_len) : 0;
+    /* [0, cache_protected_len) of a live row is the prefix cache's (a radix match). */
+    const int64_t from = cached ? tail_start(f, live[i]->kv_committed_len)
+                                : KVC__MAX(0, live[i]->cache_protected_len) / f->ps * f->ps;
     held += KVC__MAX(0, kvc__ceil_align(live[i]->kv_allocated_len, f->ps) - from) / f->ps;
   }
   int64_t cached = f->cache.cached_size ? f->cache.cached_size(f->cache.self) : 0;

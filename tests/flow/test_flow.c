@@ -244,10 +244,8 @@ static void test_prefix_slots_from_a_cache_match(void **state) {
   assert_row_synced(&f, a.req_row, 40);
   assert_null(a.prefix_slots);
   kvc_req_state *live[] = {&a};
-  /* live: 3 pages of a's row, of which 2 are the cache's -> count a's 1 own page. */
-  a.kv_allocated_len = 8; /* accounting view for the check: a's own tokens */
+  /* live: 3 pages of a's row, of which [0, cache_protected_len) = 2 are the cache's. */
   KVT_OK(kvc_flow_check(f.flow, live, 1));
-  a.kv_allocated_len = 40;
   /* A request larger than free space triggers an evict call (not a chunk cache). */
   kvc_req_state b = req0(250);
   kvc_req_state *two[] = {&b};

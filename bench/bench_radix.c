@@ -1,0 +1,594 @@
+/*
+ * bench_radix.c — host microseconds of the radix prefix cache (SGLang RadixCache's
+ * operations), median and p99 per call, and hit rates on generated traces.
+ *
+ * Part 1, the targets: match_prefix of a 4096-token request with a 3584-token cached
+ * prefix (page 1 and 16; the prefix one node, and a path of 8 nodes that must be copied);
+ * insert and cache_finished_req of 4096 tokens (page 16, 3584 already present / none);
+ * evict(4096) from a 10^6-token tree; lock + unlock of a 32-node path. Trees are filled
+ * with unrelated requests up to 10^4, 10^5 and 10^6 cached tokens.
+ *
+ * Part 2, trace replays through a flow (host backend; the flow's own work is not timed):
+ * multi-turn chat (each turn extends the previous one), many requests sharing a few
+ * 1-4k-token system prompts with distinct suffixes, and random prefixes under eviction
+ * pressure (capacity well below the working set), at page 1, 16 and 64 and capacities of
+ * 10^4, 10^5 and 10^6 tokens. Each radix call the flow makes is timed through a shim
+ * kvc_prefix_cache; match_req and lock/unlock are timed directly.
+ *
+ * Usage: kvc_bench_radix [--quick] [--csv FILE]   (host only by design)
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "bench_util.h"
+
+#include <stdint.h>
+
+#define MIN2(a, b) ((a) < (b) ? (a) : (b))
+
+static kvc_context *ctx;
+static FILE *csv;
+static int quick;
+
+/* --- Samples ---------------------------------------------------------------------------- */
+
+typedef struct samples {
+  double *t;
+  int n, cap;
+} samples;
+
+static void add(samples *s, double us) {
+  if (s->n == s->cap) {
+    s->cap = s->cap ? 2 * s->cap : 1024;
+    s->t = realloc(s->t, (size_t)s->cap * sizeof *s->t);
+    if (!s->t) exit(1);
+  }
+  s->t[s->n++] = us;
+}
+
+static void report(const char *section, const char *what, int ps, int64_t tree, samples *s, double hit) {
+  if (s->n == 0) return;
+  qsort(s->t, (size_t)s->n, sizeof *s->t, kvb_cmp_double);
+  double med = s->t[s->n / 2], p99 = s->t[(int)((double)s->n * 0.99)];
+  printf("%-9s %-44s %4d %8lld %9.3f %9.3f %7d", section, what, ps, (long long)tree, med, p99, s->n);
+  if (hit >= 0) printf("  hit %.3f", hit);
+  printf("\n");
+  if (csv)
+    fprintf(csv, "%s,\"%s\",%d,%lld,%.4f,%.4f,%d,%.4f\n", section, what, ps, (long long)tree, med, p99, s->n, hit);
+  s->n = 0;
+}
+
+static uint64_t rng_s = 0x1234567;
+static uint64_t rnd(void) {
+  uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static int64_t range(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1)); }
+
+/* --- Part 1: standalone tree, frees counted by a no-op hook ------------------------------ */
+
+static int64_t next_slot;
+static kvc_status drop(void *user, const int64_t *slots, size_t n) {
+  (void)slots;
+  *(int64_t *)user += (int64_t)n;
+  return KVC_OK;
+}
+
+/* Slot ids only grow here (nothing is reallocated), hence the large id space. */
+static kvc_radix_cache *tree_make_slots(int ps, int64_t *dropped, int64_t num_slots) {
+  kvc_radix_cache_config c = KVC_RADIX_CACHE_CONFIG_INIT;
+  c.page_size = ps;
+  c.num_slots = num_slots;
+  c.free_slots = drop;
+  c.free_user = dropped;
+  kvc_radix_cache *rc;
+  KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &c, &rc));
+  next_slot = 1;
+  return rc;
+}
+static kvc_radix_cache *tree_make(int ps, int64_t *dropped) { return tree_make_slots(ps, dropped, (int64_t)1 << 26); }
+
+/* Slots of a request are whole allocator pages: runs start page-aligned (64 covers all). */
+static void align_slots(void) { next_slot = (next_slot + 63) / 64 * 64; }
+
+static void put(kvc_radix_cache *rc, const int32_t *t, int64_t n) {
+  static int64_t slots[1 << 14];
+  align_slots();
+  for (int64_t i = 0; i < n; i++) slots[i] = next_slot++;
+  KVB_CHECK(ctx, kvc_radix_cache_insert(rc, NULL, 0, t, slots, n, 0, NULL));
+}
+
+/* Unrelated requests of 256..1024 random tokens until the tree holds `tokens`. */
+static void fill(kvc_radix_cache *rc, int64_t tokens) {
+  int32_t t[1024];
+  int64_t cached = 0;
+  while (cached < tokens) {
+    int64_t n = range(256, 1024);
+    for (int64_t i = 0; i < n; i++) t[i] = (int32_t)range(0, 1 << 30);
+    put(rc, t, n);
+    KVB_CHECK(ctx, kvc_radix_cache_sizes(rc, NULL, NULL, &cached));
+  }
+}
+
+static void random_tokens(int32_t *t, int64_t n) {
+  for (int64_t i = 0; i < n; i++) t[i] = (int32_t)range(0, 1 << 30);
+}
+
+static void bench_match(int ps, int64_t tree, int nodes) {
+  int64_t dropped = 0;
+  kvc_radix_cache *rc = tree_make(ps, &dropped);
+  fill(rc, tree);
+  enum { K = 16 };
+  static int32_t q[K][4096];
+  for (int k = 0; k < K; k++) {
+    random_tokens(q[k], 4096);
+    /* the 3584-token prefix as `nodes` inserts of growing length (a conversation) */
+    for (int j = 1; j <= nodes; j++) put(rc, q[k], 3584 / nodes * j);
+  }
+  samples s = {0};
+  const int reps = quick ? 2000 : 20000;
+  for (int r = 0; r < reps; r++) {
+    kvc_radix_match m;
+    double t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_radix_cache_match_prefix(rc, 0, q[r % K], 4096, &m));
+    add(&s, kvb_now_us() - t0);
+    if (m.len != 3584) exit(3);
+  }
+  char what[96];
+  snprintf(what, sizeof what, "match_prefix 4096 (3584 cached, %d node%s)", nodes, nodes > 1 ? "s" : "");
+  report("target", what, ps, tree, &s, -1);
+  kvc_radix_cache_destroy(rc);
+}
+
+/* Host bytes of a tree of `tree` tokens over an allocator of 2 x tree slots (the held
+ * bitmap is sized by the allocator): the bound is 16 B per cached token + 128 B per node. */
+static void bench_memory(int ps, int64_t tree) {
+  int64_t dropped = 0;
+  kvc_radix_cache *rc = tree_make_slots(ps, &dropped, 2 * tree); /* fill() wastes unaligned tails */
+  fill(rc, tree);
+  kvc_radix_stats st;
+  KVB_CHECK(ctx, kvc_radix_cache_stats(rc, &st));
+  const int64_t bound = 16 * st.cached_tokens + 128 * st.nodes;
+  printf("memory    page %2d: %lld tokens in %lld nodes: %lld bytes = %.2f B/token; bound %lld (%s)\n", ps,
+         (long long)st.cached_tokens, (long long)st.nodes, (long long)st.bytes,
+         (double)st.bytes / (double)st.cached_tokens, (long long)bound, st.bytes <= bound ? "within" : "EXCEEDED");
+  if (csv)
+    fprintf(csv, "memory,\"bytes (%lld nodes; bound %lld)\",%d,%lld,%lld,%lld,1,-1\n", (long long)st.nodes,
+            (long long)bound, ps, (long long)st.cached_tokens, (long long)st.bytes, (long long)bound);
+  kvc_radix_cache_destroy(rc);
+}
+
+static void bench_insert(int ps, int64_t tree, int64_t present) {
+  int64_t dropped = 0;
+  kvc_radix_cache *rc = tree_make(ps, &dropped);
+  fill(rc, tree);
+  static int32_t q[4096];
+  static int64_t slots[4096];
+  samples s = {0};
+  const int reps = quick ? 500 : 5000;
+  for (int r = 0; r < reps; r++) {
+    random_tokens(q, 4096);
+    if (present) put(rc, q, present);
+    align_slots();
+    for (int i = 0; i < 4096; i++) slots[i] = next_slot++;
+    double t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_radix_cache_insert(rc, NULL, 0, q, slots, 4096, 0, NULL));
+    add(&s, kvb_now_us() - t0);
+    KVB_CHECK(ctx, kvc_radix_cache_evict(rc, NULL, 4096, NULL)); /* keep the size (LRU: this one) */
+  }
+  char what[96];
+  snprintf(what, sizeof what, "insert 4096 (%lld present)", (long long)present);
+  report("target", what, ps, tree, &s, -1);
+  kvc_radix_cache_destroy(rc);
+}
+
+static void bench_evict(int ps, int64_t tree) {
+  int64_t dropped = 0;
+  kvc_radix_cache *rc = tree_make(ps, &dropped);
+  fill(rc, tree);
+  samples s = {0};
+  const int reps = quick ? 500 : 5000;
+  for (int r = 0; r < reps; r++) {
+    double t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_radix_cache_evict(rc, NULL, 4096, NULL));
+    add(&s, kvb_now_us() - t0);
+    fill(rc, tree); /* refill (not timed) */
+  }
+  report("target", "evict 4096", ps, tree, &s, -1);
+  kvc_radix_cache_destroy(rc);
+}
+
+static void bench_lock(int64_t tree) {
+  int64_t dropped = 0;
+  kvc_radix_cache *rc = tree_make(16, &dropped);
+  fill(rc, tree);
+  static int32_t q[32 * 64];
+  random_tokens(q, 32 * 64);
+  for (int j = 1; j <= 32; j++) put(rc, q, 64 * j); /* a 32-node path */
+  kvc_radix_match m;
+  KVB_CHECK(ctx, kvc_radix_cache_match_prefix(rc, 0, q, 32 * 64, &m));
+  samples s = {0};
+  const int reps = quick ? 20000 : 200000;
+  for (int r = 0; r < reps; r++) {
+    double t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_radix_cache_lock(rc, m.node));
+    KVB_CHECK(ctx, kvc_radix_cache_unlock(rc, m.node));
+    add(&s, kvb_now_us() - t0);
+  }
+  report("target", "lock + unlock, 32-node path", 16, tree, &s, -1);
+  kvc_radix_cache_destroy(rc);
+}
+
+
+/* cache_finished_req of a 4096-token request (present tokens matched from the tree first)
+ * through a flow whose allocator holds every cached slot; the row is freed untimed. */
+static kvc_radix_req *req_of(void *user, const kvc_req_state *r);
+typedef struct ereq {
+  kvc_req_state st;
+  kvc_radix_req rr;
+  int32_t *toks;
+} ereq;
+
+static void bench_finished(int ps, int64_t tree, int64_t present) {
+  const int64_t cap = tree + 65536;
+  kvc_radix_cache_config rcfg = KVC_RADIX_CACHE_CONFIG_INIT;
+  rcfg.page_size = ps;
+  rcfg.num_slots = cap;
+  rcfg.req_of = req_of;
+  kvc_radix_cache *rc;
+  KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &rcfg, &rc));
+  kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  qc.size = 4;
+  qc.max_context_len = 4096 + 64;
+  kvc_req_to_token_pool *pool;
+  KVB_CHECK(ctx, kvc_req_to_token_pool_create(ctx, &qc, &pool));
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = ps == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
+  ac.size = cap;
+  ac.page_size = ps;
+  kvc_allocator *alloc;
+  KVB_CHECK(ctx, kvc_allocator_create(ctx, &ac, &alloc));
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.page_size = ps;
+  fc.req_pool = pool;
+  fc.allocator = alloc;
+  fc.cache = kvc_radix_cache_as_prefix_cache(rc);
+  kvc_flow *flow;
+  KVB_CHECK(ctx, kvc_flow_create(ctx, &fc, &flow));
+  static int32_t q[4096];
+  static int64_t slots[4096], out[4096];
+  for (int64_t cached = 0; cached < tree;) { /* unrelated requests, slots from the allocator */
+    int64_t n = range(16, 64) * 16;
+    random_tokens(q, n);
+    KVB_CHECK(ctx, kvc_allocator_alloc(alloc, (size_t)n, slots));
+    KVB_CHECK(ctx, kvc_radix_cache_insert(rc, flow, 0, q, slots, n, 0, NULL));
+    KVB_CHECK(ctx, kvc_radix_cache_sizes(rc, NULL, NULL, &cached));
+  }
+  samples s = {0};
+  const int reps = quick ? 300 : 3000;
+  ereq e;
+  e.toks = q;
+  for (int r = 0; r < reps; r++) {
+    random_tokens(q, 4096);
+    if (present) {
+      KVB_CHECK(ctx, kvc_allocator_alloc(alloc, (size_t)present, slots));
+      KVB_CHECK(ctx, kvc_radix_cache_insert(rc, flow, 0, q, slots, present, 0, NULL));
+    }
+    memset(&e.st, 0, sizeof e.st);
+    memset(&e.rr, 0, sizeof e.rr);
+    e.rr.tokens = q;
+    e.rr.num_tokens = e.rr.prompt_len = 4096;
+    KVB_CHECK(ctx, kvc_radix_cache_match_req(rc, &e.st, &e.rr));
+    e.st.seq_len = 4096;
+    kvc_req_state *one[] = {&e.st};
+    KVB_CHECK(ctx, kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+    double t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_radix_cache_cache_finished_req(rc, flow, &e.st, 1));
+    add(&s, kvb_now_us() - t0);
+    KVB_CHECK(ctx, kvc_req_to_token_pool_free(pool, e.st.req_row));
+    KVB_CHECK(ctx, kvc_radix_cache_evict(rc, flow, 4096, NULL)); /* keep the size */
+  }
+  KVB_CHECK(ctx, kvc_flow_check(flow, NULL, 0));
+  char what[96];
+  snprintf(what, sizeof what, "cache_finished_req 4096 (%lld present)", (long long)present);
+  report("target", what, ps, tree, &s, -1);
+  kvc_flow_destroy(flow);
+  kvc_allocator_destroy(alloc);
+  kvc_req_to_token_pool_destroy(pool);
+  kvc_radix_cache_destroy(rc);
+}
+
+/* evict(4096) from a 10^6-token tree through a flow: the victims' slots go back to a real
+ * allocator (the cost SGLang's eviction figure includes). */
+static void bench_evict_flow(int ps, int64_t tree) {
+  const int64_t cap = tree + 65536;
+  kvc_radix_cache_config rcfg = KVC_RADIX_CACHE_CONFIG_INIT;
+  rcfg.page_size = ps;
+  rcfg.num_slots = cap;
+  kvc_radix_cache *rc;
+  KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &rcfg, &rc));
+  kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  qc.size = 4;
+  qc.max_context_len = 1024;
+  kvc_req_to_token_pool *pool;
+  KVB_CHECK(ctx, kvc_req_to_token_pool_create(ctx, &qc, &pool));
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = ps == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
+  ac.size = cap;
+  ac.page_size = ps;
+  kvc_allocator *alloc;
+  KVB_CHECK(ctx, kvc_allocator_create(ctx, &ac, &alloc));
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.page_size = ps;
+  fc.req_pool = pool;
+  fc.allocator = alloc;
+  fc.cache = kvc_radix_cache_as_prefix_cache(rc);
+  kvc_flow *flow;
+  KVB_CHECK(ctx, kvc_flow_create(ctx, &fc, &flow));
+  static int32_t q[1024];
+  static int64_t slots[1024];
+  samples s = {0};
+  const int reps = quick ? 500 : 5000;
+  for (int r = 0; r <= reps; r++) {
+    for (int64_t cached = 0; cached < tree;) { /* (re)fill, not timed */
+      int64_t n = range(16, 64) * 16;
+      random_tokens(q, n);
+      KVB_CHECK(ctx, kvc_allocator_alloc(alloc, (size_t)n, slots));
+      KVB_CHECK(ctx, kvc_radix_cache_insert(rc, flow, 0, q, slots, n, 0, NULL));
+      KVB_CHECK(ctx, kvc_radix_cache_sizes(rc, NULL, NULL, &cached));
+    }
+    if (r == reps) break;
+    double t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_radix_cache_evict(rc, flow, 4096, NULL));
+    add(&s, kvb_now_us() - t0);
+  }
+  KVB_CHECK(ctx, kvc_flow_check(flow, NULL, 0));
+  report("target", "evict 4096 through a flow (allocator free)", ps, tree, &s, -1);
+  kvc_flow_destroy(flow);
+  kvc_allocator_destroy(alloc);
+  kvc_req_to_token_pool_destroy(pool);
+  kvc_radix_cache_destroy(rc);
+}
+
+/* --- Part 2: trace replays through a flow -------------------------------------------------- */
+
+static kvc_radix_req *req_of(void *user, const kvc_req_state *r) {
+  (void)user;
+  return &((ereq *)(uintptr_t)r)->rr;
+}
+
+/* The shim: the radix callbacks the flow makes, timed. */
+typedef struct shim {
+  kvc_prefix_cache inner;
+  samples finished, unfinished, evict;
+} shim;
+
+static kvc_status sh_finished(void *self, kvc_flow *f, kvc_req_state *r, int ins) {
+  shim *s = self;
+  double t0 = kvb_now_us();
+  kvc_status st = s->inner.cache_finished_req(s->inner.self, f, r, ins);
+  add(&s->finished, kvb_now_us() - t0);
+  return st;
+}
+static kvc_status sh_unfinished(void *self, kvc_flow *f, kvc_req_state *r) {
+  shim *s = self;
+  double t0 = kvb_now_us();
+  kvc_status st = s->inner.cache_unfinished_req(s->inner.self, f, r);
+  add(&s->unfinished, kvb_now_us() - t0);
+  return st;
+}
+static kvc_status sh_evict(void *self, kvc_flow *f, int64_t n, int64_t swa, int64_t mamba) {
+  shim *s = self;
+  double t0 = kvb_now_us();
+  kvc_status st = s->inner.evict(s->inner.self, f, n, swa, mamba);
+  add(&s->evict, kvb_now_us() - t0);
+  return st;
+}
+static int64_t sh_evictable(void *self) { return ((shim *)self)->inner.evictable_size(((shim *)self)->inner.self); }
+static int64_t sh_protected(void *self) { return ((shim *)self)->inner.protected_size(((shim *)self)->inner.self); }
+static int64_t sh_cached(void *self) { return ((shim *)self)->inner.cached_size(((shim *)self)->inner.self); }
+static int sh_zero(void *self) {
+  (void)self;
+  return 0;
+}
+
+enum { TRACE_CHAT, TRACE_SYSPROMPT, TRACE_PRESSURE };
+static const char *trace_name[] = {"chat", "sysprompt", "pressure"};
+
+#define MAXLEN 8192
+#define CONVS 64
+
+/* Builds request i of a trace into t (returns its prompt length; *out = output tokens). */
+static int64_t make_request(int trace, int64_t cap, int32_t *t, int64_t *out, int32_t conv_toks[][MAXLEN],
+                            int64_t *conv_len, int32_t sys[][4096], const int64_t *sys_len) {
+  *out = range(32, 128);
+  if (trace == TRACE_CHAT) { /* a conversation's next turn: its history + a new message */
+    int c = (int)range(0, CONVS - 1);
+    int64_t msg = range(64, 256);
+    if (conv_len[c] + msg + *out > MIN2(MAXLEN, cap / 8)) conv_len[c] = 0; /* a new conversation */
+    memcpy(t, conv_toks[c], (size_t)conv_len[c] * 4);
+    random_tokens(t + conv_len[c], msg + *out);
+    int64_t prompt = conv_len[c] + msg;
+    memcpy(conv_toks[c], t, (size_t)(prompt + *out) * 4); /* the reply joins the history */
+    conv_len[c] = prompt + *out;
+    return prompt;
+  }
+  if (trace == TRACE_SYSPROMPT) { /* one of 4 system prompts + a distinct question */
+    int k = (int)range(0, 3);
+    int64_t q = range(64, 512), sl = MIN2(sys_len[k], cap / 8);
+    memcpy(t, sys[k], (size_t)sl * 4);
+    random_tokens(t + sl, q + *out);
+    return sl + q;
+  }
+  /* random prefixes under pressure: one of cap / 128 random stems (a working set of about
+   * 8x the capacity), drawn with a skew (the smaller of two uniform draws), any prefix of
+   * it, + a random suffix */
+  const int64_t stems = cap / 128;
+  uint64_t stem = (uint64_t)MIN2(range(0, stems - 1), range(0, stems - 1));
+  int64_t len = range(64, MIN2(2048, cap / 8)), sfx = range(16, 256);
+  uint64_t save = rng_s;
+  rng_s = stem * 7919 + 17;
+  random_tokens(t, len);
+  rng_s = save;
+  random_tokens(t + len, sfx + *out);
+  return len + sfx;
+}
+
+static void replay(int trace, int ps, int64_t cap) {
+  kvc_radix_cache_config rcfg = KVC_RADIX_CACHE_CONFIG_INIT;
+  rcfg.page_size = ps;
+  rcfg.num_slots = cap;
+  rcfg.req_of = req_of;
+  kvc_radix_cache *rc;
+  KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &rcfg, &rc));
+  shim sh;
+  memset(&sh, 0, sizeof sh);
+  sh.inner = kvc_radix_cache_as_prefix_cache(rc);
+  kvc_prefix_cache pc;
+  memset(&pc, 0, sizeof pc);
+  pc.self = &sh;
+  pc.is_chunk_cache = sh_zero;
+  pc.supports_mamba = sh_zero;
+  pc.evict = sh_evict;
+  pc.evictable_size = sh_evictable;
+  pc.protected_size = sh_protected;
+  pc.cached_size = sh_cached;
+  pc.cache_finished_req = sh_finished;
+  pc.cache_unfinished_req = sh_unfinished;
+  kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  qc.size = 4;
+  qc.max_context_len = MAXLEN + 512;
+  kvc_req_to_token_pool *pool;
+  KVB_CHECK(ctx, kvc_req_to_token_pool_create(ctx, &qc, &pool));
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = ps == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
+  ac.size = cap;
+  ac.page_size = ps;
+  kvc_allocator *alloc;
+  KVB_CHECK(ctx, kvc_allocator_create(ctx, &ac, &alloc));
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.page_size = ps;
+  fc.req_pool = pool;
+  fc.allocator = alloc;
+  fc.cache = pc;
+  kvc_flow *flow;
+  KVB_CHECK(ctx, kvc_flow_create(ctx, &fc, &flow));
+  int64_t *out = malloc((MAXLEN + 512) * sizeof *out);
+  static int32_t conv[CONVS][MAXLEN], sys[4][4096];
+  static int64_t conv_len[CONVS];
+  int64_t sys_len[4] = {1024, 2048, 3072, 4096};
+  memset(conv_len, 0, sizeof conv_len);
+  for (int k = 0; k < 4; k++) random_tokens(sys[k], sys_len[k]);
+  ereq e;
+  e.toks = malloc((MAXLEN + 512) * sizeof *e.toks);
+  samples match = {0}, lock = {0};
+  int64_t prompt_total = 0, hit_total = 0;
+  const int nreq = quick ? 300 : 3000;
+  for (int i = 0; i < nreq; i++) {
+    int64_t outn;
+    int64_t prompt = make_request(trace, cap, e.toks, &outn, conv, conv_len, sys, sys_len);
+    memset(&e.st, 0, sizeof e.st);
+    memset(&e.rr, 0, sizeof e.rr);
+    e.rr.tokens = e.toks;
+    e.rr.num_tokens = prompt;
+    e.rr.prompt_len = prompt;
+    double t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_radix_cache_match_req(rc, &e.st, &e.rr));
+    add(&match, kvb_now_us() - t0);
+    if (e.st.cache_node) { /* lock + unlock of the admitted node (net nothing) */
+      t0 = kvb_now_us();
+      KVB_CHECK(ctx, kvc_radix_cache_lock(rc, e.st.cache_node));
+      KVB_CHECK(ctx, kvc_radix_cache_unlock(rc, e.st.cache_node));
+      add(&lock, kvb_now_us() - t0);
+    }
+    prompt_total += prompt;
+    hit_total += e.st.prefix_len;
+    kvc_req_state *one[] = {&e.st};
+    /* Prefill in chunks of up to 2048 page-aligned tokens (SGLang chunked prefill), then
+     * the output in one step: the request finishes with prompt + output tokens. */
+    int64_t end = prompt + outn;
+    e.rr.num_tokens = end;
+    while (e.st.prefix_len < end) {
+      int64_t next = e.st.prefix_len + 2048 < prompt ? (e.st.prefix_len + 2048) / ps * ps : end;
+      e.st.seq_len = next;
+      KVB_CHECK(ctx, kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+      if (next < end) KVB_CHECK(ctx, kvc_flow_cache_unfinished(flow, &e.st));
+      else e.st.prefix_len = end;
+    }
+    KVB_CHECK(ctx, kvc_flow_release(flow, one, 1, 1, NULL));
+  }
+  KVB_CHECK(ctx, kvc_flow_check(flow, NULL, 0));
+  double hit = (double)hit_total / (double)prompt_total;
+  char what[64];
+  snprintf(what, sizeof what, "%s match_req", trace_name[trace]);
+  report("trace", what, ps, cap, &match, hit);
+  snprintf(what, sizeof what, "%s lock+unlock", trace_name[trace]);
+  report("trace", what, ps, cap, &lock, hit);
+  snprintf(what, sizeof what, "%s cache_finished_req", trace_name[trace]);
+  report("trace", what, ps, cap, &sh.finished, hit);
+  snprintf(what, sizeof what, "%s cache_unfinished_req", trace_name[trace]);
+  report("trace", what, ps, cap, &sh.unfinished, hit);
+  snprintf(what, sizeof what, "%s evict", trace_name[trace]);
+  report("trace", what, ps, cap, &sh.evict, hit);
+  printf("          %s: %lld prompt tokens, %lld from the cache (prefill saved)\n", trace_name[trace],
+         (long long)prompt_total, (long long)hit_total);
+  free(match.t), free(lock.t), free(sh.finished.t), free(sh.unfinished.t), free(sh.evict.t);
+  free(e.toks);
+  free(out);
+  kvc_flow_destroy(flow);
+  kvc_allocator_destroy(alloc);
+  kvc_req_to_token_pool_destroy(pool);
+  kvc_radix_cache_destroy(rc);
+}
+
+int main(int argc, char **argv) {
+  kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
+  const char *csv_path = NULL;
+  if (kvb_parse_args(argc, argv, &cfg, &quick, &csv_path)) return 2;
+  cfg.backend = KVC_BACKEND_HOST; /* the radix cache is host-only */
+  KVB_CHECK(NULL, kvc_context_create(&cfg, &ctx));
+  if (csv_path) {
+    csv = fopen(csv_path, "w");
+    if (!csv) return 1;
+    fprintf(csv, "section,what,page_size,tree_tokens,median_us,p99_us,count,hit_rate\n");
+  }
+  printf("%-9s %-44s %4s %8s %9s %9s %7s\n", "section", "operation", "page", "tree", "median_us", "p99_us", "count");
+  const int64_t sizes[3] = {10000, 100000, 1000000};
+  const char *only = getenv("KVB_ONLY"); /* profiling: run one part (match, insert, finished, lock, evict, trace) */
+#define PART(name) (!only || !strcmp(only, name))
+  for (int z = 0; z < 3; z++) {
+    if (PART("match")) {
+      bench_match(16, sizes[z], 1);
+      bench_match(16, sizes[z], 8);
+      bench_match(1, sizes[z], 1);
+      bench_match(1, sizes[z], 8);
+    }
+    if (PART("insert")) {
+      bench_insert(16, sizes[z], 3584);
+      bench_insert(16, sizes[z], 0);
+    }
+    if (PART("finished")) {
+      bench_finished(16, sizes[z], 3584);
+      bench_finished(16, sizes[z], 0);
+    }
+    if (PART("lock")) bench_lock(sizes[z]);
+  }
+  if (PART("memory"))
+    for (int p = 0; p < 3; p++) bench_memory((int[]){1, 16, 64}[p], 1000000);
+  if (PART("evict")) {
+    bench_evict(16, 1000000);
+    bench_evict(1, 1000000);
+    bench_evict_flow(16, 1000000);
+    bench_evict_flow(1, 1000000);
+  }
+  for (int trace = 0; trace < 3 && PART("trace"); trace++)
+    for (int p = 0; p < 3; p++)
+      for (int z = 0; z < 3; z++) {
+        const int pss[3] = {1, 16, 64};
+        /* pressure: capacity well below the working set (4096 stems x up to 2k tokens) */
+        replay(trace, pss[p], sizes[z]);
+      }
+  if (csv) fclose(csv);
+  kvc_context_destroy(ctx);
+  return 0;
+}

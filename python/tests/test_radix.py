@@ -1,0 +1,62 @@
+"""kvcache.radix: SGLang's RadixCache as a Flow's cache (host backend)."""
+import pytest
+
+import kvcache as kvc
+from kvcache.radix import RadixCache
+
+
+@pytest.fixture
+def ctx():
+    c = kvc.Context(backend="host", check=True)
+    yield c
+    c.close()
+
+
+def test_tree_operations(ctx):
+    radix = RadixCache(ctx, num_slots=1024, page_size=1)
+    assert radix.insert([1, 2, 3, 4], [11, 12, 13, 14]) == 0
+    n, slots, node = radix.match_prefix([1, 2, 3, 9])
+    assert (n, slots) == (3, [11, 12, 13])  # the match splits [1,2,3] | [4]
+    assert radix.stats()["nodes"] == 2
+    radix.lock(node)
+    assert radix.sizes() == {"evictable": 1, "protected": 3, "cached": 4}
+    radix.unlock(node)
+    with pytest.raises(kvc.KvcacheError):
+        radix.unlock(node)  # below zero: refused
+    assert "len=3" in radix.dump()
+    radix.check()
+    radix.reset()
+    assert radix.sizes()["cached"] == 0
+    with pytest.raises(kvc.KvcacheError):
+        radix.lock(node)  # a handle from before the reset
+    radix.close()
+
+
+def test_flow_reuses_a_shared_prefix(ctx):
+    pool = kvc.ReqToTokenPool(ctx, 8, 512)
+    alloc = kvc.Allocator(ctx, 1024, page_size=16)
+    radix = RadixCache(ctx, num_slots=1024, page_size=16)
+    flow = kvc.Flow(ctx, pool, alloc, cache=radix)
+    system = list(range(1000, 1064))
+    a = kvc.ReqState(seq_len=100)
+    radix.bind(a, system + list(range(36)))
+    assert radix.match(a) == 0
+    flow.alloc_for_extend([a])
+    a_slots = flow.row_slots(a.req_row, 0, 64)
+    flow.release([a])  # cache_finished_req: 96 tokens (6 pages) go into the tree
+    assert radix.sizes()["cached"] == 96
+    b = kvc.ReqState(seq_len=80)
+    radix.bind(b, system + list(range(500, 516)))
+    assert radix.match(b) == 64  # the shared system prompt
+    flow.alloc_for_extend([b])
+    assert flow.row_slots(b.req_row, 0, 64) == a_slots
+    flow.check([b])
+    flow.release([b])
+    flow.check()
+    cached = radix.sizes()["cached"]
+    assert radix.evict(cached, flow) == cached
+    assert alloc.available_size() == 1024
+    radix.unbind(a)
+    radix.unbind(b)
+    flow.close()
+    radix.close()

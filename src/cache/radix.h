@@ -1,0 +1,202 @@
+/*
+ * radix.h — internal state of a kvc_radix_cache (SGLang RadixCache), shared by
+ * radix_tree.c (the tree: nodes, children, match, insert, split, locks, eviction order),
+ * radix_held.c (the held-page bitmap), radix_cache.c (the public calls and the request-level checkpoints) and radix_events.c
+ * (KV events and block hashes).
+ *
+ * Layout, chosen for the memory bound (<= 16 bytes per cached token + 128 per node):
+ *   - nodes live in one array indexed by int32 id (id 0 is the root), with a free list;
+ *   - keys (int32 tokens) and values (int64 slots) live in refcounted segments, one per
+ *     insert: a split does not copy, the upper and lower node both point into the
+ *     segment, and a match whose path lies in one segment run returns its values without
+ *     a copy (they never move while a node referencing them exists);
+ *   - children are found through one open-addressing table keyed by (parent, namespace,
+ *     first page); siblings are also linked so that a node's children can be listed;
+ *   - evictable leaves sit in an indexed binary heap ordered by the policy's key, kept up
+ *     to date on every change, so eviction never rebuilds anything.
+ */
+#ifndef KVC_RADIX_H
+#define KVC_RADIX_H
+
+#include "../core/core.h"
+
+#define KVC__RADIX_MAGIC 0x6b76632d72616478ull /* "kvc-radx" */
+#define RX_NONE (-1)
+
+/* A segment: header, then int64 vals[len], then int32 keys[len]. */
+typedef struct rx_seg {
+  int64_t refs; /* nodes pointing into it */
+  int64_t len;
+} rx_seg;
+
+/* Host bytes of a segment of n tokens, with the allocator's per-block overhead (the
+ * core's size header and malloc's chunk header, 32 bytes counted). */
+static inline int64_t kvc__rx_seg_bytes(int64_t n) { return (int64_t)sizeof(rx_seg) + 12 * n + 32; }
+
+static inline int64_t *rx_seg_vals(rx_seg *s) { return (int64_t *)(s + 1); }
+static inline int32_t *rx_seg_keys(rx_seg *s) { return (int32_t *)(rx_seg_vals(s) + s->len); }
+
+typedef struct rx_node {
+  /* hot in lock / unlock / eviction walks: first, so one cache line serves them */
+  int32_t parent, lock_ref, len, nchild;
+  int32_t heap_pos;   /* index in the eviction heap, RX_NONE when not an evictable leaf */
+  int32_t off;        /* [off, off + len) of the segment */
+  int64_t run_first;  /* the values are run_first, run_first + 1, ... (one run of slots, as
+                         allocators mostly hand them out), or -1: eviction then clears the
+                         held bits without reading the (cold) values */
+  rx_seg *seg;        /* NULL for the root and for free nodes */
+  uint64_t access;    /* logical clock of the last access (SGLang last_access_time) */
+  uint64_t creation;  /* logical clock at creation (SGLang creation_time) */
+  int32_t hit_count, priority;
+  int32_t first_child, next_sib, prev_sib;
+  uint32_t serial;    /* generation: part of the public handle, new on every reuse */
+  uint64_t ns;        /* namespace (extra_key / cache_salt id), inherited from the parent */
+  uint64_t child_h;   /* its child-index hash (parent, namespace, first page) */
+  uint64_t last_hash; /* block hash of the node's last page (KV events only) */
+} rx_node;
+
+/* One entry of the child table. child RX_NONE = empty. */
+typedef struct rx_slot {
+  uint64_t h;
+  int32_t parent, child;
+} rx_slot;
+
+struct kvc_radix_cache {
+  uint64_t magic;
+  kvc_context *ctx;
+  kvc_radix_cache_config cfg;
+  int64_t ps;
+  int32_t ps_shift; /* log2(ps) when ps is a power of two, else -1 */
+  int64_t top_slot; /* largest valid slot id: num_slots + ps - 1 (a paged allocator's last page) */
+  /* nodes */
+  rx_node *nodes;
+  int32_t nodes_cap, nodes_used; /* used = high-water mark of ids handed out */
+  int32_t free_head;             /* free node ids chained through next_sib */
+  int32_t live_nodes;            /* root included */
+  uint32_t serial_next;
+  /* child table (power of two) */
+  rx_slot *table;
+  size_t table_cap, table_used;
+  /* eviction heap of node ids */
+  int32_t *heap;
+  int32_t heap_len, heap_cap;
+  /* sizes (tokens) */
+  int64_t evictable, protected_, seg_bytes;
+  uint64_t clock;
+  /* slots the tree holds: one bit per slot id in [0, num_slots] */
+  uint64_t *held;
+  /* scratch: path node ids, a slot vector, duplicate slots to free */
+  int32_t *path;
+  size_t path_cap;
+  int64_t *vec;
+  size_t vec_cap;
+  int64_t *dups;
+  size_t dups_cap;
+  int32_t *tok_scratch;
+  size_t tok_cap;
+  uint64_t *ev_hashes; /* KV events: page hashes of a removed node */
+  size_t ev_cap;
+  bool events_on;
+  bool check; /* check mode: audit after every mutating call */
+};
+
+/* --- radix_tree.c ------------------------------------------------------------------- */
+
+kvc_status kvc__rx_init(kvc_radix_cache *rc);
+void kvc__rx_fini(kvc_radix_cache *rc);
+/** Drops every node (no slot is freed); the root gets a new serial. */
+kvc_status kvc__rx_clear(kvc_radix_cache *rc);
+
+static inline int64_t *rx_vals(const rx_node *n) { return rx_seg_vals(n->seg) + n->off; }
+static inline int32_t *rx_keys(const rx_node *n) { return rx_seg_keys(n->seg) + n->off; }
+/* The page of a slot: a shift for power-of-two page sizes (a division costs ~25 cycles,
+ * and duplicate checks take one per slot). */
+static inline int64_t rx_page(const kvc_radix_cache *rc, int64_t s) {
+  return rc->ps_shift >= 0 ? s >> rc->ps_shift : s / rc->ps;
+}
+/* The held bitmap has one bit per page: the tree holds whole pages. */
+static inline bool rx_slot_held(const kvc_radix_cache *rc, int64_t s) {
+  const int64_t u = rx_page(rc, s);
+  return (rc->held[u >> 6] >> (u & 63)) & 1u;
+}
+static inline size_t rx_held_words(const kvc_radix_cache *rc) {
+  return (size_t)(rc->top_slot / rc->ps >> 6) + 1;
+}
+
+/** Marks the pages of slots[0:n) (n a multiple of the page size) held, a bitmap word at a
+ *  time along runs of consecutive slots. With page_size > 1 every page must be one
+ *  allocator page: its first slot page-aligned, the others consecutive. Returns KVC_OK,
+ *  or, having marked nothing, the status for the run holding the first bad slot (its
+ *  start in *bad): INVALID_ARGUMENT (outside [1, num_slots] or not whole pages) or
+ *  MISUSE (already held, or repeated). */
+kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad);
+/** Clears the held bits of the pages of slots[0:n) (all marked). */
+void kvc__rx_unmark(kvc_radix_cache *rc, const int64_t *slots, int64_t n);
+/** Clears the held bits of the pages of the slot run [first_slot, last_slot]. */
+void kvc__rx_clear_pages(kvc_radix_cache *rc, int64_t first_slot, int64_t last_slot);
+/** End of the run of consecutive page ids starting at page k of s (np pages of ps slots;
+ *  ps 1: consecutive slots). */
+int64_t kvc__rx_run_end(const int64_t *s, int64_t k, int64_t np, int64_t ps);
+
+/** Grows the scratch arrays for keys of up to n tokens. */
+kvc_status kvc__rx_reserve(kvc_radix_cache *rc, const char *fn, size_t n);
+
+/** Matches keys[0:n) (already page-floored) in namespace ns: *matched tokens, *node the
+ *  last node (0 = root), rc->path[0:*depth) the nodes from the root's child down. Splits
+ *  and stamps as SGLang's _match_prefix_helper. Fails (HOST_OOM) only before changing
+ *  anything. */
+kvc_status kvc__rx_match(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t *matched,
+                         int32_t *node, size_t *depth);
+/** The values of rc->path[0:depth): a pointer into the tree when they are contiguous,
+ *  else copied into buf (or rc->vec when buf is NULL). */
+const int64_t *kvc__rx_path_values(kvc_radix_cache *rc, size_t depth, int64_t total, int64_t *buf, int *copied);
+
+/** Nodes a call creates at most: a split and a new leaf. Reserve before mutating. */
+kvc_status kvc__rx_reserve_nodes(kvc_radix_cache *rc, const char *fn, int32_t n);
+
+/** Dry run of an insert of keys[0:n) (page-floored) with vals valid on [from, n):
+ *  *prefix tokens already present; the incoming slots of [from, prefix) that differ from
+ *  the tree's go to dups (*ndups). Changes nothing. */
+kvc_status kvc__rx_probe(const kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, const int64_t *vals, int64_t n,
+                         int64_t from, int64_t *prefix, int64_t *dups, size_t *ndups);
+/** Slots to free must be in range and not the tree's: KVC_OK, or the status for the
+ *  first bad one (index in *bad). Runs of consecutive ids are checked a word at a time. */
+kvc_status kvc__rx_check_free(const kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad);
+/** A new segment holding keys/vals[0:n) (refs 1). NULL on HOST_OOM. */
+rx_seg *kvc__rx_seg_new(kvc_radix_cache *rc, const int32_t *keys, const int64_t *vals, int64_t n);
+/** SGLang _insert_helper, after kvc__rx_probe and kvc__rx_reserve_nodes(rc, 2): stamps
+ *  and raises the priority of the path, splits, counts hits past inserted_len, and hangs
+ *  leaf_seg (the tokens past the probed prefix; NULL when there are none) as a new leaf.
+ *  Cannot fail. *node is the last node. */
+void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int32_t priority,
+                          int64_t inserted_len, rx_seg *leaf_seg, int32_t *node);
+
+/** Handle <-> node id (generation-checked). */
+void *kvc__rx_handle(const kvc_radix_cache *rc, int32_t id);
+bool kvc__rx_from_handle(const kvc_radix_cache *rc, const void *h, int32_t *id);
+
+/** inc/dec lock from id to the root (root excluded). dec fails (nothing changed) when a
+ *  node on the path is unlocked. */
+void kvc__rx_lock(kvc_radix_cache *rc, int32_t id);
+kvc_status kvc__rx_unlock(kvc_radix_cache *rc, int32_t id, const char *fn);
+
+/** Evicts leaves in policy order until >= n tokens; frees their slots with free_fn. */
+typedef kvc_status (*rx_free_fn)(void *user, const int64_t *slots, size_t n);
+kvc_status kvc__rx_evict(kvc_radix_cache *rc, int64_t n, rx_free_fn free_fn, void *user, int64_t *evicted);
+
+/** O(n) audit: sizes, heap, table, held bits. */
+kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn);
+/** Approximate host bytes (capacity of every array + segments). */
+size_t kvc__rx_bytes(const kvc_radix_cache *rc);
+
+/* --- radix_events.c ----------------------------------------------------------------- */
+
+/** BlockStored per page of a new node (computes its last_hash). */
+void kvc__rx_event_stored(kvc_radix_cache *rc, int32_t id);
+/** last_hash of a node created by a split (no event). */
+void kvc__rx_event_split(kvc_radix_cache *rc, int32_t upper);
+/** BlockRemoved for a node about to be deleted. */
+void kvc__rx_event_removed(kvc_radix_cache *rc, int32_t id);
+void kvc__rx_event_cleared(kvc_radix_cache *rc);
+
+#endif

@@ -1,0 +1,676 @@
+/*
+ * radix_tree.c — the radix tree of kvc_radix_cache: nodes, the child index, match,
+ * split, insert, locks and the eviction heap (SGLang radix_cache.py's TreeNode,
+ * _match_prefix_helper, _split_node, _insert_helper, inc/dec_lock_ref, evict).
+ *
+ * Every fallible step (growing an array, allocating a segment) happens before the tree
+ * changes, so the mutating walks below cannot fail half way: callers reserve first.
+ */
+#include "radix.h"
+
+#include <string.h>
+
+/* --- Eviction order ------------------------------------------------------------------ */
+
+/* The policy's key (compared lexicographically, smallest evicted first). Logical-clock
+ * stamps are unique per call and per created node, so SGLang's heap never meets a tie
+ * between two leaves; the id only makes the order total. */
+static void policy_key(const kvc_radix_cache *rc, const rx_node *n, int64_t k[2]) {
+  const int64_t acc = (int64_t)n->access, cre = (int64_t)n->creation;
+  switch (rc->cfg.policy) {
+  case KVC_RADIX_LFU: k[0] = n->hit_count, k[1] = acc; break;
+  case KVC_RADIX_FIFO: k[0] = cre, k[1] = 0; break;
+  case KVC_RADIX_MRU: k[0] = -acc, k[1] = 0; break;
+  case KVC_RADIX_FILO: k[0] = -cre, k[1] = 0; break;
+  case KVC_RADIX_PRIORITY: k[0] = n->priority, k[1] = acc; break;
+  case KVC_RADIX_SLRU: k[0] = n->hit_count >= rc->cfg.slru_threshold, k[1] = acc; break;
+  default: k[0] = acc, k[1] = 0; break;
+  }
+}
+
+static bool before(const kvc_radix_cache *rc, int32_t a, int32_t b) {
+  int64_t ka[2], kb[2];
+  policy_key(rc, &rc->nodes[a], ka);
+  policy_key(rc, &rc->nodes[b], kb);
+  if (ka[0] != kb[0]) return ka[0] < kb[0];
+  if (ka[1] != kb[1]) return ka[1] < kb[1];
+  return a < b;
+}
+
+static void heap_set(kvc_radix_cache *rc, int32_t i, int32_t id) {
+  rc->heap[i] = id;
+  rc->nodes[id].heap_pos = i;
+}
+
+static void sift_up(kvc_radix_cache *rc, int32_t i) {
+  int32_t id = rc->heap[i];
+  while (i > 0) {
+    int32_t p = (i - 1) / 2;
+    if (!before(rc, id, rc->heap[p])) break;
+    heap_set(rc, i, rc->heap[p]);
+    i = p;
+  }
+  heap_set(rc, i, id);
+}
+
+static void sift_down(kvc_radix_cache *rc, int32_t i) {
+  int32_t id = rc->heap[i];
+  for (;;) {
+    int32_t l = 2 * i + 1, m = i;
+    int32_t best = id;
+    if (l < rc->heap_len && before(rc, rc->heap[l], best)) m = l, best = rc->heap[l];
+    if (l + 1 < rc->heap_len && before(rc, rc->heap[l + 1], best)) m = l + 1, best = rc->heap[l + 1];
+    if (m == i) break;
+    heap_set(rc, i, best);
+    i = m;
+  }
+  heap_set(rc, i, id);
+}
+
+static void heap_fix(kvc_radix_cache *rc, int32_t id) {
+  int32_t i = rc->nodes[id].heap_pos;
+  if (i == RX_NONE) return;
+  sift_up(rc, i);
+  sift_down(rc, rc->nodes[id].heap_pos);
+}
+
+static void heap_remove(kvc_radix_cache *rc, int32_t id) {
+  int32_t i = rc->nodes[id].heap_pos;
+  rc->nodes[id].heap_pos = RX_NONE;
+  int32_t last = rc->heap[--rc->heap_len];
+  if (i == rc->heap_len) return;
+  heap_set(rc, i, last);
+  sift_up(rc, i);
+  sift_down(rc, rc->nodes[last].heap_pos);
+}
+
+/* SGLang _update_leaf_status: an evictable leaf is unlocked and childless. The heap has
+ * room for every node (kvc__rx_reserve_nodes), so the push cannot fail. */
+static void leaf_update(kvc_radix_cache *rc, int32_t id) {
+  if (id == 0) return;
+  rx_node *n = &rc->nodes[id];
+  bool leaf = n->lock_ref == 0 && n->nchild == 0;
+  if (leaf && n->heap_pos == RX_NONE) {
+    heap_set(rc, rc->heap_len++, id);
+    sift_up(rc, rc->heap_len - 1);
+  } else if (!leaf && n->heap_pos != RX_NONE) {
+    heap_remove(rc, id);
+  }
+}
+
+static void touch(kvc_radix_cache *rc, int32_t id, uint64_t t) {
+  rc->nodes[id].access = t;
+  heap_fix(rc, id);
+}
+
+/* --- Child index ----------------------------------------------------------------------- */
+
+static uint64_t child_hash(int32_t parent, uint64_t ns, const int32_t *k, int64_t ps) {
+  uint64_t h = ((uint64_t)(uint32_t)parent + 1) * 0x9e3779b97f4a7c15ull ^ ns * 0xc2b2ae3d27d4eb4full;
+  for (int64_t i = 0; i < ps; i++) h = (h ^ (uint32_t)k[i]) * 0x100000001b3ull;
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 29);
+}
+
+static int32_t lookup(const kvc_radix_cache *rc, int32_t parent, uint64_t ns, const int32_t *k) {
+  const uint64_t h = child_hash(parent, ns, k, rc->ps);
+  const size_t mask = rc->table_cap - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    const rx_slot *s = &rc->table[i];
+    if (s->child == RX_NONE) return RX_NONE;
+    if (s->h == h && s->parent == parent) {
+      const rx_node *c = &rc->nodes[s->child];
+      if (c->ns == ns && memcmp(rx_keys(c), k, (size_t)rc->ps * sizeof *k) == 0) return s->child;
+    }
+  }
+}
+
+static void table_put(kvc_radix_cache *rc, uint64_t h, int32_t parent, int32_t child) {
+  const size_t mask = rc->table_cap - 1;
+  size_t i = h & mask;
+  while (rc->table[i].child != RX_NONE) i = (i + 1) & mask;
+  rc->table[i] = (rx_slot){h, parent, child};
+  rc->table_used++;
+}
+
+static size_t table_find(const kvc_radix_cache *rc, int32_t child) {
+  const uint64_t h = rc->nodes[child].child_h; /* not rehashed: its keys are cold memory */
+  const size_t mask = rc->table_cap - 1;
+  size_t i = h & mask;
+  while (rc->table[i].child != child) i = (i + 1) & mask; /* present by construction */
+  return i;
+}
+
+/* Linear-probing delete with backward shift (no tombstones). */
+static void table_del(kvc_radix_cache *rc, int32_t child) {
+  const size_t mask = rc->table_cap - 1;
+  size_t i = table_find(rc, child);
+  for (size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
+    if (rc->table[j].child == RX_NONE) break;
+    size_t home = rc->table[j].h & mask;
+    /* j's entry may move to i when i lies cyclically in [home, j). */
+    if (((j - home) & mask) >= ((j - i) & mask)) {
+      rc->table[i] = rc->table[j];
+      i = j;
+    }
+  }
+  rc->table[i].child = RX_NONE;
+  rc->table_used--;
+}
+
+static kvc_status table_grow(kvc_radix_cache *rc, size_t cap, const char *fn) {
+  rx_slot *t = kvc__malloc(rc->ctx, cap * sizeof *t);
+  if (!t) return kvc__error(rc->ctx, KVC_ERR_HOST_OOM, fn, "child index of %zu entries", cap);
+  for (size_t i = 0; i < cap; i++) t[i].child = RX_NONE;
+  rx_slot *old = rc->table;
+  size_t old_cap = rc->table_cap;
+  rc->table = t;
+  rc->table_cap = cap;
+  rc->table_used = 0;
+  for (size_t i = 0; i < old_cap; i++)
+    if (old[i].child != RX_NONE) table_put(rc, old[i].h, old[i].parent, old[i].child);
+  kvc__free(rc->ctx, old);
+  return KVC_OK;
+}
+
+/* --- Nodes ----------------------------------------------------------------------------- */
+
+kvc_status kvc__rx_reserve_nodes(kvc_radix_cache *rc, const char *fn, int32_t k) {
+  int32_t free_n = 0;
+  for (int32_t f = rc->free_head; f != RX_NONE && free_n < k; f = rc->nodes[f].next_sib) free_n++;
+  if (free_n < k && rc->nodes_used + (k - free_n) > rc->nodes_cap) {
+    KVC_RETURN_IF(rc->nodes_cap > INT32_MAX / 2, rc->ctx, KVC_ERR_OUT_OF_SLOTS, "more than 2^30 radix nodes");
+    int32_t cap = rc->nodes_cap * 2;
+    rx_node *n = kvc__malloc(rc->ctx, (size_t)cap * sizeof *n);
+    int32_t *heap = kvc__malloc(rc->ctx, (size_t)cap * sizeof *heap);
+    if (!n || !heap) {
+      kvc__free(rc->ctx, n);
+      kvc__free(rc->ctx, heap);
+      return kvc__error(rc->ctx, KVC_ERR_HOST_OOM, fn, "%d radix nodes", cap);
+    }
+    memcpy(n, rc->nodes, (size_t)rc->nodes_used * sizeof *n);
+    memcpy(heap, rc->heap, (size_t)rc->heap_len * sizeof *heap);
+    kvc__free(rc->ctx, rc->nodes);
+    kvc__free(rc->ctx, rc->heap);
+    rc->nodes = n;
+    rc->heap = heap;
+    rc->nodes_cap = rc->heap_cap = cap;
+  }
+  if ((rc->table_used + (size_t)k) * 2 > rc->table_cap) KVC_FORWARD(table_grow(rc, rc->table_cap * 2, fn));
+  return KVC_OK;
+}
+
+static int32_t node_new(kvc_radix_cache *rc) {
+  int32_t id = rc->free_head;
+  if (id != RX_NONE) rc->free_head = rc->nodes[id].next_sib;
+  else id = rc->nodes_used++;
+  rx_node *n = &rc->nodes[id];
+  memset(n, 0, sizeof *n);
+  n->parent = n->first_child = n->next_sib = n->prev_sib = n->heap_pos = RX_NONE;
+  n->run_first = -1;
+  if (++rc->serial_next == 0) rc->serial_next = 1;
+  n->serial = rc->serial_next;
+  rc->live_nodes++;
+  return id;
+}
+
+static void node_release(kvc_radix_cache *rc, int32_t id) {
+  rx_node *n = &rc->nodes[id];
+  n->seg = NULL;
+  n->serial = 0;
+  n->next_sib = rc->free_head;
+  rc->free_head = id;
+  rc->live_nodes--;
+}
+
+static void sib_link(kvc_radix_cache *rc, int32_t parent, int32_t id) {
+  rx_node *p = &rc->nodes[parent], *n = &rc->nodes[id];
+  n->parent = parent;
+  n->prev_sib = RX_NONE;
+  n->next_sib = p->first_child;
+  if (p->first_child != RX_NONE) rc->nodes[p->first_child].prev_sib = id;
+  p->first_child = id;
+  p->nchild++;
+}
+
+static void sib_unlink(kvc_radix_cache *rc, int32_t id) {
+  rx_node *n = &rc->nodes[id];
+  rx_node *p = &rc->nodes[n->parent];
+  if (n->prev_sib != RX_NONE) rc->nodes[n->prev_sib].next_sib = n->next_sib;
+  else p->first_child = n->next_sib;
+  if (n->next_sib != RX_NONE) rc->nodes[n->next_sib].prev_sib = n->prev_sib;
+  p->nchild--;
+}
+
+void *kvc__rx_handle(const kvc_radix_cache *rc, int32_t id) {
+  uint64_t h = ((uint64_t)rc->nodes[id].serial << 32) | (uint32_t)(id + 1);
+  return (void *)(uintptr_t)h;
+}
+
+bool kvc__rx_from_handle(const kvc_radix_cache *rc, const void *handle, int32_t *id) {
+  uint64_t h = (uint64_t)(uintptr_t)handle;
+  int64_t i = (int64_t)(h & 0xffffffffu) - 1;
+  uint32_t serial = (uint32_t)(h >> 32);
+  if (i < 0 || i >= rc->nodes_used) return false;
+  const rx_node *n = &rc->nodes[i];
+  if (n->serial == 0 || n->serial != serial || (i != 0 && !n->seg)) return false;
+  *id = (int32_t)i;
+  return true;
+}
+
+_Static_assert(sizeof(void *) >= 8, "radix node handles need 64-bit pointers");
+
+/* --- Init / clear ------------------------------------------------------------------------ */
+
+static void root_make(kvc_radix_cache *rc) {
+  rc->nodes_used = 0;
+  rc->free_head = RX_NONE;
+  rc->live_nodes = 0;
+  int32_t r = node_new(rc);
+  rx_node *root = &rc->nodes[r];
+  root->lock_ref = 1; /* SGLang: the root is never evictable */
+  root->priority = INT32_MIN;
+  root->access = root->creation = ++rc->clock;
+}
+
+kvc_status kvc__rx_init(kvc_radix_cache *rc) {
+  rc->nodes_cap = rc->heap_cap = 64;
+  rc->table_cap = 128;
+  rc->nodes = kvc__malloc(rc->ctx, (size_t)rc->nodes_cap * sizeof *rc->nodes);
+  rc->heap = kvc__malloc(rc->ctx, (size_t)rc->heap_cap * sizeof *rc->heap);
+  rc->table = kvc__malloc(rc->ctx, rc->table_cap * sizeof *rc->table);
+  rc->held = kvc__calloc(rc->ctx, rx_held_words(rc), sizeof *rc->held);
+  if (!rc->nodes || !rc->heap || !rc->table || !rc->held) return KVC_ERR_HOST_OOM;
+  for (size_t i = 0; i < rc->table_cap; i++) rc->table[i].child = RX_NONE;
+  /* Serials start at a per-cache value so that one cache's handles fail in another, even
+   * one created later at the same address (the clock differs). */
+  const double now = kvc__now();
+  rc->serial_next = (uint32_t)kvc__hash(kvc__hash(KVC__HASH_SEED, &rc, sizeof rc), &now, sizeof now);
+  root_make(rc);
+  return KVC_OK;
+}
+
+static void seg_unref(kvc_radix_cache *rc, rx_seg *s) {
+  if (--s->refs > 0) return;
+  rc->seg_bytes -= kvc__rx_seg_bytes(s->len);
+  kvc__free(rc->ctx, s);
+}
+
+static void free_segments(kvc_radix_cache *rc) {
+  for (int32_t i = 1; i < rc->nodes_used; i++)
+    if (rc->nodes[i].seg) seg_unref(rc, rc->nodes[i].seg);
+}
+
+void kvc__rx_fini(kvc_radix_cache *rc) {
+  if (rc->nodes) free_segments(rc);
+  kvc__free(rc->ctx, rc->nodes);
+  kvc__free(rc->ctx, rc->heap);
+  kvc__free(rc->ctx, rc->table);
+  kvc__free(rc->ctx, rc->held);
+  kvc__free(rc->ctx, rc->path);
+  kvc__free(rc->ctx, rc->vec);
+  kvc__free(rc->ctx, rc->dups);
+  kvc__free(rc->ctx, rc->tok_scratch);
+  kvc__free(rc->ctx, rc->ev_hashes);
+}
+
+kvc_status kvc__rx_clear(kvc_radix_cache *rc) {
+  free_segments(rc);
+  for (size_t i = 0; i < rc->table_cap; i++) rc->table[i].child = RX_NONE;
+  rc->table_used = 0;
+  rc->heap_len = 0;
+  rc->evictable = rc->protected_ = 0;
+  memset(rc->held, 0, rx_held_words(rc) * sizeof *rc->held);
+  /* Old serials must not come back: they continue from serial_next. */
+  for (int32_t i = 0; i < rc->nodes_used; i++) rc->nodes[i].serial = 0;
+  root_make(rc);
+  return KVC_OK;
+}
+
+kvc_status kvc__rx_reserve(kvc_radix_cache *rc, const char *fn, size_t n) {
+  if (n + 1 > rc->path_cap) {
+    int32_t *p = kvc__malloc(rc->ctx, (n + 1) * sizeof *p);
+    KVC_RETURN_IF(!p, rc->ctx, KVC_ERR_HOST_OOM, "%s: path scratch of %zu", fn, n + 1);
+    kvc__free(rc->ctx, rc->path);
+    rc->path = p;
+    rc->path_cap = n + 1;
+  }
+  if (n > rc->vec_cap) {
+    int64_t *v = kvc__malloc(rc->ctx, n * sizeof *v), *d = kvc__malloc(rc->ctx, n * sizeof *d);
+    int32_t *t = kvc__malloc(rc->ctx, n * sizeof *t);
+    if (!v || !d || !t) {
+      kvc__free(rc->ctx, v);
+      kvc__free(rc->ctx, d);
+      kvc__free(rc->ctx, t);
+      return kvc__error(rc->ctx, KVC_ERR_HOST_OOM, fn, "scratch for %zu tokens", n);
+    }
+    kvc__free(rc->ctx, rc->vec);
+    kvc__free(rc->ctx, rc->dups);
+    kvc__free(rc->ctx, rc->tok_scratch);
+    rc->vec = v;
+    rc->dups = d;
+    rc->tok_scratch = t;
+    rc->vec_cap = rc->dups_cap = rc->tok_cap = n;
+  }
+  return KVC_OK;
+}
+
+/* --- Match and split ----------------------------------------------------------------------- */
+
+/* Common prefix of a and b (n tokens at most), floored to whole pages. */
+static int64_t common_pages(const int32_t *a, const int32_t *b, int64_t n, int64_t ps) {
+  /* Mostly the whole node matches: one memcmp (a call per 16 tokens cost ~3 us per 8k). */
+  if (memcmp(a, b, (size_t)n * sizeof *a) == 0) return n / ps * ps;
+  int64_t i = 0;
+  while (i + 256 <= n && memcmp(a + i, b + i, 256 * sizeof *a) == 0) i += 256;
+  while (i + 16 <= n && memcmp(a + i, b + i, 16 * sizeof *a) == 0) i += 16;
+  while (i < n && a[i] == b[i]) i++;
+  return i / ps * ps;
+}
+
+/* SGLang _split_node: a new upper node takes child's first p tokens (the same segment,
+ * no copy), its lock, hit count and priority; its access and creation times are a new
+ * tick. Needs one reserved node and table entry. */
+static int32_t split(kvc_radix_cache *rc, int32_t c, int32_t p) {
+  int32_t u = node_new(rc);
+  rx_node *C = &rc->nodes[c], *U = &rc->nodes[u];
+  U->seg = C->seg;
+  U->seg->refs++;
+  U->off = C->off;
+  U->run_first = C->run_first;
+  if (C->run_first >= 0) C->run_first += p;
+  U->len = p;
+  U->ns = C->ns;
+  U->lock_ref = C->lock_ref;
+  U->hit_count = C->hit_count;
+  U->priority = C->priority;
+  U->access = U->creation = ++rc->clock;
+  /* U takes C's place among the parent's children and in the index (same first page). */
+  rc->table[table_find(rc, c)].child = u;
+  U->parent = C->parent;
+  U->prev_sib = C->prev_sib;
+  U->next_sib = C->next_sib;
+  if (U->prev_sib != RX_NONE) rc->nodes[U->prev_sib].next_sib = u;
+  else rc->nodes[U->parent].first_child = u;
+  if (U->next_sib != RX_NONE) rc->nodes[U->next_sib].prev_sib = u;
+  C->off += p;
+  C->len -= p;
+  C->parent = u;
+  C->prev_sib = C->next_sib = RX_NONE;
+  U->first_child = c;
+  U->nchild = 1;
+  U->child_h = C->child_h; /* U's entry is C's old one (same first page) */
+  C->child_h = child_hash(u, C->ns, rx_keys(C), rc->ps);
+  table_put(rc, C->child_h, u, c);
+  if (rc->events_on) kvc__rx_event_split(rc, u);
+  return u;
+}
+
+kvc_status kvc__rx_match(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t *matched,
+                         int32_t *node, size_t *depth) {
+  KVC_FORWARD(kvc__rx_reserve_nodes(rc, "kvc_radix_cache_match_prefix", 1));
+  const int64_t ps = rc->ps;
+  const uint64_t t = ++rc->clock;
+  rc->nodes[0].access = t;
+  int32_t cur = 0;
+  int64_t pos = 0;
+  size_t d = 0;
+  while (pos < n) {
+    int32_t c = lookup(rc, cur, ns, keys + pos);
+    if (c == RX_NONE) break;
+    touch(rc, c, t);
+    const rx_node *C = &rc->nodes[c];
+    int64_t pl = common_pages(rx_keys(C), keys + pos, KVC__MIN((int64_t)C->len, n - pos), ps);
+    if (pl < C->len) {
+      cur = split(rc, c, (int32_t)pl);
+      rc->path[d++] = cur;
+      pos += pl;
+      break;
+    }
+    rc->path[d++] = c;
+    pos += pl;
+    cur = c;
+  }
+  *matched = pos;
+  *node = cur;
+  *depth = d;
+  return KVC_OK;
+}
+
+const int64_t *kvc__rx_path_values(kvc_radix_cache *rc, size_t depth, int64_t total, int64_t *buf, int *copied) {
+  *copied = 0;
+  if (depth == 0) return NULL;
+  /* Without a copy when the path is one run of one segment (a split leaf, one insert). */
+  const rx_node *first = &rc->nodes[rc->path[0]];
+  bool run = true;
+  for (size_t i = 1; i < depth && run; i++) {
+    const rx_node *a = &rc->nodes[rc->path[i - 1]], *b = &rc->nodes[rc->path[i]];
+    run = b->seg == first->seg && b->off == a->off + a->len;
+  }
+  if (run) return rx_vals(first);
+  int64_t *out = buf ? buf : rc->vec;
+  int64_t at = 0;
+  for (size_t i = 0; i < depth; i++) {
+    const rx_node *x = &rc->nodes[rc->path[i]];
+    memcpy(out + at, rx_vals(x), (size_t)x->len * sizeof *out);
+    at += x->len;
+  }
+  (void)total;
+  *copied = 1;
+  return out;
+}
+
+/* --- Insert ---------------------------------------------------------------------------------- */
+
+kvc_status kvc__rx_probe(const kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, const int64_t *vals, int64_t n,
+                         int64_t from, int64_t *prefix, int64_t *dups, size_t *ndups) {
+  const int64_t ps = rc->ps;
+  int32_t cur = 0;
+  int64_t pos = 0;
+  size_t nd = 0;
+  while (pos < n) {
+    int32_t c = lookup(rc, cur, ns, keys + pos);
+    if (c == RX_NONE) break;
+    const rx_node *C = &rc->nodes[c];
+    int64_t pl = common_pages(rx_keys(C), keys + pos, KVC__MIN((int64_t)C->len, n - pos), ps);
+    const int64_t *tv = rx_vals(C);
+    if (dups)
+      for (int64_t i = KVC__MAX(0, from - pos); i < pl; i++)
+        if (vals[pos + i] != tv[i]) dups[nd++] = vals[pos + i];
+    pos += pl;
+    if (pl < C->len) break;
+    cur = c;
+  }
+  *prefix = pos;
+  if (ndups) *ndups = nd;
+  return KVC_OK;
+}
+
+void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int32_t priority,
+                          int64_t inserted_len, rx_seg *leaf_seg, int32_t *node) {
+  const int64_t ps = rc->ps;
+  const uint64_t t = ++rc->clock;
+  rx_node *root = &rc->nodes[0];
+  root->access = t;
+  int32_t cur = 0;
+  int64_t pos = 0;
+  while (pos < n) {
+    int32_t c = lookup(rc, cur, ns, keys + pos);
+    if (c == RX_NONE) break;
+    rx_node *C = &rc->nodes[c];
+    C->access = t;
+    heap_fix(rc, c); /* its key changed; a split below leaves it where it is */
+    int64_t pl = common_pages(rx_keys(C), keys + pos, KVC__MIN((int64_t)C->len, n - pos), ps);
+    if (pl < C->len) c = split(rc, c, (int32_t)pl);
+    pos += pl;
+    cur = c;
+    /* The priority goes to the part on the key's path only: the prompt's re-insert with
+     * priority + 1 must leave the outputs' part below it evictable first. */
+    if (priority > rc->nodes[cur].priority) rc->nodes[cur].priority = priority;
+    /* A request counts each node once: only nodes ending past what it inserted before. */
+    if (pos > inserted_len) rc->nodes[cur].hit_count++;
+    heap_fix(rc, cur);
+    if (pl < rc->nodes[cur].len) break;
+  }
+  if (pos < n) {
+    int32_t l = node_new(rc);
+    rx_node *L = &rc->nodes[l];
+    L->seg = leaf_seg;
+    L->off = 0;
+    L->len = (int32_t)(n - pos);
+    L->run_first = kvc__rx_run_end(rx_vals(L), 0, L->len, 1) == L->len ? rx_vals(L)[0] : -1;
+    L->ns = ns;
+    L->priority = priority;
+    L->hit_count = n > inserted_len;
+    L->access = L->creation = ++rc->clock;
+    sib_link(rc, cur, l);
+    L->child_h = child_hash(cur, ns, rx_keys(L), ps);
+    table_put(rc, L->child_h, cur, l);
+    /* The caller marked the leaf's slots held when it validated them. */
+    rc->evictable += L->len;
+    leaf_update(rc, cur);
+    leaf_update(rc, l);
+    if (rc->events_on) kvc__rx_event_stored(rc, l);
+    cur = l;
+  }
+  *node = cur;
+}
+
+/* --- Locks ----------------------------------------------------------------------------------- */
+
+void kvc__rx_lock(kvc_radix_cache *rc, int32_t id) {
+  rx_node *nodes = rc->nodes;
+  for (int32_t x = id; x > 0; x = nodes[x].parent) {
+    rx_node *n = &nodes[x];
+    if (n->lock_ref++ == 0) {
+      rc->evictable -= n->len;
+      rc->protected_ += n->len;
+      if (n->heap_pos != RX_NONE) heap_remove(rc, x);
+    }
+  }
+}
+
+kvc_status kvc__rx_unlock(kvc_radix_cache *rc, int32_t id, const char *fn) {
+  /* Locks run from a node to the root, so no node is locked less than a descendant:
+   * when this one is locked, its whole path is. */
+  if (id > 0 && rc->nodes[id].lock_ref <= 0)
+    return kvc__error(rc->ctx, KVC_ERR_MISUSE, fn, "lock of node %d released below zero (unlocked twice?)", id);
+  rx_node *nodes = rc->nodes;
+  for (int32_t x = id; x > 0; x = nodes[x].parent) {
+    rx_node *n = &nodes[x];
+    if (--n->lock_ref == 0) {
+      rc->evictable += n->len;
+      rc->protected_ -= n->len;
+      leaf_update(rc, x);
+    }
+  }
+  return KVC_OK;
+}
+
+/* --- Eviction -------------------------------------------------------------------------------- */
+
+static void delete_leaf(kvc_radix_cache *rc, int32_t id) {
+  rx_node *n = &rc->nodes[id];
+  const int32_t parent = n->parent;
+  heap_remove(rc, id);
+  if (n->run_first >= 0) kvc__rx_clear_pages(rc, n->run_first, n->run_first + n->len - 1);
+  else kvc__rx_unmark(rc, rx_vals(n), n->len);
+  rc->evictable -= n->len;
+  table_del(rc, id);
+  sib_unlink(rc, id);
+  seg_unref(rc, n->seg);
+  node_release(rc, id);
+  leaf_update(rc, parent);
+}
+
+kvc_status kvc__rx_evict(kvc_radix_cache *rc, int64_t n, rx_free_fn free_fn, void *user, int64_t *evicted) {
+  int64_t done = 0;
+  kvc_status st = KVC_OK;
+  while (done < n && rc->heap_len > 0) {
+    int32_t x = rc->heap[0];
+    const rx_node *X = &rc->nodes[x];
+    st = free_fn(user, rx_vals(X), (size_t)X->len);
+    if (st != KVC_OK) break; /* the victim stays: its free changed nothing */
+    done += X->len;
+    if (rc->events_on) kvc__rx_event_removed(rc, x);
+    delete_leaf(rc, x);
+  }
+  *evicted = done;
+  return st;
+}
+
+/* --- Audit and size ---------------------------------------------------------------------------- */
+
+kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn) {
+  int64_t ev = 0, pr = 0, live = 1, leaves = 0;
+  int64_t held = 0;
+  for (int32_t i = 1; i < rc->nodes_used; i++) {
+    const rx_node *n = &rc->nodes[i];
+    if (!n->seg) continue;
+    live++;
+    if (n->len <= 0 || n->len % rc->ps)
+      return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d has length %d", i, n->len);
+    if (n->lock_ref < 0) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d lock %d", i, n->lock_ref);
+    if (n->lock_ref) pr += n->len;
+    else ev += n->len;
+    const rx_node *p = &rc->nodes[n->parent];
+    if (n->parent != 0 && !p->seg) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d: dead parent", i);
+    if (n->parent != 0 && n->ns != p->ns) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d: namespace", i);
+    if (n->lock_ref > p->lock_ref && n->parent != 0)
+      return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d locked more than its parent", i);
+    int32_t cnt = 0;
+    for (int32_t c = n->first_child; c != RX_NONE; c = rc->nodes[c].next_sib) cnt++;
+    if (cnt != n->nchild) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d child count", i);
+    bool leaf = n->lock_ref == 0 && n->nchild == 0;
+    leaves += leaf;
+    if (leaf != (n->heap_pos != RX_NONE) || (leaf && rc->heap[n->heap_pos] != i))
+      return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d eviction heap membership", i);
+    if (lookup(rc, n->parent, n->ns, rx_keys(n)) != i || n->child_h != child_hash(n->parent, n->ns, rx_keys(n), rc->ps))
+      return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d not found in the child index", i);
+    const int64_t *v = rx_vals(n);
+    for (int32_t k = 0; k < n->len; k++)
+      if (v[k] < 1 || v[k] > rc->top_slot || !rx_slot_held(rc, v[k]) || v[k] - v[k - k % rc->ps] != k % rc->ps ||
+          (k % rc->ps == 0 && v[k] % rc->ps))
+        return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d slot %lld not a held page", i, (long long)v[k]);
+    bool run = n->run_first >= 0;
+    for (int32_t k = 0; k < n->len && run; k++) run = v[k] == n->run_first + k;
+    if (n->run_first >= 0 && !run)
+      return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d: run of slots from %lld is not its values", i,
+                        (long long)n->run_first);
+    held += n->len / rc->ps;
+  }
+  int64_t bits = 0;
+  for (size_t w = 0; w < rx_held_words(rc); w++) bits += __builtin_popcountll(rc->held[w]);
+  if (bits != held) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "%lld held bits for %lld pages (a page twice?)",
+                                      (long long)bits, (long long)held);
+  if (ev != rc->evictable || pr != rc->protected_ || live != rc->live_nodes || leaves != rc->heap_len ||
+      (size_t)(live - 1) != rc->table_used)
+    return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn,
+                      "sizes: evictable %lld/%lld protected %lld/%lld nodes %lld/%d leaves %lld/%d", (long long)ev,
+                      (long long)rc->evictable, (long long)pr, (long long)rc->protected_, (long long)live,
+                      rc->live_nodes, (long long)leaves, rc->heap_len);
+  for (int32_t i = 1; i < rc->heap_len; i++)
+    if (before(rc, rc->heap[i], rc->heap[(i - 1) / 2]))
+      return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "eviction heap order at %d", i);
+  return KVC_OK;
+}
+
+size_t kvc__rx_bytes(const kvc_radix_cache *rc) {
+  return sizeof *rc + (size_t)rc->nodes_cap * (sizeof(rx_node) + sizeof(int32_t)) + rc->table_cap * sizeof(rx_slot) +
+         (size_t)rc->seg_bytes + rx_held_words(rc) * 8 + rc->path_cap * 4 + rc->vec_cap * 20;
+}
+
+rx_seg *kvc__rx_seg_new(kvc_radix_cache *rc, const int32_t *keys, const int64_t *vals, int64_t n) {
+  size_t bytes;
+  if (n <= 0 || n > INT32_MAX || !kvc__mul_size((size_t)n, 12, &bytes) || !kvc__add_size(bytes, sizeof(rx_seg), &bytes))
+    return NULL;
+  rx_seg *s = kvc__malloc(rc->ctx, bytes);
+  if (!s) return NULL;
+  s->refs = 1;
+  s->len = n;
+  memcpy(rx_seg_vals(s), vals, (size_t)n * sizeof *vals);
+  memcpy(rx_seg_keys(s), keys, (size_t)n * sizeof *keys);
+  rc->seg_bytes += kvc__rx_seg_bytes(n);
+  return s;
+}
