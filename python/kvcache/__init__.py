@@ -1113,8 +1113,10 @@ class ReqState(ctypes.Structure):
 
     @property
     def prefix_slots(self):
-        keep = getattr(self, "_prefix_keep", None)
-        return None if keep is None else list(keep)
+        """The slots C will read (prefix_slots[:n] as given), as a list; None when unset."""
+        if getattr(self, "_prefix_keep", None) is None or not self._prefix_slots:
+            return None
+        return self._prefix_slots[: getattr(self, "_prefix_n", 0)]
 
     @prefix_slots.setter
     def prefix_slots(self, slots):
@@ -1135,6 +1137,20 @@ class ReqState(ctypes.Structure):
         self._prefix_keep = v.keep
         self._prefix_n = v.count
         self._prefix_slots = ctypes.cast(v.ptr, ctypes.POINTER(c_int64)) if v.ptr else None
+        if batch is not None:
+            batch._prefixed[id(self)] = self
+
+    def _adopt_prefix(self, keep):
+        """A prefix cache in C wrote prefix_slots / prefix_len itself (a radix match): the
+        slots it points at are valid for prefix_len entries while `keep` lives."""
+        if not self._prefix_slots:
+            self._prefix_keep, self._prefix_n = None, 0
+            return
+        n = max(self.prefix_len, 0)
+        view = (c_int64 * max(n, 1)).from_address(ctypes.addressof(self._prefix_slots.contents))
+        view._owner = keep  # the slots live as long as the view (batch add/remove re-point at it)
+        self._prefix_keep, self._prefix_n = view, n
+        batch = getattr(self, "_batch", None)
         if batch is not None:
             batch._prefixed[id(self)] = self
 

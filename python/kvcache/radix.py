@@ -187,6 +187,14 @@ class RadixCache:
         self._reqs[ctypes.addressof(req)] = (rr, arr, buf)
         return rr
 
+    def move(self, src, dst):
+        """Moves a binding to a copy of the request (RequestBatch.add / remove copy the
+        ReqState into or out of the batch; the cache finds a request by its address)."""
+        entry = self._reqs.pop(ctypes.addressof(src), None)
+        if entry is None:
+            raise ValueError("src is not bound")
+        self._reqs[ctypes.addressof(dst)] = entry
+
     def unbind(self, req):
         self._reqs.pop(ctypes.addressof(req), None)
 
@@ -199,6 +207,7 @@ class RadixCache:
             raise ValueError("bind() the request's tokens first")
         self._check(lib.kvc_radix_cache_match_req(self.handle, byref(req), byref(entry[0])),
                     "kvc_radix_cache_match_req")
+        req._adopt_prefix(entry)
         return req.prefix_len
 
     # --- Tree operations -----------------------------------------------------------------

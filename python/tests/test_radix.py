@@ -60,3 +60,32 @@ def test_flow_reuses_a_shared_prefix(ctx):
     radix.unbind(b)
     flow.close()
     radix.close()
+
+
+def test_matched_request_moves_into_a_batch(ctx):
+    """A radix match's prefix slots survive RequestBatch.add (the batch re-points at them)."""
+    pool = kvc.ReqToTokenPool(ctx, 8, 512)
+    alloc = kvc.Allocator(ctx, 1024, page_size=16)
+    radix = RadixCache(ctx, num_slots=1024, page_size=16)
+    flow = kvc.Flow(ctx, pool, alloc, cache=radix)
+    a = kvc.ReqState(seq_len=80)
+    radix.bind(a, list(range(80)))
+    radix.match(a)
+    flow.alloc_for_extend([a])
+    a_slots = flow.row_slots(a.req_row, 0, 64)
+    flow.release([a])
+    b = kvc.ReqState(seq_len=80)
+    radix.bind(b, list(range(64)) + list(range(900, 916)))
+    assert radix.match(b) == 64
+    assert b.prefix_slots == a_slots
+    batch = kvc.RequestBatch(4)
+    v = batch.add(b)
+    radix.move(b, v)
+    assert v.prefix_slots == b.prefix_slots
+    flow.alloc_for_extend(batch)
+    assert flow.row_slots(v.req_row, 0, 64) == a_slots
+    flow.release(batch)
+    flow.check()
+    radix.unbind(v)
+    flow.close()
+    radix.close()
