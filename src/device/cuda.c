@@ -268,6 +268,36 @@ done:
   return st;
 }
 
+/* --- Copies between two devices (transfer plans) ---------------------------------- */
+
+kvc_status kvc__cuda_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src,
+                               size_t bytes, kvc_stream s) {
+  if (!cu.cuMemcpyPeerAsync)
+    return kvc__error(dst_ctx, KVC_ERR_UNSUPPORTED, "kvc__dev_copy_peer", "driver has no cuMemcpyPeerAsync");
+  kvc_status st = KVC_OK;
+  bool pushed;
+  KVC_FORWARD(cu_enter(dst_ctx, &pushed, "kvc__dev_copy_peer"));
+  CU_CALL(dst_ctx, cu.cuMemcpyPeerAsync((CUdeviceptr)(uintptr_t)dst, dst_ctx->cuda->pctx,
+                                        (CUdeviceptr)(uintptr_t)src, src_ctx->cuda->pctx, bytes, (CUstream)s), done);
+done:
+  cu_leave(pushed);
+  return st;
+}
+
+kvc_status kvc__cuda_enable_peer_access(kvc_context *dst_ctx, kvc_context *src_ctx) {
+  if (!cu.cuDeviceCanAccessPeer || !cu.cuCtxEnablePeerAccess) return KVC_OK;
+  int can = 0;
+  if (cu.cuDeviceCanAccessPeer(&can, dst_ctx->cuda->dev, src_ctx->cuda->dev) != CUDA_SUCCESS || !can) return KVC_OK;
+  kvc_status st = KVC_OK;
+  bool pushed;
+  KVC_FORWARD(cu_enter(dst_ctx, &pushed, "kvc__dev_enable_peer_access"));
+  CUresult r = cu.cuCtxEnablePeerAccess(src_ctx->cuda->pctx, 0);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+    st = cu_fail(dst_ctx, r, "kvc__dev_enable_peer_access", "cuCtxEnablePeerAccess");
+  cu_leave(pushed);
+  return st;
+}
+
 /* --- Modules and launches ---------------------------------------------------------- */
 
 kvc_status kvc__cuda_module_load(kvc_context *ctx, const void *image, const char *name,

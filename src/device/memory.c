@@ -87,6 +87,24 @@ kvc_status kvc__dev_sync(kvc_context *ctx, kvc_stream s) {
   return KVC_OK;
 }
 
+kvc_status kvc__dev_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src,
+                              size_t bytes, kvc_stream s) {
+  if (dst_ctx->backend != src_ctx->backend)
+    return kvc__error(dst_ctx, KVC_ERR_UNSUPPORTED, "kvc__dev_copy_peer", "copy between a host and a CUDA context");
+  if (!bytes) return KVC_OK;
+  if (!on_cuda(dst_ctx)) {
+    memmove(dst, src, bytes);
+    return KVC_OK;
+  }
+  if (dst_ctx->device == src_ctx->device) return kvc__cuda_copy(dst_ctx, COPY_D2D, dst, src, bytes, 0, s);
+  return kvc__cuda_copy_peer(dst_ctx, dst, src_ctx, src, bytes, s);
+}
+
+kvc_status kvc__dev_enable_peer_access(kvc_context *dst_ctx, kvc_context *src_ctx) {
+  if (!on_cuda(dst_ctx) || !on_cuda(src_ctx) || dst_ctx->device == src_ctx->device) return KVC_OK;
+  return kvc__cuda_enable_peer_access(dst_ctx, src_ctx);
+}
+
 /* --- Staging ----------------------------------------------------------------------- */
 
 kvc_status kvc__host_staging_init(kvc_context *ctx, size_t bytes) {
