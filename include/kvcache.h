@@ -2178,10 +2178,12 @@ KVC_API kvc_status kvc_transfer_plan_copy(const kvc_transfer_plan *plan, size_t 
 
 /** kvc_transfer_plan_copy_local() : runs the plan inside this process: the source pool
  *  belongs to src_ctx, the target pool to dst_ctx (the same context for two pools of one
- *  context). Host backend (both contexts): memcpy now. CUDA, same device: one
- *  device-to-device copy per plan copy on `stream` (a stream of dst_ctx's device);
- *  different devices: peer copies (cuMemcpyPeerAsync, after enabling peer access from
- *  dst to src when the devices allow it; otherwise the driver stages the copy). Never
+ *  context). Host backend (both contexts): memcpy now. CUDA, same device:
+ *  device-to-device copies on `stream` (a stream of dst_ctx's device); different
+ *  devices: peer copies (after enabling peer access from dst to src when the devices
+ *  allow it; otherwise the driver stages them). Regions evenly spaced on both sides (a
+ *  pool's layers are) share one strided copy per run (cuMemcpy2DAsync,
+ *  cuMemcpy3DPeerAsync), so the driver calls are runs x region groups. Never
  *  synchronizes; the target pages are valid once `stream` passes the copies, and the
  *  source pages must not be rewritten before that. Capturable when both pools are on one
  *  device (memcpy nodes; no allocation, no read-back).

@@ -94,10 +94,12 @@ kvc_status kvc_transfer_nccl_version(kvc_context *ctx, int *version) {
 }
 
 /* The checks both sides share; *api on success. */
-static kvc_status side_ready(const kvc_transfer_plan *plan, const kvc__xfer_side *side, kvc_context *ctx,
-                             void *comm, int peer, const char *fn, const kvc__nccl_api **api) {
+static kvc_status side_ready(const kvc_transfer_plan *plan, bool sending, kvc_context *ctx, void *comm, int peer,
+                             const char *fn, const kvc__nccl_api **api) {
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
+  KVC_RETURN_IF(!plan, ctx, KVC_ERR_INVALID_ARGUMENT, "plan is NULL");
   KVC_FORWARD(kvc__plan_check(plan, ctx, fn));
+  const kvc__xfer_side *side = sending ? &plan->src : &plan->dst;
   KVC_RETURN_IF(!comm || peer < 0, ctx, KVC_ERR_INVALID_ARGUMENT, "nccl_comm is NULL or peer %d < 0", peer);
   KVC_RETURN_IF(kvc_context_backend(ctx) != KVC_BACKEND_CUDA, ctx, KVC_ERR_UNSUPPORTED,
                 "NCCL needs the CUDA backend (use kvc_transfer_plan_copy_local on the host backend)");
@@ -138,13 +140,13 @@ static kvc_status run_group(const kvc_transfer_plan *plan, kvc_context *ctx, con
 kvc_status kvc_transfer_plan_send(const kvc_transfer_plan *plan, kvc_context *ctx, void *nccl_comm, int peer,
                                   kvc_stream stream) {
   const kvc__nccl_api *api = NULL;
-  KVC_FORWARD(side_ready(plan, plan ? &plan->src : NULL, ctx, nccl_comm, peer, __func__, &api));
+  KVC_FORWARD(side_ready(plan, true, ctx, nccl_comm, peer, __func__, &api));
   return run_group(plan, ctx, api, true, nccl_comm, peer, stream, __func__);
 }
 
 kvc_status kvc_transfer_plan_recv(const kvc_transfer_plan *plan, kvc_context *ctx, void *nccl_comm, int peer,
                                   kvc_stream stream) {
   const kvc__nccl_api *api = NULL;
-  KVC_FORWARD(side_ready(plan, plan ? &plan->dst : NULL, ctx, nccl_comm, peer, __func__, &api));
+  KVC_FORWARD(side_ready(plan, false, ctx, nccl_comm, peer, __func__, &api));
   return run_group(plan, ctx, api, false, nccl_comm, peer, stream, __func__);
 }

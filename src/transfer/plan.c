@@ -178,7 +178,10 @@ kvc_status kvc_transfer_plan_create(kvc_context *ctx, const kvc_transfer_layout 
 
   for (int32_t r = 0; r < src->num_regions; r++) {
     const kvc_transfer_region_info *a = &src->regions[r], *b = &dst->regions[r];
-    p->regions[r] = (kvc__xfer_region){a->base, b->base, (uint64_t)a->page_bytes, a->region, a->layer_id, a->index};
+    /* pages x page_bytes was checked to fit when each layout was made. */
+    p->regions[r] = (kvc__xfer_region){a->base,          b->base,    (uint64_t)(a->pages * a->page_bytes),
+                                       (uint64_t)(b->pages * b->page_bytes), (uint64_t)a->page_bytes,
+                                       a->region,        a->layer_id, a->index};
   }
   for (size_t i = 0; i < n_pages; i++) pairs[i] = (kvc__xfer_run){src_pages[i], dst_pages[i], 1};
   qsort(pairs, n_pages, sizeof *pairs, cmp_pair_by_diff);

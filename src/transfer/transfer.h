@@ -46,6 +46,7 @@ typedef struct kvc__xfer_run {
 /* What a plan keeps of one region: both bases and the shared geometry. */
 typedef struct kvc__xfer_region {
   uint64_t src_base, dst_base;
+  uint64_t src_bytes, dst_bytes; /* whole pages of each side's region */
   uint64_t page_bytes;
   kvc_region_kind region;
   int32_t layer_id, index;

@@ -20,7 +20,8 @@
 
 #include "transfer/nccl_api.h"
 
-typedef enum pool_family { FAM_MHA, FAM_MLA, FAM_NSA, FAM_MAMBA } pool_family;
+/* FAM_MLA1: one layer, so no region shares a strided copy (the per-region path). */
+typedef enum pool_family { FAM_MHA, FAM_MLA, FAM_NSA, FAM_MAMBA, FAM_MLA1 } pool_family;
 
 typedef struct side {
   kvc_context *ctx;
@@ -29,10 +30,11 @@ typedef struct side {
   kvc_transfer_layout *layout;
 } side;
 
-static void side_open(side *s, kvc_context *ctx, pool_family fam, int ps) {
+/* A pool of `pages` pages (so two sides may differ in capacity and in layer stride). */
+static void side_open(side *s, kvc_context *ctx, pool_family fam, int ps, int64_t pages) {
   memset(s, 0, sizeof *s);
   s->ctx = ctx;
-  const int64_t size = 32 * (int64_t)ps;
+  const int64_t size = pages * (int64_t)ps;
   switch (fam) {
   case FAM_MHA: s->kv = kvt_xfer_pool(ctx, kvt_xfer_mha_config(KVC_DTYPE_BF16, 2, 8, 3, ps, size)); break;
   case FAM_MLA:
@@ -41,7 +43,10 @@ static void side_open(side *s, kvc_context *ctx, pool_family fam, int ps) {
   case FAM_NSA:
     s->kv = kvt_xfer_pool(ctx, kvt_xfer_latent_config(KVC_KV_NSA, KVC_DTYPE_FP8_E4M3, 512, 64, 2, ps, size));
     break;
-  case FAM_MAMBA: s->mamba = kvt_xfer_mamba(ctx, 40, 2, KVC_DTYPE_BF16); break;
+  case FAM_MAMBA: s->mamba = kvt_xfer_mamba(ctx, (int32_t)pages + 8, 2, KVC_DTYPE_BF16); break;
+  case FAM_MLA1:
+    s->kv = kvt_xfer_pool(ctx, kvt_xfer_latent_config(KVC_KV_MLA, KVC_DTYPE_F16, 32, 0, 1, ps, size));
+    break;
   }
   kvc_status st = s->kv ? kvc_transfer_layout_from_kv_pool(s->kv, &s->layout)
                         : kvc_transfer_layout_from_mamba_pool(s->mamba, &s->layout);
@@ -112,6 +117,17 @@ static int64_t *fragmented_pages(kvt_rng *rng, int64_t pages, size_t *count) {
   return out;
 }
 
+/* The page ids every region of the layout accepts. */
+static int64_t min_pages(const kvc_transfer_layout *l) {
+  int64_t pages = INT64_MAX;
+  for (int32_t i = 0; i < kvc_transfer_layout_num_regions(l); i++) {
+    kvc_transfer_region_info r;
+    KVT_OK(kvc_transfer_layout_region(l, i, &r));
+    if (r.pages < pages) pages = r.pages;
+  }
+  return pages;
+}
+
 /* Minimal runs, counted without the library's method: pairs whose (src-1, dst-1) pair
  * is absent each start one run. */
 static size_t expected_runs(const int64_t *s, const int64_t *d, size_t n) {
@@ -129,6 +145,7 @@ typedef struct scenario {
   int ps;
   int two_contexts; /* target pool on a second context of the same backend */
   int via_bytes;    /* target layout through serialize/deserialize */
+  int bigger_target; /* the target pool holds 1.5x the source's pages (other strides) */
   int nccl;         /* run over NCCL (CUDA only) instead of the local path */
 } scenario;
 
@@ -144,22 +161,15 @@ static void run_scenario(const scenario *sc) {
   }
   const int ps = sc->fam == FAM_MAMBA ? 1 : sc->ps;
   side src, dst;
-  side_open(&src, kvt_ctx, sc->fam, ps);
-  side_open(&dst, other ? other : kvt_ctx, sc->fam, ps);
+  side_open(&src, kvt_ctx, sc->fam, ps, 32);
+  side_open(&dst, other ? other : kvt_ctx, sc->fam, ps, sc->bigger_target ? 48 : 32);
   side_fill(&src, &rng);
   side_fill(&dst, &rng);
   const int32_t nreg = kvc_transfer_layout_num_regions(src.layout);
 
-  kvc_transfer_region_info r0;
-  KVT_OK(kvc_transfer_layout_region(src.layout, 0, &r0));
-  int64_t pages = r0.pages;
-  for (int32_t i = 1; i < nreg; i++) {
-    kvc_transfer_region_info r;
-    KVT_OK(kvc_transfer_layout_region(src.layout, i, &r));
-    if (r.pages < pages) pages = r.pages;
-  }
   size_t ns = 0, nd = 0;
-  int64_t *sp = fragmented_pages(&rng, pages, &ns), *dp = fragmented_pages(&rng, pages, &nd);
+  int64_t *sp = fragmented_pages(&rng, min_pages(src.layout), &ns);
+  int64_t *dp = fragmented_pages(&rng, min_pages(dst.layout), &nd);
   const size_t n = (ns < nd ? ns : nd) * 3 / 4; /* leave some target pages untouched */
 
   kvc_transfer_layout *dst_layout = dst.layout, *remote = NULL;
@@ -195,9 +205,10 @@ static void run_scenario(const scenario *sc) {
   if (!skip_reason) {
     uint8_t **got = side_read(&dst), **src_after = side_read(&src);
     for (int32_t g = 0; g < nreg; g++) {
-      kvc_transfer_region_info r;
+      kvc_transfer_region_info r, rd;
       KVT_OK(kvc_transfer_layout_region(src.layout, g, &r));
-      for (int64_t p = 0; p < r.pages; p++) {
+      KVT_OK(kvc_transfer_layout_region(dst.layout, g, &rd));
+      for (int64_t p = 0; p < rd.pages; p++) {
         if (memcmp(got[g] + p * r.page_bytes, want[g] + p * r.page_bytes, (size_t)r.page_bytes))
           fail_msg("family %d ps %d region %d page %lld differs after transfer (seed %llu)", sc->fam, ps, g,
                    (long long)p, (unsigned long long)kvt_seed());
@@ -225,7 +236,7 @@ static void run_scenario(const scenario *sc) {
 static void run_all_page_sizes(pool_family fam, int two_contexts, int via_bytes, int nccl) {
   const int sizes[] = {1, 16, 64};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-    scenario sc = {fam, sizes[i], two_contexts, via_bytes, nccl};
+    scenario sc = {fam, sizes[i], two_contexts, via_bytes, (int)(i % 2), nccl};
     run_scenario(&sc);
     if (fam == FAM_MAMBA) break; /* one slot per page: page size does not apply */
   }
@@ -235,6 +246,7 @@ static void test_mha_local(void **state) { (void)state, run_all_page_sizes(FAM_M
 static void test_mla_local(void **state) { (void)state, run_all_page_sizes(FAM_MLA, 0, 0, 0); }
 static void test_nsa_local(void **state) { (void)state, run_all_page_sizes(FAM_NSA, 0, 0, 0); }
 static void test_mamba_local(void **state) { (void)state, run_all_page_sizes(FAM_MAMBA, 0, 0, 0); }
+static void test_one_layer_local(void **state) { (void)state, run_all_page_sizes(FAM_MLA1, 1, 0, 0); }
 static void test_mha_two_contexts_remote_layout(void **state) { (void)state, run_all_page_sizes(FAM_MHA, 1, 1, 0); }
 static void test_nsa_two_contexts_remote_layout(void **state) { (void)state, run_all_page_sizes(FAM_NSA, 1, 1, 0); }
 static void test_mamba_two_contexts(void **state) { (void)state, run_all_page_sizes(FAM_MAMBA, 1, 0, 0); }
@@ -245,8 +257,8 @@ static void test_wrong_context_refused(void **state) {
   (void)state;
   kvt_rng rng = {kvt_seed()};
   side a, b;
-  side_open(&a, kvt_ctx, FAM_MHA, 16);
-  side_open(&b, kvt_ctx, FAM_MHA, 16);
+  side_open(&a, kvt_ctx, FAM_MHA, 16, 32);
+  side_open(&b, kvt_ctx, FAM_MHA, 16, 32);
   side_fill(&a, &rng);
   side_fill(&b, &rng);
   uint8_t **before = side_read(&b);
@@ -392,6 +404,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_mla_local),
       cmocka_unit_test(test_nsa_local),
       cmocka_unit_test(test_mamba_local),
+      cmocka_unit_test(test_one_layer_local),
       cmocka_unit_test(test_mha_two_contexts_remote_layout),
       cmocka_unit_test(test_nsa_two_contexts_remote_layout),
       cmocka_unit_test(test_mamba_two_contexts),
