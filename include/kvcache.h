@@ -2220,6 +2220,18 @@ KVC_API kvc_status kvc_transfer_plan_send(const kvc_transfer_plan *plan, kvc_con
 KVC_API kvc_status kvc_transfer_plan_recv(const kvc_transfer_plan *plan, kvc_context *ctx,
                                           void *nccl_comm, int peer, kvc_stream stream);
 
+/** kvc_transfer_pages_from_slots() : the page ids of one request's KV, from its token
+ *  slots (host int64, e.g. kvc_flow_row_slots(flow, row, 0, len, slots)): a paged
+ *  allocator keeps token i at offset i % page_size of its page, so page k is
+ *  slots[k * page_size] / page_size; ceil(n_tokens / page_size) ids go to out_pages
+ *  (capacity cap), their count to *n_pages. Page size 1: the slots themselves. Append
+ *  the requests' lists on each side to build a plan. Pure host function.
+ *  @return KVC_ERR_INVALID_ARGUMENT (nothing written) for NULL arrays, page_size < 1,
+ *  cap too small, or a slot that is not where that layout puts it (negative, a page
+ *  not starting at offset 0, a token off its page; the message names it). */
+KVC_API kvc_status kvc_transfer_pages_from_slots(const int64_t *slots, size_t n_tokens, int32_t page_size,
+                                                 int64_t *out_pages, size_t cap, size_t *n_pages);
+
 /** kvc_transfer_nccl_version() : loads NCCL if not yet loaded (once per process) and
  *  writes its version code (e.g. 22105 for 2.21.5) to *version.
  *  @return KVC_ERR_UNSUPPORTED when libnccl.so.2 (or KVC_NCCL_LIB) cannot be loaded or
