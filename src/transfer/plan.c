@@ -98,6 +98,7 @@ static kvc_status check_pages(kvc_context *ctx, const kvc_transfer_layout *s, co
       return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "dst_pages[%zu] = %lld outside [0, %lld)", i,
                         (long long)dst_pages[i], (long long)d->min_pages);
   }
+  if (n == 0) return KVC_OK; /* an empty plan: the arrays may be NULL */
   memcpy(scratch, dst_pages, n * sizeof *scratch);
   qsort(scratch, n, sizeof *scratch, cmp_i64);
   for (size_t i = 1; i < n; i++)
