@@ -2295,6 +2295,225 @@ KVC_API kvc_status kvc_radix_cache_check(const kvc_radix_cache *cache);
 KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int has_parent, uint64_t ns,
                                              const int32_t *tokens, int64_t n, uint64_t *out);
 
+/* ===================================================================================
+ * Level 2 — KV transfer between pools (prefill/decode disaggregation) and tensor
+ * parallelism (src/transfer/)
+ *
+ * A transfer moves the pages of some requests from a source pool to a target pool: a
+ * pool of this process (same or another GPU) or of another process, reached over NCCL.
+ *
+ *   1. Describe each side as a kvc_transfer_layout: the pool's regions (K and V per
+ *      layer, MLA latent rows, NSA index-K pages, Mamba states, ...) with their base
+ *      addresses, bytes per page and page counts, plus kind, dtype and page size. A
+ *      layout is made from a pool, or from the bytes kvc_transfer_layout_serialize()
+ *      wrote in another process, so a prefill process can plan against a decode pool it
+ *      cannot see.
+ *   2. kvc_transfer_plan_create() pairs source page i with target page i (the
+ *      concatenated page lists of the requests, as the allocators own them on the host),
+ *      refuses layouts that differ (kind, dtype, page size, layers, bytes per row) and
+ *      coalesces pages that are consecutive on BOTH sides into one copy per region.
+ *      Pure host work: no device read, no launch.
+ *   3. Run it: kvc_transfer_plan_copy_local() when both pools live in this process
+ *      (device copies, peer copies between GPUs; memcpy on the host backend, the twin CI
+ *      runs), or kvc_transfer_plan_send() in the source process and
+ *      kvc_transfer_plan_recv() in the target process: grouped ncclSend/ncclRecv on the
+ *      caller's communicator. NCCL is loaded at first use with dlopen (libnccl.so.2, or
+ *      the path in KVC_NCCL_LIB, read once per process), so the library links and runs
+ *      without it.
+ *
+ * Both processes build the same plan (same two layouts, same page lists): NCCL matches
+ * sends to receives by order and size. Addresses are dereferenced only by the process
+ * that made the layout from its pool; a layout remembers its process, and executing the
+ * side of a plan whose layout came from another process is refused (KVC_ERR_MISUSE).
+ * Layouts and plans are immutable after create: any number of threads may read or
+ * execute them concurrently. A plan holds copies of what it needs (the layouts may be
+ * destroyed after create) and no reference to the pools: it must not be executed after
+ * either pool was destroyed.
+ * =================================================================================== */
+
+typedef struct kvc_transfer_layout kvc_transfer_layout;
+typedef struct kvc_transfer_plan kvc_transfer_plan;
+
+/** Pool family recorded in a layout: a kvc_kv_pool_kind value, or this for Mamba. */
+#define KVC_TRANSFER_KIND_MAMBA 100
+
+/** kvc_transfer_layout_from_kv_pool() : the layout of every buffer of `pool`, in
+ *  kvc_kv_pool_describe() order. MHA/MLA regions count pages of page_size rows (the
+ *  last page must be whole: buffers hold size + page_size rows, so ids 0 ..
+ *  (size + page_size) / page_size - 1); NSA index-K regions count their own pages (one
+ *  row of page_size x 132 bytes each). Host metadata only. The layout is owned by the
+ *  caller (kvc_transfer_layout_destroy) and must not outlive the pool's context.
+ *  @return KVC_ERR_INVALID_ARGUMENT (NULL, not a live pool), KVC_ERR_UNSUPPORTED for a
+ *  NoOp pool (no storage), KVC_ERR_HOST_OOM. Not capturable (no device work at all). */
+KVC_API kvc_status kvc_transfer_layout_from_kv_pool(const kvc_kv_pool *pool, kvc_transfer_layout **out);
+/** kvc_transfer_layout_from_mamba_pool() : the layout of the Mamba pool's STATE buffers
+ *  (conv tensors then temporal, per layer: kvc_mamba_pool_describe() order; speculative
+ *  tensors are not transferred). A "page" is one state slot (ids 0 .. size), so plans
+ *  over Mamba layouts take slot ids as pages and page size 1. Same rules as above. */
+KVC_API kvc_status kvc_transfer_layout_from_mamba_pool(const kvc_mamba_pool *pool,
+                                                       kvc_transfer_layout **out);
+/** kvc_transfer_layout_destroy() : frees the layout. NULL is a no-op. */
+KVC_API void kvc_transfer_layout_destroy(kvc_transfer_layout *layout);
+
+/** kvc_transfer_layout_serialize() : writes the layout as a self-checking byte string
+ *  (little-endian fixed-width fields, a format version and a checksum; 48 bytes per
+ *  region plus 64) into buf[0:cap) for another process. *bytes receives the size always,
+ *  so cap = 0 with buf = NULL asks for it. @return KVC_ERR_INVALID_ARGUMENT when
+ *  cap < *bytes (nothing written). */
+KVC_API kvc_status kvc_transfer_layout_serialize(const kvc_transfer_layout *layout, void *buf,
+                                                 size_t cap, size_t *bytes);
+/** kvc_transfer_layout_deserialize() : a layout from buf[0:bytes) written by
+ *  kvc_transfer_layout_serialize() (any process, any host of the same endianness or
+ *  not). Allocation and errors go through `ctx`; the result is owned by the caller.
+ *  @return KVC_ERR_INVALID_ARGUMENT for a truncated or corrupted string (bad magic,
+ *  checksum, counts, sizes whose products overflow), KVC_ERR_VERSION for an unknown
+ *  format version, KVC_ERR_HOST_OOM. *out written only on success. */
+KVC_API kvc_status kvc_transfer_layout_deserialize(kvc_context *ctx, const void *buf, size_t bytes,
+                                                   kvc_transfer_layout **out);
+
+/** One region of a layout. */
+typedef struct kvc_transfer_region_info {
+  kvc_region_kind region;
+  int32_t layer_id;   /* global layer id */
+  int32_t index;      /* Mamba conv tensor index (0 otherwise) */
+  int32_t device;     /* CUDA ordinal of the memory, -1 for host memory */
+  kvc_dtype dtype;    /* element type of the region (kvc_buffer_desc.dtype) */
+  int32_t pad_;
+  uint64_t base;      /* address in the owning process */
+  int64_t page_bytes; /* bytes of one page (index-K: one page row; Mamba: one slot) */
+  int64_t pages;      /* whole pages in the region */
+} kvc_transfer_region_info;
+
+/** kvc_transfer_layout_num_regions() : regions of the layout (0 for NULL). */
+KVC_API int32_t kvc_transfer_layout_num_regions(const kvc_transfer_layout *layout);
+/** kvc_transfer_layout_region() : region `index` (0 .. num_regions-1).
+ *  @return KVC_ERR_INVALID_ARGUMENT for NULL or an index out of range. */
+KVC_API kvc_status kvc_transfer_layout_region(const kvc_transfer_layout *layout, int32_t index,
+                                              kvc_transfer_region_info *out);
+
+/** kvc_transfer_plan_create() : plans moving page src_pages[i] of `src` to page
+ *  dst_pages[i] of `dst` in every region, i < n_pages (host arrays, read during the call
+ *  only). Pairs are grouped into runs — pages consecutive on both sides — and sorted by
+ *  source page; the plan's copies are, for each region in layout order, one copy per run:
+ *  (region, run.src_page x page_bytes, run.dst_page x page_bytes, run.length x
+ *  page_bytes). That is the fewest copies for these pairs: a copy covers one run. A source
+ *  page may be listed twice (copied to two targets); a target page may not. n_pages == 0
+ *  gives an empty plan (no copies). Allocation and errors go through `ctx`.
+ *  @return KVC_ERR_INVALID_ARGUMENT naming the difference when the layouts differ in
+ *  pool kind, dtype, page size, region count (layer count), a region's kind / layer /
+ *  index / dtype, or its bytes per page (row bytes: head count, head dim, lora rank); for a page
+ *  id outside [0, pages) of its side, a target page listed twice, NULL arrays with
+ *  n_pages > 0, sizes that overflow; KVC_ERR_HOST_OOM. *out is written only on success;
+ *  nothing else changes. Host only, O(n log n). */
+KVC_API kvc_status kvc_transfer_plan_create(kvc_context *ctx, const kvc_transfer_layout *src,
+                                            const kvc_transfer_layout *dst, const int64_t *src_pages,
+                                            const int64_t *dst_pages, size_t n_pages,
+                                            kvc_transfer_plan **out);
+/** kvc_transfer_plan_destroy() : frees the plan. No execution of it may be pending on
+ *  the host (device work already enqueued does not reference the plan). NULL: no-op. */
+KVC_API void kvc_transfer_plan_destroy(kvc_transfer_plan *plan);
+
+/** One copy of a plan: `bytes` from offset src_offset of the source region to offset
+ *  dst_offset of the target region (offsets from the region bases). */
+typedef struct kvc_transfer_copy {
+  int32_t region_index; /* index into both layouts' regions */
+  kvc_region_kind region;
+  int32_t layer_id;
+  int32_t index; /* Mamba conv tensor index */
+  uint64_t src_offset;
+  uint64_t dst_offset;
+  uint64_t bytes;
+} kvc_transfer_copy;
+
+/** kvc_transfer_plan_num_copies() : copies of the plan (runs x regions); 0 for NULL. */
+KVC_API size_t kvc_transfer_plan_num_copies(const kvc_transfer_plan *plan);
+/** kvc_transfer_plan_num_runs() : runs of consecutive page pairs (copies per region). */
+KVC_API size_t kvc_transfer_plan_num_runs(const kvc_transfer_plan *plan);
+/** kvc_transfer_plan_total_bytes() : bytes all copies move (computed at create, where
+ *  its overflow is checked). 0 for NULL. */
+KVC_API uint64_t kvc_transfer_plan_total_bytes(const kvc_transfer_plan *plan);
+/** kvc_transfer_plan_copy() : copy `index` (0 .. num_copies-1) in execution order:
+ *  region-major, runs by ascending source page within a region.
+ *  @return KVC_ERR_INVALID_ARGUMENT for NULL or an index out of range. */
+KVC_API kvc_status kvc_transfer_plan_copy(const kvc_transfer_plan *plan, size_t index,
+                                          kvc_transfer_copy *out);
+
+/** kvc_transfer_plan_copy_local() : runs the plan inside this process: the source pool
+ *  belongs to src_ctx, the target pool to dst_ctx (the same context for two pools of one
+ *  context). Host backend (both contexts): memcpy now. CUDA, same device:
+ *  device-to-device copies on `stream` (a stream of dst_ctx's device); different
+ *  devices: peer copies (after enabling peer access from dst to src when the devices
+ *  allow it; otherwise the driver stages them). Regions evenly spaced on both sides (a
+ *  pool's layers are) share one strided copy per run (cuMemcpy2DAsync,
+ *  cuMemcpy3DPeerAsync), so the driver calls are runs x region groups. Never
+ *  synchronizes; the target pages are valid once `stream` passes the copies, and the
+ *  source pages must not be rewritten before that. Capturable when both pools are on one
+ *  device (memcpy nodes; no allocation, no read-back).
+ *  @return KVC_ERR_INVALID_ARGUMENT (NULL, a context whose device or backend is not the
+ *  one its layout was made on), KVC_ERR_UNSUPPORTED (one context host, one CUDA),
+ *  KVC_ERR_MISUSE (a side made from another process's layout), checked before any copy
+ *  is enqueued (then nothing changed); KVC_ERR_CUDA when the driver refuses a copy:
+ *  copies enqueued before it still run, so the target pages are unspecified (the source
+ *  is never written). Overlapping source and target pages of one pool: unspecified. */
+KVC_API kvc_status kvc_transfer_plan_copy_local(const kvc_transfer_plan *plan, kvc_context *src_ctx,
+                                                kvc_context *dst_ctx, kvc_stream stream);
+
+/** kvc_transfer_plan_send() : the source side of the plan over NCCL: between
+ *  ncclGroupStart and ncclGroupEnd, one ncclSend (ncclInt8, `bytes` elements) per plan
+ *  copy, in plan order, from the source pool to rank `peer` of `nccl_comm` (an ncclComm_t
+ *  the caller created and owns, whose device is ctx's), on `stream`. The peer must call
+ *  kvc_transfer_plan_recv() with an identical plan. Never synchronizes the stream; the
+ *  source pages must not be rewritten before the stream passes the transfer. Returns
+ *  once NCCL accepted the group (with a blocking communicator, when it is enqueued; a
+ *  non-blocking one may report ncclInProgress, taken as success: poll
+ *  ncclCommGetAsyncError). An empty plan makes no NCCL call. Capturable when NCCL
+ *  supports capturing its point-to-point operations on `stream` (NCCL >= 2.9).
+ *  @return KVC_ERR_INVALID_ARGUMENT (NULL plan/ctx/comm, the source layout's device is
+ *  not ctx's, peer < 0), KVC_ERR_UNSUPPORTED (host backend; NCCL cannot be loaded: see
+ *  kvc_last_error), KVC_ERR_MISUSE (the source layout came from another process),
+ *  KVC_ERR_CUDA when NCCL fails (its error string in kvc_last_error; what it already
+ *  queued may run). */
+KVC_API kvc_status kvc_transfer_plan_send(const kvc_transfer_plan *plan, kvc_context *ctx,
+                                          void *nccl_comm, int peer, kvc_stream stream);
+/** kvc_transfer_plan_recv() : the target side: one ncclRecv per plan copy into the
+ *  target pool, from rank `peer`, grouped, on `stream`. Same rules as _send with the
+ *  target layout in place of the source one; target pages are valid once the stream
+ *  passes the group. */
+KVC_API kvc_status kvc_transfer_plan_recv(const kvc_transfer_plan *plan, kvc_context *ctx,
+                                          void *nccl_comm, int peer, kvc_stream stream);
+
+/** kvc_transfer_pages_from_slots() : the page ids of one request's KV, from its token
+ *  slots (host int64, e.g. kvc_flow_row_slots(flow, row, 0, len, slots)): a paged
+ *  allocator keeps token i at offset i % page_size of its page, so page k is
+ *  slots[k * page_size] / page_size; ceil(n_tokens / page_size) ids go to out_pages
+ *  (capacity cap), their count to *n_pages. Page size 1: the slots themselves. Append
+ *  the requests' lists on each side to build a plan. Pure host function.
+ *  @return KVC_ERR_INVALID_ARGUMENT (nothing written) for NULL arrays, page_size < 1,
+ *  cap too small, or a slot that is not where that layout puts it (negative, a page
+ *  not starting at offset 0, a token off its page; the message names it). */
+KVC_API kvc_status kvc_transfer_pages_from_slots(const int64_t *slots, size_t n_tokens, int32_t page_size,
+                                                 int64_t *out_pages, size_t cap, size_t *n_pages);
+
+/** kvc_transfer_nccl_version() : loads NCCL if not yet loaded (once per process) and
+ *  writes its version code (e.g. 22105 for 2.21.5) to *version.
+ *  @return KVC_ERR_UNSUPPORTED when libnccl.so.2 (or KVC_NCCL_LIB) cannot be loaded or
+ *  lacks an entry point (the reason in kvc_last_error(ctx); ctx may be NULL). */
+KVC_API kvc_status kvc_transfer_nccl_version(kvc_context *ctx, int *version);
+
+/** kvc_kv_pool_config_for_tp_rank() : the KV pool config of rank tp_rank of tp_size
+ *  tensor-parallel ranks, from the model's whole config `model`: MHA kinds shard KV
+ *  heads, head_num / tp_size per rank (SGLang get_num_kv_heads: when tp_size is a
+ *  multiple of head_num each rank keeps one replicated head); MLA and NSA latent rows are
+ *  replicated (every rank holds the whole row). Everything else is copied. Every rank
+ *  gets the same config, so N contexts fed the same calls make the same allocation
+ *  decisions. Pure function of its arguments.
+ *  @return KVC_ERR_INVALID_ARGUMENT for NULL, tp_size < 1, tp_rank outside
+ *  [0, tp_size), a config whose struct_size is not understood, or MHA heads that neither
+ *  divide nor are divided by tp_size (e.g. 8 heads over 3 ranks). *out written only on
+ *  success. */
+KVC_API kvc_status kvc_kv_pool_config_for_tp_rank(const kvc_kv_pool_config *model, int32_t tp_size,
+                                                  int32_t tp_rank, kvc_kv_pool_config *out);
+
 #ifdef __cplusplus
 }
 #endif

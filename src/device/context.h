@@ -64,6 +64,12 @@ kvc_status kvc__cuda_pinned_alloc(kvc_context *ctx, size_t bytes, void **out);
 void kvc__cuda_pinned_free(kvc_context *ctx, void *p);
 kvc_status kvc__cuda_copy(kvc_context *ctx, int kind, void *dst, const void *src, size_t bytes,
                           uint8_t value, kvc_stream s);
+kvc_status kvc__cuda_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src,
+                               size_t bytes, kvc_stream s);
+kvc_status kvc__cuda_enable_peer_access(kvc_context *dst_ctx, kvc_context *src_ctx);
+kvc_status kvc__cuda_copy_2d_peer(kvc_context *dst_ctx, void *dst, size_t dst_pitch, kvc_context *src_ctx,
+                                  const void *src, size_t src_pitch, size_t width, size_t height, kvc_stream s);
+size_t kvc__cuda_max_pitch(kvc_context *ctx);
 kvc_status kvc__cuda_launch(kvc_context *ctx, void *function, unsigned *smem_set, kvc__dim3 grid,
                             kvc__dim3 block, unsigned smem, kvc_stream stream, const void *params);
 kvc_status kvc__cuda_staging_reserve(kvc_context *ctx, size_t bytes, void **host, void **dev);

@@ -268,6 +268,86 @@ done:
   return st;
 }
 
+/* --- Copies between two devices (transfer plans) ---------------------------------- */
+
+kvc_status kvc__cuda_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src,
+                               size_t bytes, kvc_stream s) {
+  if (!cu.cuMemcpyPeerAsync)
+    return kvc__error(dst_ctx, KVC_ERR_UNSUPPORTED, "kvc__dev_copy_peer", "driver has no cuMemcpyPeerAsync");
+  kvc_status st = KVC_OK;
+  bool pushed;
+  KVC_FORWARD(cu_enter(dst_ctx, &pushed, "kvc__dev_copy_peer"));
+  CU_CALL(dst_ctx, cu.cuMemcpyPeerAsync((CUdeviceptr)(uintptr_t)dst, dst_ctx->cuda->pctx,
+                                        (CUdeviceptr)(uintptr_t)src, src_ctx->cuda->pctx, bytes, (CUstream)s), done);
+done:
+  cu_leave(pushed);
+  return st;
+}
+
+kvc_status kvc__cuda_enable_peer_access(kvc_context *dst_ctx, kvc_context *src_ctx) {
+  if (!cu.cuDeviceCanAccessPeer || !cu.cuCtxEnablePeerAccess) return KVC_OK;
+  int can = 0;
+  if (cu.cuDeviceCanAccessPeer(&can, dst_ctx->cuda->dev, src_ctx->cuda->dev) != CUDA_SUCCESS || !can) return KVC_OK;
+  kvc_status st = KVC_OK;
+  bool pushed;
+  KVC_FORWARD(cu_enter(dst_ctx, &pushed, "kvc__dev_enable_peer_access"));
+  CUresult r = cu.cuCtxEnablePeerAccess(src_ctx->cuda->pctx, 0);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+    st = cu_fail(dst_ctx, r, "kvc__dev_enable_peer_access", "cuCtxEnablePeerAccess");
+  cu_leave(pushed);
+  return st;
+}
+
+/* Many equally spaced rows (one page run across the layers of a pool) as one driver
+ * call: per-row copies would cost a few microseconds of host time each. */
+kvc_status kvc__cuda_copy_2d_peer(kvc_context *dst_ctx, void *dst, size_t dst_pitch, kvc_context *src_ctx,
+                                  const void *src, size_t src_pitch, size_t width, size_t height, kvc_stream s) {
+  const bool same = dst_ctx->device == src_ctx->device;
+  if (same ? !cu.cuMemcpy2DAsync : !cu.cuMemcpy3DPeerAsync)
+    return kvc__error(dst_ctx, KVC_ERR_UNSUPPORTED, "kvc__dev_copy_2d_peer", "driver has no %s",
+                      same ? "cuMemcpy2DAsync" : "cuMemcpy3DPeerAsync");
+  kvc_status st = KVC_OK;
+  bool pushed;
+  KVC_FORWARD(cu_enter(dst_ctx, &pushed, "kvc__dev_copy_2d_peer"));
+  if (same) {
+    CUDA_MEMCPY2D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = (CUdeviceptr)(uintptr_t)src;
+    c.dstDevice = (CUdeviceptr)(uintptr_t)dst;
+    c.srcPitch = src_pitch;
+    c.dstPitch = dst_pitch;
+    c.WidthInBytes = width;
+    c.Height = height;
+    CU_CALL(dst_ctx, cu.cuMemcpy2DAsync(&c, (CUstream)s), done);
+  } else {
+    CUDA_MEMCPY3D_PEER c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = (CUdeviceptr)(uintptr_t)src;
+    c.dstDevice = (CUdeviceptr)(uintptr_t)dst;
+    c.srcContext = src_ctx->cuda->pctx;
+    c.dstContext = dst_ctx->cuda->pctx;
+    c.srcPitch = src_pitch;
+    c.dstPitch = dst_pitch;
+    c.srcHeight = c.dstHeight = height;
+    c.WidthInBytes = width;
+    c.Height = height;
+    c.Depth = 1;
+    CU_CALL(dst_ctx, cu.cuMemcpy3DPeerAsync(&c, (CUstream)s), done);
+  }
+done:
+  cu_leave(pushed);
+  return st;
+}
+
+size_t kvc__cuda_max_pitch(kvc_context *ctx) {
+  int pitch = 0;
+  if (cu.cuDeviceGetAttribute(&pitch, CU_DEVICE_ATTRIBUTE_MAX_PITCH, ctx->cuda->dev) != CUDA_SUCCESS || pitch < 0)
+    return 0;
+  return (size_t)pitch;
+}
+
 /* --- Modules and launches ---------------------------------------------------------- */
 
 kvc_status kvc__cuda_module_load(kvc_context *ctx, const void *image, const char *name,

@@ -26,6 +26,26 @@ kvc_status kvc__dev_h2d(kvc_context *ctx, void *dst, const void *src, size_t byt
 kvc_status kvc__dev_d2h(kvc_context *ctx, void *dst, const void *src, size_t bytes, kvc_stream s);
 kvc_status kvc__dev_d2d(kvc_context *ctx, void *dst, const void *src, size_t bytes, kvc_stream s);
 kvc_status kvc__dev_sync(kvc_context *ctx, kvc_stream s);
+/** Copies bytes (> 0) from src (memory of src_ctx) to dst (memory of dst_ctx) on
+ *  stream s, a stream of dst_ctx's device. Both contexts must have the same backend.
+ *  Host: memmove. CUDA, same device: a device-to-device copy; different devices: a peer
+ *  copy (cuMemcpyPeerAsync); call kvc__dev_enable_peer_access once first so it goes
+ *  over the direct link. KVC_ERR_UNSUPPORTED for mixed backends. */
+kvc_status kvc__dev_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src,
+                              size_t bytes, kvc_stream s);
+/** Lets dst_ctx's device access src_ctx's memory directly when the devices allow it
+ *  (cuDeviceCanAccessPeer); a no-op on the host backend, for one device, when peer access
+ *  is impossible (copies are then staged by the driver) or already enabled. */
+kvc_status kvc__dev_enable_peer_access(kvc_context *dst_ctx, kvc_context *src_ctx);
+/** Strided form of kvc__dev_copy_peer: `height` rows of `width` bytes, row i from
+ *  src + i * src_pitch to dst + i * dst_pitch, as ONE copy (cuMemcpy2DAsync on one
+ *  device, cuMemcpy3DPeerAsync between two; a memmove per row on the host). Pitches
+ *  >= width and <= kvc__dev_max_pitch of both contexts; width, height > 0. */
+kvc_status kvc__dev_copy_2d_peer(kvc_context *dst_ctx, void *dst, size_t dst_pitch, kvc_context *src_ctx,
+                                 const void *src, size_t src_pitch, size_t width, size_t height, kvc_stream s);
+/** The largest pitch kvc__dev_copy_2d_peer accepts on ctx's device
+ *  (CU_DEVICE_ATTRIBUTE_MAX_PITCH; 0 if unknown; SIZE_MAX on the host backend). */
+size_t kvc__dev_max_pitch(kvc_context *ctx);
 
 /* --- Kernels ----------------------------------------------------------------------- */
 

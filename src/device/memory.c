@@ -86,6 +86,37 @@ kvc_status kvc__dev_sync(kvc_context *ctx, kvc_stream s) {
   return KVC_OK;
 }
 
+kvc_status kvc__dev_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src,
+                              size_t bytes, kvc_stream s) {
+  if (dst_ctx->backend != src_ctx->backend)
+    return kvc__error(dst_ctx, KVC_ERR_UNSUPPORTED, "kvc__dev_copy_peer", "copy between a host and a CUDA context");
+  if (!bytes) return KVC_OK;
+  if (!on_cuda(dst_ctx)) {
+    memmove(dst, src, bytes);
+    return KVC_OK;
+  }
+  if (dst_ctx->device == src_ctx->device) return kvc__cuda_copy(dst_ctx, COPY_D2D, dst, src, bytes, 0, s);
+  return kvc__cuda_copy_peer(dst_ctx, dst, src_ctx, src, bytes, s);
+}
+
+kvc_status kvc__dev_copy_2d_peer(kvc_context *dst_ctx, void *dst, size_t dst_pitch, kvc_context *src_ctx,
+                                 const void *src, size_t src_pitch, size_t width, size_t height, kvc_stream s) {
+  if (dst_ctx->backend != src_ctx->backend)
+    return kvc__error(dst_ctx, KVC_ERR_UNSUPPORTED, "kvc__dev_copy_2d_peer", "copy between a host and a CUDA context");
+  if (!width || !height) return KVC_OK;
+  if (on_cuda(dst_ctx)) return kvc__cuda_copy_2d_peer(dst_ctx, dst, dst_pitch, src_ctx, src, src_pitch, width, height, s);
+  for (size_t i = 0; i < height; i++)
+    memmove((unsigned char *)dst + i * dst_pitch, (const unsigned char *)src + i * src_pitch, width);
+  return KVC_OK;
+}
+
+size_t kvc__dev_max_pitch(kvc_context *ctx) { return on_cuda(ctx) ? kvc__cuda_max_pitch(ctx) : SIZE_MAX; }
+
+kvc_status kvc__dev_enable_peer_access(kvc_context *dst_ctx, kvc_context *src_ctx) {
+  if (!on_cuda(dst_ctx) || !on_cuda(src_ctx) || dst_ctx->device == src_ctx->device) return KVC_OK;
+  return kvc__cuda_enable_peer_access(dst_ctx, src_ctx);
+}
+
 /* --- Staging ----------------------------------------------------------------------- */
 
 kvc_status kvc__host_staging_init(kvc_context *ctx, size_t bytes) {

@@ -790,3 +790,7 @@ kvc_status kvc_mamba_pool_copy_from_host(kvc_mamba_pool *pool, const int32_t *sl
   POOL_ENTRY(pool);
   return offload(pool, __func__, KVC_MAMBA_FROM_HOST, slots, n, (void *)(uintptr_t)host, stream);
 }
+
+kvc_context *kvc__mamba_pool_context(const kvc_mamba_pool *p) {
+  return live(p) ? p->ctx : NULL;
+}

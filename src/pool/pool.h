@@ -56,6 +56,10 @@ void kvc__req_pool_unalloc(kvc_req_to_token_pool *p, const int32_t *rows, size_t
  *  slot handed out from the open alloc group goes back to the group (mamba_pool.c). */
 void kvc__mamba_pool_unalloc(kvc_mamba_pool *p, const int32_t *slots, size_t n);
 
+/** The context a live Mamba pool was created on, NULL for anything else (transfer
+ *  layouts allocate and report errors through it; mamba_pool.c). */
+kvc_context *kvc__mamba_pool_context(const kvc_mamba_pool *p);
+
 /** Undoes the last kvc_hybrid_req_pool_alloc (no other call on the pool since): mapping
  *  entries back to their old values (one launch), its Mamba slots back to the front of
  *  the Mamba FIFO. The rows are NOT returned: the caller un-grants them with
