@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build-fuzz}
 secs=${FUZZ_SECONDS:-60}
 CC=${CC:-clang}
-if ! "$CC" --version 2>/dev/null | grep -qi clang; then CC=clang; fi
+cc_version=$("$CC" --version 2>/dev/null) || cc_version=""
+[[ ${cc_version,,} == *clang* ]] || CC=clang
 cmake -S . -B "$build" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVC_BUILD_FUZZ=ON \
   -DKVC_BUILD_TESTS=OFF -DKVC_BUILD_BENCH=OFF -DKVC_BUILD_EXAMPLES=OFF -DKVC_BUILD_SHARED=OFF -DKVC_WERROR=ON >/dev/null
 cmake --build "$build" -j "$(nproc)" --target fuzz_allocator fuzz_flow fuzz_flow_hybrid
