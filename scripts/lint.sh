@@ -16,6 +16,16 @@ if [ -n "$early_exit" ]; then
   exit 1
 fi
 echo "shell pipelines clean"
+# The library builds without the CUDA toolkit (src/device/cuda_api.h declares what it
+# uses): no source but the toolkit cross-check test may include a toolkit header.
+toolkit=$(grep -rnE '#[[:space:]]*include[[:space:]]*[<"](cuda|cudaTypedefs|nvrtc|cuda_runtime[a-z_]*)\.h[>"]' \
+  src include tests bench examples | grep -v '^tests/unit/test_cuda_api.c:' || true)
+if [ -n "$toolkit" ]; then
+  echo "$toolkit"
+  echo "lint: toolkit headers included outside tests/unit/test_cuda_api.c (use src/device/cuda_api.h)" >&2
+  exit 1
+fi
+echo "no toolkit header included"
 if ! command -v cppcheck >/dev/null; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cppcheck >/dev/null
