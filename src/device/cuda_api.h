@@ -151,9 +151,7 @@
 
 #ifndef KVC_CUDA_API_LISTS_ONLY
 
-#if UINTPTR_MAX != UINT64_MAX
-#error "the CUDA backend supports 64-bit targets only (CUdeviceptr is 64-bit there)"
-#endif
+_Static_assert(sizeof(void *) == 8, "the CUDA backend supports 64-bit targets only (CUdeviceptr is 64-bit)");
 #ifdef _WIN32
 #define KVC_CUDAAPI __stdcall
 #else
@@ -165,12 +163,13 @@ KVC_CUDA_TYPES(KVC_CUDA_TYPEDEF_)
 #undef KVC_CUDA_TYPEDEF_
 
 #define KVC_CUDA_ENUMERATOR_(name, value) name = (value),
-#define KVC_CUDA_ENUM_(type, tag, values) typedef enum tag { values(KVC_CUDA_ENUMERATOR_) } type;
+/* The arguments are a tag, a declarator and a list macro: they cannot be parenthesized. */
+#define KVC_CUDA_ENUM_(type, tag, values) typedef enum tag { values(KVC_CUDA_ENUMERATOR_) } type; /* NOLINT(bugprone-macro-parentheses) */
 KVC_CUDA_ENUMS(KVC_CUDA_ENUM_)
 #undef KVC_CUDA_ENUM_
 #undef KVC_CUDA_ENUMERATOR_
 
-#define KVC_CUDA_PFN_(name, version, params) typedef CUresult(KVC_CUDAAPI *PFN_##name##_v##version) params;
+#define KVC_CUDA_PFN_(name, version, params) typedef CUresult(KVC_CUDAAPI *PFN_##name##_v##version) params; /* NOLINT(bugprone-macro-parentheses): a parameter list */
 KVC_CUDA_DRIVER_FNS(KVC_CUDA_PFN_)
 #undef KVC_CUDA_PFN_
 
