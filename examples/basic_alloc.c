@@ -8,6 +8,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kvcache.h"
 
@@ -23,7 +24,21 @@
 
 #define NREQ 4
 
-int main(void) {
+/* No options: --help prints this to stdout and exits 0, anything else is an error. */
+static void args(int argc, char **argv) {
+  if (argc < 2) return;
+  const int help = !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h");
+  if (!help) fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], argv[1]);
+  fprintf(help ? stdout : stderr,
+          "usage: kvc_example_basic\n"
+          "  a request-to-token pool and a paged allocator serving a few requests\n"
+          "  through prefill, decode and release; checks everything is free at the end.\n"
+          "Backend: KVC_BACKEND=auto|host|cuda (auto: CUDA when a GPU is usable).\n");
+  exit(help ? 0 : 2);
+}
+
+int main(int argc, char **argv) {
+  args(argc, argv);
   kvc_context *ctx = NULL;
   CHECK(kvc_context_create(NULL, &ctx));
   printf("backend: %s\n", kvc_context_backend(ctx) == KVC_BACKEND_CUDA ? "cuda" : "host");

@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kvcache.h"
 
@@ -54,7 +55,21 @@ static int load_graph_api(graph_api *g) {
   return g->stream_create && g->begin_capture && g->end_capture && g->instantiate && g->launch && g->synchronize;
 }
 
-int main(void) {
+/* No options: --help prints this to stdout and exits 0, anything else is an error. */
+static void args(int argc, char **argv) {
+  if (argc < 2) return;
+  const int help = !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h");
+  if (!help) fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], argv[1]);
+  fprintf(help ? stdout : stderr,
+          "usage: kvc_example_graph_decode\n"
+          "  decode steps through the decode channel, its kernel captured in a CUDA\n"
+          "  graph on a GPU (enqueued directly on the host backend); checks the device rows.\n"
+          "Backend: KVC_BACKEND=auto|host|cuda (auto: CUDA when a GPU is usable).\n");
+  exit(help ? 0 : 2);
+}
+
+int main(int argc, char **argv) {
+  args(argc, argv);
   kvc_context *ctx = NULL;
   CHECK(kvc_context_create(NULL, &ctx));
   const int cuda = kvc_context_backend(ctx) == KVC_BACKEND_CUDA;

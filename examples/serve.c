@@ -19,6 +19,7 @@
  *                     [--radix] [--quiet]
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -38,11 +39,47 @@ typedef struct options {
   uint64_t seed;
 } options;
 
-static void usage(void) {
-  fprintf(stderr, "usage: kvc_example_serve [--requests N] [--seed S] [--check] [--layers L] [--page-size P]\n"
-                  "                         [--pool-tokens T] [--max-running R] [--chunk C] [--sessions F] [--radix]\n"
-                  "                         [--quiet]\n");
-  exit(2);
+static void usage(FILE *out, int code) {
+  fprintf(out, "usage: kvc_example_serve [--requests N] [--seed S] [--check] [--layers L] [--page-size P]\n"
+               "                         [--pool-tokens T] [--max-running R] [--chunk C] [--sessions F] [--radix]\n"
+               "                         [--quiet]\n"
+               "  --requests N     requests in the generated trace (default 2000 on CUDA, 300 on host)\n"
+               "  --seed S         trace seed (default 42)\n"
+               "  --check          check mode: audit conservation after every call (as KVC_CHECK=1)\n"
+               "  --layers L       KV layers (default 32 on CUDA, 2 on host)\n"
+               "  --page-size P    tokens per page (default 16)\n"
+               "  --pool-tokens T  KV pool capacity in tokens (default 262144 on CUDA, 65536 on host)\n"
+               "  --max-running R  largest running batch (default 256)\n"
+               "  --chunk C        prefill chunk in tokens (default 8192)\n"
+               "  --sessions F     fraction of requests that are multi-turn sessions, 0..1 (default 0.2)\n"
+               "  --radix          radix prefix cache (shared-prefix trace; prints hit rate, prefill saved)\n"
+               "  --quiet          no per-step progress lines\n"
+               "  --help           this text\n"
+               "Backend: KVC_BACKEND=auto|host|cuda (auto: CUDA when a GPU is usable).\n");
+  exit(code);
+}
+
+/* A whole-string number in [lo, hi], or an error naming the flag (exit 2): "abc", "12x",
+ * "" and out-of-range values are refused, never read as 0 or a default. */
+static long long parse_int(const char *flag, const char *v, long long lo, long long hi) {
+  char *end = NULL;
+  errno = 0;
+  long long x = strtoll(v, &end, 0);
+  if (errno || end == v || *end || x < lo || x > hi) {
+    fprintf(stderr, "kvc_example_serve: %s wants an integer in [%lld, %lld], got '%s'\n", flag, lo, hi, v);
+    exit(2);
+  }
+  return x;
+}
+static double parse_fraction(const char *flag, const char *v) {
+  char *end = NULL;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || end == v || *end || !(x >= 0.0 && x <= 1.0)) {
+    fprintf(stderr, "kvc_example_serve: %s wants a number in [0, 1], got '%s'\n", flag, v);
+    exit(2);
+  }
+  return x;
 }
 
 /* --- Trace ---------------------------------------------------------------------------- */
@@ -123,23 +160,39 @@ static int32_t *request_tokens(request *q, int64_t width, rng *r) {
   } while (0)
 
 int main(int argc, char **argv) {
-  options o = {0, 0, 16, 256, 8192, 0, 0, 0, 0, 0.2, 42};
+  options o = {0, 0, 16, 256, 8192, 0, 0, 0, 0, 0.2, 42}; /* 0: the backend's default */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--check")) o.check = 1;
-    else if (!strcmp(a, "--quiet")) o.quiet = 1;
-    else if (!strcmp(a, "--radix")) o.radix = 1;
-    else if (!strcmp(a, "--help") || !v) usage();
-    else if (!strcmp(a, "--requests")) o.requests = atoi(v), i++;
-    else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 0), i++;
-    else if (!strcmp(a, "--layers")) o.layers = atoi(v), i++;
-    else if (!strcmp(a, "--page-size")) o.page_size = atoi(v), i++;
-    else if (!strcmp(a, "--pool-tokens")) o.pool_tokens = strtoll(v, NULL, 0), i++;
-    else if (!strcmp(a, "--max-running")) o.max_running = atoi(v), i++;
-    else if (!strcmp(a, "--chunk")) o.chunk = atoi(v), i++;
-    else if (!strcmp(a, "--sessions")) o.sessions = atof(v), i++;
-    else usage();
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(stdout, 0);
+    if (!strcmp(a, "--check")) {
+      o.check = 1;
+      continue;
+    }
+    if (!strcmp(a, "--quiet")) {
+      o.quiet = 1;
+      continue;
+    }
+    if (!strcmp(a, "--radix")) {
+      o.radix = 1;
+      continue;
+    }
+    if (strncmp(a, "--", 2) || i + 1 >= argc) {
+      fprintf(stderr, "kvc_example_serve: %s '%s'\n", i + 1 >= argc && !strncmp(a, "--", 2) ? "missing value for" : "unknown argument", a);
+      usage(stderr, 2);
+    }
+    const char *v = argv[++i];
+    if (!strcmp(a, "--requests")) o.requests = (int)parse_int(a, v, 1, 10000000);
+    else if (!strcmp(a, "--seed")) o.seed = (uint64_t)parse_int(a, v, 0, INT64_MAX);
+    else if (!strcmp(a, "--layers")) o.layers = (int)parse_int(a, v, 1, 1024);
+    else if (!strcmp(a, "--page-size")) o.page_size = (int)parse_int(a, v, 1, 4096);
+    else if (!strcmp(a, "--pool-tokens")) o.pool_tokens = parse_int(a, v, 1, INT64_C(1) << 40);
+    else if (!strcmp(a, "--max-running")) o.max_running = (int)parse_int(a, v, 1, 1 << 20);
+    else if (!strcmp(a, "--chunk")) o.chunk = (int)parse_int(a, v, 1, 1 << 30);
+    else if (!strcmp(a, "--sessions")) o.sessions = parse_fraction(a, v);
+    else {
+      fprintf(stderr, "kvc_example_serve: unknown option '%s'\n", a);
+      usage(stderr, 2);
+    }
   }
   kvc_context_config cc = KVC_CONTEXT_CONFIG_INIT;
   if (o.check) cc.flags |= KVC_CONTEXT_CHECK;
@@ -148,7 +201,7 @@ int main(int argc, char **argv) {
   if (!o.requests) o.requests = cuda ? 2000 : 300;
   if (!o.layers) o.layers = cuda ? 32 : 2;
   if (!o.pool_tokens) o.pool_tokens = cuda ? 262144 : 65536;
-  if (o.requests < 1 || o.layers < 1 || o.page_size < 1 || o.max_running < 1 || o.chunk < 1) usage();
+  o.check = kvc_context_check_mode(ctx) != 0; /* --check or KVC_CHECK=1 */
   kvc_device_info info;
   CHECK(kvc_context_device_info(ctx, &info));
   const int heads = 8, head_dim = 128, width = 16384;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CI for the ecosystem pieces (issue 8), no GPU needed: the install-and-consume test, the
-# Doxygen reference (no warnings allowed), and the Python binding's pytest suite plus the
-# SGLang-style demo on the host backend, the same tests against an ASan build of the
-# library, and against the wheel installed into a fresh venv (issue 16). Installs what it needs: doxygen and pkg-config
+# embedding test (FetchContent, static-only install), the Doxygen reference (no warnings
+# allowed), and the Python binding's pytest suite plus the SGLang-style demo on the host
+# backend, the same tests against an ASan build of the library, and against the wheel
+# installed into a fresh venv. Installs what it needs: doxygen and pkg-config
 # from Debian (apt-get, when root), pytest and numpy with pip.
 #   scripts/ci_ecosystem.sh          env: BUILD_DIR (default build-eco), PYTHON
 set -euo pipefail
@@ -34,6 +35,9 @@ cmake --build "$build" -j "$(nproc)" --target kvcache kvcache_static >/dev/null
 
 echo "== install and consume (find_package + pkg-config)"
 ./scripts/test_install.sh "$build"
+
+echo "== embedding (FetchContent into a parent project; static-only install)"
+./scripts/test_embed.sh
 
 echo "== API docs (doxygen, warnings are errors)"
 ./scripts/docs.sh

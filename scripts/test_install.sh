@@ -26,7 +26,11 @@ step "cmake --install $build --prefix $prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
 
 # --- Layout ------------------------------------------------------------------------------
-so=$(find "$prefix" -name 'libkvcache.so.*.*.*' -type f | head -n1)
+# No `cmd | grep -q` or `cmd | head` anywhere in this script: under pipefail the reader
+# exiting early makes the writer fail with SIGPIPE and the pipeline false (issue 13 #15).
+# Every output that is tested is captured first, then matched.
+sos=$(find "$prefix" -name 'libkvcache.so.*.*.*' -type f)
+so=${sos%%$'\n'*}
 [ -n "$so" ] || fail "no versioned libkvcache.so.X.Y.Z installed"
 libdir=$(dirname "$so")
 version=$(sed -n 's/^#define KVC_VERSION_STRING "\(.*\)"/\1/p' "$src/include/kvcache.h")
@@ -44,14 +48,15 @@ done
 pc=$libdir/pkgconfig/kvcache.pc
 [ -f "$pc" ] || fail "$pc missing"
 # Only kvc_* symbols are exported (version script + -fvisibility=hidden).
-bad=$(nm -D --defined-only "$so" | awk '$2 ~ /^[TDBR]$/ && $3 !~ /^kvc_/ {print $3}' | head -n5)
+syms=$(nm -D --defined-only "$so")
+bad=$(awk '$2 ~ /^[TDBR]$/ && $3 !~ /^kvc_/ {print $3}' <<<"$syms")
 [ -z "$bad" ] || fail "non-kvc_ symbols exported: $bad"
-step "layout OK: $(basename "$so") SONAME $soname, $(nm -D --defined-only "$so" | grep -c ' T kvc_') kvc_* functions"
+step "layout OK: $(basename "$so") SONAME $soname, $(grep -c ' T kvc_' <<<"$syms") kvc_* functions"
 
 run_consumer() { # name exe
   local out
   out=$(KVC_LOG=error "$2") || fail "$1: consumer exited with $?"
-  echo "$out" | grep -q "consumer OK: kvcache $version" || fail "$1: unexpected output: $out"
+  [[ $out == *"consumer OK: kvcache $version"* ]] || fail "$1: unexpected output: $out"
   step "$1: $out"
 }
 
@@ -63,11 +68,12 @@ for kind in shared static; do
         -DKVC_CONSUMER_STATIC=$static -DCMAKE_BUILD_TYPE=Release >"$tmp/cfg-$kind.log" 2>&1 ||
     { cat "$tmp/cfg-$kind.log"; fail "find_package configure ($kind)"; }
   cmake --build "$b" >"$tmp/build-$kind.log" 2>&1 || { cat "$tmp/build-$kind.log"; fail "find_package build ($kind)"; }
+  deps=$(ldd "$b/consumer") || fail "ldd $b/consumer"
   if [ "$kind" = static ]; then
-    ! ldd "$b/consumer" | grep -q libkvcache || fail "static consumer links libkvcache.so"
+    [[ $deps != *libkvcache* ]] || fail "static consumer links libkvcache.so: $deps"
   else
-    ldd "$b/consumer" | grep -q "libkvcache.so.$major => $libdir" ||
-      { ldd "$b/consumer" >&2; readelf -d "$b/consumer" | grep -iE "rpath|runpath" >&2; fail "shared consumer does not load $libdir"; }
+    [[ $deps == *"libkvcache.so.$major => $libdir"* ]] ||
+      { echo "$deps" >&2; readelf -d "$b/consumer" >&2; fail "shared consumer does not load $libdir"; }
   fi
   run_consumer "find_package $kind" "$b/consumer"
 done
@@ -83,12 +89,14 @@ if command -v pkg-config >/dev/null; then
       $(pkg-config --libs kvcache) -Wl,-rpath,"$libdir" || fail "pkg-config shared build"
   run_consumer "pkg-config shared" "$tmp/pc-shared"
   # Static: the archive by path plus Libs.private (pkg-config --static).
-  libs_static=$(pkg-config --static --libs-only-l kvcache | sed 's/-lkvcache//')
+  libs_static=$(pkg-config --static --libs-only-l kvcache)
+  libs_static=${libs_static//-lkvcache/}
   # shellcheck disable=SC2086
   $cc -std=c11 -Wall -Wextra -Werror $cflags "$src/tests/install/consumer/main.c" -o "$tmp/pc-static" \
       $(pkg-config --libs-only-L kvcache) -Wl,-Bstatic -lkvcache -Wl,-Bdynamic $libs_static ||
     fail "pkg-config static build"
-  ! ldd "$tmp/pc-static" | grep -q libkvcache || fail "pkg-config static consumer links libkvcache.so"
+  deps=$(ldd "$tmp/pc-static") || fail "ldd $tmp/pc-static"
+  [[ $deps != *libkvcache* ]] || fail "pkg-config static consumer links libkvcache.so: $deps"
   run_consumer "pkg-config static" "$tmp/pc-static"
 else
   step "pkg-config not installed: pkg-config builds skipped"

@@ -3,7 +3,8 @@
  *
  * libcuda.so.1 is loaded with dlopen at first use (so the library runs its host backend
  * on machines without a driver), cuGetProcAddress resolves every entry point at an
- * explicit CUDA version and types it with the toolkit's PFN typedefs (cuda_syms.inc).
+ * explicit CUDA version and types it with the PFN typedefs of cuda_api.h (the project's own
+ * declarations, so no toolkit header is needed to build it; cuda_syms.inc).
  * The function table is written once under pthread_once and read-only afterwards.
  *
  * Contexts use the device's primary context, the one PyTorch uses, so device pointers
@@ -13,7 +14,7 @@
 #define _GNU_SOURCE
 #include "context.h"
 
-#include <cudaTypedefs.h>
+#include "cuda_api.h"
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>

@@ -10,7 +10,7 @@
 #include "device.h"
 
 #include <dlfcn.h>
-#include <nvrtc.h>
+#include "cuda_api.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

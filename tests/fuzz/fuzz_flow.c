@@ -17,6 +17,23 @@ static int64_t *g_dout;
 #define ROWS 5
 #define WIDTH 64
 
+/* The audits: req pool (host and device), and with no request state corrupted by the
+ * input kvc_flow_check (allocator audit + conservation); else the allocator's own audit
+ * and a kvc_flow_check that must merely not crash. */
+static void audit(kvc_req_to_token_pool *rp, kvc_allocator *a, kvc_swa_allocator *sa, kvc_flow *flow,
+                  kvc_req_state *req, int corrupted) {
+  kvc_req_state *live[NREQ];
+  for (int i = 0; i < NREQ; i++) live[i] = &req[i];
+  FZ_AUDIT(kvc_req_to_token_pool_audit_device(rp, NULL)); /* includes _check */
+  if (!corrupted) {
+    FZ_AUDIT(kvc_flow_check(flow, live, NREQ));
+    return;
+  }
+  if (sa) FZ_AUDIT(kvc_swa_allocator_check(sa));
+  else FZ_AUDIT(kvc_allocator_check(a));
+  FZ_STATUS(kvc_flow_check(flow, live, NREQ) == KVC_ERR_INTERNAL ? KVC_OK : KVC_OK); /* no crash */
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_host_context(&g_ctx, &g_dout, 8 * NREQ * WIDTH * 8);
@@ -24,26 +41,53 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const uint8_t geo = fz_u8(&f);
   const int32_t ps = (geo & 1) ? 4 : 1;
   const int use_swa = (geo >> 1) & 1, use_sess = (geo >> 2) & 1;
-  kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  rc.size = ROWS, rc.max_context_len = WIDTH;
-  kvc_req_to_token_pool *rp = NULL;
-  if (kvc_req_to_token_pool_create(g_ctx, &rc, &rp) != KVC_OK) abort();
+  /* The req pool, one allocator per (page size, SWA) and the session cache are made once
+   * and reset before every input (fuzz_common.h: checked against their fresh state); the
+   * flow, whose per-row release state a reset cannot reach, is made per input (cheap). */
+  static kvc_req_to_token_pool *rp;
+  static kvc_allocator *allocs[2];
+  static kvc_swa_allocator *swas[2];
+  static fz_alloc_sig alloc_fresh[2];
+  static fz_swa_sig swa_fresh[2];
+  static kvc_session_cache *sessions;
+  const int pk = ps == 4; /* pool index by page size */
+  if (!rp) {
+    kvc_req_to_token_pool_config rc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+    rc.size = ROWS, rc.max_context_len = WIDTH;
+    if (kvc_req_to_token_pool_create(g_ctx, &rc, &rp) != KVC_OK) abort();
+    if (kvc_session_cache_create(g_ctx, NULL, &sessions) != KVC_OK) abort();
+  }
+  fz_req_pool_reset(rp, ROWS, WIDTH);
   kvc_allocator *a = NULL;
   kvc_swa_allocator *sa = NULL;
   if (use_swa) {
-    kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
-    c.size_full = 160, c.size_swa = 96, c.page_size = ps;
-    if (kvc_swa_allocator_create(g_ctx, &c, &sa) != KVC_OK) abort();
+    if (!swas[pk]) {
+      kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+      c.size_full = 160, c.size_swa = 96, c.page_size = ps;
+      if (kvc_swa_allocator_create(g_ctx, &c, &swas[pk]) != KVC_OK) abort();
+      fz_swa_sig_take(swas[pk], &swa_fresh[pk]);
+    }
+    sa = swas[pk];
+    fz_swa_reset(sa, &swa_fresh[pk]);
   } else {
-    kvc_allocator_config c = KVC_ALLOCATOR_CONFIG_INIT;
-    c.kind = ps == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED, c.size = 160, c.page_size = ps;
-    if (kvc_allocator_create(g_ctx, &c, &a) != KVC_OK) abort();
+    if (!allocs[pk]) {
+      kvc_allocator_config c = KVC_ALLOCATOR_CONFIG_INIT;
+      c.kind = ps == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED, c.size = 160, c.page_size = ps;
+      if (kvc_allocator_create(g_ctx, &c, &allocs[pk]) != KVC_OK) abort();
+      fz_alloc_sig_take(allocs[pk], &alloc_fresh[pk]);
+    }
+    a = allocs[pk];
+    fz_alloc_reset(a, &alloc_fresh[pk]);
   }
   kvc_session_cache *sc = NULL;
   kvc_prefix_cache pc;
   memset(&pc, 0, sizeof pc);
   if (use_sess) {
-    if (kvc_session_cache_create(g_ctx, NULL, &sc) != KVC_OK) abort();
+    sc = sessions;
+    kvc_session_cache_reset(sc); /* drops every session; the pools were reset above */
+    int64_t held = -1, reqs = -1;
+    FZ_AUDIT(kvc_session_cache_held(sc, ps, &held, NULL, &reqs));
+    if (held || reqs) abort();
     pc = kvc_session_cache_as_prefix_cache(sc);
   }
   kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
@@ -57,6 +101,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int corrupted = 0; /* the input wrote into a request state: conservation can't be checked */
   int64_t prefix[WIDTH];
 
+  static int trace = -1;
+  if (trace < 0) trace = getenv("FZ_TRACE") != NULL;
   for (int step = 0; step < 200 && f.n; step++) {
     const uint8_t op = fz_u8(&f);
     kvc_req_state *batch[NREQ];
@@ -137,7 +183,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     }
     FZ_STATUS(st);
-    if (getenv("FZ_TRACE")) {
+    if (trace) {
       fprintf(stderr, "step %d op %u n %zu -> %s %s\n", step, op, n, kvc_status_name(st), st ? kvc_last_error(g_ctx) : "");
       for (int i = 0; i < NREQ; i++)
         if (req[i].req_row || req[i].kv_allocated_len)
@@ -145,24 +191,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                   (long long)req[i].kv_allocated_len, (long long)req[i].kv_committed_len,
                   (unsigned long long)req[i].session_id);
     }
-    FZ_AUDIT(kvc_req_to_token_pool_check(rp));
-    FZ_AUDIT(kvc_req_to_token_pool_audit_device(rp, NULL));
-    if (sa) FZ_AUDIT(kvc_swa_allocator_check(sa));
-    else FZ_AUDIT(kvc_allocator_check(a));
-    if (!corrupted) {
-      kvc_req_state *live[NREQ];
-      for (int i = 0; i < NREQ; i++) live[i] = &req[i];
-      FZ_AUDIT(kvc_flow_check(flow, live, NREQ));
-    } else {
-      kvc_req_state *live[NREQ];
-      for (int i = 0; i < NREQ; i++) live[i] = &req[i];
-      FZ_STATUS(kvc_flow_check(flow, live, NREQ) == KVC_ERR_INTERNAL ? KVC_OK : KVC_OK); /* no crash */
-    }
+    /* Full audits after every call that changed state (it returned OK, or the input
+     * scribbled on a request); a failed call promises no change, and whatever it might
+     * have broken is caught by the next audit, at the latest the one at the end. */
+    if (st == KVC_OK) audit(rp, a, sa, flow, req, corrupted);
   }
+  audit(rp, a, sa, flow, req, corrupted);
   kvc_flow_destroy(flow);
-  kvc_session_cache_destroy(sc);
-  kvc_allocator_destroy(a);
-  kvc_swa_allocator_destroy(sa);
-  kvc_req_to_token_pool_destroy(rp);
-  return 0;
+  return 0; /* the pools live on; the next input resets them */
 }

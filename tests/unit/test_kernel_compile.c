@@ -3,7 +3,16 @@
 #include "harness.h"
 #include "device/device.h"
 
+/* kvc_compile_check has no context to read KVC_NVRTC_LIB from: load NVRTC here first, by
+ * that path when it is set (the no-toolkit CI run points it at a missing library), so
+ * the tests skip where NVRTC is absent instead of finding one under /usr/local/cuda. */
+static void nvrtc_or_skip(void) {
+  const char *path = getenv("KVC_NVRTC_LIB");
+  if (kvc__nvrtc_load(NULL, path && path[0] ? path : NULL) != KVC_OK) skip();
+}
+
 static void compile_for(int sm) {
+  nvrtc_or_skip();
   int n = 0;
   kvc_status st = kvc_compile_check(sm, &n);
   if (st == KVC_ERR_NO_DEVICE) skip(); /* NVRTC absent */
@@ -30,7 +39,7 @@ static void test_bad_arch_is_an_argument_error(void **state) {
  * with NVRTC's own log in the error text, and no image handed out. */
 static void test_compile_error_carries_the_nvrtc_log(void **state) {
   (void)state;
-  if (kvc__nvrtc_load(NULL, NULL) != KVC_OK) skip();
+  nvrtc_or_skip();
   const char *opts[] = {"-DKVC_INLINE_WORDS=-1"};
   void *image = NULL;
   size_t bytes = 0;
@@ -50,4 +59,12 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_bad_arch_is_an_argument_error),
     cmocka_unit_test(test_compile_error_carries_the_nvrtc_log),
 };
-KVT_MAIN("kernel_compile", tests)
+/* Without NVRTC the whole binary reports skipped (CTest: SKIP_RETURN_CODE), never passed. */
+int main(int argc, char **argv) {
+  const char *path = getenv("KVC_NVRTC_LIB");
+  if (kvc__nvrtc_load(NULL, path && path[0] ? path : NULL) != KVC_OK) {
+    printf("[  SKIPPED ] kernel_compile: NVRTC not available (%s)\n", kvc_last_error(NULL));
+    return KVT_SKIP;
+  }
+  return kvt_main(argc, argv, "kernel_compile", tests, sizeof(tests) / sizeof(tests[0]));
+}
