@@ -55,6 +55,16 @@ void kvt_poison(void *dev, size_t bytes) {
   if (st != KVC_OK) fail_msg("poison: %s", kvc_last_error(kvt_ctx));
 }
 
+int kvt_main_host_only(int argc, char **argv, const char *suite, const struct CMUnitTest *tests, size_t n) {
+  const char *env = getenv("KVC_BACKEND");
+  const char *backend = argc > 1 ? argv[1] : (env && !strcmp(env, "cuda") ? "cuda" : "host");
+  if (!strcmp(backend, "cuda")) {
+    printf("[  SKIPPED ] %s/cuda: %zu tests skipped: a host-only test binary\n", suite, n);
+    return KVT_SKIP;
+  }
+  return kvt_main(argc, argv, suite, tests, n);
+}
+
 int kvt_main(int argc, char **argv, const char *suite, const struct CMUnitTest *tests, size_t n) {
   /* No argument: KVC_BACKEND decides (the GPU scripts run binaries bare with
    * KVC_BACKEND=cuda), else host. */

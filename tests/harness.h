@@ -33,6 +33,12 @@ extern const char *kvt_backend_name;
 /* Runs `tests` as group "<suite>/<backend>". argv[1] = host | cuda (default host).
  * host_only / cuda_only tests call kvt_require_cuda() / kvt_require_host(). */
 int kvt_main(int argc, char **argv, const char *suite, const struct CMUnitTest *tests, size_t n);
+/* Built with HOST_ONLY (tests/CMakeLists.txt defines KVT_HOST_ONLY): asked for the CUDA
+ * backend, the binary skips (exit 77) instead of running host-only assumptions there. */
+int kvt_main_host_only(int argc, char **argv, const char *suite, const struct CMUnitTest *tests, size_t n);
+#ifdef KVT_HOST_ONLY
+#define kvt_main kvt_main_host_only
+#endif
 #define KVT_MAIN(suite, tests)                                                             \
   int main(int argc, char **argv) {                                                         \
     return kvt_main(argc, argv, suite, tests, sizeof(tests) / sizeof((tests)[0]));          \
