@@ -22,6 +22,7 @@ vpy=$tmp/venv/bin/python
 "$vpy" -m pip install --quiet "$whl" pytest numpy
 cd "$tmp"  # away from the checkout: nothing in-tree on sys.path
 "$vpy" -c 'import kvcache, os; print("   import kvcache", kvcache.__version__, "->", kvcache.library_path); assert kvcache.library_path.startswith(os.path.dirname(kvcache.__file__))'
+"$vpy" -c 'import kvcache; print("   per-step calls:", kvcache.fast_path); assert kvcache.fast_path, "the wheel ships _kvcfast"'
 echo "== python/tests against the installed package"
 mkdir -p "$tmp/src/python" "$tmp/src/include"
 cp -r "$OLDPWD/python/tests" "$tmp/src/python/tests"
