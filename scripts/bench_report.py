@@ -200,6 +200,41 @@ def plot_startup(name, rows, out):
     return path
 
 
+def plot_radix_vs_sglang(name, ours, theirs, out):
+    """Radix cache against SGLang's RadixCache on the same shapes (bench_radix part 1 and
+    bench/sglang_radix_ref.py): median us per call, log scale, at the largest tree."""
+    key = lambda r: (r["what"], r["page_size"], r["tree_tokens"])
+    theirs_by = {key(r): r for r in theirs}
+    common = [r for r in ours if key(r) in theirs_by]
+    if not common:
+        return None
+    top = max(int(r["tree_tokens"]) for r in common)
+    common = [r for r in common if int(r["tree_tokens"]) == top]
+    labels = ["%s, page %s" % (r["what"], r["page_size"]) for r in common]
+    k = [fnum(r["median_us"]) for r in common]
+    g = [fnum(theirs_by[key(r)]["median_us"]) for r in common]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(labels) + 1.6))
+    y = list(range(len(labels)))
+    ax.barh([i + 0.2 for i in y], g, height=0.4, label="SGLang 0.5.23 RadixCache", color="tab:gray")
+    ax.barh([i - 0.2 for i in y], k, height=0.4, label="kvcache radix cache", color="tab:blue")
+    for i in y:
+        ax.text(g[i], i + 0.2, " %.0fx" % (g[i] / k[i]), va="center", fontsize=7)
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("median host us per call (log)")
+    ax.set_title("radix cache vs SGLang, same run, tree of %d tokens" % top, fontsize=9)
+    ax.set_xlim(right=max(g) * 4)
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.subplots_adjust(left=0.36)
+    path = os.path.join(out, name + ".png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main():
     ap = argparse.ArgumentParser(description="PNG plots from benchmark CSVs")
     ap.add_argument("inputs", nargs="*", default=["bench_csv.tgz"])
@@ -210,6 +245,11 @@ def main():
     if not data:
         sys.exit("bench_report: no CSV found in %s" % args.inputs)
     os.makedirs(args.out, exist_ok=True)
+    if "vs-sglang-kvcache" in data and "vs-sglang-sglang" in data:
+        ours, theirs = data.pop("vs-sglang-kvcache"), data.pop("vs-sglang-sglang")
+        path = plot_radix_vs_sglang("radix-vs-sglang", ours, theirs, args.out)
+        if path:
+            print("bench_report: wrote %s" % os.path.normpath(path))
     for name, rows in sorted(data.items()):
         if not rows:
             continue
