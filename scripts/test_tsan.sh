@@ -12,7 +12,7 @@ cmake -S . -B "$build" -DKVC_WERROR=ON -DKVC_BUILD_TESTS=ON -DKVC_ENABLE_TSAN=ON
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 for t in "${targets[@]}"; do
-  bin=$(find "$build/tests" -type f -name "$t" -perm -u+x | head -n 1)
+  bin=$(find "$build/tests" -type f -name "$t" -perm -u+x -print -quit)
   [ -n "$bin" ] || { echo "test_tsan: $t was not built" >&2; exit 1; }
   KVT_STEPS=${KVT_STEPS:-2000} "$bin" host
 done

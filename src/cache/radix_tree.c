@@ -286,7 +286,8 @@ kvc_status kvc__rx_init(kvc_radix_cache *rc) {
   /* Serials start at a per-cache value so that one cache's handles fail in another, even
    * one created later at the same address (the clock differs). */
   const double now = kvc__now();
-  rc->serial_next = (uint32_t)kvc__hash(kvc__hash(KVC__HASH_SEED, &rc, sizeof rc), &now, sizeof now);
+  const uintptr_t addr = (uintptr_t)rc;
+  rc->serial_next = (uint32_t)kvc__hash(kvc__hash(KVC__HASH_SEED, &addr, sizeof addr), &now, sizeof now);
   root_make(rc);
   return KVC_OK;
 }
