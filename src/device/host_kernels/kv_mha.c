@@ -133,16 +133,12 @@ void kvc_host_kv_offload(const void *params) {
     for (int64_t l = 0; l < s->layers; l++) {
       for (int64_t i = 0; i < s->count; i++) {
         int64_t slot = kvc_host_load_index(p->loc, s->by_page ? i * s->page_size : i, p->loc_i64);
-        int valid;
-        int64_t off;
-        if (s->by_page) {
-          int64_t page = slot >= 0 ? slot / s->page_size : -1;
-          valid = page >= 0 && page < s->limit;
-          off = page * s->page_pitch;
-        } else {
-          valid = slot >= 0 && slot < s->limit;
-          off = slot * s->slot_pitch;
-        }
+        /* Range check first, in unsigned (a negative slot is huge), then the offset: a
+         * slot near INT64_MIN / INT64_MAX times the pitch would overflow, and only an
+         * in-range slot's row offset is known to fit. Same as kernels/kv_offload.cu. */
+        const int64_t row = s->by_page ? (slot >= 0 ? slot / s->page_size : -1) : slot;
+        const int valid = (uint64_t)row < (uint64_t)s->limit;
+        const int64_t off = valid ? row * (s->by_page ? s->page_pitch : s->slot_pitch) : 0;
         uint8_t *dev = KVC_HPTR(uint8_t *, s->base) + l * s->layer_pitch + off;
         uint8_t *host = KVC_HPTR(uint8_t *, p->host) + s->host_off + (l * s->count + i) * s->row_bytes;
         if (p->dir == 0) {
