@@ -60,6 +60,9 @@ void kvc_host_kv_rows(const void *params) {
     const int valid = slot >= 0 && slot < p->rows;
     for (int side = 0; side < 2; side++) {
       const int64_t nch = side ? sp->vch : sp->kch;
+      /* No chunks on this side (no V region: MLA, MLA FP4, NSA; a K-only gather; an MLA
+       * set_kv's ignored v): its addresses may be 0, so form no pointer from them. */
+      if (nch == 0) continue;
       uint8_t *dense = KVC_HPTR(uint8_t *, side ? p->v_dense : p->k_dense) + i * (side ? p->v_dense_stride : p->k_dense_stride);
       uint8_t *pool = valid ? KVC_HPTR(uint8_t *, side ? p->v_pool : p->k_pool) + slot * (side ? p->v_pool_stride : p->k_pool_stride) : NULL;
       uint8_t *pscale = valid && (side ? p->v_pool_scale : p->k_pool_scale)
