@@ -893,7 +893,9 @@ KVC_API kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, cons
 
 /** kvc_kv_pool_gather_kv() : reads rows loc[i] of one layer into dense k_out / v_out
  *  (n rows each) converted to out_dtype; FP4 pools dequantize only these rows (never a
- *  whole layer). MLA kinds: the whole latent row into k_out (v_out may be NULL). */
+ *  whole layer). MLA kinds: the whole latent row into k_out (v_out may be NULL and is
+ *  never written). MHA kinds: a NULL v_out reads K only.
+ *  @return KVC_ERR_INVALID_ARGUMENT for NULL loc or k_out with n > 0. */
 KVC_API kvc_status kvc_kv_pool_gather_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc,
                                          kvc_index_type loc_type, size_t n, void *k_out,
                                          void *v_out, kvc_dtype out_dtype, kvc_stream stream);

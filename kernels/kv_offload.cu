@@ -42,18 +42,14 @@ extern "C" __global__ void __launch_bounds__(256) kvc_kv_offload(const __grid_co
     const int64_t local = r - p.row_first[g];
     const int64_t layer = local / s.count, i = local - layer * s.count;
     int64_t slot = kvc_load_index(p.loc, s.by_page ? i * s.page_size : i, p.loc_i64);
-    bool valid;
-    int64_t off;
-    if (s.by_page) {
-      /* the page of the run's first slot; rows are whole pages */
-      const int64_t page = slot >= 0 ? slot / s.page_size : -1;
-      valid = page >= 0 && page < s.limit;
-      off = page * s.page_pitch;
-    } else {
-      valid = slot >= 0 && slot < s.limit;
-      off = slot * s.slot_pitch;
-    }
-    uint8_t *dev = kvc_ptr<uint8_t *>(s.base) + layer * s.layer_pitch + (valid ? off : 0);
+    /* by_page: the page of the run's first slot; rows are whole pages. The range check
+     * comes first, one unsigned compare (a negative row is huge), and only an in-range
+     * row is multiplied by its pitch: slot * pitch overflows for slots near INT64_MIN /
+     * INT64_MAX (signed overflow is UB here as on the host). */
+    const int64_t row = s.by_page ? (slot >= 0 ? slot / s.page_size : -1) : slot;
+    const bool valid = (uint64_t)row < (uint64_t)s.limit;
+    const int64_t off = valid ? row * (s.by_page ? s.page_pitch : s.slot_pitch) : 0;
+    uint8_t *dev = kvc_ptr<uint8_t *>(s.base) + layer * s.layer_pitch + off;
     uint8_t *host = kvc_ptr<uint8_t *>(p.host) + s.host_off + local * s.row_bytes;
     switch (s.vec) {
     case 16: kvc_offload_row<16>(dev, host, s.row_bytes, p.dir, valid); break;

@@ -26,15 +26,6 @@
 #include "fuzz_common.h"
 #include "pool/dlpack_abi.h"
 
-/* KNOWN(cond): true where a guard keeps a known defect's inputs out (see the list above
- * LLVMFuzzerTestOneInput). Build with -DFZ_KV_WITH_KNOWN_DEFECTS to lift every guard, as
- * known/ inputs are reproduced with. */
-#ifdef FZ_KV_WITH_KNOWN_DEFECTS
-#define KNOWN(cond) ((void)(cond), 0)
-#else
-#define KNOWN(cond) (cond)
-#endif
-
 static kvc_context *g_ctx;
 static int64_t *g_dout;
 
@@ -65,9 +56,6 @@ static const geo geos[] = {
     {KVC_KV_MHA_NOOP, KVC_DTYPE_BF16, 1, 2, 0, 2, 16, 0, 0, 0},
 };
 #define NGEO (sizeof geos / sizeof geos[0])
-static int no_v_region(const geo *g) {
-  return g->kind == KVC_KV_MLA || g->kind == KVC_KV_MLA_FP4 || g->kind == KVC_KV_NSA;
-}
 #define POOL_SIZE 96
 
 typedef struct pool_rec {
@@ -132,22 +120,17 @@ static kvc_index_type index_type(fz *f) {
   return (b & 7) == 7 ? (kvc_index_type)(int)(int8_t)fz_u8(f) : (kvc_index_type)(b & 1);
 }
 
-/* Fills `n` slots into `loc` as `t` (an invalid type: int64, the wider layout). With
- * `bounded`, |slot| < 2^31: copy_to_host / copy_from_host compute slot * row pitch before
- * their range check (src/device/host_kernels/kv_mha.c:146, kernels/kv_offload.cu:54), a
- * signed overflow for slots near INT64_MIN/MAX that belongs to issue 13 #1's wrap-around
- * audit; KNOWN offload_slot_overflow: tests/fuzz/known/fuzz_kv_pool-offload-slot-overflow
- * reproduces it. Drop `bounded` once that is fixed. */
-static void fill_loc_b(fz *f, int64_t *loc, size_t n, kvc_index_type t, int bounded) {
+/* Fills `n` slots into `loc` as `t` (an invalid type: int64, the wider layout), any
+ * int64 value included (slots near INT64_MIN / INT64_MAX once overflowed slot x pitch in
+ * the offload kernels: corpus seed offload-slot-overflow). */
+static void fill_loc(fz *f, int64_t *loc, size_t n, kvc_index_type t) {
   int32_t *l32 = (int32_t *)loc;
   for (size_t i = 0; i < n; i++) {
     int64_t s = slot(f);
-    if (KNOWN(bounded) && (s >= INT32_MAX || s <= -INT32_MAX)) s = s < 0 ? -INT32_MAX + 1 : INT32_MAX - 1;
     if (t == KVC_INDEX_I32) l32[i] = (int32_t)s;
     else loc[i] = s;
   }
 }
-static void fill_loc(fz *f, int64_t *loc, size_t n, kvc_index_type t) { fill_loc_b(f, loc, n, t, 0); }
 
 static kvc_dtype dtype(fz *f) {
   uint8_t b = fz_u8(f);
@@ -173,8 +156,6 @@ static size_t count(fz *f, int *with_arrays) {
 static int64_t stride(fz *f, size_t n) {
   uint8_t b = fz_u8(f) & 7;
   if (n > 1 || b < 4) return 0;
-  if (KNOWN(1)) /* stride_overflow: INT64_MAX / INT64_MIN left out until fixed */
-    return b == 4 ? -1 : b == 5 ? INT32_MAX : b == 6 ? -(int64_t)INT32_MAX : (int64_t)fz_u32(f);
   return b == 4 ? -1 : b == 5 ? INT64_MAX : b == 6 ? INT64_MIN : (int64_t)fz_u32(f);
 }
 
@@ -230,22 +211,11 @@ static void hostile_create(fz *f) {
   kvc_kv_pool_destroy(p);
 }
 
-/* KNOWN defects, kept out of the inputs until fixed (each guard says KNOWN; the inputs
- * that found them are in tests/fuzz/known/):
- *  - no_v_region_ub (fuzz_kv_pool-kv-rows-no-v-region-gather): set_kv and gather_kv on an MLA,
- *    MLA FP4 or NSA pool, which have no V region, reach the host twin kvc_host_kv_rows
- *    (src/device/host_kernels/kv_mha.c:63-64), which forms the V side's pointers
- *    (NULL + i * stride, NULL + slot * stride: UB) before finding it has no V chunks.
- *  - kv_rows_null_ub (fuzz_kv_pool-kv-rows-gather-null-v-out, -set-mla-null-v): gather_kv
- *    with n > 0 and a NULL k_out or v_out is not refused, nor set_kv with a NULL v on an
- *    MLA pool (documented as ignored there); the same code forms NULL + i * stride.
- *  - offload_slot_overflow (see fill_loc_b).
- *  - stride_overflow (fuzz_kv_pool-set-kv-stride-overflow): set_kv multiplies the caller's
- *    row stride by the element size unchecked (src/pool/kv_mha.c:132-133, signed overflow
- *    for INT64_MAX); strides stay within +-INT32_MAX until it is fixed.
- *  - host_copy_bytes_overflow (fuzz_kv_pool-host-copy-bytes-overflow): issue 13 #2, the
- *    byte count of 2^62 slots overflows (signed, src/pool/kv_offload.c:38); counts are
- *    kept <= INT32_MAX there until it is fixed. */
+/* The defects this harness found first (NULL + offset for an absent V side in the row
+ * kernels' host twin, slot x pitch overflow in copy_to_host / copy_from_host, set_kv's
+ * stride x element size, host_copy_bytes of 2^62 slots) are fixed; the inputs that
+ * found them are seeds in tests/fuzz/corpus/fuzz_kv_pool (kv-rows-..., ...-overflow),
+ * and nothing is kept out of the inputs for them any more (tests/fuzz/README.md). */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -269,25 +239,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int32_t layer = (fz_u8(&f) & 3) ? layer0 + fz_u8(&f) % (g->layers + 1) : (int32_t)fz_int(&f, layer0);
     switch (op % 12) {
     case 0: { /* set_kv */
-      if (KNOWN(no_v_region(g))) break; /* no_v_region_ub */
       size_t n = count(&f, &arrays);
       kvc_index_type t = index_type(&f);
       if (arrays) fill_loc(&f, g_loc, n, t);
       const uint8_t m = fz_u8(&f);
-      const int keep = KNOWN(n > 0); /* kv_rows_null_ub: a NULL k / v only with n == 0 */
-      st = kvc_kv_pool_set_kv(p, layer, arrays ? g_loc : NULL, t, n, (arrays && (keep || !(m & 1))) ? g_src : NULL,
-                              (arrays && (keep || !(m & 2))) ? g_src2 : NULL, dtype(&f), stride(&f, n), stride(&f, n), NULL, (m & 16) ? 0.5f : 1.0f, NULL, 1.0f, NULL);
+      st = kvc_kv_pool_set_kv(p, layer, arrays ? g_loc : NULL, t, n, (arrays && !(m & 1)) ? g_src : NULL,
+                              (arrays && !(m & 2)) ? g_src2 : NULL, dtype(&f), stride(&f, n), stride(&f, n), NULL, (m & 16) ? 0.5f : 1.0f, NULL, 1.0f, NULL);
       break;
     }
     case 1: { /* gather_kv */
-      if (KNOWN(no_v_region(g))) break; /* no_v_region_ub */
       size_t n = count(&f, &arrays);
       kvc_index_type t = index_type(&f);
       if (arrays) fill_loc(&f, g_loc, n, t);
       const uint8_t m = fz_u8(&f);
-      const int keep = KNOWN(n > 0); /* kv_rows_null_ub: a NULL k_out / v_out only with n == 0 */
-      st = kvc_kv_pool_gather_kv(p, layer, arrays ? g_loc : NULL, t, n, (arrays && (keep || !(m & 1))) ? g_out : NULL,
-                                 (arrays && (keep || !(m & 2))) ? g_out2 : NULL, dtype(&f), NULL);
+      st = kvc_kv_pool_gather_kv(p, layer, arrays ? g_loc : NULL, t, n, (arrays && !(m & 1)) ? g_out : NULL,
+                                 (arrays && !(m & 2)) ? g_out2 : NULL, dtype(&f), NULL);
       break;
     }
     case 2: { /* set_mla_kv */
@@ -319,12 +285,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     case 5: { /* host_copy_bytes, then a round trip through host memory of that size */
       size_t n = count(&f, &arrays), bytes = 0;
-      if (KNOWN(n > (size_t)INT32_MAX)) n = (size_t)INT32_MAX; /* host_copy_bytes_overflow, issue 13 #2 */
       st = kvc_kv_pool_host_copy_bytes(p, n, &bytes);
       FZ_STATUS(st);
       if (st != KVC_OK || !arrays || bytes >= g_host_cap) break;
       kvc_index_type t = index_type(&f);
-      fill_loc_b(&f, g_loc, n, t, 1);
+      fill_loc(&f, g_loc, n, t);
       /* the library may write exactly `bytes`: a canary past them must survive */
       g_host[bytes] = 0xA5;
       st = kvc_kv_pool_copy_to_host(p, g_loc, t, n, g_host, NULL);
@@ -334,7 +299,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       if (st == KVC_OK && (fz_u8(&f) & 1)) {
         FZ_STATUS(st);
-        fill_loc_b(&f, g_loc, n, t, 1);
+        fill_loc(&f, g_loc, n, t);
         st = kvc_kv_pool_copy_from_host(p, g_loc, t, n, g_host, NULL);
       }
       break;

@@ -3,6 +3,8 @@
  * against independent references, scale by pointer vs by value, bounds, N = 0/1. */
 #include "kv_test_util.h"
 
+#define LEN_OF(a) (sizeof(a) / sizeof((a)[0]))
+
 typedef struct layout {
   kvc_dtype dt;
   int H, D, Dv;
@@ -434,6 +436,80 @@ static void test_differential_set_kv_vs_host(void **state) {
   }
 }
 
+/* Pools with no V region (MLA, MLA FP4, NSA bf16) and K-only reads of an MHA pool: a
+ * NULL v / v_out is ignored (never written, no address formed from it), a given one is
+ * never written either, and a NULL k / k_out is refused with nothing changed. The host
+ * twin used to form NULL + i x stride for the absent side (UB;
+ * tests/fuzz/corpus/fuzz_kv_pool/kv-rows-*). */
+static void test_rows_without_a_v_side(void **state) {
+  (void)state;
+  kvt_rng r = {kvt_seed()};
+  const kvc_kv_pool_config cfgs[] = {
+      kvt_latent_config(KVC_KV_MLA, KVC_DTYPE_BF16, 32, 16, 64, 1, 1),
+      kvt_latent_config(KVC_KV_MLA_FP4, KVC_DTYPE_BF16, 32, 16, 64, 1, 1),
+      kvt_latent_config(KVC_KV_NSA, KVC_DTYPE_BF16, 32, 16, 256, 1, 64),
+      kvt_mha_config(KVC_KV_MHA, KVC_DTYPE_BF16, 2, 24, 8, 64, 1, 1),
+  };
+  const size_t row = 48 * 2, n = 3; /* 48 bf16 values per row (MHA: 2 x 24 in K) */
+  const int64_t slots[3] = {1, 7, 60};
+  for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+    const int mha = cfgs[c].kind == KVC_KV_MHA, fp4 = cfgs[c].kind == KVC_KV_MLA_FP4;
+    kvc_kv_pool *p = kvt_pool_on(kvt_ctx, cfgs[c]);
+    kvt_fill_pool(p, &r);
+    const kvc_region_kind reg = mha ? KVC_REGION_K : KVC_REGION_KV;
+    uint16_t src[3 * 48];
+    for (size_t i = 0; i < LEN_OF(src); i++) src[i] = (uint16_t)(0x3c00 + kvt_range(&r, 0, 255)); /* finite bf16 */
+    void *dloc = upload_loc(slots, n, KVC_INDEX_I64);
+    uint8_t *dk = kvt_dev_alloc(n * row), *dv = kvt_dev_alloc(n * row), *dout = kvt_dev_alloc(n * row);
+    uint8_t *dvout = kvt_dev_alloc(n * row), out[3 * 96], out2[3 * 96], vout[3 * 96], sentinel[3 * 96];
+    kvt_h2d(dk, src, sizeof src);
+    memset(sentinel, 0xee, sizeof sentinel);
+    /* NULL k / k_out: refused, the pool unchanged */
+    size_t bytes;
+    uint8_t *was = kvt_read_buf(p, reg, 0, &bytes);
+    KVT_STATUS(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, n, NULL, dv, KVC_DTYPE_BF16, 0, 0, NULL, 1, NULL, 1, NULL),
+               KVC_ERR_INVALID_ARGUMENT);
+    KVT_STATUS(kvc_kv_pool_gather_kv(p, 0, dloc, KVC_INDEX_I64, n, NULL, dvout, KVC_DTYPE_BF16, NULL),
+               KVC_ERR_INVALID_ARGUMENT);
+    uint8_t *now = kvt_read_buf(p, reg, 0, NULL);
+    assert_memory_equal(now, was, bytes);
+    free(now);
+    free(was);
+    if (!mha) { /* latent rows come from k alone: a NULL v is fine */
+      KVT_OK(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, n, dk, NULL, KVC_DTYPE_BF16, 0, 0, NULL, 1, NULL, 1, NULL));
+      /* with a v_stride too (it has no rows to apply to) */
+      KVT_OK(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, n, dk, NULL, KVC_DTYPE_BF16, 0, 48, NULL, 1, NULL, 1, NULL));
+    }
+    KVT_OK(kvc_kv_pool_gather_kv(p, 0, dloc, KVC_INDEX_I64, n, dout, NULL, KVC_DTYPE_BF16, NULL));
+    KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+    kvt_d2h(out, dout, sizeof out);
+    if (!mha && !fp4) assert_memory_equal(out, src, sizeof out); /* bf16 rows: exact */
+    if (mha) { /* K only: the pool's own K rows */
+      uint8_t *k0 = kvt_read_buf(p, KVC_REGION_K, 0, NULL);
+      for (size_t i = 0; i < n; i++) assert_memory_equal(out + i * row, k0 + slots[i] * (int64_t)row, row);
+      free(k0);
+    }
+    /* a given v / v_out on a kind without V: ignored and never written */
+    if (!mha) {
+      kvt_h2d(dv, sentinel, sizeof sentinel);
+      KVT_OK(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, n, dk, dv, KVC_DTYPE_BF16, 0, 0, NULL, 1, NULL, 1, NULL));
+      kvt_h2d(dvout, sentinel, sizeof sentinel);
+      KVT_OK(kvc_kv_pool_gather_kv(p, 0, dloc, KVC_INDEX_I64, n, dout, dvout, KVC_DTYPE_BF16, NULL));
+      KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+      kvt_d2h(out2, dout, sizeof out2);
+      kvt_d2h(vout, dvout, sizeof vout);
+      assert_memory_equal(out2, out, sizeof out);
+      assert_memory_equal(vout, sentinel, sizeof vout);
+    }
+    kvt_dev_free(dloc);
+    kvt_dev_free(dk);
+    kvt_dev_free(dv);
+    kvt_dev_free(dout);
+    kvt_dev_free(dvout);
+    kvc_kv_pool_destroy(p);
+  }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_set_kv_copy_every_dtype_and_layout),
     cmocka_unit_test(test_fp8_reference_hand_values),
@@ -441,6 +517,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_fp4_write_and_gather),
     cmocka_unit_test(test_gather_converts_fp8_to_bf16),
     cmocka_unit_test(test_noop_and_errors),
+    cmocka_unit_test(test_rows_without_a_v_side),
     cmocka_unit_test(test_store_kv_level1),
     cmocka_unit_test(test_large_pool_64bit_offsets),
     cmocka_unit_test(test_differential_set_kv_vs_host),

@@ -103,6 +103,17 @@ static void test_row_copies_refuse_strides_that_overflow(void **state) {
   KVT_STATUS(kvc_kv_pool_set_kv(p, 0, loc, KVC_INDEX_I64, 2, k, v, KVC_DTYPE_BF16, 0, INT64_MAX / 3, NULL, 1.0f, NULL,
                                 1.0f, NULL),
              KVC_ERR_INVALID_ARGUMENT);
+  /* one row with an extreme stride (fuzz_kv_pool's set-kv-stride-overflow seed):
+   * INT64_MAX x 2 bytes overflows, INT64_MIN is negative; both refused */
+  const int64_t extreme[] = {INT64_MAX, INT64_MIN};
+  for (size_t i = 0; i < LEN(extreme); i++) {
+    KVT_STATUS(kvc_kv_pool_set_kv(p, 0, loc, KVC_INDEX_I64, 1, k, v, KVC_DTYPE_BF16, extreme[i], 0, NULL, 1.0f, NULL,
+                                  1.0f, NULL),
+               KVC_ERR_INVALID_ARGUMENT);
+    KVT_STATUS(kvc_kv_pool_set_kv(p, 0, loc, KVC_INDEX_I64, 1, k, v, KVC_DTYPE_BF16, 0, extreme[i], NULL, 1.0f, NULL,
+                                  1.0f, NULL),
+               KVC_ERR_INVALID_ARGUMENT);
+  }
   KVT_OK(kvc_kv_pool_set_kv(p, 0, loc, KVC_INDEX_I64, 2, k, v, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f, NULL, 1.0f, NULL));
   uint8_t *cache = kvt_dev_alloc(16 * 32);
   /* 4 rows of a 2^62-byte stride: past INT64_MAX (a representable stride is the caller's) */

@@ -60,6 +60,9 @@ void kvc_host_kv_rows(const void *params) {
     const int valid = slot >= 0 && slot < p->rows;
     for (int side = 0; side < 2; side++) {
       const int64_t nch = side ? sp->vch : sp->kch;
+      /* No chunks on this side (no V region: MLA, MLA FP4, NSA; a K-only gather; an MLA
+       * set_kv's ignored v): its addresses may be 0, so form no pointer from them. */
+      if (nch == 0) continue;
       uint8_t *dense = KVC_HPTR(uint8_t *, side ? p->v_dense : p->k_dense) + i * (side ? p->v_dense_stride : p->k_dense_stride);
       uint8_t *pool = valid ? KVC_HPTR(uint8_t *, side ? p->v_pool : p->k_pool) + slot * (side ? p->v_pool_stride : p->k_pool_stride) : NULL;
       uint8_t *pscale = valid && (side ? p->v_pool_scale : p->k_pool_scale)
@@ -133,16 +136,12 @@ void kvc_host_kv_offload(const void *params) {
     for (int64_t l = 0; l < s->layers; l++) {
       for (int64_t i = 0; i < s->count; i++) {
         int64_t slot = kvc_host_load_index(p->loc, s->by_page ? i * s->page_size : i, p->loc_i64);
-        int valid;
-        int64_t off;
-        if (s->by_page) {
-          int64_t page = slot >= 0 ? slot / s->page_size : -1;
-          valid = page >= 0 && page < s->limit;
-          off = page * s->page_pitch;
-        } else {
-          valid = slot >= 0 && slot < s->limit;
-          off = slot * s->slot_pitch;
-        }
+        /* Range check first, in unsigned (a negative slot is huge), then the offset: a
+         * slot near INT64_MIN / INT64_MAX times the pitch would overflow, and only an
+         * in-range slot's row offset is known to fit. Same as kernels/kv_offload.cu. */
+        const int64_t row = s->by_page ? (slot >= 0 ? slot / s->page_size : -1) : slot;
+        const int valid = (uint64_t)row < (uint64_t)s->limit;
+        const int64_t off = valid ? row * (s->by_page ? s->page_pitch : s->slot_pitch) : 0;
         uint8_t *dev = KVC_HPTR(uint8_t *, s->base) + l * s->layer_pitch + off;
         uint8_t *host = KVC_HPTR(uint8_t *, p->host) + s->host_off + (l * s->count + i) * s->row_bytes;
         if (p->dir == 0) {
