@@ -20,9 +20,11 @@ static kvc_context *g_ctx;
 static int64_t g_slots[4 * MAXN], g_out[4 * MAXN];
 static int64_t *g_dout;
 
-static void counters(kvc_allocator *a) {
+/* The counters' invariants; `s` is left holding the stats (the next call's "before"). */
+static void counters(kvc_allocator *a, kvc_allocator_stats *sp) {
   kvc_allocator_stats s;
   FZ_AUDIT(kvc_allocator_get_stats(a, &s));
+  *sp = s;
   if (s.free_pages + s.deferred_pages + s.held_pages != s.num_pages) abort();
   if (kvc_allocator_available_size(a) != (s.free_pages + s.deferred_pages) * kvc_allocator_page_size(a)) abort();
 }
@@ -67,9 +69,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kvc_allocator_state bk;
   memset(&bk, 0, sizeof bk);
 
+  unsigned oks = 0;
+  kvc_allocator_stats now;
+  counters(a, &now);
   for (int step = 0; step < 256 && f.n; step++) {
     const uint8_t op = fz_u8(&f);
     kvc_status st = KVC_OK;
+    const kvc_allocator_stats s0 = now; /* taken after the previous call */
+    const int32_t rows0 = kvc_req_to_token_pool_available(rp);
     switch (op % 16) {
     case 0: { /* alloc(n) */
       int64_t n = fz_int(&f, 2 * ps);
@@ -190,11 +197,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     }
     FZ_STATUS(st);
-    /* Counters after every call (O(1)); the full audits after every call that changed
-     * state (OK) and at the end: a failed call promises no change, and anything it broke
-     * is caught by the next full audit. */
-    counters(a);
-    if (st == KVC_OK) audit(a, rp);
+    /* Counters after every call (O(1)); a refused call leaves the allocator's counters
+     * and the req pool's free rows unchanged; the full audits after every
+     * FZ_AUDIT_EVERY-th call that changed state (OK) and at the end: anything a call
+     * broke is caught by the next full audit. */
+    counters(a, &now);
+    if (st != KVC_OK) {
+      /* (free vs deferred may shift: a need_sort alloc short of pages merges first.) */
+      if (now.held_pages != s0.held_pages || now.free_pages + now.deferred_pages != s0.free_pages + s0.deferred_pages ||
+          kvc_req_to_token_pool_available(rp) != rows0) {
+        fprintf(stderr, "step %d op %d: refused call (%s: %s) changed the pools\n", step, op % 16, kvc_status_name(st), kvc_last_error(g_ctx));
+        abort();
+      }
+    }
+    if (st == KVC_OK && ++oks % FZ_AUDIT_EVERY == 0) audit(a, rp);
   }
   audit(a, rp);
   return 0; /* the pools live on; the next input resets them */

@@ -34,6 +34,18 @@ static void audit(kvc_req_to_token_pool *rp, kvc_allocator *a, kvc_swa_allocator
   FZ_STATUS(kvc_flow_check(flow, live, NREQ) == KVC_ERR_INTERNAL ? KVC_OK : KVC_OK); /* no crash */
 }
 
+/* The O(1) fingerprint of the pools, taken around every call: free tokens on each side
+ * and free rows (what the sessions hold is in the pools; kvc_session_cache_held walks
+ * every session, a third of the time when taken per call). */
+typedef struct fp { int64_t avail, avail_swa, rows; } fp;
+static void take(fp *s, kvc_req_to_token_pool *rp, kvc_allocator *a, kvc_swa_allocator *sa) {
+  memset(s, 0, sizeof *s);
+  if (sa) s->avail = kvc_swa_allocator_full_available_size(sa), s->avail_swa = kvc_swa_allocator_swa_available_size(sa);
+  else s->avail = kvc_allocator_available_size(a);
+  s->rows = kvc_req_to_token_pool_available(rp);
+  if (s->avail < 0 || s->avail > 160 || s->avail_swa < 0 || s->avail_swa > 96 || s->rows < 0 || s->rows > ROWS) abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_host_context(&g_ctx, &g_dout, 8 * NREQ * WIDTH * 8);
@@ -103,8 +115,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   static int trace = -1;
   if (trace < 0) trace = getenv("FZ_TRACE") != NULL;
+  unsigned oks = 0;
   for (int step = 0; step < 200 && f.n; step++) {
     const uint8_t op = fz_u8(&f);
+    const int was_corrupted = corrupted;
+    fp s0, s1;
+    take(&s0, rp, a, sa);
     kvc_req_state *batch[NREQ];
     size_t n = 0;
     if (op & 0x80) { /* a batch of distinct-or-not requests */
@@ -127,6 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           FZ_STATUS(st);
         }
       }
+      take(&s0, rp, a, sa); /* the matches above were calls of their own */
       st = kvc_flow_alloc_for_extend(flow, batch, n, g_dout, NULL);
       break;
     case 1:
@@ -191,10 +208,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                   (long long)req[i].kv_allocated_len, (long long)req[i].kv_committed_len,
                   (unsigned long long)req[i].session_id);
     }
-    /* Full audits after every call that changed state (it returned OK, or the input
-     * scribbled on a request); a failed call promises no change, and whatever it might
-     * have broken is caught by the next audit, at the latest the one at the end. */
-    if (st == KVC_OK) audit(rp, a, sa, flow, req, corrupted);
+    /* After every call the O(1) fingerprint; a refused call (on uncorrupted states)
+     * must have left it unchanged. Full audits after every FZ_AUDIT_EVERY-th call that
+     * changed state (it returned OK) and at the end: anything a call broke is caught by
+     * the next full audit, at the latest the one at the end. */
+    take(&s1, rp, a, sa);
+    /* (OUT_OF_SLOTS: SGLang evicts the cache and out-of-window SWA slots before it gives
+     * up, and keeps the evictions; a batch release is not all-or-nothing (kvcache.h): the
+     * requests before the refused one are released. So then things may only be freed.) */
+    const int oom_ok = (st == KVC_ERR_OUT_OF_SLOTS || (op & 7) == 2) && s1.avail >= s0.avail && s1.avail_swa >= s0.avail_swa &&
+                       s1.rows >= s0.rows;
+    if (st != KVC_OK && !was_corrupted && !corrupted && !oom_ok && memcmp(&s0, &s1, sizeof s0)) {
+      fprintf(stderr, "step %d: refused call (%s) changed the pools\n", step, kvc_last_error(g_ctx));
+      abort();
+    }
+    if (st == KVC_OK && ++oks % FZ_AUDIT_EVERY == 0) audit(rp, a, sa, flow, req, corrupted);
   }
   audit(rp, a, sa, flow, req, corrupted);
   kvc_flow_destroy(flow);
