@@ -26,7 +26,7 @@ step "cmake --install $build --prefix $prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
 
 # --- Layout ------------------------------------------------------------------------------
-# No `cmd | grep -q` or `cmd | head` anywhere in this script: under pipefail the reader
+# No pipeline into a reader that exits early (grep with -q, head) anywhere in this script: under pipefail the reader
 # exiting early makes the writer fail with SIGPIPE and the pipeline false (issue 13 #15).
 # Every output that is tested is captured first, then matched.
 sos=$(find "$prefix" -name 'libkvcache.so.*.*.*' -type f)
