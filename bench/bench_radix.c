@@ -229,41 +229,69 @@ typedef struct ereq {
   int32_t *toks;
 } ereq;
 
-static void bench_finished(int ps, int64_t tree, int64_t present) {
+/* A radix cache behind a flow over a real allocator (token kind at page 1, paged
+ * otherwise) of tree + 65536 slots, and a small request pool of rows of max_ctx tokens:
+ * the setup of the benchmarks whose frees go back to an allocator. */
+typedef struct flow_world {
+  kvc_radix_cache *rc;
+  kvc_req_to_token_pool *pool;
+  kvc_allocator *alloc;
+  kvc_flow *flow;
+} flow_world;
+
+static flow_world flow_world_make(int ps, int64_t tree, int32_t max_ctx, kvc_radix_req_fn req_fn) {
+  flow_world w;
   const int64_t cap = tree + 65536;
   kvc_radix_cache_config rcfg = KVC_RADIX_CACHE_CONFIG_INIT;
   rcfg.page_size = ps;
   rcfg.num_slots = cap;
-  rcfg.req_of = req_of;
-  kvc_radix_cache *rc;
-  KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &rcfg, &rc));
+  rcfg.req_of = req_fn;
+  KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &rcfg, &w.rc));
   kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
   qc.size = 4;
-  qc.max_context_len = 4096 + 64;
-  kvc_req_to_token_pool *pool;
-  KVB_CHECK(ctx, kvc_req_to_token_pool_create(ctx, &qc, &pool));
+  qc.max_context_len = max_ctx;
+  KVB_CHECK(ctx, kvc_req_to_token_pool_create(ctx, &qc, &w.pool));
   kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
   ac.kind = ps == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
   ac.size = cap;
   ac.page_size = ps;
-  kvc_allocator *alloc;
-  KVB_CHECK(ctx, kvc_allocator_create(ctx, &ac, &alloc));
+  KVB_CHECK(ctx, kvc_allocator_create(ctx, &ac, &w.alloc));
   kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
   fc.page_size = ps;
-  fc.req_pool = pool;
-  fc.allocator = alloc;
-  fc.cache = kvc_radix_cache_as_prefix_cache(rc);
-  kvc_flow *flow;
-  KVB_CHECK(ctx, kvc_flow_create(ctx, &fc, &flow));
-  static int32_t q[4096];
-  static int64_t slots[4096], out[4096];
-  for (int64_t cached = 0; cached < tree;) { /* unrelated requests, slots from the allocator */
+  fc.req_pool = w.pool;
+  fc.allocator = w.alloc;
+  fc.cache = kvc_radix_cache_as_prefix_cache(w.rc);
+  KVB_CHECK(ctx, kvc_flow_create(ctx, &fc, &w.flow));
+  return w;
+}
+
+/* Unrelated 256..1024-token requests (whole pages of 16) with allocator slots until the
+ * tree holds `tree` tokens (not timed). */
+static void flow_world_fill(flow_world *w, int64_t tree) {
+  static int32_t q[1024];
+  static int64_t slots[1024];
+  for (int64_t cached = 0; cached < tree;) {
     int64_t n = range(16, 64) * 16;
     random_tokens(q, n);
-    KVB_CHECK(ctx, kvc_allocator_alloc(alloc, (size_t)n, slots));
-    KVB_CHECK(ctx, kvc_radix_cache_insert(rc, flow, 0, q, slots, n, 0, NULL));
-    KVB_CHECK(ctx, kvc_radix_cache_sizes(rc, NULL, NULL, &cached));
+    KVB_CHECK(ctx, kvc_allocator_alloc(w->alloc, (size_t)n, slots));
+    KVB_CHECK(ctx, kvc_radix_cache_insert(w->rc, w->flow, 0, q, slots, n, 0, NULL));
+    KVB_CHECK(ctx, kvc_radix_cache_sizes(w->rc, NULL, NULL, &cached));
   }
+}
+
+static void flow_world_free(flow_world *w) {
+  KVB_CHECK(ctx, kvc_flow_check(w->flow, NULL, 0));
+  kvc_flow_destroy(w->flow);
+  kvc_allocator_destroy(w->alloc);
+  kvc_req_to_token_pool_destroy(w->pool);
+  kvc_radix_cache_destroy(w->rc);
+}
+
+static void bench_finished(int ps, int64_t tree, int64_t present) {
+  flow_world w = flow_world_make(ps, tree, 4096 + 64, req_of);
+  flow_world_fill(&w, tree);
+  static int32_t q[4096];
+  static int64_t slots[4096], out[4096];
   samples s = {0};
   const int reps = quick ? 300 : 3000;
   ereq e;
@@ -271,83 +299,44 @@ static void bench_finished(int ps, int64_t tree, int64_t present) {
   for (int r = 0; r < reps; r++) {
     random_tokens(q, 4096);
     if (present) {
-      KVB_CHECK(ctx, kvc_allocator_alloc(alloc, (size_t)present, slots));
-      KVB_CHECK(ctx, kvc_radix_cache_insert(rc, flow, 0, q, slots, present, 0, NULL));
+      KVB_CHECK(ctx, kvc_allocator_alloc(w.alloc, (size_t)present, slots));
+      KVB_CHECK(ctx, kvc_radix_cache_insert(w.rc, w.flow, 0, q, slots, present, 0, NULL));
     }
     memset(&e.st, 0, sizeof e.st);
     memset(&e.rr, 0, sizeof e.rr);
     e.rr.tokens = q;
     e.rr.num_tokens = e.rr.prompt_len = 4096;
-    KVB_CHECK(ctx, kvc_radix_cache_match_req(rc, &e.st, &e.rr));
+    KVB_CHECK(ctx, kvc_radix_cache_match_req(w.rc, &e.st, &e.rr));
     e.st.seq_len = 4096;
     kvc_req_state *one[] = {&e.st};
-    KVB_CHECK(ctx, kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+    KVB_CHECK(ctx, kvc_flow_alloc_for_extend(w.flow, one, 1, out, NULL));
     double t0 = kvb_now_us();
-    KVB_CHECK(ctx, kvc_radix_cache_cache_finished_req(rc, flow, &e.st, 1));
+    KVB_CHECK(ctx, kvc_radix_cache_cache_finished_req(w.rc, w.flow, &e.st, 1));
     add(&s, kvb_now_us() - t0);
-    KVB_CHECK(ctx, kvc_req_to_token_pool_free(pool, e.st.req_row));
-    KVB_CHECK(ctx, kvc_radix_cache_evict(rc, flow, 4096, NULL)); /* keep the size */
+    KVB_CHECK(ctx, kvc_req_to_token_pool_free(w.pool, e.st.req_row));
+    KVB_CHECK(ctx, kvc_radix_cache_evict(w.rc, w.flow, 4096, NULL)); /* keep the size */
   }
-  KVB_CHECK(ctx, kvc_flow_check(flow, NULL, 0));
+  flow_world_free(&w);
   char what[96];
   snprintf(what, sizeof what, "cache_finished_req 4096 (%lld present)", (long long)present);
   report("target", what, ps, tree, &s, -1);
-  kvc_flow_destroy(flow);
-  kvc_allocator_destroy(alloc);
-  kvc_req_to_token_pool_destroy(pool);
-  kvc_radix_cache_destroy(rc);
 }
 
 /* evict(4096) from a 10^6-token tree through a flow: the victims' slots go back to a real
  * allocator (the cost SGLang's eviction figure includes). */
 static void bench_evict_flow(int ps, int64_t tree) {
-  const int64_t cap = tree + 65536;
-  kvc_radix_cache_config rcfg = KVC_RADIX_CACHE_CONFIG_INIT;
-  rcfg.page_size = ps;
-  rcfg.num_slots = cap;
-  kvc_radix_cache *rc;
-  KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &rcfg, &rc));
-  kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  qc.size = 4;
-  qc.max_context_len = 1024;
-  kvc_req_to_token_pool *pool;
-  KVB_CHECK(ctx, kvc_req_to_token_pool_create(ctx, &qc, &pool));
-  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
-  ac.kind = ps == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
-  ac.size = cap;
-  ac.page_size = ps;
-  kvc_allocator *alloc;
-  KVB_CHECK(ctx, kvc_allocator_create(ctx, &ac, &alloc));
-  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
-  fc.page_size = ps;
-  fc.req_pool = pool;
-  fc.allocator = alloc;
-  fc.cache = kvc_radix_cache_as_prefix_cache(rc);
-  kvc_flow *flow;
-  KVB_CHECK(ctx, kvc_flow_create(ctx, &fc, &flow));
-  static int32_t q[1024];
-  static int64_t slots[1024];
+  flow_world w = flow_world_make(ps, tree, 1024, NULL);
   samples s = {0};
   const int reps = quick ? 500 : 5000;
   for (int r = 0; r <= reps; r++) {
-    for (int64_t cached = 0; cached < tree;) { /* (re)fill, not timed */
-      int64_t n = range(16, 64) * 16;
-      random_tokens(q, n);
-      KVB_CHECK(ctx, kvc_allocator_alloc(alloc, (size_t)n, slots));
-      KVB_CHECK(ctx, kvc_radix_cache_insert(rc, flow, 0, q, slots, n, 0, NULL));
-      KVB_CHECK(ctx, kvc_radix_cache_sizes(rc, NULL, NULL, &cached));
-    }
+    flow_world_fill(&w, tree);
     if (r == reps) break;
     double t0 = kvb_now_us();
-    KVB_CHECK(ctx, kvc_radix_cache_evict(rc, flow, 4096, NULL));
+    KVB_CHECK(ctx, kvc_radix_cache_evict(w.rc, w.flow, 4096, NULL));
     add(&s, kvb_now_us() - t0);
   }
-  KVB_CHECK(ctx, kvc_flow_check(flow, NULL, 0));
+  flow_world_free(&w);
   report("target", "evict 4096 through a flow (allocator free)", ps, tree, &s, -1);
-  kvc_flow_destroy(flow);
-  kvc_allocator_destroy(alloc);
-  kvc_req_to_token_pool_destroy(pool);
-  kvc_radix_cache_destroy(rc);
 }
 
 /* --- Part 2: trace replays through a flow -------------------------------------------------- */
