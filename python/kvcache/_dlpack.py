@@ -51,7 +51,12 @@ class Relay(ctypes.Structure):
                 ("pad_", ctypes.c_int32)]
 
 
-_lock = threading.Lock()
+# Reentrant: a garbage-collection pass may run a handle's __del__ (close -> sweep) on this
+# thread while it holds the lock (any allocation inside the locked region can start one).
+# With a plain Lock that finalizer waited for its own thread forever (CI hung in
+# test_dlpack). The locked regions below stay correct when re-entered: sweep iterates a
+# snapshot and pops with a default.
+_lock = threading.RLock()
 _live = {}  # key -> (owner, relay, managed struct, keepalive)
 _next_key = [1]
 
@@ -59,12 +64,9 @@ _next_key = [1]
 def sweep():
     """Drops the exports whose tensor was deleted (relay flag set) and releases their
     owners. Returns the number still alive."""
-    done = []
     with _lock:
-        for key, entry in _live.items():
-            if entry[1].done:
-                done.append(key)
-        entries = [_live.pop(k) for k in done]
+        done = [key for key, entry in list(_live.items()) if entry[1].done]
+        entries = [e for e in (_live.pop(k, None) for k in done) if e is not None]
         alive = len(_live)
     for owner, _relay, _m, _keep in entries:
         if owner is not None:

@@ -2,6 +2,9 @@
 views keep their pool alive and let it go, FP4 exports as PyTorch's float4_e2m1fn_x2."""
 import ctypes
 import gc
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -30,6 +33,38 @@ def test_refused_capsule_raises_the_consumers_error(ctx):
     assert kvc.live_exports() == 0
     pool.close()
     assert pool._ptr is None  # destroyed, not held by a leaked export
+
+
+_FINALIZER_IN_LOCK = r"""
+import gc, numpy as np, kvcache as kvc
+from kvcache import _dlpack
+with kvc.Context(backend="host", disk_cache=False) as ctx:
+    with _dlpack._lock:
+        pool = kvc.KVPool(ctx, 16, 1, dtype="float32", head_num=1, head_dim=4)
+        view = np.from_dlpack(pool.k_buffer(0))  # an export made inside the region
+        cycle = [pool]
+        cycle.append(cycle)  # only the collector frees it: __del__ runs from gc
+        del view, pool, cycle
+        gc.collect()
+    assert kvc.live_exports() == 0
+print("finished")
+"""
+
+
+def test_finalizer_run_inside_the_export_lock_does_not_deadlock():
+    """A garbage-collection pass can start at any allocation, also while this thread holds
+    the export bookkeeping's lock; the handles it finalizes close (and sweep) re-entrantly.
+    CI hung here for 80 minutes with a non-reentrant lock. In a child process, so that a
+    deadlock fails this test instead of hanging the suite."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(kvc.__file__)),
+                                         env.get("PYTHONPATH", "")])
+    try:
+        r = subprocess.run([sys.executable, "-c", _FINALIZER_IN_LOCK], env=env,
+                           capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a handle's finalizer deadlocked on the export lock")
+    assert r.returncode == 0 and "finished" in r.stdout, r.stderr
 
 
 def test_unconsumed_capsules_are_released(ctx):
