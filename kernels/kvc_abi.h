@@ -1,5 +1,5 @@
 /*
- * kvc_abi.h — parameter structs shared by the C wrappers (src/ops, src/pool), the C
+ * kvc_abi.h — parameter structs shared by the C wrappers (src/ops and the level-2 objects), the C
  * reference kernels (src/device/host_kernels) and the CUDA kernels (kernels/NAME.cu).
  *
  * Each kernel takes exactly one of these by value. Device addresses travel as uint64_t
@@ -306,7 +306,7 @@ typedef struct kvc_p_mamba_rows {
   kvc_mamba_seg seg[KVC_MAMBA_MAX_SEGS];
 } kvc_p_mamba_rows; /* followed by the inline payload words */
 
-/* --- swa.cu: full->SWA and hybrid index maps (src/pool/swa_allocator.c ...) -------- */
+/* --- swa.cu: full->SWA and hybrid index maps (src/alloc/swa_allocator.c ...) -------- */
 #define KVC_SWA_MAP_PAIRS 0 /* payload (idx, val): map[idx] = (int32)val */
 #define KVC_SWA_MAP_RUNS 1  /* payload (idx, val, len): map[idx + j] = val + j */
 #define KVC_SWA_MAP_ZERO 2  /* payload (idx, len): map[idx + j] = 0 */

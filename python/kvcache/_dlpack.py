@@ -6,7 +6,7 @@ the legacy "dltensor" capsule (DLPack 0.8 DLManagedTensor).
 
 No Python code runs when a tensor dies. The capsule's destructor is the library's
 kvc_dlpack_capsule_destructor and the tensor's deleter its kvc_dlpack_relay_deleter
-(src/pool/dlpack_capsule.c): plain C, so a consumer that refuses a capsule (NumPy with
+(src/kv/dlpack_capsule.c): plain C, so a consumer that refuses a capsule (NumPy with
 bfloat16) raises its own error instead of a SystemError from a callback run on its
 error path. The relay deleter runs the library export's own deleter and sets a flag;
 this module polls those flags (sweep(): at every export, live_exports() and close() of a

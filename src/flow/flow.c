@@ -13,8 +13,8 @@
  */
 #include "flow.h"
 #include "../device/context.h"
-#include "../pool/pool.h"
-#include "../pool/swa.h"
+#include "../alloc/alloc.h"
+#include "../alloc/swa.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -21,8 +21,8 @@
  * is still handed out is never overwritten whatever the mapping says.
  */
 #include "flow.h"
-#include "../pool/kv_pool.h"
-#include "../pool/pool.h"
+#include "../kv/kv_pool.h"
+#include "../alloc/alloc.h"
 
 #include <stdlib.h>
 

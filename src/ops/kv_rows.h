@@ -1,6 +1,6 @@
 /*
  * kv_rows.h — internal helpers shared by the KV row operations: the level-1 kvc_store_kv
- * (src/ops/kv_store.c) and the pool operations (src/pool/kv_mha.c, kv_move.c,
+ * (src/ops/kv_store.c) and the pool operations (src/kv/kv_mha.c, kv_move.c,
  * kv_offload.c). Owned by the KV-rows/move/offload code; the MLA code has its own.
  */
 #ifndef KVC_KV_ROWS_H

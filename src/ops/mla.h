@@ -1,7 +1,7 @@
 /*
  * mla.h — the MLA row writer/reader shared by the level-1 ops (kvc_set_mla_kv,
  * kvc_get_mla_kv) and the KV pools (kvc_kv_pool_set_mla_kv / get_mla_kv), and the NSA
- * index-K launchers used by src/pool/kv_nsa.c.
+ * index-K launchers used by src/kv/kv_nsa.c.
  */
 #ifndef KVC_OPS_MLA_H
 #define KVC_OPS_MLA_H

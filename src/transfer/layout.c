@@ -5,8 +5,8 @@
  * per-process origin tag that tells local addresses from another process's.
  */
 #include "transfer.h"
-#include "../pool/kv_pool.h"
-#include "../pool/pool.h"
+#include "../kv/kv_pool.h"
+#include "../alloc/alloc.h"
 
 #include <pthread.h>
 #include <string.h>

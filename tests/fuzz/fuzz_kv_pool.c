@@ -24,7 +24,7 @@
  * the reset is checked to leave every buffer zero, as a fresh create does.
  */
 #include "fuzz_common.h"
-#include "pool/dlpack_abi.h"
+#include "kv/dlpack_abi.h"
 
 static kvc_context *g_ctx;
 static int64_t *g_dout;

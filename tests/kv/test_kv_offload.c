@@ -2,7 +2,7 @@
  * scatter back) and DLPack export. */
 #include "kv_test_util.h"
 
-#include "../../src/pool/dlpack_abi.h"
+#include "../../src/kv/dlpack_abi.h"
 
 #define LEN(a) (sizeof(a) / sizeof((a)[0]))
 

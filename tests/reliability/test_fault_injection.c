@@ -22,8 +22,8 @@
 
 #include "core/fault.h"
 #include "flow/flow.h"
-#include "pool/kv_pool.h"
-#include "pool/pool.h"
+#include "kv/kv_pool.h"
+#include "alloc/alloc.h"
 
 #define NROWS 8
 #define WIDTH 64

@@ -83,7 +83,7 @@ void kvc_host_kv_rows(const void *params) {
           memcpy(in, dense + r * sb, (size_t)sb);
           convert(sp->src_dt, sp->dst_dt, sp->g, 0, in, 0, side ? vdiv : kdiv, out, &s);
           memcpy(pool + r * db, out, (size_t)db);
-          /* An FP4 pool always has its scale region (src/pool/kv_mha.c pool_side); like the
+          /* An FP4 pool always has its scale region (src/kv/kv_mha.c pool_side); like the
            * gather side above, only a present region is touched. */
           if (sp->dst_dt == DT_FP4 && pscale) pscale[r] = s;
         }

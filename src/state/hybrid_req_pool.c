@@ -11,8 +11,8 @@
  * per request: running slot, then its track slots — spec 14) -> one mapping launch ->
  * commit. A failure after rows were taken (launch error) frees them again.
  */
-#include "pool.h"
-#include "swa.h"
+#include "../alloc/alloc.h"
+#include "../alloc/swa.h"
 
 #include <string.h>
 

@@ -13,7 +13,7 @@
  * the live entries, and releasing shrinks it once live entries fill under 1/8. So memory
  * and the O(capacity) scans (held, cached_size) follow the sessions alive now.
  */
-#include "flow.h"
+#include "../flow/flow.h"
 
 #include <string.h>
 

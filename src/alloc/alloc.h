@@ -1,7 +1,7 @@
 /*
- * pool.h — internal layout of the level-2 objects (req_to_token pool, token/paged
- * allocator) shared by the src/pool/ sources. Nothing outside src/pool/ (and white-box tests)
- * should include it.
+ * alloc.h — internal layout of the slot-allocation objects (req_to_token pool,
+ * token/paged allocator) shared by the level-2 sources (src/alloc, src/state, the flows).
+ * Nothing above the flows (and no public consumer) includes it; white-box tests may.
  *
  * Both objects keep their metadata on the host; the device only receives what the host
  * decided, through one planned launch per call (src/ops/plan.c).

@@ -4,7 +4,7 @@
  * borrowed Mamba pool. Every operation forwards with the translated (local) layer id; a
  * Mamba layer id is an error (SGLang raises ValueError).
  */
-#include "swa.h"
+#include "../alloc/swa.h"
 
 #include <string.h>
 

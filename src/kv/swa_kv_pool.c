@@ -9,7 +9,7 @@
  * SWA-side work needs the full->SWA mapping of a registered kvc_swa_allocator: the
  * device copy for translation launches, the host copy for offload masks (no readback).
  */
-#include "swa.h"
+#include "../alloc/swa.h"
 
 #include <string.h>
 

@@ -27,7 +27,7 @@
  * memory before writing (n <= 2048 so that a tile is at least 16 bytes; 64 KB of tiles).
  */
 #include "../ops/ops.h"
-#include "pool.h"
+#include "../alloc/alloc.h"
 
 #include <string.h>
 

@@ -26,7 +26,7 @@
  * prepend their pages in ascending order; need_sort defers, then merges everything into
  * one ascending list.
  */
-#include "pool.h"
+#include "alloc.h"
 
 #include <string.h>
 

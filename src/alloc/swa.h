@@ -5,7 +5,7 @@
 #ifndef KVC_SWA_INTERNAL_H
 #define KVC_SWA_INTERNAL_H
 
-#include "pool.h"
+#include "alloc.h"
 
 extern const kvc__kernel_def kvc__k_swa_map_write;
 extern const kvc__kernel_def kvc__k_swa_gather;

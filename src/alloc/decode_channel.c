@@ -17,7 +17,7 @@
  * the step the device reported, so the host never waits: `depth` steps ahead it gets
  * KVC_ERR_BUSY and nothing changes.
  */
-#include "pool.h"
+#include "alloc.h"
 #include "swa.h"
 
 #include <string.h>

@@ -22,7 +22,7 @@
  * so the descriptor carries S_i (page_begin) and O_i (out_offset) — no in-kernel scans.
  * The TOKEN kind uses the same kernel with page size 1 and the slots as the page list.
  */
-#include "pool.h"
+#include "alloc.h"
 
 #include <string.h>
 

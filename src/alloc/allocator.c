@@ -17,7 +17,7 @@
  * a page is recorded at most once per group (PAGED free() dedups; anything else
  * recorded twice is misuse), so the two ends never meet.
  */
-#include "pool.h"
+#include "alloc.h"
 
 #include <string.h>
 

@@ -15,7 +15,7 @@
  * per-row held flag, so a double free or row 0 is an error instead of a duplicate row
  * in circulation.
  */
-#include "pool.h"
+#include "alloc.h"
 
 #include <stddef.h>
 #include <string.h>
