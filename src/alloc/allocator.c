@@ -21,12 +21,7 @@
 
 #include <string.h>
 
-#define ALLOC_ENTRY(a)                                                                      \
-  do {                                                                                      \
-    if (!(a) || (a)->magic != KVC__ALLOCATOR_MAGIC)                                         \
-      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
-                        "alloc is NULL or not a live kvc_allocator");                       \
-  } while (0)
+#define ALLOC_ENTRY(a) KVC_CHECK_HANDLE(a, KVC__ALLOCATOR_MAGIC, "alloc", "kvc_allocator")
 
 /* --- Shared internals -------------------------------------------------------------- */
 

@@ -30,12 +30,7 @@
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-#define ALLOC_ENTRY(a)                                                                      \
-  do {                                                                                      \
-    if (!(a) || (a)->magic != KVC__ALLOCATOR_MAGIC)                                         \
-      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
-                        "alloc is NULL or not a live kvc_allocator");                       \
-  } while (0)
+#define ALLOC_ENTRY(a) KVC_CHECK_HANDLE(a, KVC__ALLOCATOR_MAGIC, "alloc", "kvc_allocator")
 
 /* The page of `last` must be held by the caller (not free, deferred or freed in the open
  * group) and its in-page offset must be the one of token position `pos` (spec 6.6). */

@@ -32,12 +32,7 @@ kvc_status kvc__req_pool_check_handle(const kvc_context *ctx, const char *fn,
   return KVC_OK;
 }
 
-#define POOL_ENTRY(pool)                                                                    \
-  do {                                                                                      \
-    if (!(pool) || (pool)->magic != KVC__REQ_POOL_MAGIC)                                    \
-      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
-                        "pool is NULL or not a live kvc_req_to_token_pool");                \
-  } while (0)
+#define POOL_ENTRY(pool) KVC_CHECK_HANDLE(pool, KVC__REQ_POOL_MAGIC, "pool", "kvc_req_to_token_pool")
 
 /* O(size) audit. A repeated free-list entry is caught without a bitmap: every entry must
  * be a free (not held) row, and there are exactly size - held entries, so a duplicate

@@ -46,12 +46,7 @@ struct kvc_swa_allocator {
   const kvc__kfunc *k_map[KVC__PLAN_INLINE_VARIANTS], *k_gather;
 };
 
-#define SWA_ENTRY(a)                                                                        \
-  do {                                                                                      \
-    if (!(a) || (a)->magic != KVC__SWA_MAGIC)                                               \
-      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
-                        "alloc is NULL or not a live kvc_swa_allocator");                   \
-  } while (0)
+#define SWA_ENTRY(a) KVC_CHECK_HANDLE(a, KVC__SWA_MAGIC, "alloc", "kvc_swa_allocator")
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

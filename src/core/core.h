@@ -163,6 +163,18 @@ kvc_status kvc__error_to_null(const kvc_context *ctx, kvc_status status);
     if (cond) return kvc__error((ctx), (status), __func__, __VA_ARGS__);                   \
   } while (0)
 
+/** The handle check of every entry point: `h` must be a live object of its type (its
+ *  `magic` field equals `magic_value`; destroy overwrites it), else the function returns
+ *  KVC_ERR_INVALID_ARGUMENT with "<arg> is NULL or not a live <type>". The context is not
+ *  known yet (it lives in the handle), so the text goes to the calling thread's
+ *  context-free slot. */
+#define KVC_CHECK_HANDLE(h, magic_value, arg, type)                                         \
+  do {                                                                                      \
+    if (!(h) || (h)->magic != (magic_value))                                                \
+      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
+                        arg " is NULL or not a live " type);                                \
+  } while (0)
+
 #define KVC_FORWARD(expr)                                                                   \
   do {                                                                                      \
     kvc_status kvc_st_ = (expr);                                                            \

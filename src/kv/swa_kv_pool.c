@@ -34,12 +34,7 @@ struct kvc_swa_kv_pool {
   const kvc__kfunc *k_map[KVC__PLAN_INLINE_VARIANTS], *k_gather;
 };
 
-#define SKV_ENTRY(p)                                                                        \
-  do {                                                                                      \
-    if (!(p) || (p)->magic != KVC__SWAKV_MAGIC)                                             \
-      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
-                        "pool is NULL or not a live kvc_swa_kv_pool");                      \
-  } while (0)
+#define SKV_ENTRY(p) KVC_CHECK_HANDLE(p, KVC__SWAKV_MAGIC, "pool", "kvc_swa_kv_pool")
 
 void kvc_swa_kv_pool_destroy(kvc_swa_kv_pool *p) {
   if (!p || p->magic != KVC__SWAKV_MAGIC) return;

@@ -40,12 +40,7 @@ struct kvc_hybrid_req_pool {
   const kvc__kfunc *k_map[KVC__PLAN_INLINE_VARIANTS], *k_gather;
 };
 
-#define HYB_ENTRY(p)                                                                        \
-  do {                                                                                      \
-    if (!(p) || (p)->magic != KVC__HYBRID_MAGIC)                                            \
-      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
-                        "pool is NULL or not a live kvc_hybrid_req_pool");                  \
-  } while (0)
+#define HYB_ENTRY(p) KVC_CHECK_HANDLE(p, KVC__HYBRID_MAGIC, "pool", "kvc_hybrid_req_pool")
 
 static int64_t track_at(const kvc_hybrid_req_pool *p, int64_t row) { return (int64_t)(p->size + 1) + row * p->pp; }
 

@@ -82,12 +82,7 @@ struct kvc_mamba_pool {
 
 /* --- Handle checks, audit ---------------------------------------------------------- */
 
-#define POOL_ENTRY(pool)                                                                    \
-  do {                                                                                      \
-    if (!(pool) || (pool)->magic != KVC__MAMBA_MAGIC)                                       \
-      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
-                        "pool is NULL or not a live kvc_mamba_pool");                       \
-  } while (0)
+#define POOL_ENTRY(pool) KVC_CHECK_HANDLE(pool, KVC__MAMBA_MAGIC, "pool", "kvc_mamba_pool")
 
 static bool live(const kvc_mamba_pool *p) { return p && p->magic == KVC__MAMBA_MAGIC; }
 
