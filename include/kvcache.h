@@ -45,20 +45,69 @@ extern "C" {
 
 /** @defgroup kvc_conventions Conventions, version, status codes, basic types
  *
- * Conventions that hold for every function below unless its comment says otherwise:
+ * Conventions that hold for every function below unless its comment says otherwise.
+ *
+ * Statuses and errors.
  *   - Every function returns a kvc_status. KVC_OK (0) is success. On failure the
  *     objects passed in are exactly as before the call (transactional), output
  *     arguments are untouched, and kvc_last_error(ctx) holds a message naming the
  *     function and the offending argument for the calling thread.
+ *   - What a scheduler does with each status: KVC_ERR_OUT_OF_SLOTS — capacity, not a
+ *     bug: evict, wait or preempt, then retry (nothing was taken). KVC_ERR_INVALID_ARGUMENT
+ *     — the arguments themselves are wrong (NULL, a size or id out of range).
+ *     KVC_ERR_MISUSE — the arguments are well-formed but the objects' state forbids the
+ *     call (double free, a row not held, a group left open). KVC_ERR_HOST_OOM /
+ *     KVC_ERR_DEVICE_OOM — memory, distinct from slot capacity. KVC_ERR_CUDA /
+ *     KVC_ERR_NVRTC / KVC_ERR_NO_DEVICE — the driver or the compiler. KVC_ERR_BUSY — the
+ *     device is behind (decode channel): retry later. KVC_ERR_INTERNAL — an audit failed
+ *     or the library found its own invariant broken. Each call's comment lists the statuses
+ *     particular to it; any call may also return the argument errors above.
+ *   - Accessors that return a value rather than a status (sizes, pointers, counts) return
+ *     0, -1 or NULL for a NULL or destroyed handle, as each says; they never fail
+ *     otherwise.
+ *
+ * Ownership.
+ *   - The caller owns every object it creates and destroys it. An object never takes
+ *     ownership of another object passed to it: configs and create calls borrow, and the
+ *     borrowed object must outlive the borrower. Where an object does own others (the
+ *     SWA allocator its two sides, the SWA and hybrid KV pools their KV pools) the comment
+ *     says "owned", and they go with it.
+ *   - Arrays passed in (slots, lengths, rows) are read during the call only; arrays in a
+ *     config (layer ids, shapes) are copied at create. Pointers returned by accessors
+ *     (device tables, host mirrors, mappings, owned sub-objects) belong to the object and
+ *     stay valid until it is destroyed.
+ *   - Slot ids on the host are int64, request rows and Mamba slots int32. Slot 0 (page
+ *     0), row 0 and Mamba slot 0 are padding, never handed out, so padded CUDA-graph
+ *     batches may write there harmlessly.
+ *   - `layer_id` is the model's global layer id in every call that takes one and in
+ *     every descriptor that reports one; a pool that owns some layers (start_layer, a
+ *     layer-id list) maps it to its own. The one exception: a kvc_kv_pool handed out by a
+ *     composite pool (kvc_swa_kv_pool_full/_swa, kvc_hybrid_kv_pool_full) numbers its
+ *     layers 0..n-1 in the order of the composite's layer list, so calls on it take, and
+ *     descriptors of it report, that position; use the composite's own calls, or its
+ *     *_layer() to translate.
+ *
+ * Memory, streams and graph capture.
  *   - "device pointer" means memory of the context's backend: CUDA device memory on
  *     the CUDA backend, ordinary host memory on the host backend. Host pointers are
  *     plain host memory on both.
  *   - Functions taking a kvc_stream enqueue their device work on that stream (NULL is
  *     the legacy default stream) and never synchronize it unless documented. The host
  *     backend runs the work immediately and ignores the stream.
+ *   - A call that takes no kvc_stream does no stream work, with one family of
+ *     exceptions: calls that free slots or rewrite a row through a flow (kvc_flow_evict,
+ *     kvc_flow_free_slots, kvc_flow_cache_unfinished, the session and radix calls given a
+ *     flow) use the stream of the flow call in progress, or of the flow's last call.
  *   - "Graph-capturable" means the call may be made while `stream` is being captured
  *     into a CUDA graph: it launches kernels whose parameters are all device pointers or
  *     values fixed for the life of the graph, allocates nothing and reads nothing back.
+ *     A call with a stream is capturable only where its comment or its section says so. Calls that are
+ *     host only (they say "host only", "no device work", or take no stream and no flow,
+ *     such as every accessor) may be made at any time, a capture in progress or not:
+ *     they capture nothing. Create, destroy and every call that synchronizes must not be
+ *     made while a stream of the context's device is being captured.
+ *
+ * Threads and lifetime.
  *   - Thread rules: nothing is thread-safe unless stated. A context may be used from
  *     several threads at once only with distinct pools/allocators; each pool or
  *     allocator has a single writer. Error text is kept per context per thread.
@@ -92,6 +141,8 @@ extern "C" {
 
 /* --- Version ----------------------------------------------------------------------- */
 
+/** The version of this header. Compare KVC_VERSION_NUMBER (MAJOR * 10000 + MINOR * 100 +
+ *  PATCH) with kvc_version_number() to detect a header/library mismatch. */
 #define KVC_VERSION_MAJOR 0
 #define KVC_VERSION_MINOR 1
 #define KVC_VERSION_PATCH 0
@@ -124,6 +175,8 @@ KVC_API const char *kvc_version_string(void);
   XX(ERR_IO, 12, "file system error (kernel cache)")                                        \
   XX(ERR_BUSY, 13, "the device is too many steps behind the host: retry after it caught up")
 
+/** Status of every call (see "Statuses and errors" above for what each means to a
+ *  scheduler). Values < 100 are stable; KVC_STATUS_FORCE_INT_ only pins the size. */
 typedef enum kvc_status {
 #define KVC_XX_ENUM_(name, value, text) KVC_##name = value,
   KVC_STATUS_MAP(KVC_XX_ENUM_)
@@ -142,6 +195,8 @@ KVC_API const char *kvc_status_name(kvc_status status);
  *  stream. Ignored by the host backend. */
 typedef void *kvc_stream;
 
+/** Where a context's memory and kernels live. The host backend runs the same calls on
+ *  plain memory with C twins of the kernels: machines without a GPU, tests, CPU use. */
 typedef enum kvc_backend {
   KVC_BACKEND_AUTO = 0, /* CUDA when a device is usable, else host */
   KVC_BACKEND_HOST = 1, /* plain host memory, C reference kernels, synchronous */
@@ -205,6 +260,9 @@ typedef struct kvc_device_allocator {
 
 /* --- Context ----------------------------------------------------------------------- */
 
+/** The library instance: backend, device, kernel cache, staging buffers, allocators and
+ *  per-thread error text. Every object belongs to one context; there are no globals, so
+ *  two contexts on two GPUs work side by side. */
 typedef struct kvc_context kvc_context;
 
 /** Context flags. */
@@ -218,6 +276,7 @@ typedef struct kvc_context kvc_context;
                                    synchronizes to check); SWA flows are not covered: call
                                    kvc_flow_set_canary_swa() */
 
+/** kvc_context_create()'s arguments. Fill with KVC_CONTEXT_CONFIG_INIT. */
 typedef struct kvc_context_config {
   size_t struct_size;  /* sizeof(kvc_context_config) as the caller compiled it */
   uint32_t version;    /* KVC_VERSION_NUMBER as the caller compiled it */
@@ -231,6 +290,8 @@ typedef struct kvc_context_config {
   uint64_t reserved_[8]; /* must be zero */
 } kvc_context_config;
 
+/** The defaults: AUTO backend, device 0, no flags, the default cache directory, malloc and
+ *  cuMemAlloc. */
 #define KVC_CONTEXT_CONFIG_INIT                                                             \
   { sizeof(kvc_context_config), KVC_VERSION_NUMBER, KVC_BACKEND_AUTO, 0, 0u, NULL,          \
     {NULL, NULL, NULL}, {NULL, NULL, NULL}, {0} }
@@ -293,8 +354,12 @@ KVC_API kvc_status kvc_memory_alloc(kvc_context *ctx, size_t bytes, void **out);
 KVC_API void kvc_memory_free(kvc_context *ctx, void *ptr);
 
 /** kvc_host_pinned_alloc() : page-locked host memory (plain host memory on the host
- *  backend) for fast asynchronous copies; free with kvc_host_pinned_free(). */
+ *  backend) for fast asynchronous copies, as the offload calls need. The caller owns it
+ *  and frees it with kvc_host_pinned_free(). Synchronous; not capturable.
+ *  @return KVC_ERR_HOST_OOM, KVC_ERR_CUDA. */
 KVC_API kvc_status kvc_host_pinned_alloc(kvc_context *ctx, size_t bytes, void **out);
+/** kvc_host_pinned_free() : frees memory from kvc_host_pinned_alloc(). No copy into or
+ *  out of it may be pending. NULL is a no-op. */
 KVC_API void kvc_host_pinned_free(kvc_context *ctx, void *ptr);
 
 /** kvc_memcpy_h2d() / kvc_memcpy_d2h() / kvc_memcpy_d2d() : asynchronous copies on
@@ -437,6 +502,8 @@ typedef struct kvc_prefix_cache {
   void (*dec_lock_ref)(void *self, void *node);
 } kvc_prefix_cache;
 
+/** kvc_flow_create()'s arguments: the objects a flow drives (all borrowed) and the
+ *  scheduler settings SGLang reads from server_args. Fill with KVC_FLOW_CONFIG_INIT. */
 typedef struct kvc_flow_config {
   size_t struct_size;
   uint32_t version;
@@ -457,10 +524,18 @@ typedef struct kvc_flow_config {
   uint64_t reserved_[6];
 } kvc_flow_config;
 
+/** The defaults: page size 1, no objects (set req_pool and one allocator), the chunk
+ *  cache, no sliding window, no speculative decoding. */
 #define KVC_FLOW_CONFIG_INIT \
   { sizeof(kvc_flow_config), KVC_VERSION_NUMBER, 1, NULL, NULL, NULL, NULL, {0}, 0, 0, 0, 0, 0, 0, {0} }
 
-/** kvc_flow_create() : binds the objects (not owned: destroy them after the flow). */
+/** kvc_flow_create() : binds the objects (not owned: destroy them after the flow), with
+ *  KVC_CONTEXT_CANARY canary mode on the context's last KV pool. Host memory only; not
+ *  capturable (canary mode fills the pool and synchronizes).
+ *  @return KVC_ERR_INVALID_ARGUMENT for a missing req_pool, neither or both allocators, a
+ *  page size that is not the allocator's, a sliding window without an SWA allocator, a
+ *  hybrid pool over another req_pool or negative settings; KVC_ERR_VERSION,
+ *  KVC_ERR_HOST_OOM. */
 KVC_API kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_flow **out);
 /** kvc_flow_destroy() : frees the flow's scratch; the bound objects are not touched.
  *  NULL is a no-op. */
@@ -511,7 +586,7 @@ KVC_API kvc_status kvc_flow_set_decode_channel(kvc_flow *flow, kvc_decode_channe
  *  group: the cache takes [0, committed), the over-allocated tail is freed page-aligned,
  *  the Mamba state goes back when the cache does not manage it, the request row is
  *  returned. is_insert as SGLang (ignored for requests with KVC_REQ_SKIP_CACHE_INSERT).
- *  A request with no row but a Mamba slot only returns the slot (SGLang 12.9 step 1); a
+ *  A request with no row but a Mamba slot only returns the slot (as SGLang does); a
  *  request that holds neither (already released) is skipped.
  *  Device work (SWA / Mamba mapping updates) is enqueued on `stream`.
  *
@@ -687,6 +762,8 @@ typedef enum kvc_radix_event_kind {
   KVC_RADIX_ALL_BLOCKS_CLEARED = 3
 } kvc_radix_event_kind;
 
+/** One KV event. Which fields are set depends on `kind`, as marked; the pointers are
+ *  valid only during the callback. */
 typedef struct kvc_radix_event {
   kvc_radix_event_kind kind;
   int32_t block_size;       /* page size */
@@ -713,6 +790,8 @@ typedef kvc_radix_req *(*kvc_radix_req_fn)(void *user, const kvc_req_state *req)
  *  to free. */
 typedef kvc_status (*kvc_radix_free_fn)(void *user, const int64_t *slots, size_t n);
 
+/** kvc_radix_cache_create()'s arguments. Fill with KVC_RADIX_CACHE_CONFIG_INIT, then set
+ *  at least num_slots and req_of. */
 typedef struct kvc_radix_cache_config {
   size_t struct_size;
   uint32_t version;
@@ -733,6 +812,7 @@ typedef struct kvc_radix_cache_config {
   uint64_t reserved_[8];
 } kvc_radix_cache_config;
 
+/** The defaults: page size 1, LRU, no callbacks, no events. */
 #define KVC_RADIX_CACHE_CONFIG_INIT \
   { sizeof(kvc_radix_cache_config), KVC_VERSION_NUMBER, 1, KVC_RADIX_LRU, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {0} }
 
@@ -831,6 +911,7 @@ KVC_API kvc_status kvc_radix_cache_reset(kvc_radix_cache *cache);
 KVC_API kvc_status kvc_radix_cache_sizes(const kvc_radix_cache *cache, int64_t *evictable, int64_t *protected_size,
                                          int64_t *cached);
 
+/** Counters of kvc_radix_cache_stats(). */
 typedef struct kvc_radix_stats {
   int64_t nodes;         /* excluding the root */
   int64_t leaves;        /* evictable leaves (unlocked, childless) */
@@ -879,6 +960,8 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
 /** @defgroup kvc_req_pool Request-to-token pool (SGLang ReqToTokenPool)
  * @{ */
 
+/** kvc_req_to_token_pool_create()'s arguments. Fill with
+ *  KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT, then set both sizes. */
 typedef struct kvc_req_to_token_pool_config {
   size_t struct_size;
   uint32_t version;
@@ -887,6 +970,7 @@ typedef struct kvc_req_to_token_pool_config {
   uint64_t reserved_[4];
 } kvc_req_to_token_pool_config;
 
+/** This header's size and version; both sizes 0 (they must be set). */
 #define KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT \
   { sizeof(kvc_req_to_token_pool_config), KVC_VERSION_NUMBER, 0, 0, {0} }
 
@@ -921,6 +1005,8 @@ KVC_API int kvc_req_to_token_pool_is_held(const kvc_req_to_token_pool *pool, int
 /** kvc_req_to_token_pool_table() : the device table (int32, (size+1) x max_context_len,
  *  row-major), valid for the pool's life. */
 KVC_API int32_t *kvc_req_to_token_pool_table(const kvc_req_to_token_pool *pool);
+/** kvc_req_to_token_pool_size() / _max_context_len() : usable rows (config.size) and the
+ *  row width in token positions; 0 for an invalid handle. */
 KVC_API int32_t kvc_req_to_token_pool_size(const kvc_req_to_token_pool *pool);
 KVC_API int32_t kvc_req_to_token_pool_max_context_len(const kvc_req_to_token_pool *pool);
 /** kvc_req_to_token_pool_row() : the host mirror of `row` (max_context_len entries): what
@@ -942,6 +1028,8 @@ KVC_API kvc_status kvc_req_to_token_pool_write(kvc_req_to_token_pool *pool, int3
 /** @defgroup kvc_allocator Token and paged allocators (SGLang TokenToKVPoolAllocator)
  * @{ */
 
+/** Which SGLang allocator a kvc_allocator reproduces; the kind fixes the free-list order,
+ *  which is part of the contract (the same calls hand out the same slots). */
 typedef enum kvc_allocator_kind {
   KVC_ALLOCATOR_TOKEN = 0, /* page_size 1, SGLang TokenToKVPoolAllocator: FIFO reuse */
   KVC_ALLOCATOR_PAGED = 1  /* any page size, SGLang PagedTokenToKVPoolAllocator: freed pages
@@ -951,6 +1039,7 @@ typedef enum kvc_allocator_kind {
 #define KVC_ALLOCATOR_NEED_SORT 0x1u /* frees go to a side list; merged and sorted
                                         ascending when an allocation may run short */
 
+/** kvc_allocator_create()'s arguments. Fill with KVC_ALLOCATOR_CONFIG_INIT. */
 typedef struct kvc_allocator_config {
   size_t struct_size;
   uint32_t version;
@@ -961,6 +1050,7 @@ typedef struct kvc_allocator_config {
   uint64_t reserved_[4];
 } kvc_allocator_config;
 
+/** The defaults: TOKEN kind, page size 1, no flags; size 0 (it must be set). */
 #define KVC_ALLOCATOR_CONFIG_INIT \
   { sizeof(kvc_allocator_config), KVC_VERSION_NUMBER, KVC_ALLOCATOR_TOKEN, 0, 1, 0u, {0} }
 
@@ -974,7 +1064,8 @@ KVC_API void kvc_allocator_destroy(kvc_allocator *alloc);
 
 /** kvc_allocator_available_size() : free tokens, counting deferred (need_sort) frees. */
 KVC_API int64_t kvc_allocator_available_size(const kvc_allocator *alloc);
-/** kvc_allocator_size() : usable tokens = pages x page_size. */
+/** kvc_allocator_size() : usable tokens = pages x page_size. kvc_allocator_page_size() :
+ *  tokens per page (1 for TOKEN). Both 0 for an invalid handle. */
 KVC_API int64_t kvc_allocator_size(const kvc_allocator *alloc);
 KVC_API int32_t kvc_allocator_page_size(const kvc_allocator *alloc);
 
@@ -1103,19 +1194,20 @@ KVC_API kvc_status kvc_allocator_clear(kvc_allocator *alloc);
  * errors: free_swa (ps = 1) of a full slot whose mapping is 0 -> KVC_ERR_MISUSE ("peer
  * mapped"); free_full of a slot whose mapping is non-zero -> KVC_ERR_MISUSE ("peer
  * released"); with ps > 1 free_swa skips unmapped entries, as SGLang does.
- * Same slots in the same order as SGLang for the same calls (spec 14: full side
- * decided before the SWA side; both with the same lengths).
+ * Same slots in the same order as SGLang for the same calls (the full side is decided
+ * before the SWA side, both with the same lengths).
  * Allocation/free calls are NOT graph-capturable; kvc_swa_translate is. Single writer.
  * @{ */
 
 #define KVC_SWA_NEED_SORT 0x1u /* both sub-allocators get KVC_ALLOCATOR_NEED_SORT */
-#define KVC_SWA_PURE 0x2u      /* PureSWATokenToKVPoolAllocator (spec 7.10): every layer is
+#define KVC_SWA_PURE 0x2u      /* PureSWATokenToKVPoolAllocator : every layer is
                                   SWA; page_size must be 1; ONE token allocator of size_swa
                                   serves both sides; the mapping is the identity
                                   [0, 1, ..., size_swa + ps - 1, -1] and never written;
                                   free/free_swa skip slots <= 0; free_full is a no-op;
                                   alloc_extend/alloc_decode/tail -> KVC_ERR_UNSUPPORTED */
 
+/** kvc_swa_allocator_create()'s arguments. Fill with KVC_SWA_ALLOCATOR_CONFIG_INIT. */
 typedef struct kvc_swa_allocator_config {
   size_t struct_size;
   uint32_t version;
@@ -1123,7 +1215,7 @@ typedef struct kvc_swa_allocator_config {
   int64_t size_full;  /* full-attention token slots (ignored with KVC_SWA_PURE) */
   int64_t size_swa;   /* SWA token slots (ignored in ring mode) */
   int32_t page_size;  /* >= 1; size + page_size must stay below 2^31 */
-  int32_t ring_size;  /* > 0: per-request SWA ring mode (spec 7.1): SWA capacity is
+  int32_t ring_size;  /* > 0: per-request SWA ring mode: SWA capacity is
                          req rows x ring_cost (ring_cost = ring_size rounded up to pages),
                          no SWA allocation, the mapping is never written. 0 = off */
   kvc_req_to_token_pool *req_pool; /* ring mode: its free rows give the SWA capacity
@@ -1131,6 +1223,7 @@ typedef struct kvc_swa_allocator_config {
   uint64_t reserved_[4];
 } kvc_swa_allocator_config;
 
+/** The defaults: no flags, page size 1, ring mode off; both sizes 0 (set them). */
 #define KVC_SWA_ALLOCATOR_CONFIG_INIT \
   { sizeof(kvc_swa_allocator_config), KVC_VERSION_NUMBER, 0u, 0, 0, 1, 0, NULL, {0} }
 
@@ -1259,8 +1352,8 @@ KVC_API kvc_status kvc_swa_allocator_free_segment(kvc_swa_allocator *alloc, cons
 KVC_API kvc_status kvc_swa_allocator_free_full_segment(kvc_swa_allocator *alloc,
                                                        const int64_t *slots, size_t n,
                                                        int64_t start_pos);
-/** kvc_swa_allocator_free_group_begin() / _end() : spec 7.8. Begin opens a group on both
- *  sides; end releases the group's SWA frees first, then ends the full side's group.
+/** kvc_swa_allocator_free_group_begin() / _end() : SGLang's free groups over both sides,
+ *  so a batch's frees are released together. Begin opens a group on both sides; end releases the group's SWA frees first, then ends the full side's group.
  *  @return KVC_ERR_MISUSE for a nested begin or an end without begin. */
 KVC_API kvc_status kvc_swa_allocator_free_group_begin(kvc_swa_allocator *alloc);
 KVC_API kvc_status kvc_swa_allocator_free_group_end(kvc_swa_allocator *alloc);
@@ -1367,6 +1460,7 @@ KVC_API kvc_status kvc_decode_channel_create_swa(kvc_swa_allocator *alloc, kvc_r
  * may use the buffers concurrently on their own streams.
  * @{ */
 
+/** The storage layout of a kvc_kv_pool (which SGLang pool it reproduces). */
 typedef enum kvc_kv_pool_kind {
   KVC_KV_MHA = 0,      /* K and V per layer (SGLang MHATokenToKVPool) */
   KVC_KV_MHA_NOOP = 1, /* capacity accounting only, placeholder buffers (NoOpMHA...) */
@@ -1376,6 +1470,8 @@ typedef enum kvc_kv_pool_kind {
   KVC_KV_NSA = 5       /* MLA (fp8: 656-byte rows) + per-layer index-K pages */
 } kvc_kv_pool_kind;
 
+/** kvc_kv_pool_create()'s arguments: the pool's geometry, fixed for its life. Fill with
+ *  KVC_KV_POOL_CONFIG_INIT; the fields a kind does not use must stay 0. */
 typedef struct kvc_kv_pool_config {
   size_t struct_size;
   uint32_t version;
@@ -1400,6 +1496,7 @@ typedef struct kvc_kv_pool_config {
   uint64_t reserved_[8];
 } kvc_kv_pool_config;
 
+/** The defaults: MHA, page size 1, BF16, start layer 0; sizes and dims 0 (set them). */
 #define KVC_KV_POOL_CONFIG_INIT \
   { sizeof(kvc_kv_pool_config), KVC_VERSION_NUMBER, KVC_KV_MHA, 0, 1, KVC_DTYPE_BF16, 0, 0, \
     0, 0, 0, 0, 0, 0, 0, 0u, 0, {0} }
@@ -1448,7 +1545,7 @@ KVC_API kvc_status kvc_kv_pool_config_for_tp_rank(const kvc_kv_pool_config *mode
  *  range and rounded to nearest even — fused in the same launch, inputs never modified.
  *  FP4 pools quantize (e2m1 + per-16 scale bytes). One launch for K and V together.
  *  Slots outside [0, size + page_size) are skipped (never written). n == 0: no launch.
- *  @return KVC_ERR_UNSUPPORTED on a NoOp pool or a src/pool dtype pair with no
+ *  @return KVC_ERR_UNSUPPORTED on a NoOp pool or a source/pool dtype pair with no
  *  conversion, KVC_ERR_INVALID_ARGUMENT for a layer outside the pool or NULL pointers. */
 KVC_API kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc,
                                       kvc_index_type loc_type, size_t n, const void *k,
@@ -1522,6 +1619,7 @@ KVC_API kvc_status kvc_nsa_get_index_k_batch(kvc_kv_pool *pool, int32_t layer_id
 
 /* --- Descriptors, DLPack, transfer registration ------------------------------------ */
 
+/** Which buffer of a pool a descriptor, a DLPack export or a transfer region names. */
 typedef enum kvc_region_kind {
   KVC_REGION_K = 0,        /* MHA keys (FP4: packed data) */
   KVC_REGION_V = 1,        /* MHA values */
@@ -1574,8 +1672,8 @@ KVC_API kvc_status kvc_kv_pool_export_dlpack(const kvc_kv_pool *pool, kvc_region
 
 /* --- DLPack capsules for language bindings (the Python package) ---------------------
  * Plain-C end-of-life functions for DLPack tensors a binding hands out in PyCapsules,
- * so that no interpreter callback runs on a consumer's error path (see
- * src/pool/dlpack_capsule.c). The library does not link to Python. */
+ * so that no interpreter callback runs on a consumer's error path. The library does not
+ * link to Python. */
 
 /** A binding-owned tensor's manager_ctx for the relay deleters: `inner` (may be NULL)
  *  is released with inner_deleter(inner), then `done` is set to 1 for the binding to
@@ -1647,6 +1745,7 @@ KVC_API kvc_status kvc_kv_pool_copy_from_host(kvc_kv_pool *pool, const void *loc
  * Single writer.
  * @{ */
 
+/** kvc_swa_kv_pool_create()'s arguments. Fill with KVC_SWA_KV_POOL_CONFIG_INIT. */
 typedef struct kvc_swa_kv_pool_config {
   size_t struct_size;
   uint32_t version;
@@ -1664,6 +1763,8 @@ typedef struct kvc_swa_kv_pool_config {
   uint64_t reserved_[4];
 } kvc_swa_kv_pool_config;
 
+/** The defaults: BF16, page size 1, SWA dims = full dims, 65536 tokens per translate;
+ *  sizes, layer counts and lists unset. */
 #define KVC_SWA_KV_POOL_CONFIG_INIT \
   { sizeof(kvc_swa_kv_pool_config), KVC_VERSION_NUMBER, KVC_DTYPE_BF16, 0, 0, 1, 0, 0, 0, 0, 0, \
     0, 0, 0, 0, NULL, NULL, 0, {0} }
@@ -1696,7 +1797,7 @@ KVC_API kvc_status kvc_swa_kv_pool_register_allocator(kvc_swa_kv_pool *pool,
 /** kvc_swa_kv_pool_set_kv() : set_kv_buffer for a global layer (arguments as
  *  kvc_kv_pool_set_kv; `loc` holds FULL slots). Full layer: written at loc. SWA layer:
  *  written at swa_loc when non-NULL (a device vector the caller translated once per
- *  batch, same type as loc — spec 8.2), else at mapping[loc] computed by one extra
+ *  batch, same type as loc), else at mapping[loc] computed by one extra
  *  translate launch into the pool's scratch (chunks of translate_capacity). Entries
  *  that translate to -1 are skipped; to 0 land in the padding row (SGLang).
  *  Capturable (device pointers and fixed values only). @return KVC_ERR_MISUSE when an
@@ -1755,7 +1856,7 @@ KVC_API kvc_status kvc_swa_kv_pool_copy_from_host(kvc_swa_kv_pool *pool, const i
  * (intermediate) tensors are zeroed only at create, as in SGLang.
  *
  * Slot bookkeeping is on the host: a FIFO free list (initially 1..size; alloc takes from
- * the front, free appends at the back — SGLang's order, spec 14), so ids are decided
+ * the front, free appends at the back — SGLang's order), so ids are decided
  * without touching the device. Slot lists passed in are host int32 arrays; the ids
  * travel to the device inside the kernel's parameters (or one staged upload when long),
  * so each state-changing call is ONE launch over all state tensors and layers. Those
@@ -1778,6 +1879,8 @@ typedef struct kvc_mamba_shape {
                                                 (newer SGLang: the engine zeroes them later
                                                 with kvc_mamba_pool_clear_slots) */
 
+/** kvc_mamba_pool_create()'s arguments. Fill with KVC_MAMBA_POOL_CONFIG_INIT or
+ *  kvc_mamba_pool_config_default(). */
 typedef struct kvc_mamba_pool_config {
   size_t struct_size;
   uint32_t version;
@@ -1798,6 +1901,8 @@ typedef struct kvc_mamba_pool_config {
   uint64_t reserved_[4];     /* must be zero */
 } kvc_mamba_pool_config;
 
+/** The defaults: BF16 conv and F32 temporal states, layers 0..L-1, no speculative
+ *  buffers, zero on alloc; sizes and shapes unset. */
 #define KVC_MAMBA_POOL_CONFIG_INIT                                                         \
   { sizeof(kvc_mamba_pool_config), KVC_VERSION_NUMBER, 0, 0, 0, NULL, NULL,                 \
     KVC_DTYPE_BF16, KVC_DTYPE_F32, {0, 0, 0}, 0, 0, 0u, 0, {0} }
@@ -1889,9 +1994,10 @@ KVC_API kvc_status kvc_mamba_pool_layer_index(const kvc_mamba_pool *pool, int32_
 KVC_API int32_t kvc_mamba_pool_num_layers(const kvc_mamba_pool *pool);
 KVC_API int32_t kvc_mamba_pool_layer_id(const kvc_mamba_pool *pool, int32_t index);
 
-/* Descriptors. New region kinds for kvc_buffer_desc: KVC_REGION_MAMBA_CONV (a conv state
- * tensor), KVC_REGION_MAMBA_TEMPORAL, KVC_REGION_MAMBA_INTERMEDIATE_SSM and
- * KVC_REGION_MAMBA_INTERMEDIATE_CONV. */
+/* Descriptors. A Mamba pool is described two ways: whole tensors (all layers, with the
+ * speculative ones) for a binding that wraps them, and per-layer kvc_buffer_desc views of
+ * the state tensors (regions KVC_REGION_MAMBA_CONV / _TEMPORAL) as SGLang's layer cache
+ * and transfer registration see them. */
 
 /** A whole Mamba tensor (all layers; up to 6 dims). Shapes/strides in elements. */
 typedef struct kvc_mamba_tensor_desc {
@@ -1943,7 +2049,8 @@ KVC_API kvc_status kvc_mamba_pool_contiguous_infos(const kvc_mamba_pool *pool,
 /** kvc_mamba_pool_state_dims() : SGLang get_state_dim_per_tensor: for each entry of the
  *  contiguous infos, the size of dimension 2 of its tensor (conv: c[0]; temporal: t0).
  *  Unlike SGLang, speculative tensors are NOT included, so the list always matches the
- *  contiguous infos one to one (spec 15.1 quirk 10 fixed). Same cap/count rules. */
+ *  contiguous infos one to one (SGLang's longer list does not line up with its own
+ *  contiguous infos). Same cap/count rules. */
 KVC_API kvc_status kvc_mamba_pool_state_dims(const kvc_mamba_pool *pool, int64_t *out,
                                              size_t cap, size_t *count);
 /** kvc_mamba_pool_memory_bytes() : bytes of the state tensors and of the speculative
@@ -1978,7 +2085,7 @@ KVC_API kvc_status kvc_mamba_pool_copy_from_host(kvc_mamba_pool *pool, const int
 /** @defgroup kvc_hybrid Hybrid pools (SGLang HybridReqToTokenPool, HybridLinearKVPool)
  * @{ */
 
-/* --- Hybrid req-to-token pool (SGLang HybridReqToTokenPool, spec 3) ------------------ *
+/* --- Hybrid req-to-token pool (SGLang HybridReqToTokenPool) ------------------------ *
  *
  * Composes a kvc_req_to_token_pool and a kvc_mamba_pool, both created by the caller and
  * borrowed (they must outlive this object; do not free rows/slots behind its back while
@@ -1991,6 +2098,7 @@ KVC_API kvc_status kvc_mamba_pool_copy_from_host(kvc_mamba_pool *pool, const int
 #define KVC_HYBRID_TRACK 0x1u /* enable_mamba_extra_buffer: ping-pong track buffers */
 #define KVC_HYBRID_LAZY 0x2u  /* lazy mode: 1 track slot at alloc, other entries -1 */
 
+/** kvc_hybrid_req_pool_create()'s arguments. Fill with KVC_HYBRID_REQ_POOL_CONFIG_INIT. */
 typedef struct kvc_hybrid_req_pool_config {
   size_t struct_size;
   uint32_t version;
@@ -2002,6 +2110,7 @@ typedef struct kvc_hybrid_req_pool_config {
   uint64_t reserved_[4];
 } kvc_hybrid_req_pool_config;
 
+/** The defaults: no flags, pp 2; both pools unset. */
 #define KVC_HYBRID_REQ_POOL_CONFIG_INIT \
   { sizeof(kvc_hybrid_req_pool_config), KVC_VERSION_NUMBER, 0u, 0, 0, NULL, NULL, {0} }
 
@@ -2012,13 +2121,14 @@ KVC_API kvc_status kvc_hybrid_req_pool_create(kvc_context *ctx, const kvc_hybrid
 /** kvc_hybrid_req_pool_destroy() : frees the mappings (the borrowed pools stay). NULL is
  *  a no-op. */
 KVC_API void kvc_hybrid_req_pool_destroy(kvc_hybrid_req_pool *pool);
+/** kvc_hybrid_req_pool_pp() : track slots per request (1 or 2); 0 for an invalid handle. */
 KVC_API int32_t kvc_hybrid_req_pool_pp(const kvc_hybrid_req_pool *pool);
 
 /** kvc_hybrid_req_pool_alloc() : SGLang alloc(reqs). rows[n], mamba_slots[n] and (with
  *  TRACK) pp_slots[n * pp] are in/out: rows as kvc_req_to_token_pool_alloc; a mamba slot
  *  <= 0 receives a new one (a slot > 0 must be held in the Mamba pool and is kept); a
  *  request whose pp_slots row is all <= 0 gets pp new track slots (LAZY: 1, the rest -1);
- *  order per request: running slot then its track slots (spec 14). The Mamba slots are
+ *  order per request: running slot then its track slots (SGLang's order). The Mamba slots are
  *  zeroed by the Mamba pool (one launch) unless it has NO_ZERO_ON_ALLOC; then ONE launch
  *  writes the mapping rows of all n requests. pp_slots may be NULL without TRACK.
  *  @return KVC_ERR_OUT_OF_SLOTS when rows or Mamba slots run short — the rows taken are
@@ -2059,11 +2169,13 @@ KVC_API kvc_mamba_pool *kvc_hybrid_req_pool_mamba_pool(const kvc_hybrid_req_pool
  *  mappings (host; one device memset each). */
 KVC_API kvc_status kvc_hybrid_req_pool_clear(kvc_hybrid_req_pool *pool, kvc_stream stream);
 
-/* --- Hybrid linear KV pool (SGLang HybridLinearKVPool, spec 9.8) --------------------- *
- * A full-attention kvc_kv_pool (MHA or MLA kinds; owned) over the full-attention layers
+/* --- Hybrid linear KV pool (SGLang HybridLinearKVPool) --------------------------- *
+ * A full-attention kvc_kv_pool (MHA, MLA, their FP4 kinds or NoOp; owned) over the
+ * full-attention layers
  * only, next to a borrowed Mamba pool. Global layer ids are translated to pool layers;
  * a non-full layer -> KVC_ERR_INVALID_ARGUMENT (SGLang ValueError). */
 
+/** kvc_hybrid_kv_pool_create()'s arguments. Fill with KVC_HYBRID_KV_POOL_CONFIG_INIT. */
 typedef struct kvc_hybrid_kv_pool_config {
   size_t struct_size;
   uint32_t version;
@@ -2075,9 +2187,18 @@ typedef struct kvc_hybrid_kv_pool_config {
   uint64_t reserved_[4];
 } kvc_hybrid_kv_pool_config;
 
+/** This header's size and version; layers, geometry and Mamba pool unset. */
 #define KVC_HYBRID_KV_POOL_CONFIG_INIT \
   { sizeof(kvc_hybrid_kv_pool_config), KVC_VERSION_NUMBER, 0, NULL, NULL, NULL, {0} }
 
+/** kvc_hybrid_kv_pool_create() : creates the owned full-attention pool from config.kv
+ *  (layer_num = num_full_layers, start_layer 0, so the pool's layer i is
+ *  full_layer_ids[i]) and the global-id routing table; borrows mamba_pool (it must
+ *  outlive this object). Allocates and zero-fills device memory as kvc_kv_pool_create
+ *  and synchronizes once; not capturable. *out is written only on success.
+ *  @return KVC_ERR_INVALID_ARGUMENT for no layers, a NULL list or geometry, a kind other
+ *  than MHA / MLA / their FP4 kinds / NoOp, a layer id outside [0, 2^20) or listed twice;
+ *  KVC_ERR_VERSION; the errors of kvc_kv_pool_create. */
 KVC_API kvc_status kvc_hybrid_kv_pool_create(kvc_context *ctx, const kvc_hybrid_kv_pool_config *config,
                                              kvc_hybrid_kv_pool **out);
 /** kvc_hybrid_kv_pool_destroy() : destroys the owned full-attention pool. NULL is a
@@ -2450,6 +2571,7 @@ typedef struct kvc_mla_buffer {
   uint64_t reserved_[4];  /* must be zero */
 } kvc_mla_buffer;
 
+/** The defaults: ROWS format, BF16, dense strides; pointers, rows and dims unset. */
 #define KVC_MLA_BUFFER_INIT \
   { sizeof(kvc_mla_buffer), KVC_VERSION_NUMBER, KVC_MLA_ROWS, NULL, NULL, 0, 0, 0, KVC_DTYPE_BF16, 0, 0, 0, {0} }
 
