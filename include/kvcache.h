@@ -101,11 +101,14 @@ extern "C" {
  *   - "Graph-capturable" means the call may be made while `stream` is being captured
  *     into a CUDA graph: it launches kernels whose parameters are all device pointers or
  *     values fixed for the life of the graph, allocates nothing and reads nothing back.
- *     A call with a stream is capturable only where its comment or its section says so. Calls that are
- *     host only (they say "host only", "no device work", or take no stream and no flow,
- *     such as every accessor) may be made at any time, a capture in progress or not:
- *     they capture nothing. Create, destroy and every call that synchronizes must not be
- *     made while a stream of the context's device is being captured.
+ *     A call with a stream is capturable only where its comment or its section says
+ *     so. Kernels are compiled by NVRTC at their first use: make each capturable call
+ *     once before capturing it (kvc_context_precompile does it for the ops).
+ *   - Calls that are host only (they say "host only" or "no device work", or take no
+ *     stream and no flow, as every accessor) may be made at any time, a capture in
+ *     progress or not: they capture nothing. Create, destroy and every call that
+ *     synchronizes must not be made while a stream of the context's device is being
+ *     captured.
  *
  * Threads and lifetime.
  *   - Thread rules: nothing is thread-safe unless stated. A context may be used from
@@ -376,7 +379,7 @@ KVC_API kvc_status kvc_memcpy_d2d(kvc_context *ctx, void *dst_device, const void
 KVC_API kvc_status kvc_memset_d8(kvc_context *ctx, void *dst_device, uint8_t value, size_t bytes,
                                  kvc_stream stream);
 /** kvc_stream_synchronize() : waits for all work on `stream`. The only blocking call;
- *  never used by the library itself on the scheduler path. */
+ *  never used by the library itself on the scheduler path. Not capturable (it waits). */
 KVC_API kvc_status kvc_stream_synchronize(kvc_context *ctx, kvc_stream stream);
 
 /* --- Kernel compilation ------------------------------------------------------------ */
@@ -547,6 +550,7 @@ KVC_API void kvc_flow_destroy(kvc_flow *flow);
  *  prefix_slots + the new slots) in one launch. out_cache_loc (device int64, sum of
  *  seq_len - prefix_len entries) receives the new slots in request order. Sets
  *  kv_allocated_len = kv_committed_len = seq_len on success.
+ *  Not capturable.
  *  @return KVC_ERR_OUT_OF_SLOTS (rows taken by this call are given back, nothing else
  *  changed; the message carries the available/evictable figures), argument errors,
  *  KVC_ERR_MISUSE for a request listed twice or a row not held, found before any
@@ -562,6 +566,8 @@ KVC_API kvc_status kvc_flow_alloc_for_extend(kvc_flow *flow, kvc_req_state *cons
  *  encoder tokens in seq_len; the new token's position is then SGLang's encoder_lens +
  *  seq_lens, and last_loc is the slot before it (SGLang reads position seq_lens - 1,
  *  which lies in the encoder part — harmless only because it uses page size 1 there).
+ *  Not capturable (with a decode channel the step's own writes go through the channel's
+ *  captured kernel).
  *  @return KVC_ERR_MISUSE for a request listed twice or without a held row, checked for
  *  the whole batch before the window eviction (nothing changed); the errors of the
  *  allocator's alloc_decode / alloc_extend. */
@@ -610,7 +616,7 @@ KVC_API kvc_status kvc_flow_set_decode_channel(kvc_flow *flow, kvc_decode_channe
  *  cache_finished_req is not called again for a request it took (release such a request
  *  again before any other flow call on it). A callback must change nothing when it fails
  *  (the chunk and session caches do). The batch is not all-or-nothing: a cache callback
- *  and a device mapping update cannot be taken back. */
+ *  and a device mapping update cannot be taken back. Not capturable. */
 KVC_API kvc_status kvc_flow_release(kvc_flow *flow, kvc_req_state *const *reqs, size_t n,
                                     int is_insert, kvc_stream stream);
 
@@ -627,7 +633,9 @@ KVC_API kvc_status kvc_flow_evict(kvc_flow *flow, int64_t num_tokens);
  *  pre_len - window (- one page margin unless swa_drop_page_margin), never below
  *  max(cache_protected_len, swa_evict_floor rounded up to a page); advances
  *  swa_evicted_seqlen. The flows call it for every request before allocating when a
- *  sliding window is configured. @return KVC_ERR_UNSUPPORTED without an SWA allocator,
+ *  sliding window is configured. Device work (the mapping entries zeroed) on `stream`;
+ *  not capturable.
+ *  @return KVC_ERR_UNSUPPORTED without an SWA allocator,
  *  KVC_ERR_INVALID_ARGUMENT for a cache_protected_len that is not page-aligned. */
 KVC_API kvc_status kvc_flow_free_swa_out_of_window(kvc_flow *flow, kvc_req_state *req, int64_t pre_len,
                                                    kvc_stream stream);
@@ -857,9 +865,10 @@ KVC_API kvc_status kvc_radix_cache_match_req(kvc_radix_cache *cache, kvc_req_sta
 
 /** kvc_radix_cache_insert() : SGLang insert of tokens[0:n) -> slots[0:n) (floored to whole
  *  pages) with `priority` (raised to on every node of the key's path; a node split by
- *  the insert passes it to its upper part only): existing values are never overwritten; the incoming slots of
- *  tokens already present that differ from the tree's are freed (through flow, else the
- *  free_slots hook); slots of the unaligned tail are not taken (the caller keeps them).
+ *  the insert passes it to its upper part only): existing values are never overwritten;
+ *  the incoming slots of tokens already present that differ from the tree's are freed
+ *  (through flow, else the free_slots hook); slots of the unaligned tail are not taken
+ *  (the caller keeps them).
  *  *prefix_len (may be NULL) gets the number of tokens already present.
  *  @return KVC_ERR_INVALID_ARGUMENT for a slot outside [1, num_slots + page_size - 1] or,
  *  with page_size > 1, slots of a page that are not one allocator page (a page-aligned
@@ -977,8 +986,8 @@ typedef struct kvc_req_to_token_pool_config {
 /** kvc_req_to_token_pool_create() : a zero-filled device int32 table of (size + 1) rows x
  *  max_context_len (row 0 is padding) and its host mirror; free rows 1..size (FIFO).
  *  @return KVC_ERR_INVALID_ARGUMENT for sizes < 1 or a table of more than 2^31 entries
- *  ((size + 1) x max_context_len), KVC_ERR_DEVICE_OOM / KVC_ERR_HOST_OOM. Synchronizes the default stream once
- *  (zero fill). */
+ *  ((size + 1) x max_context_len), KVC_ERR_DEVICE_OOM / KVC_ERR_HOST_OOM. Synchronizes
+ *  the default stream once (zero fill); not capturable. */
 KVC_API kvc_status kvc_req_to_token_pool_create(kvc_context *ctx,
                                                 const kvc_req_to_token_pool_config *config,
                                                 kvc_req_to_token_pool **out);
@@ -1015,6 +1024,7 @@ KVC_API int32_t kvc_req_to_token_pool_max_context_len(const kvc_req_to_token_poo
 KVC_API const int32_t *kvc_req_to_token_pool_row(const kvc_req_to_token_pool *pool, int32_t row);
 /** kvc_req_to_token_pool_write() : row[start : start + n) = slots[0:n) (host int64 slots,
  *  each in [0, 2^31)), in the mirror and on the device (one launch on `stream`).
+ *  Not capturable (the slots travel in the launch).
  *  @return KVC_ERR_INVALID_ARGUMENT when the range leaves the row or a slot is out of
  *  range; KVC_ERR_MISUSE when `row` is not held. */
 KVC_API kvc_status kvc_req_to_token_pool_write(kvc_req_to_token_pool *pool, int32_t row,
@@ -1103,6 +1113,8 @@ KVC_API kvc_status kvc_allocator_alloc(kvc_allocator *alloc, int64_t n, int64_t 
  *  row[0 : prefix) = prefix_slots[i][0 : prefix) (host int64, e.g. a radix-cache match);
  *  the host mirror is updated too. out_host (may be NULL) receives the slots,
  *  concatenated in request order; out_device (may be NULL) likewise on the device (int64).
+ *  One launch on `stream` when req_pool or out_device is given (none otherwise); not
+ *  capturable.
  *  @return KVC_ERR_OUT_OF_SLOTS when not enough pages (no page or row changes; checked
  *  before anything is launched; a need_sort merge that SGLang's trigger fires before the
  *  shortage is kept, as in SGLang, so later calls get SGLang's slots),
@@ -1125,6 +1137,8 @@ KVC_API kvc_status kvc_allocator_alloc_extend(kvc_allocator *alloc, size_t batch
  *  (also right for ps == 1, where SGLang's page count has a quirk; the TOKEN kind takes
  *  one slot per request from the front).
  *  With req_pool, row[seq-1] = new slot in the same launch. Outputs as alloc_extend.
+ *  One launch on `stream` when req_pool or out_device is given; not capturable (use a
+ *  decode channel inside a graph).
  *  @return as kvc_allocator_alloc_extend. */
 KVC_API kvc_status kvc_allocator_alloc_decode(kvc_allocator *alloc, size_t batch_size,
                                               const int64_t *seq_lens, const int64_t *last_locs,
@@ -1273,7 +1287,8 @@ KVC_API int64_t kvc_swa_allocator_mapping_length(const kvc_swa_allocator *alloc)
 KVC_API kvc_status kvc_swa_allocator_translate_host(const kvc_swa_allocator *alloc, const int64_t *full,
                                                     size_t n, int64_t *out);
 
-/** kvc_swa_allocator_translate() : kvc_swa_translate through the allocator's mapping. */
+/** kvc_swa_allocator_translate() : kvc_swa_translate through the allocator's mapping.
+ *  Graph-capturable, as kvc_swa_translate. */
 KVC_API kvc_status kvc_swa_allocator_translate(const kvc_swa_allocator *alloc, const void *loc,
                                                kvc_index_type loc_type, void *out,
                                                kvc_index_type out_type, size_t n, kvc_stream stream);
@@ -1281,6 +1296,7 @@ KVC_API kvc_status kvc_swa_allocator_translate(const kvc_swa_allocator *alloc, c
 /** kvc_swa_allocator_alloc() : SGLang alloc(n), page_size 1 only: n full slots (FIFO
  *  front) and n SWA slots, mapping[f[i]] = w[i] (one launch). out_host (may be NULL):
  *  the full slots; out_device (int64, may be NULL): the same on the device.
+ *  Not capturable.
  *  @return KVC_ERR_OUT_OF_SLOTS when either side is short (nothing changed),
  *  KVC_ERR_UNSUPPORTED for page_size > 1. */
 KVC_API kvc_status kvc_swa_allocator_alloc(kvc_swa_allocator *alloc, int64_t n, int64_t *out_host,
@@ -1308,6 +1324,7 @@ KVC_API kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *alloc, size
 /** kvc_swa_allocator_alloc_decode() : SGLang alloc_decode, both sides or none (see
  *  kvc_allocator_alloc_decode for the arguments). One launch on `stream` writes
  *  out_cache_loc, the req_to_token entries and the full->SWA mapping of the new slots.
+ *  Not capturable (kvc_decode_channel_create_swa gives a capturable path).
  *  @return as alloc_extend. */
 KVC_API kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *alloc, size_t batch_size,
                                                   const int64_t *seq_lens, const int64_t *last_locs,
@@ -1319,7 +1336,8 @@ KVC_API kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *alloc, size
  *  7.5): full slots for the whole extend, SWA slots only for the last swa_tail_len
  *  tokens, allocated as a fresh sequence (prefix 0, last_loc -1: offsets start at 0 of a
  *  new page, so they need not mirror the full offsets); mapping[f[e - tail:]] = w, the
- *  other new full slots stay 0. @return KVC_ERR_INVALID_ARGUMENT unless 0 <= swa_tail_len
+ *  other new full slots stay 0. One launch on `stream`; not capturable.
+ *  @return KVC_ERR_INVALID_ARGUMENT unless 0 <= swa_tail_len
  *  <= seq_len - prefix_len; otherwise as alloc_extend. */
 KVC_API kvc_status kvc_swa_allocator_alloc_extend_swa_tail(
     kvc_swa_allocator *alloc, int64_t prefix_len, int64_t seq_len, int64_t last_loc,
@@ -1328,6 +1346,7 @@ KVC_API kvc_status kvc_swa_allocator_alloc_extend_swa_tail(
 
 /** kvc_swa_allocator_free() : free_swa then free_full of the same slots (SGLang order:
  *  the SWA half reads the mapping). Validated as a whole first. n == 0: no-op.
+ *  The mapping entries are zeroed with one launch on `stream`; not capturable.
  *  @return KVC_ERR_MISUSE for slot 0, out-of-range or not-held slots, and the invariant
  *  violations above; nothing changed. */
 KVC_API kvc_status kvc_swa_allocator_free(kvc_swa_allocator *alloc, const int64_t *slots, size_t n,
@@ -1336,7 +1355,8 @@ KVC_API kvc_status kvc_swa_allocator_free(kvc_swa_allocator *alloc, const int64_
  *  and zeroes their mapping entries (host + one device launch). ps = 1: every slot must
  *  have a peer ("peer mapped"). ps > 1: every slot of every page touched is cleared and
  *  its peer released; unmapped entries are skipped. Inside a free group the SWA frees are
- *  recorded and released (sorted-unique) at kvc_swa_allocator_free_group_end(). */
+ *  recorded and released (sorted-unique) at kvc_swa_allocator_free_group_end(). Not
+ *  capturable. */
 KVC_API kvc_status kvc_swa_allocator_free_swa(kvc_swa_allocator *alloc, const int64_t *slots,
                                               size_t n, kvc_stream stream);
 /** kvc_swa_allocator_free_full() : releases full slots whose SWA peers were already
@@ -1344,7 +1364,7 @@ KVC_API kvc_status kvc_swa_allocator_free_swa(kvc_swa_allocator *alloc, const in
 KVC_API kvc_status kvc_swa_allocator_free_full(kvc_swa_allocator *alloc, const int64_t *slots,
                                                size_t n);
 /** kvc_swa_allocator_free_segment() : free_swa(slots) then the full side's
- *  kvc_allocator_free_segment(slots, start_pos). PURE: = free. */
+ *  kvc_allocator_free_segment(slots, start_pos). PURE: = free. Not capturable. */
 KVC_API kvc_status kvc_swa_allocator_free_segment(kvc_swa_allocator *alloc, const int64_t *slots,
                                                   size_t n, int64_t start_pos, kvc_stream stream);
 /** kvc_swa_allocator_free_full_segment() : "peer released" guard, then the full side's
@@ -1353,12 +1373,13 @@ KVC_API kvc_status kvc_swa_allocator_free_full_segment(kvc_swa_allocator *alloc,
                                                        const int64_t *slots, size_t n,
                                                        int64_t start_pos);
 /** kvc_swa_allocator_free_group_begin() / _end() : SGLang's free groups over both sides,
- *  so a batch's frees are released together. Begin opens a group on both sides; end releases the group's SWA frees first, then ends the full side's group.
+ *  so a batch's frees are released together. Begin opens a group on both sides; end
+ *  releases the group's SWA frees first, then ends the full side's group. Host only.
  *  @return KVC_ERR_MISUSE for a nested begin or an end without begin. */
 KVC_API kvc_status kvc_swa_allocator_free_group_begin(kvc_swa_allocator *alloc);
 KVC_API kvc_status kvc_swa_allocator_free_group_end(kvc_swa_allocator *alloc);
 /** kvc_swa_allocator_clear() : both sides free again (ascending), groups closed, mapping
- *  zeroed except its last -1 (host, and one device memset on `stream`). */
+ *  zeroed except its last -1 (host, and one device memset on `stream`). Not capturable. */
 KVC_API kvc_status kvc_swa_allocator_clear(kvc_swa_allocator *alloc, kvc_stream stream);
 
 /** @} */ /* end of kvc_swa_allocator */
@@ -1515,7 +1536,8 @@ KVC_API kvc_status kvc_kv_pool_create(kvc_context *ctx, const kvc_kv_pool_config
  *  buffers may be pending, and no DLPack tensor exported from it may still be used.
  *  NULL is a no-op. */
 KVC_API void kvc_kv_pool_destroy(kvc_kv_pool *pool);
-/** kvc_kv_pool_clear() : zero-fills every buffer on `stream` (capacity unchanged). */
+/** kvc_kv_pool_clear() : zero-fills every buffer on `stream` (capacity unchanged).
+ *  One memset on `stream`, never synchronizes; not capturable. */
 KVC_API kvc_status kvc_kv_pool_clear(kvc_kv_pool *pool, kvc_stream stream);
 
 /** kvc_kv_pool_size_bytes() : bytes of K-side and V-side storage (MLA/NSA: all in k,
@@ -1545,6 +1567,7 @@ KVC_API kvc_status kvc_kv_pool_config_for_tp_rank(const kvc_kv_pool_config *mode
  *  range and rounded to nearest even — fused in the same launch, inputs never modified.
  *  FP4 pools quantize (e2m1 + per-16 scale bytes). One launch for K and V together.
  *  Slots outside [0, size + page_size) are skipped (never written). n == 0: no launch.
+ *  Graph-capturable once compiled (the scales are fixed values or a device float).
  *  @return KVC_ERR_UNSUPPORTED on a NoOp pool or a source/pool dtype pair with no
  *  conversion, KVC_ERR_INVALID_ARGUMENT for a layer outside the pool or NULL pointers. */
 KVC_API kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc,
@@ -1573,6 +1596,7 @@ KVC_API kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, cons
  *  (n rows each) converted to out_dtype; FP4 pools dequantize only these rows (never a
  *  whole layer). MLA kinds: the whole latent row into k_out (v_out may be NULL and is
  *  never written). MHA kinds: a NULL v_out reads K only.
+ *  One launch on `stream`; graph-capturable once compiled.
  *  @return KVC_ERR_INVALID_ARGUMENT for NULL loc or k_out with n > 0. */
 KVC_API kvc_status kvc_kv_pool_gather_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc,
                                          kvc_index_type loc_type, size_t n, void *k_out,
@@ -1581,7 +1605,9 @@ KVC_API kvc_status kvc_kv_pool_gather_kv(kvc_kv_pool *pool, int32_t layer_id, co
 /** kvc_kv_pool_set_mla_kv() : MLA/NSA: row loc[i] = [nope[i] (kv_lora_rank) | rope[i]
  *  (qk_rope_head_dim)], converted from src_dtype (NSA fp8: quantized per 128 values
  *  into the 656-byte layout; an all-zero tile stores scale 0 and zero codes). Strides in
- *  elements (0 = contiguous). One launch. */
+ *  elements (0 = contiguous). One launch. Graph-capturable once compiled. @return as
+ *  kvc_set_mla_kv, plus KVC_ERR_INVALID_ARGUMENT for a layer outside the pool,
+ *  KVC_ERR_UNSUPPORTED for a pool without MLA rows. */
 KVC_API kvc_status kvc_kv_pool_set_mla_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc,
                                           kvc_index_type loc_type, size_t n, const void *nope,
                                           const void *rope, kvc_dtype src_dtype,
@@ -1590,27 +1616,34 @@ KVC_API kvc_status kvc_kv_pool_set_mla_kv(kvc_kv_pool *pool, int32_t layer_id, c
 
 /** kvc_kv_pool_get_mla_kv() : MLA/NSA: rows loc[i] split into nope_out (n x kv_lora_rank)
  *  and rope_out (n x qk_rope_head_dim), converted to out_dtype (NSA fp8 rows are
- *  dequantized). No power-of-two restriction. */
+ *  dequantized). No power-of-two restriction. One launch; graph-capturable once compiled.
+ *  @return as kvc_kv_pool_set_mla_kv. */
 KVC_API kvc_status kvc_kv_pool_get_mla_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc,
                                           kvc_index_type loc_type, size_t n, void *nope_out,
                                           void *rope_out, kvc_dtype out_dtype, kvc_stream stream);
 
 /** kvc_nsa_set_index_k() : NSA SetKAndS: for i < n, the 128 fp8 key bytes of row i of
  *  index_k (row stride 128 bytes) and scale[i] (float) go to token loc[i] of the layer's
- *  index pages (page loc/ps, keys then scales within a page). loc is int64 or int32. */
+ *  index pages (page loc/ps, keys then scales within a page). loc is int64 or int32. One
+ *  launch on `stream`; graph-capturable. @return KVC_ERR_UNSUPPORTED for a pool that is
+ *  not NSA, KVC_ERR_INVALID_ARGUMENT for a layer outside it or NULL pointers with n > 0. */
 KVC_API kvc_status kvc_nsa_set_index_k(kvc_kv_pool *pool, int32_t layer_id, const void *loc,
                                        kvc_index_type loc_type, size_t n, const uint8_t *index_k,
                                        const float *scale, kvc_stream stream);
 /** kvc_nsa_get_index_k() : GetK/GetS for one sequence of seq_len tokens whose pages are
  *  page_indices[ceil(seq_len/ps)] (device int32): out_k (seq_len x 128 bytes) and/or
  *  out_scale (seq_len x 4 bytes), either may be NULL. Lengths are run-time values: no
- *  recompilation per length. */
+ *  recompilation per length. One launch on `stream`; capturable, with seq_len frozen in
+ *  the graph (it travels in the launch). @return as kvc_nsa_set_index_k, and for seq_len
+ *  outside [0, 2^31). */
 KVC_API kvc_status kvc_nsa_get_index_k(kvc_kv_pool *pool, int32_t layer_id, int64_t seq_len,
                                        const int32_t *page_indices, uint8_t *out_k,
                                        uint8_t *out_scale, kvc_stream stream);
 /** kvc_nsa_get_index_k_batch() : GetKAndS for a batch: page table (batch x table_width,
  *  device int32, row-major), seq_lens (device int32), outputs packed by sequence
- *  (seq_len_sum rows). max_seq_len bounds the grid. */
+ *  (seq_len_sum rows). max_seq_len bounds the grid. One launch on `stream`; capturable
+ *  with batch, seq_len_sum and max_seq_len frozen in the graph. @return as
+ *  kvc_nsa_get_index_k. */
 KVC_API kvc_status kvc_nsa_get_index_k_batch(kvc_kv_pool *pool, int32_t layer_id, size_t batch,
                                              const int32_t *page_table, int64_t table_width,
                                              const int32_t *seq_lens, int64_t seq_len_sum,
@@ -1721,11 +1754,15 @@ KVC_API kvc_status kvc_kv_pool_host_copy_bytes(const kvc_kv_pool *pool, size_t n
  *  in ONE kernel launch on `stream` that writes host memory directly; no device-wide
  *  synchronize. The data is valid once the stream reaches that point. Layout: for each
  *  buffer in describe() order, n rows. NSA index pages: requires page-aligned,
- *  page-contiguous runs of loc (as SGLang), copies the covered pages. */
+ *  page-contiguous runs of loc (as SGLang), copies the covered pages. Capturable: every
+ *  launch parameter is a pointer or n, frozen at capture. @return KVC_ERR_UNSUPPORTED for
+ *  a NoOp pool, KVC_ERR_INVALID_ARGUMENT for NULL loc or host with n > 0. */
 KVC_API kvc_status kvc_kv_pool_copy_to_host(kvc_kv_pool *pool, const void *loc,
                                             kvc_index_type loc_type, size_t n, void *host,
                                             kvc_stream stream);
-/** kvc_kv_pool_copy_from_host() : the inverse scatter, one launch. */
+/** kvc_kv_pool_copy_from_host() : the inverse scatter, one launch.
+ *  `host` must stay unchanged until the stream passes the launch. Capturable as
+ *  kvc_kv_pool_copy_to_host; same errors. */
 KVC_API kvc_status kvc_kv_pool_copy_from_host(kvc_kv_pool *pool, const void *loc,
                                               kvc_index_type loc_type, size_t n,
                                               const void *host, kvc_stream stream);
@@ -1949,7 +1986,8 @@ KVC_API kvc_status kvc_mamba_pool_free(kvc_mamba_pool *pool, const int32_t *slot
 /** kvc_mamba_pool_alloc_group_begin() : newer SGLang MambaSlotAllocator group: reserves
  *  the first k free ids (when k are available; otherwise reserves nothing and later
  *  allocs take the normal path) and zeroes them in one launch on `stream`, so a batch's
- *  alloc(1) calls cost no launch each. @return KVC_ERR_MISUSE if a group is open. */
+ *  alloc(1) calls cost no launch each. Not capturable.
+ *  @return KVC_ERR_MISUSE if a group is open. */
 KVC_API kvc_status kvc_mamba_pool_alloc_group_begin(kvc_mamba_pool *pool, size_t k,
                                                     kvc_stream stream);
 /** kvc_mamba_pool_alloc_group_end() : returns the reserved ids not handed out to the back
@@ -1979,6 +2017,7 @@ KVC_API kvc_status kvc_mamba_pool_copy_from(kvc_mamba_pool *pool, const int32_t 
 /** kvc_mamba_pool_fork_from() : SGLang fork_from: *out_slot = alloc(1), then copy_from(
  *  src, *out_slot) — one launch in all (the copy overwrites every row the zeroing would
  *  have written, so the zero launch is elided; the result is the same).
+ *  Not capturable.
  *  @return KVC_ERR_OUT_OF_SLOTS (nothing changed; SGLang None), KVC_ERR_INVALID_ARGUMENT
  *  for src outside [0, size]. */
 KVC_API kvc_status kvc_mamba_pool_fork_from(kvc_mamba_pool *pool, int32_t src, int32_t *out_slot,
@@ -2073,7 +2112,7 @@ KVC_API kvc_status kvc_mamba_pool_copy_to_host(kvc_mamba_pool *pool, const int32
                                                size_t n, void *host, kvc_stream stream);
 /** kvc_mamba_pool_copy_from_host() : the inverse scatter (SGLang load_cpu_copy), one
  *  launch. `host` must stay unchanged until the stream passes the launch. Duplicate ids:
- *  one unspecified row wins. */
+ *  one unspecified row wins. Not capturable. */
 KVC_API kvc_status kvc_mamba_pool_copy_from_host(kvc_mamba_pool *pool, const int32_t *slots,
                                                  size_t n, const void *host,
                                                  kvc_stream stream);
@@ -2131,6 +2170,7 @@ KVC_API int32_t kvc_hybrid_req_pool_pp(const kvc_hybrid_req_pool *pool);
  *  order per request: running slot then its track slots (SGLang's order). The Mamba slots are
  *  zeroed by the Mamba pool (one launch) unless it has NO_ZERO_ON_ALLOC; then ONE launch
  *  writes the mapping rows of all n requests. pp_slots may be NULL without TRACK.
+ *  Not capturable.
  *  @return KVC_ERR_OUT_OF_SLOTS when rows or Mamba slots run short — the rows taken are
  *  rolled back and nothing changes (SGLang asserts); errors of the composed pools. */
 KVC_API kvc_status kvc_hybrid_req_pool_alloc(kvc_hybrid_req_pool *pool, size_t n, int32_t *rows,
@@ -2141,12 +2181,15 @@ KVC_API kvc_status kvc_hybrid_req_pool_alloc(kvc_hybrid_req_pool *pool, size_t n
  *  frees all, else keep must be 0/1 (< pp); pp 2 frees entry 1 - keep, pp 1 frees
  *  nothing; -1 entries (lazy) are skipped. The freed entries are cleared in the mirrors
  *  and on the device (one launch). The req row itself is freed with
- *  kvc_req_to_token_pool_free. @return KVC_ERR_MISUSE when the row has no Mamba slot. */
+ *  kvc_req_to_token_pool_free. Not capturable.
+ *  @return KVC_ERR_MISUSE when the row has no Mamba slot. */
 KVC_API kvc_status kvc_hybrid_req_pool_free_mamba_cache(kvc_hybrid_req_pool *pool, int32_t row,
                                                         int32_t keep, kvc_stream stream);
 /** kvc_hybrid_req_pool_set_track_slot() : newer SGLang set_mamba_ping_pong_slot: entry
  *  `index` of row's track vector = slot (-1 = none; a slot > 0 must be held in the Mamba
- *  pool); one launch. */
+ *  pool); one launch. Not capturable. @return KVC_ERR_UNSUPPORTED without track buffers,
+ *  KVC_ERR_INVALID_ARGUMENT for a row or index out of range, KVC_ERR_MISUSE for slot 0,
+ *  below -1 or not held. */
 KVC_API kvc_status kvc_hybrid_req_pool_set_track_slot(kvc_hybrid_req_pool *pool, int32_t row,
                                                       int32_t index, int32_t slot, kvc_stream stream);
 /** kvc_hybrid_req_pool_mamba_slot() / _track_slots() : host mirror reads (0 / -1 = none). */
@@ -2166,7 +2209,7 @@ KVC_API kvc_status kvc_hybrid_req_pool_get_mamba_indices(const kvc_hybrid_req_po
 KVC_API kvc_req_to_token_pool *kvc_hybrid_req_pool_req_pool(const kvc_hybrid_req_pool *pool);
 KVC_API kvc_mamba_pool *kvc_hybrid_req_pool_mamba_pool(const kvc_hybrid_req_pool *pool);
 /** kvc_hybrid_req_pool_clear() : clears the req pool and the Mamba pool and zeroes both
- *  mappings (host; one device memset each). */
+ *  mappings (host; one device memset each). Not capturable. */
 KVC_API kvc_status kvc_hybrid_req_pool_clear(kvc_hybrid_req_pool *pool, kvc_stream stream);
 
 /* --- Hybrid linear KV pool (SGLang HybridLinearKVPool) --------------------------- *
@@ -2212,7 +2255,9 @@ KVC_API kvc_mamba_pool *kvc_hybrid_kv_pool_mamba(const kvc_hybrid_kv_pool *pool)
 /** kvc_hybrid_kv_pool_layer() : global id -> full-pool layer (KVC_ERR_INVALID_ARGUMENT). */
 KVC_API kvc_status kvc_hybrid_kv_pool_layer(const kvc_hybrid_kv_pool *pool, int32_t layer_id,
                                             int32_t *index);
-/** Forwarders with translated layer ids: same contracts as the kvc_kv_pool_* calls. */
+/** Forwarders with translated layer ids: same contracts as the kvc_kv_pool_* calls.
+ *  Plus KVC_ERR_INVALID_ARGUMENT for a layer that is not a full-attention layer of this
+ *  pool. */
 KVC_API kvc_status kvc_hybrid_kv_pool_set_kv(kvc_hybrid_kv_pool *pool, int32_t layer_id, const void *loc,
                                              kvc_index_type loc_type, size_t n, const void *k,
                                              const void *v, kvc_dtype src_dtype, int64_t k_stride,
@@ -2236,7 +2281,8 @@ KVC_API kvc_status kvc_hybrid_kv_pool_get_mla_kv(kvc_hybrid_kv_pool *pool, int32
  *  (the descriptor's layer_id is the global id). */
 KVC_API kvc_status kvc_hybrid_kv_pool_buffer(const kvc_hybrid_kv_pool *pool, kvc_region_kind region,
                                              int32_t layer_id, kvc_buffer_desc *out);
-/** kvc_hybrid_kv_pool_move() : move_kv_cache -> the full pool. */
+/** kvc_hybrid_kv_pool_move() : move_kv_cache -> the full pool.
+ *  Same contract as kvc_kv_pool_move (capturable). */
 KVC_API kvc_status kvc_hybrid_kv_pool_move(kvc_hybrid_kv_pool *pool, const void *tgt_loc,
                                            const void *src_loc, kvc_index_type loc_type, size_t n,
                                            kvc_stream stream);
@@ -2652,7 +2698,8 @@ KVC_API kvc_status kvc_req_to_token_pool_check(const kvc_req_to_token_pool *pool
 /** kvc_req_to_token_pool_audit_device() : kvc_req_to_token_pool_check, then copies the
  *  device table back (row by row through host memory) and compares every held row with
  *  the host mirror. SYNCHRONIZES `stream` (waits for queued writes first): a debugging
- *  and test call, never for the scheduler path. @return KVC_ERR_INTERNAL naming the
+ *  and test call, never for the scheduler path. Not capturable.
+ *  @return KVC_ERR_INTERNAL naming the
  *  first row and position that differ, KVC_ERR_HOST_OOM, KVC_ERR_CUDA. */
 KVC_API kvc_status kvc_req_to_token_pool_audit_device(const kvc_req_to_token_pool *pool,
                                                       kvc_stream stream);
@@ -2697,6 +2744,7 @@ KVC_API kvc_status kvc_kv_pool_canary_fill(kvc_kv_pool *pool, const int64_t *slo
  *  then buffer in describe() order) and the count of differing bytes land in a small
  *  pool-owned device buffer, then the call SYNCHRONIZES `stream` and reads it back (debug
  *  mode only: this is the one pool call that synchronizes). One check at a time per pool.
+ *  Not capturable.
  *  @return KVC_ERR_INTERNAL "kvc_kv_pool_canary_check: slot S (request position i) layer
  *  L region R byte B was written after it was freed (N bytes differ)" (L global layer id,
  *  R a kvc_region_kind, B the first differing byte of that row), KVC_OK when intact, and
