@@ -676,7 +676,8 @@ KVC_API kvc_prefix_cache kvc_chunk_cache(void);
  * @{ */
 
 /** kvc_session_cache_create() : wraps `inner` (copied). Requests with session_id != 0 keep
- *  their KV (row, slots, Mamba slot) between turns instead of going through `inner`. */
+ *  their KV (row, slots, Mamba slot) between turns instead of going through `inner`.
+ *  Host memory only. @return KVC_ERR_HOST_OOM. */
 KVC_API kvc_status kvc_session_cache_create(kvc_context *ctx, const kvc_prefix_cache *inner,
                                             kvc_session_cache **out);
 /** kvc_session_cache_destroy() : frees the session table without releasing held KV
@@ -692,7 +693,10 @@ KVC_API kvc_prefix_cache kvc_session_cache_as_prefix_cache(kvc_session_cache *se
 KVC_API kvc_status kvc_session_cache_match(kvc_session_cache *sessions, kvc_req_state *req,
                                            int64_t num_tokens, int *matched);
 /** kvc_session_cache_release() : ends a session: frees its slots above
- *  cache_protected_len, its row, and its Mamba slot (SGLang forgets the latter). */
+ *  cache_protected_len, its row, and its Mamba slot (SGLang forgets the latter), through
+ *  `flow` (its allocator and pools, on the stream of the flow's last call).
+ *  @return KVC_ERR_INVALID_ARGUMENT for a session that holds nothing, the errors of the
+ *  frees. */
 KVC_API kvc_status kvc_session_cache_release(kvc_session_cache *sessions, kvc_flow *flow,
                                              uint64_t session_id);
 /** kvc_session_cache_held() : tokens (full; SWA variant subtracts the SWA-evicted part)
@@ -1850,7 +1854,9 @@ KVC_API kvc_status kvc_swa_kv_pool_set_kv(kvc_swa_kv_pool *pool, int32_t layer_i
  *  slots), then both vectors are translated (two small launches) and the SWA pool moves the
  *  translated rows (-1 skipped). Chunks of translate_capacity pairs are moved one after
  *  the other, each with kvc_kv_pool_move()'s semantics (SGLang's chunks of 256 / 128
- *  pairs, each a simultaneous copy). Capturable. */
+ *  pairs, each a simultaneous copy). Capturable.
+ *  @return KVC_ERR_INVALID_ARGUMENT for NULL tgt_loc / src_loc with n > 0,
+ *  KVC_ERR_MISUSE when the pool has SWA layers and no registered allocator. */
 KVC_API kvc_status kvc_swa_kv_pool_move(kvc_swa_kv_pool *pool, const void *tgt_loc,
                                         const void *src_loc, kvc_index_type loc_type, size_t n,
                                         kvc_stream stream);
@@ -1864,13 +1870,16 @@ KVC_API kvc_status kvc_swa_kv_pool_host_copy_bytes(const kvc_swa_kv_pool *pool, 
  *  the HOST mapping; the SWA rows of the masked entries into host_swa (row i; others
  *  zero-filled). The slot vectors travel in one small launch into the pool's scratch
  *  (n <= translate_capacity), then one gather launch per pool; pinned host buffers on
- *  CUDA; valid once `stream` reaches that point. Not capturable. */
+ *  CUDA; valid once `stream` reaches that point. Not capturable.
+ *  @return KVC_ERR_INVALID_ARGUMENT for NULL buffers, n > translate_capacity or a slot
+ *  out of range; KVC_ERR_MISUSE when the pool has SWA layers and no registered
+ *  allocator; KVC_ERR_HOST_OOM. */
 KVC_API kvc_status kvc_swa_kv_pool_copy_to_host(kvc_swa_kv_pool *pool, const int64_t *loc, size_t n,
                                                 void *host_full, void *host_swa, uint8_t *swa_mask,
                                                 kvc_stream stream);
 /** kvc_swa_kv_pool_copy_from_host() : SGLang load_cpu_copy at new slots loc[0:n): full
  *  rows always; SWA row i only where saved_mask[i] and the new slot has an SWA peer now
- *  (host mapping). Not capturable. */
+ *  (host mapping). Not capturable. @return as kvc_swa_kv_pool_copy_to_host. */
 KVC_API kvc_status kvc_swa_kv_pool_copy_from_host(kvc_swa_kv_pool *pool, const int64_t *loc, size_t n,
                                                   const void *host_full, const void *host_swa,
                                                   const uint8_t *saved_mask, kvc_stream stream);
