@@ -445,11 +445,11 @@ typedef struct kvc_transfer_plan kvc_transfer_plan;
 
 /** @defgroup kvc_flows Flows: the per-step calls of a scheduler
  *
- *
- * The per-step calls a scheduler makes. Each costs at most one upload and one or two
- * kernel launches, never a readback or a synchronization. A kvc_flow binds a request
- * pool, a token allocator and a prefix cache (the built-in chunk cache, the session
- * wrapper, or the engine's own radix cache through kvc_prefix_cache callbacks).
+ * The per-step calls a scheduler makes (SGLang's common.py). Each costs at most one
+ * upload and one or two kernel launches, never a readback or a synchronization. A
+ * kvc_flow binds a request pool, an allocator (token/paged, or SWA), for hybrid models a
+ * hybrid request pool, and a prefix cache (the built-in chunk cache, streaming sessions,
+ * the radix cache, or the engine's own cache through the kvc_prefix_cache callbacks).
  * Per-request state lives in kvc_req_state, a public struct the engine embeds in its
  * request object; flows read and write it. Flows are not graph-capturable.
  * Single writer: one thread drives a flow and the objects it binds.
@@ -956,11 +956,11 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
 
 /** @defgroup kvc_pools Pools and allocators
  *
- * The host owns all allocation metadata (free lists, page states, a mirror of every
- * req_to_token entry the library wrote). Device state (the req_to_token table, the
- * out_cache_loc vectors) is written from it with one kernel launch per call, its
- * per-step data carried in the kernel's parameters (or one async upload from pinned
- * staging when larger). Nothing reads device memory; nothing synchronizes.
+ * The objects that own slots, rows and device buffers. The host owns all allocation
+ * metadata (free lists, page states, a mirror of every req_to_token entry the library
+ * wrote). Device state (the req_to_token table, the out_cache_loc vectors) is written
+ * from it with one kernel launch per call, its per-step data carried in the kernel's
+ * parameters (or one async upload from pinned staging when larger). No allocation call reads device memory or synchronizes.
  * Allocation calls are NOT graph-capturable (each step's data differs); the kernels they
  * feed (attention, set_kv) read only device buffers and are. For decode, the decode
  * channel (kvc_decode_channel_*) is the capturable path: its kernel's parameters never
