@@ -26,6 +26,8 @@ if [ -n "$toolkit" ]; then
   exit 1
 fi
 echo "no toolkit header included"
+# Every repository path the docs name exists (scripts/check_doc_paths.sh).
+./scripts/check_doc_paths.sh
 if ! command -v cppcheck >/dev/null; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cppcheck >/dev/null
