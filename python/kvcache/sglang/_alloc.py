@@ -109,23 +109,30 @@ class _AllocatorBase:
 
     _free_cap = 0
     _free_buf = None
+    _free_ptr = 0
+    _row_flows = None
 
     def _free_row(self, req_to_token_pool, row, start, end):
-        """free(row[start:end)) read from the req pool's host mirror (no device read,
-        one library call; the int32 -> int64 widening into a reused scratch vector)."""
+        """free(row[start:end)) read from the req pool's host mirror: two library calls
+        (the row copy into a reused int64 scratch, the free), no device read."""
         n = end - start
         if n <= 0:
             return
         if self._free_cap < n:
             self._free_cap = max(n, 2 * self._free_cap, 4096)
             self._free_buf = T.host_empty(self._free_cap)
-        buf = self._free_buf
-        src = req_to_token_pool._mirror[row, start:end]
-        if T.torch is not None:
-            buf[:n].copy_(src)
-        else:
-            T.np.copyto(buf[:n], src)
-        self._ctx._check(self._free_slots(T.ptr(buf), n), "free")
+            self._free_ptr = T.ptr(self._free_buf)
+        flows = self._row_flows
+        if flows is None:
+            flows = self._row_flows = {}
+        f = flows.get(id(req_to_token_pool))
+        if f is None:  # a flow over (pool, allocator) only for kvc_flow_row_slots
+            fl = _kvc.Flow(self._ctx, req_to_token_pool._pool, self._a)
+            f = flows[id(req_to_token_pool)] = (fl.handle, fl, req_to_token_pool)
+        p = self._free_ptr
+        check = self._ctx._check
+        check(lib.kvc_flow_row_slots(f[0], row, start, end, p), "free")
+        check(self._free_slots(p, n), "free")
 
     def _free_slots(self, p, n):
         return lib.kvc_allocator_free(self._h, p, n)

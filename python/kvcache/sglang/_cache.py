@@ -1,4 +1,5 @@
 """ChunkCache and RadixCache with SGLang's interfaces (BasePrefixCache subset)."""
+import array
 import ctypes
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -12,6 +13,16 @@ from ._ops import c_int, c_void_p, proto
 lib = T.lib
 proto("kvc_radix_cache_cache_finished_req", c_int, c_void_p, c_void_p, c_void_p, c_int)
 proto("kvc_radix_cache_cache_unfinished_req", c_int, c_void_p, c_void_p, c_void_p)
+# Our own function object (raw addresses for the tokens; the binding's has POINTER types).
+_match_fn = getattr(ctypes.CDLL(lib._name), "kvc_radix_cache_match_prefix")
+_match_fn.restype = c_int
+_match_fn.argtypes = [c_void_p, ctypes.c_uint64, c_void_p, ctypes.c_int64, c_void_p]
+
+
+class _MatchRaw(ctypes.Structure):
+    """kvc_radix_match with the slots as a raw address."""
+    _fields_ = [("len", ctypes.c_int64), ("slots", c_void_p), ("node", c_void_p),
+                ("copied", ctypes.c_int32), ("reserved_i32_", ctypes.c_int32)]
 
 
 @dataclass
@@ -175,7 +186,8 @@ class RadixCache(_PrefixCacheBase):
         self._fh = self._flow.handle
         self._state = _kvc.ReqState()
         self.root_node = None
-        self._sizes = (ctypes.c_int64 * 3)()
+        self._m = _MatchRaw()
+        self._mref = ctypes.byref(self._m)
 
     # --- matching ---------------------------------------------------------------------
 
@@ -193,22 +205,27 @@ class RadixCache(_PrefixCacheBase):
 
     def match_prefix(self, params=None, key=None, **kwargs):
         """MatchResult(device_indices = int64 slots of the longest cached prefix (page-
-        floored), last_device_node = its node)."""
+        floored), last_device_node = its node). The key's token_ids may be a list, an
+        array.array('i'), or an int32 NumPy array / torch CPU tensor (read in place)."""
         toks, extra = self._key(params if params is not None else key)
-        n, slots, node = self._match(toks, extra)
-        host = T.host_array(slots) if n else T.host_empty(0)
+        n, addr, node = self._match(toks, extra)
+        host = T.from_address_i64(addr, n)
         dev = T.to_device(host, self.device) if T.is_cuda(self.device) else host
         return MatchResult(device_indices=dev, last_device_node=node, last_host_node=node)
 
     def _match(self, toks, extra):
-        arr = T.host_i32(toks) if not isinstance(toks, (list, tuple)) else \
-            (ctypes.c_int32 * max(len(toks), 1))(*toks)
-        m = _radix._Match()
-        n = len(toks)
-        self._tree._check(lib.kvc_radix_cache_match_prefix(
-            self._tree.handle, self._ns(extra), arr if isinstance(arr, ctypes.Array)
-            else T.ptr(arr), n, ctypes.byref(m)))
-        return m.len, m.slots[:m.len] if m.len else [], m.node
+        """(length, address of the slots, node) of a match (no lock)."""
+        if isinstance(toks, list):
+            keep = array.array("i", toks)
+            p, n = keep.buffer_info()
+        elif isinstance(toks, array.array) and toks.typecode == "i":
+            p, n = toks.buffer_info()
+        else:
+            keep = T.host_i32(toks)
+            p, n = T.ptr(keep), T.numel(keep)
+        m = self._m
+        self._tree._check(_match_fn(self._tree.handle, self._ns(extra), p, n, self._mref))
+        return m.len, m.slots, m.node
 
     def inc_lock_ref(self, node):
         self._tree.lock(node)

@@ -6,6 +6,7 @@ by pointer. One kvcache Context per device string ("cpu" -> host backend, "cuda[
 CUDA backend), created on first use; set_context() installs one of your own (tensor
 parallelism: one per rank, in that rank's process).
 """
+import array
 import ctypes
 
 import kvcache as _kvc
@@ -175,6 +176,26 @@ else:
         return np.array(rows, dtype=dtype or I64)
 
 
+def host_i64_ptr(x):
+    """(keep, address) of x as host int64: lists go through array.array (C speed)."""
+    if isinstance(x, list):
+        a = array.array("q", x)
+        return a, a.buffer_info()[0]
+    h = host_i64(x)
+    return h, ptr(h)
+
+
+def from_address_i64(addr, n):
+    """A new host int64 tensor with the n values at addr."""
+    if n == 0:
+        return host_empty(0)
+    if torch is not None:
+        t = torch.empty(n, dtype=I64)
+        ctypes.memmove(t.data_ptr(), addr, 8 * n)
+        return t
+    return np.frombuffer((ctypes.c_int64 * n).from_address(addr), np.int64).copy()
+
+
 def host_empty(n, dtype=None):
     return empty(n, dtype or I64, "cpu")
 
@@ -191,29 +212,34 @@ class OutRing:
     keeps one step's out_cache_loc while the next is allocated). Each grows (doubling)
     only when a call needs more."""
 
-    __slots__ = ("device", "depth", "bufs", "i", "caps", "host", "host_cap")
+    __slots__ = ("device", "depth", "bufs", "ptrs", "i", "caps", "host", "host_ptr",
+                 "host_cap")
 
     def __init__(self, device, depth=8):
         self.device, self.depth = device, depth
         self.bufs = [None] * depth
+        self.ptrs = [0] * depth
         self.caps = [0] * depth
         self.i = 0
         self.host = None
+        self.host_ptr = 0
         self.host_cap = 0
 
     def next(self, n):
-        """(device tensor of n elements, its address, host tensor of n, its address)."""
+        """(device tensor of n elements, its address, host tensor of n, its address);
+        addresses are computed once per buffer (NumPy's are not free)."""
         i = self.i
         self.i = (i + 1) % self.depth
         if self.caps[i] < n:
             cap = max(n, 2 * self.caps[i], 256)
             self.bufs[i] = empty(cap, I64, self.device)
+            self.ptrs[i] = ptr(self.bufs[i])
             self.caps[i] = cap
         if self.host_cap < n:
             self.host_cap = max(n, 2 * self.host_cap, 256)
             self.host = empty(self.host_cap, I64, "cpu")
-        buf = self.bufs[i]
-        return buf[:n], ptr(buf), self.host[:n], ptr(self.host)
+            self.host_ptr = ptr(self.host)
+        return self.bufs[i][:n], self.ptrs[i], self.host[:n], self.host_ptr
 
 
 def status_ok_or_none(st, ctx, func):

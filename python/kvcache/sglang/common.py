@@ -163,6 +163,7 @@ class _Hot:
         if self.cap < n:
             self.cap = max(n, 2 * self.cap, 256)
             self.seq = T.host_empty(self.cap)
+            self.seq_ptr = T.ptr(self.seq)
         return self.seq[:n]
 
 
@@ -178,18 +179,19 @@ def _rows_host(batch, reqs):
     src = batch.req_pool_indices
     cached = batch.__dict__.get("_kvc_rows") if hasattr(batch, "__dict__") else None
     if cached is not None and cached[0] is src:
-        return cached[1]
+        return cached[1], cached[2]
     h = None
     if src is not None and not (T.torch is not None and getattr(src, "is_cuda", False)):
         h = src
     elif src is not None:
         h = getattr(src, "_kvc_host", None)
     rows = T.host_i32(h) if h is not None else T.host_i32([r.req_pool_idx for r in reqs])
+    p = T.ptr(rows)
     try:
-        batch._kvc_rows = (src, rows)
+        batch._kvc_rows = (src, rows, p)
     except AttributeError:
         pass
-    return rows
+    return rows, p
 
 
 def _out(ring, n, cuda):
@@ -216,7 +218,7 @@ def alloc_for_decode(batch, token_per_req: int):
     bs = T.numel(seq_cpu)
     evict_from_tree_cache(tree, bs if tree.page_size == 1 else bs * tree.page_size)
     reqs = batch.reqs
-    rows = _rows_host(batch, reqs)
+    rows, rows_ptr = _rows_host(batch, reqs)
     seq = hot.seq_buf(bs)
     if T.torch is not None:
         T.torch.add(seq_cpu, 1, out=seq)
@@ -226,8 +228,7 @@ def alloc_for_decode(batch, token_per_req: int):
     if mc is not None and getattr(mc, "is_encoder_decoder", False):
         return _decode_encoder_decoder(batch, allocator, pool, rows, seq, bs)
     dev, hptr, dptr = _out(hot.ring_dec, bs, hot.cuda)
-    st = hot.decode_fn(allocator._h, bs, T.ptr(seq), None, pool._h, T.ptr(rows), hptr, dptr,
-                       None)
+    st = hot.decode_fn(allocator._h, bs, hot.seq_ptr, None, pool._h, rows_ptr, hptr, dptr, None)
     if st:
         if st == 2:
             _oom("Decode out of memory", bs * token_per_req, tree)
@@ -275,19 +276,19 @@ def alloc_for_extend(batch):
     allocator = tree.token_to_kv_pool_allocator
     pool = batch.req_to_token_pool
     hot = _hot(allocator)
-    pre = T.host_i64(batch.prefix_lens)
-    seq = T.host_i64(batch.seq_lens_cpu)
+    pre_keep, pre_ptr = T.host_i64_ptr(batch.prefix_lens)
+    seq_keep, seq_ptr = T.host_i64_ptr(batch.seq_lens_cpu)
     rows = alloc_req_slots(pool, reqs, tree)
     n = batch.extend_num_tokens
     evict_from_tree_cache(tree, n if tree.page_size == 1 else n + bs * tree.page_size)
     prefix = (ctypes.c_void_p * max(bs, 1))()
-    for i, p in enumerate(T.tolist(pre)):
+    for i, p in enumerate(batch.prefix_lens):
         if p > 0:
-            prefix[i] = _prefix_ptr(reqs[i], p)
+            prefix[i] = _prefix_ptr(reqs[i], int(p))
     rows32 = (ctypes.c_int32 * max(bs, 1))(*rows)
     dev, hptr, dptr = _out(hot.ring_ext, n, hot.cuda)
-    st = hot.extend_fn(allocator._h, bs, T.ptr(pre), T.ptr(seq), None, pool._h, rows32, prefix,
-                       hptr, dptr, None)
+    st = hot.extend_fn(allocator._h, bs, pre_ptr, seq_ptr, None, pool._h, rows32, prefix, hptr,
+                       dptr, None)
     if st:
         if st == 2:
             _oom("Prefill out of memory", n, tree)
