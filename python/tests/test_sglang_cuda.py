@@ -103,7 +103,8 @@ def test_mha_pool_torch_views_and_bf16_writes():
     torch.cuda.synchronize()
     assert torch.equal(kb[1], k[2])
     ptrs, lens, items = kv.get_contiguous_buf_infos()
-    assert ptrs[0] == kb.data_ptr() and items[0] == 4 * 2 * 8 * 2
+    assert ptrs[0] == kv.get_key_buffer(0).data_ptr() and items[0] == 4 * 2 * 8 * 2
+    assert ptrs[3] == kv.get_value_buffer(1).data_ptr() and len(ptrs) == 4
 
 
 def test_swa_and_hybrid_on_the_gpu():

@@ -215,7 +215,7 @@ class MLATokenToKVPool(_KVBase):
     def get_mla_kv_buffer(self, layer, loc, dst_dtype=None):
         """(nope (N, 1, R), rope (N, 1, Q)) of rows loc, in dst_dtype (default: dtype)."""
         n = T.numel(loc)
-        dt = dst_dtype if dst_dtype is not None else self.dtype
+        dt = T.fw_dtype(dst_dtype if dst_dtype is not None else self.dtype)
         nope = T.empty((n, 1, self.kv_lora_rank), dt, self.device)
         rope = T.empty((n, 1, self.qk_rope_head_dim), dt, self.device)
         if n:
@@ -374,7 +374,7 @@ class HybridLinearKVPool(_KVBase):
     def get_mla_kv_buffer(self, layer, loc, dst_dtype=None):
         i = self._transfer_full_attention_id(_layer_id(layer))
         n = T.numel(loc)
-        dt = dst_dtype if dst_dtype is not None else self.dtype
+        dt = T.fw_dtype(dst_dtype if dst_dtype is not None else self.dtype)
         nope = T.empty((n, 1, self.kv_lora_rank), dt, self.device)
         rope = T.empty((n, 1, self._pool._mla[1]), dt, self.device)
         if n:

@@ -200,6 +200,14 @@ def host_empty(n, dtype=None):
     return empty(n, dtype or I64, "cpu")
 
 
+def fw_dtype(dtype):
+    """The framework's dtype object of a torch / numpy dtype or a name ("float32")."""
+    if isinstance(dtype, str):
+        name = dtype.replace("torch.", "")
+        return getattr(torch, name) if torch is not None else np.dtype(name)
+    return dtype
+
+
 def dtype_name(dtype):
     """kvcache's dtype name of a torch / numpy dtype or a name."""
     s = str(dtype).replace("torch.", "")

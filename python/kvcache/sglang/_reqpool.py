@@ -120,6 +120,7 @@ class ReqToTokenPool:
         out = rows[:n]
         for r, row in zip(reqs, out):
             r.req_pool_idx = row
+        self._last_rows = rows  # the int32 vector, reused by alloc_for_extend's C call
         return out
 
     def free(self, req):
@@ -299,6 +300,7 @@ class HybridReqToTokenPool(ReqToTokenPool):
         if T.status_ok_or_none(st, self._ctx, "HybridReqToTokenPool.alloc") is None:
             return None
         out = rows[:n]
+        self._last_rows = rows
         for i, r in enumerate(reqs):
             r.req_pool_idx = out[i]
             if r.mamba_pool_idx is None:

@@ -285,7 +285,9 @@ def alloc_for_extend(batch):
     for i, p in enumerate(batch.prefix_lens):
         if p > 0:
             prefix[i] = _prefix_ptr(reqs[i], int(p))
-    rows32 = (ctypes.c_int32 * max(bs, 1))(*rows)
+    rows32 = pool.__dict__.pop("_last_rows", None)  # what alloc() just filled
+    if rows32 is None:
+        rows32 = (ctypes.c_int32 * max(bs, 1))(*rows)
     dev, hptr, dptr = _out(hot.ring_ext, n, hot.cuda)
     st = hot.extend_fn(allocator._h, bs, pre_ptr, seq_ptr, None, pool._h, rows32, prefix, hptr,
                        dptr, None)
