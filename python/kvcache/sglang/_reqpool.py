@@ -104,10 +104,17 @@ class ReqToTokenPool:
         return T.lib.kvc_req_to_token_pool_available(self._h)
 
     def _rows_of(self, reqs):
-        reusing = [r for r in reqs if r.req_pool_idx is not None]
-        assert all(getattr(r, "is_chunked", 0) > 0 or getattr(r, "kv_committed_len", 0) > 0
-                   for r in reusing), "reusing request must be chunked or have committed KV"
-        return (ctypes.c_int32 * max(len(reqs), 1))(*[_req_row(r) for r in reqs])
+        """The int32 row vector C fills: kept rows, 0 for requests that need one."""
+        vals = []
+        for r in reqs:
+            row = r.req_pool_idx
+            if row is None:
+                vals.append(0)
+            else:
+                assert getattr(r, "is_chunked", 0) > 0 or getattr(r, "kv_committed_len", 0) > 0, \
+                    "reusing request must be chunked or have committed KV"
+                vals.append(row)
+        return (ctypes.c_int32 * max(len(reqs), 1))(*vals)
 
     def alloc(self, reqs) -> Optional[List[int]]:
         """Rows for reqs (a request with req_pool_idx set keeps it); None when short
@@ -119,7 +126,8 @@ class ReqToTokenPool:
             return None
         out = rows[:n]
         for r, row in zip(reqs, out):
-            r.req_pool_idx = row
+            if r.req_pool_idx is None:
+                r.req_pool_idx = row
         self._last_rows = rows  # the int32 vector, reused by alloc_for_extend's C call
         return out
 
