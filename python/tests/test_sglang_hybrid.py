@@ -214,6 +214,23 @@ def test_swa_window_eviction_through_the_flows():
     assert alloc.full_available_size() == 64 and alloc.swa_available_size() == 32
 
 
+def test_swa_page_size_one_window_eviction_and_release():
+    """ps = 1: the released request's evicted prefix goes through free_full (a plain free
+    of a slot without an SWA peer is SGLang's "peer mapped" invariant violation)."""
+    pool, kv, alloc, cache = _swa_world(ps=1, size=64, size_swa=32)
+    r = S.Req(fill_ids=list(range(10)))
+    batch = S.ScheduleBatch([r], pool, cache, sliding_window_size=4)
+    assert L(batch.prepare_for_extend()) == list(range(1, 11))
+    outs = [L(batch.prepare_for_decode()) for _ in range(3)]
+    assert outs == [[11], [12], [13]]
+    assert r.swa_evicted_seqlen == 7                 # pre_len 12 - window 4 - page 1
+    assert alloc.swa_available_size() == 32 - 13 + 7
+    with pytest.raises(kvcache.Misuse):              # SGLang's ps = 1 invariant
+        alloc.free(arr([1]))
+    S.release_kv_cache(r, cache)
+    assert alloc.full_available_size() == 64 and alloc.swa_available_size() == 32
+
+
 def test_swa_allocator_direct_calls():
     pool, kv, alloc, cache = _swa_world(ps=1, size=16, size_swa=8)
     f = alloc.alloc(3)

@@ -112,9 +112,10 @@ class _AllocatorBase:
     _free_ptr = 0
     _row_flows = None
 
-    def _free_row(self, req_to_token_pool, row, start, end):
+    def _free_row(self, req_to_token_pool, row, start, end, swa_evicted=0):
         """free(row[start:end)) read from the req pool's host mirror: two library calls
-        (the row copy into a reused int64 scratch, the free), no device read."""
+        (the row copy into a reused int64 scratch, the free), no device read. (SWA: the
+        part below swa_evicted, whose SWA peers are gone, goes through free_full.)"""
         n = end - start
         if n <= 0:
             return
@@ -345,6 +346,15 @@ class SWATokenToKVPoolAllocator(_AllocatorBase):
 
     def _free_slots(self, p, n):
         return lib.kvc_swa_allocator_free(self._h, p, n, None)
+
+    def _free_row(self, req_to_token_pool, row, start, end, swa_evicted=0):
+        """free_full for [start, swa_evicted) (SWA peers already released by the window
+        eviction: SGLang's ps = 1 free would hit its "peer mapped" invariant there),
+        free for the rest."""
+        cut = min(max(swa_evicted, start), end)
+        if cut > start:
+            self.free_full(req_to_token_pool.row_host(row, start, cut))
+        _AllocatorBase._free_row(self, req_to_token_pool, row, cut, end)
 
     def _free_call(self, fn, free_index, *extra):
         idx = T.host_i64(free_index)

@@ -142,8 +142,9 @@ class ChunkCache(_PrefixCacheBase):
     def cache_finished_req(self, req, is_insert: bool = True):
         committed = _pop_committed(req)
         if committed:
-            self.token_to_kv_pool_allocator._free_row(self.req_to_token_pool, req.req_pool_idx,
-                                                      0, committed)
+            self.token_to_kv_pool_allocator._free_row(
+                self.req_to_token_pool, req.req_pool_idx, 0, committed,
+                getattr(req, "swa_evicted_seqlen", 0) or 0)
 
     def cache_unfinished_req(self, req, chunked=False):
         self._row_prefix(req, len(req.fill_ids))
