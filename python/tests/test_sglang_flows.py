@@ -224,7 +224,9 @@ def test_get_last_loc_from_the_mirror():
     pool, alloc, cache = world(size=32, ps=4)
     r = S.Req(fill_ids=list(range(6)))
     S.ScheduleBatch([r], pool, cache).prepare_for_extend()
-    assert L(S.get_last_loc(pool, arr([r.req_pool_idx, r.req_pool_idx]), arr([6, 0]))) == [9, -1]
+    rows, pre = arr([r.req_pool_idx, r.req_pool_idx]), arr([6, 0])
+    assert L(S.get_last_loc(pool, rows, pre)) == [9, -1]
+    assert L(S.get_last_loc(pool.req_to_token, rows, pre)) == [9, -1]   # SGLang's call
 
 
 def test_decode_oom_leaves_state_unchanged():

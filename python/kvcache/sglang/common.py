@@ -50,13 +50,22 @@ def ceil_align(length: int, page_size: int) -> int:
     return -(-length // page_size) * page_size
 
 
-def get_last_loc(req_to_token_pool, req_pool_indices, prefix_lens):
-    """last_loc[i] = row[prefix_lens[i] - 1] (-1 for an empty prefix), from the host
-    mirror (takes the pool, not its device table: no device read)."""
-    rows = T.tolist(T.host_i64(req_pool_indices))
-    pre = T.tolist(T.host_i64(prefix_lens))
-    m = req_to_token_pool._mirror
-    return T.host_array([int(m[r, p - 1]) if p > 0 else -1 for r, p in zip(rows, pre)])
+def get_last_loc(req_to_token, req_pool_indices, prefix_lens):
+    """last_loc[i] = req_to_token[rows[i], prefix_lens[i] - 1], -1 for an empty prefix
+    (int64). Given the ReqToTokenPool itself, read from its host mirror (no device
+    read); given the req_to_token tensor (SGLang's call), a gather on that tensor."""
+    mirror = getattr(req_to_token, "_mirror", None)
+    if mirror is not None:
+        rows = T.tolist(T.host_i64(req_pool_indices))
+        pre = T.tolist(T.host_i64(prefix_lens))
+        return T.host_array([int(mirror[r, p - 1]) if p > 0 else -1 for r, p in zip(rows, pre)])
+    pre = prefix_lens
+    col = pre - 1
+    col = col * (col >= 0)                       # column 0 where the prefix is empty
+    got = req_to_token[req_pool_indices, col]
+    if T.torch is not None:
+        return T.torch.where(pre > 0, got.to(T.I64), T.torch.full_like(pre, -1))
+    return T.np.where(pre > 0, got.astype(T.I64), -1)
 
 
 def available_and_evictable_str(tree_cache) -> str:
