@@ -110,10 +110,18 @@ def test_swa_pool_extras():
     _, v = kv.get_kv_buffer(1)
     assert np.array_equal(npy(v)[2].reshape(-1), npy(fl((4,), 5.0)))
     assert kv.get_kv_size_bytes() == (17 * 16 + 9 * 16, 17 * 16 + 9 * 16)
-    with pytest.raises(NotImplementedError):
-        kv.get_cpu_copy(f)
-    with pytest.raises(NotImplementedError):
-        kv.load_cpu_copy(None, f)
+    saved = kv.get_cpu_copy(f)                 # both slots have SWA peers 1, 2
+    assert L(saved["swa_mask"]) == [1, 1]
+    g = alloc.alloc(2)                          # full 3, 4 / SWA 3, 4
+    alloc.free_swa(g[1:])                       # slot 4 loses its SWA peer
+    kv.load_cpu_copy(saved, g)
+    _, v = kv.get_kv_buffer(1)
+    assert np.array_equal(npy(v)[3].reshape(-1), npy(fl((4,), 5.0)))   # SWA row restored
+    assert np.array_equal(npy(kv.get_key_buffer(0))[L(g)], npy(kv.get_key_buffer(0))[L(f)])
+    with pytest.raises(ValueError):
+        kv.load_cpu_copy(saved, g[:1])
+    alloc.free_full(g[1:])
+    alloc.free(g[:1])
     alloc.free_swa(f)
     alloc.free_full_segment(f, start_pos=0)
     assert alloc.full_available_size() == 16 and alloc.debug_print() == ""

@@ -17,6 +17,12 @@ from ._reqpool import contiguous_infos
 lib = T.lib
 _st = ctypes.c_int
 proto("kvc_kv_pool_contiguous_infos", _st, c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_size_t))
+proto("kvc_swa_kv_pool_host_copy_bytes", _st, c_void_p, c_size_t, ctypes.POINTER(c_size_t),
+      ctypes.POINTER(c_size_t))
+proto("kvc_swa_kv_pool_copy_to_host", _st, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p,
+      c_void_p, c_void_p)
+proto("kvc_swa_kv_pool_copy_from_host", _st, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p,
+      c_void_p, c_void_p)
 proto("kvc_nsa_set_index_k", _st, c_void_p, c_int32, c_void_p, ctypes.c_int, c_size_t, c_void_p,
       c_void_p, c_void_p)
 proto("kvc_nsa_get_index_k", _st, c_void_p, c_int32, c_int64, c_void_p, c_void_p, c_void_p,
@@ -454,8 +460,31 @@ class SWAKVPool(_KVBase):
         return contiguous_infos(lib.kvc_kv_pool_contiguous_infos, self._swa.swa.handle)
 
     def get_cpu_copy(self, indices, mamba_indices=None):
-        raise NotImplementedError("SWAKVPool host offload: use kvcache.SWAKVPool's "
-                                  "kvc_swa_kv_pool_copy_to_host (not wrapped here)")
+        """{"full", "swa", "swa_mask"}: the full rows of every slot, the SWA rows of the
+        slots that still have an SWA peer (mask from the host mapping), one gather per
+        pool (SGLang syncs and reads the mapping from the device)."""
+        idx = T.host_i64(indices)
+        n = T.numel(idx)
+        fb, sb = c_size_t(), c_size_t()
+        self._ctx._check(lib.kvc_swa_kv_pool_host_copy_bytes(self._swa.handle, n,
+                                                             ctypes.byref(fb), ctypes.byref(sb)))
+        full = T.host_empty(max(fb.value, 1), _u8())
+        swa = T.host_empty(max(sb.value, 1), _u8())
+        mask = T.host_empty(max(n, 1), _u8())
+        self._ctx._check(lib.kvc_swa_kv_pool_copy_to_host(
+            self._swa.handle, T.ptr(idx), n, T.ptr(full), T.ptr(swa), T.ptr(mask), None))
+        self._ctx.synchronize()
+        return {"full": full, "swa": swa, "swa_mask": mask[:n]}
 
     def load_cpu_copy(self, kv_cache_cpu, indices, mamba_indices=None):
-        raise NotImplementedError("see get_cpu_copy")
+        """The inverse at new full slots: SWA rows only where the saved mask and the new
+        slot's SWA peer both exist."""
+        idx = T.host_i64(indices)
+        n = T.numel(idx)
+        d = kv_cache_cpu
+        if T.numel(d["swa_mask"]) != n:
+            raise ValueError("the copy holds %d slots, indices %d" % (T.numel(d["swa_mask"]), n))
+        self._ctx._check(lib.kvc_swa_kv_pool_copy_from_host(
+            self._swa.handle, T.ptr(idx), n, T.ptr(d["full"]), T.ptr(d["swa"]),
+            T.ptr(d["swa_mask"]), None))
+        self._ctx.synchronize()
