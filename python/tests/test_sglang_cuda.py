@@ -48,7 +48,8 @@ def test_paged_worked_examples_on_the_gpu():
     alloc.alloc(36)
     for p in (5, 9, 3, 7):
         alloc.free(dev(list(range(4 * p, 4 * p + 4))))       # device tensors: one copy
-    out = alloc.alloc_extend(dev([6, 0]), cpu([6, 0]), dev([13, 3]), cpu([13, 3]), dev([9, -1]), 10)
+    out = alloc.alloc_extend(dev([6, 0]), cpu([6, 0]), dev([13, 3]), cpu([13, 3]),
+                             dev([9, -1]), 10)
     assert out.is_cuda and out.dtype == torch.int64
     assert L(out) == [10, 11, 28, 29, 30, 31, 12, 36, 37, 38]
     alloc.free(out)                                          # host copy remembered: no sync

@@ -5,7 +5,6 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-import kvcache  # noqa: E402
 import kvcache.sglang as S  # noqa: E402
 from kvcache.sglang import _ops as T  # noqa: E402
 

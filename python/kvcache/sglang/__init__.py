@@ -22,21 +22,36 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 from . import _ops as _T
-from ._alloc import (PagedTokenToKVPoolAllocator, SWATokenToKVPoolAllocator,  # noqa: F401
+from ._alloc import (PagedTokenToKVPoolAllocator, SWATokenToKVPoolAllocator,
                      TokenToKVPoolAllocator, get_num_new_pages)
-from ._cache import (CacheInitParams, ChunkCache, EvictParams, EvictResult,  # noqa: F401
-                     MatchPrefixParams, MatchResult, RadixCache, RadixKey)
-from ._kvpool import (HybridLinearKVPool, MHATokenToKVPool, MLATokenToKVPool,  # noqa: F401
+from ._cache import (CacheInitParams, ChunkCache, EvictParams, EvictResult, MatchPrefixParams,
+                     MatchResult, RadixCache, RadixKey)
+from ._kvpool import (HybridLinearKVPool, MHATokenToKVPool, MLATokenToKVPool,
                       NSATokenToKVPool, SWAKVPool)
-from ._ops import get_context, set_context  # noqa: F401
-from ._reqpool import (HybridReqToTokenPool, Mamba2StateDType, Mamba2StateShape,  # noqa: F401
+from ._ops import get_context, set_context
+from ._reqpool import (HybridReqToTokenPool, Mamba2StateDType, Mamba2StateShape,
                        MambaCacheParams, MambaPool, ReqToTokenPool)
-from .common import (alloc_for_decode, alloc_for_extend, alloc_paged_token_slots_decode,  # noqa: F401
+from .common import (alloc_for_decode, alloc_for_extend, alloc_paged_token_slots_decode,
                      alloc_paged_token_slots_extend, alloc_req_slots, alloc_token_slots,
                      available_and_evictable_str, ceil_align, evict_from_tree_cache,
                      free_swa_out_of_window_slots, get_last_loc, kv_to_page_indices,
                      kv_to_page_num, maybe_cache_unfinished_req, page_align_floor,
                      release_kv_cache)
+
+__all__ = [
+    "ReqToTokenPool", "HybridReqToTokenPool", "MambaPool", "MambaCacheParams",
+    "Mamba2StateShape", "Mamba2StateDType", "TokenToKVPoolAllocator",
+    "PagedTokenToKVPoolAllocator", "SWATokenToKVPoolAllocator", "get_num_new_pages",
+    "MHATokenToKVPool", "MLATokenToKVPool", "NSATokenToKVPool", "HybridLinearKVPool",
+    "SWAKVPool", "ChunkCache", "RadixCache", "CacheInitParams", "EvictParams", "EvictResult",
+    "MatchPrefixParams", "MatchResult", "RadixKey", "get_context", "set_context",
+    "alloc_for_extend", "alloc_for_decode", "release_kv_cache", "evict_from_tree_cache",
+    "maybe_cache_unfinished_req", "alloc_req_slots", "alloc_token_slots",
+    "alloc_paged_token_slots_extend", "alloc_paged_token_slots_decode",
+    "free_swa_out_of_window_slots", "available_and_evictable_str", "kv_to_page_indices",
+    "kv_to_page_num", "page_align_floor", "ceil_align", "get_last_loc", "Req",
+    "ScheduleBatch",
+]
 
 torch = _T.torch
 

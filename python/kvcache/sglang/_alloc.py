@@ -47,6 +47,7 @@ class _AllocatorBase:
         self.device = device
         self._kvcache = kvcache
         self._ctx = T.get_context(device)
+        self._cuda = T.is_cuda(device)
 
     @property
     def size(self):
@@ -241,7 +242,7 @@ class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
 
     def _extend(self, n, pre, seq, last, hptr, dptr):
         return lib.kvc_allocator_alloc_extend(self._h, n, pre, seq, last, None, None, None,
-                                              hptr, dptr, None)
+                                              hptr, dptr, T.stream(self._cuda))
 
     def alloc_decode(self, seq_lens, seq_lens_cpu, last_loc):
         seq = T.host_i64(seq_lens_cpu)
@@ -255,7 +256,7 @@ class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
 
     def _decode(self, n, seq, last, hptr, dptr):
         return lib.kvc_allocator_alloc_decode(self._h, n, seq, last, None, None, hptr, dptr,
-                                              None)
+                                              T.stream(self._cuda))
 
 
 class SWATokenToKVPoolAllocator(_AllocatorBase):
@@ -312,7 +313,8 @@ class SWATokenToKVPoolAllocator(_AllocatorBase):
     def alloc(self, need_size: int):
         assert self.page_size == 1, "alloc is for page_size 1"
         dev, dptr, host, hptr = self._result(need_size)
-        st = lib.kvc_swa_allocator_alloc(self._h, need_size, hptr, dptr, None)
+        st = lib.kvc_swa_allocator_alloc(self._h, need_size, hptr, dptr,
+                                         T.stream(self._cuda))
         if T.status_ok_or_none(st, self._ctx, "alloc") is None:
             return None
         return self._device_result(dev, host)
@@ -328,7 +330,8 @@ class SWATokenToKVPoolAllocator(_AllocatorBase):
                              (extend_num_tokens, total))
         dev, dptr, host, hptr = self._result(total)
         st = lib.kvc_swa_allocator_alloc_extend(self._h, T.numel(seq), T.ptr(pre), T.ptr(seq),
-                                                T.ptr(last), None, None, None, hptr, dptr, None)
+                                                T.ptr(last), None, None, None, hptr, dptr,
+                                                T.stream(self._cuda))
         if T.status_ok_or_none(st, self._ctx, "alloc_extend") is None:
             return None
         return self._device_result(dev, host)
@@ -339,13 +342,13 @@ class SWATokenToKVPoolAllocator(_AllocatorBase):
         n = T.numel(seq)
         dev, dptr, host, hptr = self._result(n)
         st = lib.kvc_swa_allocator_alloc_decode(self._h, n, T.ptr(seq), T.ptr(last), None, None,
-                                                hptr, dptr, None)
+                                                hptr, dptr, T.stream(self._cuda))
         if T.status_ok_or_none(st, self._ctx, "alloc_decode") is None:
             return None
         return self._device_result(dev, host)
 
     def _free_slots(self, p, n):
-        return lib.kvc_swa_allocator_free(self._h, p, n, None)
+        return lib.kvc_swa_allocator_free(self._h, p, n, T.stream(self._cuda))
 
     def _free_row(self, req_to_token_pool, row, start, end, swa_evicted=0):
         """free_full for [start, swa_evicted) (SWA peers already released by the window
@@ -363,17 +366,18 @@ class SWATokenToKVPoolAllocator(_AllocatorBase):
             self._ctx._check(fn(self._h, T.ptr(idx), n, *extra))
 
     def free(self, free_index):
-        self._free_call(lib.kvc_swa_allocator_free, free_index, None)
+        self._free_call(lib.kvc_swa_allocator_free, free_index, T.stream(self._cuda))
 
     def free_swa(self, free_index):
-        self._free_call(lib.kvc_swa_allocator_free_swa, free_index, None)
+        self._free_call(lib.kvc_swa_allocator_free_swa, free_index, T.stream(self._cuda))
 
     def free_full(self, free_index):
         self._free_call(lib.kvc_swa_allocator_free_full, free_index)
 
     def free_segment(self, free_index, start_pos=0):
         assert start_pos % self.page_size == 0, "start_pos must be page-aligned"
-        self._free_call(lib.kvc_swa_allocator_free_segment, free_index, start_pos, None)
+        self._free_call(lib.kvc_swa_allocator_free_segment, free_index, start_pos,
+                        T.stream(self._cuda))
 
     def free_full_segment(self, free_index, start_pos=0):
         self._free_call(lib.kvc_swa_allocator_free_full_segment, free_index, start_pos)
@@ -385,4 +389,4 @@ class SWATokenToKVPoolAllocator(_AllocatorBase):
         self._ctx._check(lib.kvc_swa_allocator_free_group_end(self._h))
 
     def clear(self):
-        self._ctx._check(lib.kvc_swa_allocator_clear(self._h, None))
+        self._ctx._check(lib.kvc_swa_allocator_clear(self._h, T.stream(self._cuda)))

@@ -61,6 +61,7 @@ class _KVBase:
         self.start_layer = start_layer or 0
         self.end_layer = end_layer or layer_num - 1
         self._ctx = T.get_context(device)
+        self._cuda = T.is_cuda(device)
         self.layer_transfer_counter = None
         s = str(dtype)
         self.store_dtype = _u8() if "float8" in s else dtype
@@ -83,7 +84,8 @@ class _KVBase:
     def move_kv_cache(self, tgt_loc, src_loc):
         if T.numel(tgt_loc):
             self._pool.move(tgt_loc if T.is_cuda(self.device) else T.host_i64(tgt_loc),
-                            src_loc if T.is_cuda(self.device) else T.host_i64(src_loc))
+                            src_loc if T.is_cuda(self.device) else T.host_i64(src_loc),
+                                stream=T.stream(self._cuda))
 
     def _loc(self, loc):
         if T.is_cuda(self.device):
@@ -95,13 +97,13 @@ class _KVBase:
         buffer for load_cpu_copy, not SGLang's nested per-layer lists)."""
         n = T.numel(indices)
         host = T.host_empty(max(self._pool.host_copy_bytes(n), 1), _u8())
-        self._pool.copy_to_host(self._loc(indices), host)
-        self._ctx.synchronize()
+        self._pool.copy_to_host(self._loc(indices), host, stream=T.stream(self._cuda))
+        self._ctx.synchronize(T.stream(self._cuda))
         return host
 
     def load_cpu_copy(self, kv_cache_cpu, indices, mamba_indices=None):
-        self._pool.copy_from_host(self._loc(indices), kv_cache_cpu)
-        self._ctx.synchronize()
+        self._pool.copy_from_host(self._loc(indices), kv_cache_cpu, stream=T.stream(self._cuda))
+        self._ctx.synchronize(T.stream(self._cuda))
 
     def maybe_get_custom_mem_pool(self):
         return None
@@ -168,7 +170,8 @@ class MHATokenToKVPool(_KVBase):
         self._pool.set_kv(lid, self._loc(loc), _flat(cache_k), _flat(cache_v),
                           src_dtype=T.dtype_name(cache_k.dtype),
                           k_scale=1.0 if k_scale is None else float(k_scale),
-                          v_scale=1.0 if v_scale is None else float(v_scale))
+                          v_scale=1.0 if v_scale is None else float(v_scale),
+                              stream=T.stream(self._cuda))
 
 
 class MLATokenToKVPool(_KVBase):
@@ -211,12 +214,13 @@ class MLATokenToKVPool(_KVBase):
     def set_kv_buffer(self, layer, loc, cache_k, cache_v=None, k_scale=None, v_scale=None):
         if T.numel(loc):
             self._pool.set_kv(_layer_id(layer), self._loc(loc), _flat(cache_k),
-                              src_dtype=T.dtype_name(cache_k.dtype))
+                              src_dtype=T.dtype_name(cache_k.dtype), stream=T.stream(self._cuda))
 
     def set_mla_kv_buffer(self, layer, loc, cache_k_nope, cache_k_rope):
         if T.numel(loc):
             self._pool.set_mla_kv(_layer_id(layer), self._loc(loc), _flat(cache_k_nope),
-                                  _flat(cache_k_rope), src_dtype=T.dtype_name(cache_k_nope.dtype))
+                                  _flat(cache_k_rope), src_dtype=T.dtype_name(cache_k_nope.dtype),
+                                      stream=T.stream(self._cuda))
 
     def get_mla_kv_buffer(self, layer, loc, dst_dtype=None):
         """(nope (N, 1, R), rope (N, 1, Q)) of rows loc, in dst_dtype (default: dtype)."""
@@ -226,7 +230,7 @@ class MLATokenToKVPool(_KVBase):
         rope = T.empty((n, 1, self.qk_rope_head_dim), dt, self.device)
         if n:
             self._pool.get_mla_kv(_layer_id(layer), self._loc(loc), nope, rope,
-                                  out_dtype=T.dtype_name(dt))
+                                  out_dtype=T.dtype_name(dt), stream=T.stream(self._cuda))
         return nope, rope
 
 
@@ -263,7 +267,7 @@ class NSATokenToKVPool(MLATokenToKVPool):
         s = _flat(index_k_scale)
         lp = loc if T.is_cuda(self.device) else T.host_i64(loc)
         self._ctx._check(lib.kvc_nsa_set_index_k(self._pool.handle, layer_id, T.ptr(lp), lt, n,
-                                                 T.ptr(k), T.ptr(s), None))
+                                                 T.ptr(k), T.ptr(s), T.stream(self._cuda)))
 
     def _get_index(self, layer_id, seq_len, page_indices, want_k, want_s):
         pages = _i32(page_indices)
@@ -271,7 +275,7 @@ class NSATokenToKVPool(MLATokenToKVPool):
         s = T.empty((seq_len, 4), _u8(), self.device) if want_s else None
         self._ctx._check(lib.kvc_nsa_get_index_k(
             self._pool.handle, layer_id, seq_len, T.ptr(pages), T.ptr(k) if want_k else None,
-            T.ptr(s) if want_s else None, None))
+            T.ptr(s) if want_s else None, T.stream(self._cuda)))
         return k, s
 
     def get_index_k_continuous(self, layer_id: int, seq_len: int, page_indices):
@@ -294,7 +298,7 @@ class NSATokenToKVPool(MLATokenToKVPool):
         s = T.empty((seq_len_sum, 4), _u8(), self.device)
         self._ctx._check(lib.kvc_nsa_get_index_k_batch(
             self._pool.handle, layer_id, bs, T.ptr(table), width, T.ptr(seqs), seq_len_sum,
-            max_seq_len, T.ptr(k), T.ptr(s), None))
+            max_seq_len, T.ptr(k), T.ptr(s), T.stream(self._cuda)))
         return k, s
 
 
@@ -369,13 +373,15 @@ class HybridLinearKVPool(_KVBase):
                           None if self.use_mla else _flat(cache_v),
                           src_dtype=T.dtype_name(cache_k.dtype),
                           k_scale=1.0 if k_scale is None else float(k_scale),
-                          v_scale=1.0 if v_scale is None else float(v_scale))
+                          v_scale=1.0 if v_scale is None else float(v_scale),
+                              stream=T.stream(self._cuda))
 
     def set_mla_kv_buffer(self, layer, loc, cache_k_nope, cache_k_rope):
         i = self._transfer_full_attention_id(_layer_id(layer))
         if T.numel(loc):
             self._pool.set_mla_kv(i, self._loc(loc), _flat(cache_k_nope), _flat(cache_k_rope),
-                                  src_dtype=T.dtype_name(cache_k_nope.dtype))
+                                  src_dtype=T.dtype_name(cache_k_nope.dtype),
+                                      stream=T.stream(self._cuda))
 
     def get_mla_kv_buffer(self, layer, loc, dst_dtype=None):
         i = self._transfer_full_attention_id(_layer_id(layer))
@@ -384,7 +390,8 @@ class HybridLinearKVPool(_KVBase):
         nope = T.empty((n, 1, self.kv_lora_rank), dt, self.device)
         rope = T.empty((n, 1, self._pool._mla[1]), dt, self.device)
         if n:
-            self._pool.get_mla_kv(i, self._loc(loc), nope, rope, out_dtype=T.dtype_name(dt))
+            self._pool.get_mla_kv(i, self._loc(loc), nope, rope, out_dtype=T.dtype_name(dt),
+                stream=T.stream(self._cuda))
         return nope, rope
 
 
@@ -445,11 +452,12 @@ class SWAKVPool(_KVBase):
             self._swa.set_kv(_layer_id(layer), self._loc(loc), _flat(cache_k), _flat(cache_v),
                              src_dtype=T.dtype_name(cache_k.dtype),
                              k_scale=1.0 if k_scale is None else float(k_scale),
-                             v_scale=1.0 if v_scale is None else float(v_scale))
+                             v_scale=1.0 if v_scale is None else float(v_scale),
+                                 stream=T.stream(self._cuda))
 
     def move_kv_cache(self, tgt_loc, src_loc):
         if T.numel(tgt_loc):
-            self._swa.move(self._loc(tgt_loc), self._loc(src_loc))
+            self._swa.move(self._loc(tgt_loc), self._loc(src_loc), stream=T.stream(self._cuda))
 
     def get_kv_size_bytes(self):
         fk, fv = self._swa.full.size_bytes() if self._swa.full else (0, 0)
@@ -472,8 +480,9 @@ class SWAKVPool(_KVBase):
         swa = T.host_empty(max(sb.value, 1), _u8())
         mask = T.host_empty(max(n, 1), _u8())
         self._ctx._check(lib.kvc_swa_kv_pool_copy_to_host(
-            self._swa.handle, T.ptr(idx), n, T.ptr(full), T.ptr(swa), T.ptr(mask), None))
-        self._ctx.synchronize()
+            self._swa.handle, T.ptr(idx), n, T.ptr(full), T.ptr(swa), T.ptr(mask),
+            T.stream(self._cuda)))
+        self._ctx.synchronize(T.stream(self._cuda))
         return {"full": full, "swa": swa, "swa_mask": mask[:n]}
 
     def load_cpu_copy(self, kv_cache_cpu, indices, mamba_indices=None):
@@ -486,5 +495,5 @@ class SWAKVPool(_KVBase):
             raise ValueError("the copy holds %d slots, indices %d" % (T.numel(d["swa_mask"]), n))
         self._ctx._check(lib.kvc_swa_kv_pool_copy_from_host(
             self._swa.handle, T.ptr(idx), n, T.ptr(d["full"]), T.ptr(d["swa"]),
-            T.ptr(d["swa_mask"]), None))
-        self._ctx.synchronize()
+            T.ptr(d["swa_mask"]), T.stream(self._cuda)))
+        self._ctx.synchronize(T.stream(self._cuda))

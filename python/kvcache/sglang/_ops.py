@@ -196,6 +196,15 @@ def from_address_i64(addr, n):
     return np.frombuffer((ctypes.c_int64 * n).from_address(addr), np.int64).copy()
 
 
+def stream(cuda):
+    """The CUDA stream kvcache's launches go to: torch's current stream on the CUDA
+    backend (so they are ordered with the caller's torch work, as SGLang's own kernels
+    are), None (the legacy default stream / no stream) otherwise."""
+    if not cuda or torch is None:
+        return None
+    return torch.cuda.current_stream().cuda_stream or None
+
+
 def host_empty(n, dtype=None):
     return empty(n, dtype or I64, "cpu")
 

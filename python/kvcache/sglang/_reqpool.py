@@ -52,6 +52,7 @@ class ReqToTokenPool:
         self.max_context_len = max_context_len
         self.device = device
         self._ctx = T.get_context(device)
+        self._cuda = T.is_cuda(device)
         self._pool = _kvc.ReqToTokenPool(self._ctx, size, max_context_len)
         self._h = self._pool.handle
         self.req_to_token = T.from_dlpack(self._pool.table)
@@ -86,7 +87,7 @@ class ReqToTokenPool:
         vals = T.host_i64(values)
         if isinstance(cols, slice) and not T.is_tensor(rows):
             start = cols.start or 0
-            self._pool.write(int(rows), start, vals)
+            self._pool.write(int(rows), start, vals, stream=T.stream(self._cuda))
             return
         rows_l = T.tolist(T.host_i64(rows)) if not isinstance(rows, int) else [rows]
         cols_l = T.tolist(T.host_i64(cols)) if not isinstance(cols, int) else [cols]
@@ -98,7 +99,7 @@ class ReqToTokenPool:
         if not len(rows_l) == len(cols_l) == len(vl):
             raise ValueError("indices and values differ in length")
         for r, c, v in zip(rows_l, cols_l, vl):  # scatter: one C write per entry
-            self._pool.write(r, c, [v])
+            self._pool.write(r, c, [v], stream=T.stream(self._cuda))
 
     def available_size(self):
         return T.lib.kvc_req_to_token_pool_available(self._h)
@@ -175,6 +176,7 @@ class MambaPool:
         self.size = size
         self.device = device
         self._ctx = T.get_context(device)
+        self._cuda = T.is_cuda(device)
         conv = [tuple(s) for s in cache_params.shape.conv]
         self.mamba_layer_ids = list(mamba_layer_ids)
         self._pool = _kvc.MambaPool(
@@ -191,7 +193,8 @@ class MambaPool:
 
     def alloc(self, need_size: int):
         host = T.host_empty(max(need_size, 1), T.I32)
-        st = T.lib.kvc_mamba_pool_alloc(self._pool.handle, need_size, T.ptr(host), None)
+        st = T.lib.kvc_mamba_pool_alloc(self._pool.handle, need_size, T.ptr(host),
+                                        T.stream(self._cuda))
         if T.status_ok_or_none(st, self._ctx, "MambaPool.alloc") is None:
             return None
         h = host[:need_size].to(T.I64) if T.torch is not None else host[:need_size].astype(T.I64)
@@ -206,12 +209,13 @@ class MambaPool:
         self._pool.clear()
 
     def copy_from(self, src_index, dst_index):
-        self._pool.copy_from(T.host_i32(T.host_i64(src_index)), T.host_i32(T.host_i64(dst_index)))
+        self._pool.copy_from(T.host_i32(T.host_i64(src_index)), T.host_i32(T.host_i64(dst_index)),
+                             stream=T.stream(self._cuda))
 
     def fork_from(self, src_index):
         src = int(T.tolist(T.host_i64(src_index))[0])
         try:
-            slot = self._pool.fork_from(src)
+            slot = self._pool.fork_from(src, stream=T.stream(self._cuda))
         except _kvc.OutOfSlots:
             return None
         return T.to_device(T.host_array([slot]), self.device)
@@ -246,13 +250,14 @@ class MambaPool:
         n = T.numel(ids)
         host = T.host_empty(max(self._pool.host_copy_bytes(n), 1), T.torch.uint8 if T.torch
                             else T.np.uint8)
-        self._pool.copy_to_host(ids, host)
-        self._ctx.synchronize()
+        self._pool.copy_to_host(ids, host, stream=T.stream(self._cuda))
+        self._ctx.synchronize(T.stream(self._cuda))
         return host
 
     def load_cpu_copy(self, mamba_cache_cpu, indices):
-        self._pool.copy_from_host(T.host_i32(T.host_i64(indices)), mamba_cache_cpu)
-        self._ctx.synchronize()
+        self._pool.copy_from_host(T.host_i32(T.host_i64(indices)), mamba_cache_cpu,
+            stream=T.stream(self._cuda))
+        self._ctx.synchronize(T.stream(self._cuda))
 
 
 class HybridReqToTokenPool(ReqToTokenPool):
@@ -304,7 +309,8 @@ class HybridReqToTokenPool(ReqToTokenPool):
                 b = getattr(r, "mamba_ping_pong_track_buffer", None)
                 vals += [0] * pp if b is None else T.tolist(T.host_i64(b))
             track = (ctypes.c_int32 * max(n * pp, 1))(*vals)
-        st = T.lib.kvc_hybrid_req_pool_alloc(self._hyb.handle, n, rows, mamba, track, None)
+        st = T.lib.kvc_hybrid_req_pool_alloc(self._hyb.handle, n, rows, mamba, track,
+                                             T.stream(self._cuda))
         if T.status_ok_or_none(st, self._ctx, "HybridReqToTokenPool.alloc") is None:
             return None
         out = rows[:n]
@@ -328,7 +334,7 @@ class HybridReqToTokenPool(ReqToTokenPool):
         if not T.is_cuda(self.device) or T.torch is None:
             rows = T.host_i64(rows) if lt == 1 else rows
         self._ctx._check(T.lib.kvc_hybrid_req_pool_get_mamba_indices(
-            self._hyb.handle, T.ptr(rows), lt, T.ptr(out), n, None))
+            self._hyb.handle, T.ptr(rows), lt, T.ptr(out), n, T.stream(self._cuda)))
         return out[:n]
 
     def mamba2_layer_cache(self, layer_id: int):
@@ -355,8 +361,9 @@ class HybridReqToTokenPool(ReqToTokenPool):
             if self.mamba_ping_pong_track_buffer_size == 1:
                 assert keep == 0, "keep must be 0 when the ping-pong buffer size is 1"
         self._ctx._check(T.lib.kvc_hybrid_req_pool_free_mamba_cache(
-            self._hyb.handle, _req_row(req), keep, None))
+            self._hyb.handle, _req_row(req), keep, T.stream(self._cuda)))
         req.mamba_pool_idx = None
 
     def clear(self):
-        self._ctx._check(T.lib.kvc_hybrid_req_pool_clear(self._hyb.handle, None))
+        self._ctx._check(T.lib.kvc_hybrid_req_pool_clear(self._hyb.handle,
+                                                         T.stream(self._cuda)))

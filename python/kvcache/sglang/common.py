@@ -237,7 +237,8 @@ def alloc_for_decode(batch, token_per_req: int):
     if mc is not None and getattr(mc, "is_encoder_decoder", False):
         return _decode_encoder_decoder(batch, allocator, pool, rows, seq, bs)
     dev, hptr, dptr = _out(hot.ring_dec, bs, hot.cuda)
-    st = hot.decode_fn(allocator._h, bs, hot.seq_ptr, None, pool._h, rows_ptr, hptr, dptr, None)
+    st = hot.decode_fn(allocator._h, bs, hot.seq_ptr, None, pool._h, rows_ptr, hptr, dptr,
+                       T.stream(hot.cuda))
     if st:
         if st == 2:
             _oom("Decode out of memory", bs * token_per_req, tree)
@@ -299,7 +300,7 @@ def alloc_for_extend(batch):
         rows32 = (ctypes.c_int32 * max(bs, 1))(*rows)
     dev, hptr, dptr = _out(hot.ring_ext, n, hot.cuda)
     st = hot.extend_fn(allocator._h, bs, pre_ptr, seq_ptr, None, pool._h, rows32, prefix, hptr,
-                       dptr, None)
+                       dptr, T.stream(hot.cuda))
     if st:
         if st == 2:
             _oom("Prefill out of memory", n, tree)
