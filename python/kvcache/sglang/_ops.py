@@ -107,9 +107,9 @@ if torch is not None:
             return x.reshape(-1)
         if np is not None and isinstance(x, np.ndarray):
             return torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64).reshape(-1))
-        if isinstance(x, int):
-            return torch.tensor([x], dtype=I64)
-        return torch.tensor(list(x), dtype=I64)
+        if isinstance(x, int) or (hasattr(x, "__index__") and not hasattr(x, "__len__")):
+            return torch.tensor([int(x)], dtype=I64)
+        return torch.tensor([int(v) for v in x], dtype=I64)
 
     def host_i32(x):
         if isinstance(x, torch.Tensor):
@@ -118,7 +118,7 @@ if torch is not None:
             if x.dtype != I32 or not x.is_contiguous():
                 x = x.to(I32).contiguous()
             return x.reshape(-1)
-        return torch.tensor(list(x), dtype=I32)
+        return torch.tensor([int(v) for v in x], dtype=I32)
 
     def tolist(x):
         return x.tolist()
