@@ -1,0 +1,315 @@
+"""ChunkCache and RadixCache with SGLang's interfaces (BasePrefixCache subset)."""
+import array
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import kvcache as _kvc
+from kvcache import radix as _radix
+
+from . import _ops as T
+from ._ops import c_int, c_void_p, proto
+
+lib = T.lib
+proto("kvc_radix_cache_cache_finished_req", c_int, c_void_p, c_void_p, c_void_p, c_int)
+proto("kvc_radix_cache_cache_unfinished_req", c_int, c_void_p, c_void_p, c_void_p)
+# Our own function object (raw addresses for the tokens; the binding's has POINTER types).
+_match_fn = getattr(ctypes.CDLL(lib._name), "kvc_radix_cache_match_prefix")
+_match_fn.restype = c_int
+_match_fn.argtypes = [c_void_p, ctypes.c_uint64, c_void_p, ctypes.c_int64, c_void_p]
+
+
+class _MatchRaw(ctypes.Structure):
+    """kvc_radix_match with the slots as a raw address."""
+    _fields_ = [("len", ctypes.c_int64), ("slots", c_void_p), ("node", c_void_p),
+                ("copied", ctypes.c_int32), ("reserved_i32_", ctypes.c_int32)]
+
+
+@dataclass
+class EvictParams:
+    num_tokens: int = 0
+    swa_num_tokens: int = 0
+    mamba_num: int = 0
+
+
+@dataclass
+class EvictResult:
+    num_tokens_evicted: int = 0
+    swa_num_tokens_evicted: int = 0
+    mamba_num_evicted: int = 0
+
+
+@dataclass
+class MatchResult:
+    device_indices: Any
+    last_device_node: Any
+    last_host_node: Any
+    host_hit_length: int = 0
+
+
+@dataclass
+class RadixKey:
+    token_ids: list
+    extra_key: Optional[str] = None
+
+
+@dataclass
+class MatchPrefixParams:
+    key: Any
+
+
+@dataclass
+class CacheInitParams:
+    """The fields of SGLang's CacheInitParams these caches read."""
+    req_to_token_pool: Any
+    token_to_kv_pool_allocator: Any
+    page_size: int = 1
+    disable: bool = False
+    eviction_policy: str = "lru"
+
+
+def _pop_committed(req):
+    f = getattr(req, "pop_committed_kv_cache", None)
+    return f() if f is not None else req.kv_committed_len
+
+
+def _init_args(args, kwargs):
+    if len(args) == 1 and not kwargs and hasattr(args[0], "token_to_kv_pool_allocator"):
+        p = args[0]
+        return (p.req_to_token_pool, p.token_to_kv_pool_allocator, getattr(p, "page_size", 1),
+                getattr(p, "disable", False), getattr(p, "eviction_policy", "lru"))
+    names = ("req_to_token_pool", "token_to_kv_pool_allocator", "page_size", "disable",
+             "eviction_policy")
+    vals = dict(zip(names, args))
+    vals.update({k: v for k, v in kwargs.items() if k in names})
+    return (vals["req_to_token_pool"], vals["token_to_kv_pool_allocator"],
+            vals.get("page_size", 1), vals.get("disable", False),
+            vals.get("eviction_policy", "lru"))
+
+
+class _PrefixCacheBase:
+    def _setup(self, req_to_token_pool, allocator, page_size):
+        self.req_to_token_pool = req_to_token_pool
+        self.token_to_kv_pool_allocator = allocator
+        self.page_size = page_size
+        self.device = req_to_token_pool.device
+        self._empty = T.empty(0, T.I64, self.device)
+
+    def is_chunk_cache(self):
+        return False
+
+    def supports_mamba(self):
+        return False
+
+    def supports_swa(self):
+        return False
+
+    def pretty_print(self):
+        return ""
+
+    def available_and_evictable_str(self):
+        a = self.token_to_kv_pool_allocator.available_size()
+        e = self.evictable_size()
+        return "Available tokens: %d + evictable tokens: %d = %d\n" % (a, e, a + e)
+
+    def _row_prefix(self, req, n):
+        """req.prefix_indices = row[0:n) (a device tensor, host copy remembered: kvcache
+        knows the row holds it, so the next extend does not rewrite it)."""
+        h = self.req_to_token_pool.row_host(req.req_pool_idx, 0, n)
+        dev = T.to_device(h, self.device) if T.is_cuda(self.device) else h
+        req.prefix_indices = dev
+        req._kvc_prefix = (dev, None)
+
+
+class ChunkCache(_PrefixCacheBase):
+    """SGLang ChunkCache (no prefix reuse): a finished request's committed KV goes back to
+    the allocator, an unfinished (chunked) one keeps its row as its prefix."""
+
+    def __init__(self, *args, **kwargs):
+        pool, alloc, ps, _, _ = _init_args(args, kwargs)
+        self._setup(pool, alloc, ps)
+
+    def is_chunk_cache(self):
+        return True
+
+    def reset(self):
+        pass
+
+    def match_prefix(self, params=None, **kwargs):
+        return MatchResult(device_indices=self._empty, last_device_node=None,
+                           last_host_node=None)
+
+    def cache_finished_req(self, req, is_insert: bool = True):
+        committed = _pop_committed(req)
+        if committed:
+            self.token_to_kv_pool_allocator._free_row(
+                self.req_to_token_pool, req.req_pool_idx, 0, committed,
+                getattr(req, "swa_evicted_seqlen", 0) or 0)
+
+    def cache_unfinished_req(self, req, chunked=False):
+        self._row_prefix(req, len(req.fill_ids))
+
+    def evict(self, params=None):
+        return EvictResult()
+
+    def inc_lock_ref(self, node):
+        return 0
+
+    def dec_lock_ref(self, node, swa_uuid_for_lock=None):
+        return 0
+
+    def evictable_size(self):
+        return 0
+
+    def protected_size(self):
+        return 0
+
+    def total_size(self):
+        return 0
+
+
+class RadixCache(_PrefixCacheBase):
+    """SGLang RadixCache (seed interface: match_prefix, cache_finished_req,
+    cache_unfinished_req, evict, inc/dec_lock_ref) over kvcache's C radix tree. Token
+    allocators (page_size 1) and paged allocators; nodes are opaque handles."""
+
+    def __init__(self, *args, **kwargs):
+        pool, alloc, ps, disable, policy = _init_args(args, kwargs)
+        if disable:
+            raise NotImplementedError("disable=True: use ChunkCache")
+        if not hasattr(alloc, "_a") or not isinstance(alloc._a, _kvc.Allocator):
+            raise NotImplementedError("RadixCache over an SWA allocator (SGLang's SWA radix "
+                                      "cache) is not provided: use ChunkCache")
+        self._setup(pool, alloc, ps)
+        ctx = pool._ctx
+        self._tree = _radix.RadixCache(ctx, alloc.size, ps, policy)
+        self._flow = _kvc.Flow(ctx, pool._pool, alloc._a, cache=self._tree)
+        self._fh = self._flow.handle
+        self._state = _kvc.ReqState()
+        self.root_node = None
+        self._m = _MatchRaw()
+        self._mref = ctypes.byref(self._m)
+
+    # --- matching ---------------------------------------------------------------------
+
+    @staticmethod
+    def _key(params):
+        key = getattr(params, "key", params)
+        toks = getattr(key, "token_ids", key)
+        extra = getattr(key, "extra_key", None)
+        return toks, extra
+
+    def _ns(self, extra):
+        if extra is None:
+            return 0
+        return hash(extra) & 0xFFFFFFFFFFFFFFFF or 1
+
+    def match_prefix(self, params=None, key=None, **kwargs):
+        """MatchResult(device_indices = int64 slots of the longest cached prefix (page-
+        floored), last_device_node = its node). The key's token_ids may be a list, an
+        array.array('i'), or an int32 NumPy array / torch CPU tensor (read in place)."""
+        toks, extra = self._key(params if params is not None else key)
+        n, addr, node = self._match(toks, extra)
+        host = T.from_address_i64(addr, n)
+        dev = T.to_device(host, self.device) if T.is_cuda(self.device) else host
+        return MatchResult(device_indices=dev, last_device_node=node, last_host_node=node)
+
+    def _match(self, toks, extra):
+        """(length, address of the slots, node) of a match (no lock)."""
+        if isinstance(toks, list):
+            keep = array.array("i", toks)
+            p, n = keep.buffer_info()
+        elif isinstance(toks, array.array) and toks.typecode == "i":
+            p, n = toks.buffer_info()
+        else:
+            keep = T.host_i32(toks)
+            p, n = T.ptr(keep), T.numel(keep)
+        m = self._m
+        self._tree._check(_match_fn(self._tree.handle, self._ns(extra), p, n, self._mref))
+        return m.len, m.slots, m.node
+
+    def inc_lock_ref(self, node):
+        self._tree.lock(node)
+        return 0
+
+    def dec_lock_ref(self, node, swa_uuid_for_lock=None):
+        self._tree.unlock(node)
+        return 0
+
+    # --- caching requests ---------------------------------------------------------------
+
+    def _bind(self, req, tokens, committed):
+        st = self._state
+        ctypes.memset(ctypes.addressof(st), 0, ctypes.sizeof(st))
+        st.req_row = req.req_pool_idx
+        st.seq_len = committed
+        st.kv_committed_len = committed
+        st.kv_allocated_len = committed
+        st.cache_protected_len = getattr(req, "cache_protected_len", 0) or 0
+        st.cache_node = req.last_node
+        self._tree.bind(st, tokens, ns=self._ns(getattr(req, "extra_key", None)),
+                        priority=getattr(req, "priority", 0) or 0)
+        return st
+
+    def cache_finished_req(self, req, is_insert: bool = True):
+        """Inserts [0, committed) floored to pages (duplicates and the unaligned tail
+        freed; without is_insert frees [cache_protected_len, committed)), unlocks."""
+        committed = _pop_committed(req)
+        tokens = (list(req.origin_input_ids) + list(req.output_ids))[:committed]
+        st = self._bind(req, tokens, committed)
+        try:
+            self._tree._check(lib.kvc_radix_cache_cache_finished_req(
+                self._tree.handle, self._fh, ctypes.addressof(st), 1 if is_insert else 0))
+        finally:
+            self._tree.unbind(st)
+        req.last_node = None
+
+    def cache_unfinished_req(self, req, chunked=False):
+        """Inserts the filled tokens (page-floored), moves the lock to the new node and
+        sets prefix_indices / cache_protected_len / last_node."""
+        tokens = list(req.fill_ids)
+        n = len(tokens)
+        st = self._bind(req, tokens, n)
+        try:
+            self._tree._check(lib.kvc_radix_cache_cache_unfinished_req(
+                self._tree.handle, self._fh, ctypes.addressof(st)))
+        finally:
+            self._tree.unbind(st)
+        req.last_node = st.cache_node
+        req.cache_protected_len = st.cache_protected_len
+        self._row_prefix(req, n)
+
+    def insert(self, key, value=None, priority=0):
+        toks, extra = self._key(key)
+        return self._tree.insert(toks, T.tolist(T.host_i64(value)), self._flow,
+                                 ns=self._ns(extra), priority=priority)
+
+    # --- eviction and sizes -------------------------------------------------------------
+
+    def evict(self, params=None, num_tokens=None):
+        n = params if isinstance(params, int) else \
+            (num_tokens if params is None else params.num_tokens)
+        if not n:
+            return EvictResult()
+        e = ctypes.c_int64()
+        st = lib.kvc_radix_cache_evict(self._tree.handle, self._fh, n, ctypes.byref(e))
+        if st not in (0, 2):  # 2: fewer evictable tokens than asked (SGLang: evicts what it can)
+            self._tree._check(st, "evict")
+        return EvictResult(num_tokens_evicted=e.value)
+
+    def evictable_size(self):
+        return self._tree.sizes()["evictable"]
+
+    def protected_size(self):
+        return self._tree.sizes()["protected"]
+
+    def total_size(self):
+        return self._tree.sizes()["cached"]
+
+    def reset(self):
+        self._tree.reset()
+
+    def pretty_print(self):
+        s = self._tree.dump()
+        print(s)
+        return s

@@ -1,0 +1,362 @@
+"""The scheduler functions of SGLang's mem_cache/common.py over kvcache.
+
+Hot paths (alloc_for_decode, alloc_for_extend, release_kv_cache) make one library call for
+the allocation AND the req_to_token writes (SGLang: several kernels plus Python loops),
+with preallocated outputs: the out_cache_loc returned by alloc_for_extend /
+alloc_for_decode is a view of one of 8 rotating buffers per allocator and call kind,
+valid until 7 more calls of that kind (clone it to keep it longer).
+
+Duck-typed inputs (what is read; SGLang's own Req / ScheduleBatch qualify):
+  Req: req_pool_idx (int or None), prefix_indices (int64 tensor), fill_ids,
+       origin_input_ids, output_ids, kv_committed_len, kv_allocated_len, is_chunked,
+       cache_protected_len, last_node, swa_evicted_seqlen, swa_evict_floor,
+       mamba_pool_idx, skip_radix_cache_insert, extra_key, pop_committed_kv_cache() and
+       pop_overallocated_kv_cache() (when present; else the lengths are read).
+  ScheduleBatch: reqs, prefix_lens, extend_num_tokens, seq_lens_cpu (host int64),
+       req_pool_indices (device; its host copy is taken from the tensor alloc_for_extend
+       returned, else from the requests), req_to_token_pool, tree_cache,
+       model_config.is_encoder_decoder + encoder_lens (optional), maybe_evict_swa()
+       (optional). As in SGLang, the caller advances seq_lens / kv_*_len.
+"""
+import ctypes
+
+from . import _ops as T
+from ._alloc import SWATokenToKVPoolAllocator
+from ._cache import EvictParams
+from ._reqpool import HybridReqToTokenPool
+
+lib = T.lib
+
+MAMBA_STATE_PER_REQ_PREFIX_CACHE = 3
+MAMBA_STATE_PER_REQ_PREFIX_CACHE_LAZY = 2
+MAMBA_STATE_PER_REQ_NO_CACHE = 1
+
+
+def kv_to_page_indices(kv_indices, page_size: int):
+    if page_size == 1:
+        return kv_indices
+    return kv_indices[::page_size] // page_size
+
+
+def kv_to_page_num(num_kv_indices: int, page_size: int):
+    return (num_kv_indices + page_size - 1) // page_size
+
+
+def page_align_floor(length: int, page_size: int) -> int:
+    return (length // page_size) * page_size
+
+
+def ceil_align(length: int, page_size: int) -> int:
+    return -(-length // page_size) * page_size
+
+
+def get_last_loc(req_to_token, req_pool_indices, prefix_lens):
+    """last_loc[i] = req_to_token[rows[i], prefix_lens[i] - 1], -1 for an empty prefix
+    (int64). Given the ReqToTokenPool itself, read from its host mirror (no device
+    read); given the req_to_token tensor (SGLang's call), a gather on that tensor."""
+    mirror = getattr(req_to_token, "_mirror", None)
+    if mirror is not None:
+        rows = T.tolist(T.host_i64(req_pool_indices))
+        pre = T.tolist(T.host_i64(prefix_lens))
+        return T.host_array([int(mirror[r, p - 1]) if p > 0 else -1 for r, p in zip(rows, pre)])
+    pre = prefix_lens
+    col = pre - 1
+    col = col * (col >= 0)                       # column 0 where the prefix is empty
+    got = req_to_token[req_pool_indices, col]
+    if T.torch is not None:
+        return T.torch.where(pre > 0, got.to(T.I64), T.torch.full_like(pre, -1))
+    return T.np.where(pre > 0, got.astype(T.I64), -1)
+
+
+def available_and_evictable_str(tree_cache) -> str:
+    return tree_cache.available_and_evictable_str()
+
+
+def evict_from_tree_cache(tree_cache, num_tokens: int):
+    if tree_cache is None or tree_cache.is_chunk_cache():
+        return
+    allocator = tree_cache.token_to_kv_pool_allocator
+    if isinstance(allocator, SWATokenToKVPoolAllocator):
+        full, swa = allocator.full_available_size(), allocator.swa_available_size()
+        if full < num_tokens or swa < num_tokens:
+            tree_cache.evict(EvictParams(num_tokens=max(0, num_tokens - full),
+                                         swa_num_tokens=max(0, num_tokens - swa)))
+    elif allocator.available_size() < num_tokens:
+        tree_cache.evict(EvictParams(num_tokens=num_tokens))
+
+
+def _oom(kind, num_tokens, tree_cache):
+    msg = ("%s. Try to lower your batch size.\nTry to allocate %d tokens.\n%s" %
+           (kind, num_tokens, available_and_evictable_str(tree_cache)))
+    raise RuntimeError(msg)
+
+
+def alloc_token_slots(tree_cache, num_tokens: int, backup_state: bool = False):
+    allocator = tree_cache.token_to_kv_pool_allocator
+    evict_from_tree_cache(tree_cache, num_tokens)
+    state = allocator.backup_state() if backup_state else None
+    out = allocator.alloc(num_tokens)
+    if out is None:
+        _oom("Out of memory", num_tokens, tree_cache)
+    return (out, state) if backup_state else out
+
+
+def alloc_paged_token_slots_extend(tree_cache, prefix_lens, prefix_lens_cpu, seq_lens,
+                                   seq_lens_cpu, last_loc, extend_num_tokens: int,
+                                   backup_state: bool = False, **kwargs):
+    allocator = tree_cache.token_to_kv_pool_allocator
+    evict_from_tree_cache(tree_cache, extend_num_tokens +
+                          T.numel(seq_lens_cpu) * allocator.page_size)
+    state = allocator.backup_state() if backup_state else None
+    out = allocator.alloc_extend(prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc,
+                                 extend_num_tokens)
+    if out is None:
+        _oom("Prefill out of memory", extend_num_tokens, tree_cache)
+    return (out, state) if backup_state else out
+
+
+def alloc_paged_token_slots_decode(tree_cache, seq_lens, seq_lens_cpu, last_loc,
+                                   token_per_req: int = 1, **kwargs):
+    allocator = tree_cache.token_to_kv_pool_allocator
+    evict_from_tree_cache(tree_cache, T.numel(seq_lens_cpu) * allocator.page_size)
+    out = allocator.alloc_decode(seq_lens, seq_lens_cpu, last_loc)
+    if out is None:
+        _oom("Decode out of memory", T.numel(seq_lens_cpu) * token_per_req, tree_cache)
+    return out
+
+
+def alloc_req_slots(req_to_token_pool, reqs, tree_cache):
+    num_reqs = len(reqs)
+    if isinstance(req_to_token_pool, HybridReqToTokenPool):
+        avail = req_to_token_pool.mamba_allocator.available_size()
+        mamba_tree = tree_cache is not None and tree_cache.supports_mamba()
+        if mamba_tree:
+            factor = (MAMBA_STATE_PER_REQ_PREFIX_CACHE_LAZY
+                      if req_to_token_pool.enable_mamba_extra_buffer_lazy
+                      else MAMBA_STATE_PER_REQ_PREFIX_CACHE)
+        else:
+            factor = MAMBA_STATE_PER_REQ_NO_CACHE
+        need = num_reqs * factor
+        if avail < need and mamba_tree:
+            tree_cache.evict(EvictParams(num_tokens=0, mamba_num=need - avail))
+    rows = req_to_token_pool.alloc(reqs)
+    if rows is None:
+        raise RuntimeError("alloc_req_slots runs out of memory. Please set a smaller number "
+                           "for `--max-running-requests`. available_size=%d, num_reqs=%d" %
+                           (req_to_token_pool.available_size(), num_reqs))
+    return rows
+
+
+# --- the fused hot paths --------------------------------------------------------------------
+
+
+class _Hot:
+    """Per-allocator preallocated state of the hot paths."""
+
+    def __init__(self, allocator):
+        dev = allocator.device
+        self.ring_ext = T.OutRing(dev, 8)
+        self.ring_dec = T.OutRing(dev, 8)
+        self.cap = 0
+        self.seq = None
+        self.swa = isinstance(allocator, SWATokenToKVPoolAllocator)
+        self.cuda = T.is_cuda(dev)
+        if self.swa:
+            self.decode_fn = lib.kvc_swa_allocator_alloc_decode
+            self.extend_fn = lib.kvc_swa_allocator_alloc_extend
+        else:
+            self.decode_fn = lib.kvc_allocator_alloc_decode
+            self.extend_fn = lib.kvc_allocator_alloc_extend
+
+    def seq_buf(self, n):
+        if self.cap < n:
+            self.cap = max(n, 2 * self.cap, 256)
+            self.seq = T.host_empty(self.cap)
+            self.seq_ptr = T.ptr(self.seq)
+        return self.seq[:n]
+
+
+def _hot(allocator):
+    h = allocator.__dict__.get("_kvc_hot")
+    if h is None:
+        h = allocator._kvc_hot = _Hot(allocator)
+    return h
+
+
+def _rows_host(batch, reqs):
+    """Host int32 rows of the batch (cached per req_pool_indices tensor object)."""
+    src = batch.req_pool_indices
+    cached = batch.__dict__.get("_kvc_rows") if hasattr(batch, "__dict__") else None
+    if cached is not None and cached[0] is src:
+        return cached[1], cached[2]
+    h = None
+    if src is not None and not (T.torch is not None and getattr(src, "is_cuda", False)):
+        h = src
+    elif src is not None:
+        h = getattr(src, "_kvc_host", None)
+    rows = T.host_i32(h) if h is not None else T.host_i32([r.req_pool_idx for r in reqs])
+    p = T.ptr(rows)
+    try:
+        batch._kvc_rows = (src, rows, p)
+    except AttributeError:
+        pass
+    return rows, p
+
+
+def _out(ring, n, cuda):
+    dev, dptr, host, hptr = ring.next(n)
+    if not cuda:  # host backend: one buffer, written as the host output
+        return dev, dptr, None
+    return dev, hptr, dptr
+
+
+def alloc_for_decode(batch, token_per_req: int):
+    """One new token per request: out_cache_loc (device int64) and row[seq_len] = slot,
+    in one library call. Raises RuntimeError when out of memory (after eviction)."""
+    if token_per_req != 1:
+        raise ValueError("alloc_for_decode supports token_per_req == 1 only (SGLang's "
+                         "table write takes one position per request)")
+    ev = getattr(batch, "maybe_evict_swa", None)
+    if ev is not None:
+        ev()
+    tree = batch.tree_cache
+    allocator = tree.token_to_kv_pool_allocator
+    pool = batch.req_to_token_pool
+    hot = _hot(allocator)
+    seq_cpu = batch.seq_lens_cpu
+    bs = T.numel(seq_cpu)
+    evict_from_tree_cache(tree, bs if tree.page_size == 1 else bs * tree.page_size)
+    reqs = batch.reqs
+    rows, rows_ptr = _rows_host(batch, reqs)
+    seq = hot.seq_buf(bs)
+    if T.torch is not None:
+        T.torch.add(seq_cpu, 1, out=seq)
+    else:
+        T.np.add(seq_cpu, 1, out=seq)
+    mc = getattr(batch, "model_config", None)
+    if mc is not None and getattr(mc, "is_encoder_decoder", False):
+        return _decode_encoder_decoder(batch, allocator, pool, rows, seq, bs)
+    dev, hptr, dptr = _out(hot.ring_dec, bs, hot.cuda)
+    st = hot.decode_fn(allocator._h, bs, hot.seq_ptr, None, pool._h, rows_ptr, hptr, dptr,
+                       T.stream(hot.cuda))
+    if st:
+        if st == 2:
+            _oom("Decode out of memory", bs * token_per_req, tree)
+        allocator._ctx._check(st, "alloc_for_decode")
+    return dev
+
+
+def _decode_encoder_decoder(batch, allocator, pool, rows, seq, bs):
+    """Encoder-decoder models: the new token goes to row[encoder_len + seq_len]."""
+    out = alloc_paged_token_slots_decode(
+        batch.tree_cache, seq, seq, get_last_loc(pool, rows, seq - 1)) \
+        if batch.tree_cache.page_size > 1 else alloc_token_slots(batch.tree_cache, bs)
+    enc = T.tolist(T.host_i64(batch.encoder_lens))
+    old = T.tolist(seq - 1)
+    slots = T.tolist(T.host_i64(out))
+    for r, e, s, v in zip(T.tolist(rows), enc, old, slots):
+        pool._pool.write(int(r), int(e + s), [v])
+    return out
+
+
+def _prefix_ptr(req, n):
+    """Host address of req.prefix_indices[0:n), or None when the row holds it already."""
+    p = req.prefix_indices
+    mark = req.__dict__.get("_kvc_prefix") if hasattr(req, "__dict__") else None
+    if mark is not None and mark[0] is p:
+        return None
+    h = T.host_i64(p)
+    if T.numel(h) < n:
+        raise ValueError("req.prefix_indices has %d slots, prefix_len is %d" % (T.numel(h), n))
+    req._kvc_prefix_keep = h
+    return T.ptr(h)
+
+
+def alloc_for_extend(batch):
+    """Rows for new requests, KV slots for the extend tokens, and the req_to_token rows
+    (prefix + new slots) in one library call. Returns (out_cache_loc,
+    req_pool_indices_device, req_pool_indices_cpu); RuntimeError when out of memory (the
+    rows taken stay with the requests, as in SGLang)."""
+    ev = getattr(batch, "maybe_evict_swa", None)
+    if ev is not None:
+        ev()
+    reqs = batch.reqs
+    bs = len(reqs)
+    tree = batch.tree_cache
+    allocator = tree.token_to_kv_pool_allocator
+    pool = batch.req_to_token_pool
+    hot = _hot(allocator)
+    pre_keep, pre_ptr = T.host_i64_ptr(batch.prefix_lens)
+    seq_keep, seq_ptr = T.host_i64_ptr(batch.seq_lens_cpu)
+    rows = alloc_req_slots(pool, reqs, tree)
+    n = batch.extend_num_tokens
+    evict_from_tree_cache(tree, n if tree.page_size == 1 else n + bs * tree.page_size)
+    prefix = (ctypes.c_void_p * max(bs, 1))()
+    for i, p in enumerate(batch.prefix_lens):
+        if p > 0:
+            prefix[i] = _prefix_ptr(reqs[i], int(p))
+    rows32 = pool.__dict__.pop("_last_rows", None)  # what alloc() just filled
+    if rows32 is None:
+        rows32 = (ctypes.c_int32 * max(bs, 1))(*rows)
+    dev, hptr, dptr = _out(hot.ring_ext, n, hot.cuda)
+    st = hot.extend_fn(allocator._h, bs, pre_ptr, seq_ptr, None, pool._h, rows32, prefix, hptr,
+                       dptr, T.stream(hot.cuda))
+    if st:
+        if st == 2:
+            _oom("Prefill out of memory", n, tree)
+        allocator._ctx._check(st, "alloc_for_extend")
+    rows_cpu = T.host_array(rows)
+    rows_dev = T.to_device(rows_cpu, pool.device) if hot.cuda else rows_cpu
+    return dev, rows_dev, rows_cpu
+
+
+def release_kv_cache(req, tree_cache, is_insert: bool = True):
+    pool = tree_cache.req_to_token_pool
+    if req.req_pool_idx is None:
+        assert tree_cache.supports_mamba(), "Only MambaRadixCache allow freeing before alloc"
+        if getattr(req, "mamba_pool_idx", None) is not None:
+            pool.mamba_allocator.free(T.host_i64(req.mamba_pool_idx))
+            req.mamba_pool_idx = None
+        return
+    tree_cache.cache_finished_req(
+        req, is_insert=is_insert and not getattr(req, "skip_radix_cache_insert", False))
+    if req.req_pool_idx is None:  # a streaming session kept the request's KV
+        return
+    pop = getattr(req, "pop_overallocated_kv_cache", None)
+    start, end = pop() if pop is not None else (req.kv_committed_len, req.kv_allocated_len)
+    ps = tree_cache.page_size
+    if ps > 1:
+        start = -(-start // ps) * ps
+    if start < end:
+        tree_cache.token_to_kv_pool_allocator._free_row(pool, req.req_pool_idx, start, end)
+    if isinstance(pool, HybridReqToTokenPool) and not tree_cache.supports_mamba():
+        assert req.mamba_pool_idx is not None, \
+            "mamba state is freed while the tree cache does not manage mamba states"
+        pool.free_mamba_cache(req)
+    pool.free(req)
+
+
+def maybe_cache_unfinished_req(req, tree_cache, **kwargs):
+    if getattr(req, "skip_radix_cache_insert", False):
+        return
+    tree_cache.cache_unfinished_req(req, **kwargs)
+
+
+def free_swa_out_of_window_slots(req, pre_len: int, *, sliding_window_size: int,
+                                 page_size: int, req_to_token_pool, token_to_kv_pool_allocator,
+                                 drop_page_margin: bool = False) -> None:
+    """Frees the SWA peers of whole pages that left the window (never below
+    cache_protected_len / swa_evict_floor); advances req.swa_evicted_seqlen."""
+    assert req.cache_protected_len % page_size == 0, "cache_protected_len must be page aligned"
+    floor = max(req.cache_protected_len, getattr(req, "swa_evict_floor", 0) or 0)
+    if page_size > 1 and floor > req.cache_protected_len:
+        floor = ceil_align(floor, page_size)
+    req.swa_evicted_seqlen = max(req.swa_evicted_seqlen, floor)
+    threshold = pre_len - sliding_window_size - (0 if drop_page_margin else page_size)
+    new = max(req.swa_evicted_seqlen, threshold)
+    if page_size > 1:
+        new = page_align_floor(new, page_size)
+    if new > req.swa_evicted_seqlen:
+        slots = req_to_token_pool.row_host(req.req_pool_idx, req.swa_evicted_seqlen, new)
+        token_to_kv_pool_allocator.free_swa(slots)
+        req.swa_evicted_seqlen = new
