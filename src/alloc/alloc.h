@@ -10,6 +10,7 @@
 #define KVC_POOL_H
 
 #include "../ops/ops.h"
+#include "id_ring.h"
 
 #include <stdbool.h>
 
@@ -87,18 +88,8 @@ static inline int32_t *kvc__req_pool_mirror_row(const kvc_req_to_token_pool *p, 
 #define KVC__PG_GSEG 0x8u  /* HELD and recorded by free_segment() inside the open group */
 #define KVC__PG_MARK 0x10u /* transient: seen earlier in the current call */
 
-/* Double-ended ring of uint32 page ids. head is a free-running counter: entry i (from the
- * front) lives at buf[(head + i) & mask]; push_front decrements head (mod 2^64). */
-typedef struct kvc__ring {
-  uint32_t *buf;
-  uint64_t mask;
-  uint64_t head;
-  int64_t count;
-} kvc__ring;
-
-static inline uint32_t kvc__ring_at(const kvc__ring *r, int64_t i) {
-  return r->buf[(r->head + (uint64_t)i) & r->mask];
-}
+/* The free ring is the id ring of id_ring.h (the req pool's and the Mamba pool's too):
+ * pop at the front, PAGED frees at the front, TOKEN frees at the back. */
 
 struct kvc_allocator {
   uint64_t magic;
