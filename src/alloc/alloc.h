@@ -32,11 +32,7 @@ struct kvc_req_to_token_pool {
   int32_t width; /* max_context_len = row stride */
   int32_t *table;  /* device (size + 1) x width */
   int32_t *mirror; /* host copy of every entry the library wrote */
-  /* FIFO of free rows: pop at head, push at head + count. */
-  uint32_t *ring;
-  uint32_t mask;
-  uint32_t head;
-  int32_t count;
+  kvc__ring free_rows; /* FIFO: pop at the front, free at the back (id_ring.h) */
   uint8_t *rowflag; /* size + 1 */
   int32_t *row_buf; /* width int32: narrowed slots for kvc_req_to_token_pool_write */
   unsigned char *scratch; /* KVC__PARAM_SCRATCH_BYTES parameter block */
