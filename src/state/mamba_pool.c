@@ -9,7 +9,7 @@
  *                                                                   ^ speculative only
  *   inside a tensor: layer l at base + l * rows * row_bytes, slot s at + s * row_bytes
  *
- *   host:  FIFO ring of free ids   head -> [f f f f ...] <- free appends at the back
+ *   host:  FIFO id ring (id_ring.h)   front -> [f f f f ...] <- free appends at the back
  *          flag[slot]  FREE | HELD | RESERVED (taken by an open alloc group) + marks
  *
  * Why the host owns the ids: SGLang keeps free_slots as a device tensor and pays a
@@ -66,11 +66,8 @@ struct kvc_mamba_pool {
   void *mem;
   size_t mem_bytes;
   int vec; /* widest access dividing every state row and pitch */
-  /* free list */
-  int32_t *ring;
-  uint32_t mask, head;
-  int32_t count;
-  uint8_t *flag; /* size + 1 */
+  kvc__ring free_slots; /* FIFO: alloc at the front, free at the back (id_ring.h) */
+  uint8_t *flag;        /* size + 1 */
   /* alloc group */
   bool in_group;
   int32_t *group;
@@ -97,28 +94,17 @@ static kvc_status audit(const kvc_mamba_pool *p, const char *fn) {
     else if (f == 0) free_flags++;
     else return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: slot %d flag %u", s, f);
   }
-  if (free_flags != p->count || held + reserved + p->count != p->size)
-    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d held + %d reserved + %d free (flags %d) != %d",
-                      held, reserved, p->count, free_flags, p->size);
+  const int64_t count = p->free_slots.count;
+  if (free_flags != count || held + reserved + count != p->size)
+    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d held + %d reserved + %lld free (flags %d) != %d",
+                      held, reserved, (long long)count, free_flags, p->size);
   if (reserved != (p->in_group ? p->group_n - p->group_pos : 0))
     return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d reserved slots, group holds %d", reserved,
                       p->in_group ? p->group_n - p->group_pos : 0);
-  /* Every ring entry free and distinct: free-flagged slots == count and each entry is a
-   * free-flagged slot, so a duplicate would leave some free slot out — detect it with a
-   * bitmap. */
-  uint8_t *seen = kvc__calloc(p->ctx, (size_t)p->size + 1, 1);
-  if (!seen) return kvc__error(p->ctx, KVC_ERR_HOST_OOM, fn, "check bitmap");
-  kvc_status st = KVC_OK;
-  for (int32_t i = 0; i < p->count; i++) {
-    int32_t s = p->ring[(p->head + (uint32_t)i) & p->mask];
-    if (s < 1 || s > p->size || p->flag[s] != 0 || seen[s]) {
-      st = kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: free list entry %d = slot %d is bad, held or repeated", i, s);
-      break;
-    }
-    seen[s] = 1;
-  }
-  kvc__free(p->ctx, seen);
-  return st;
+  /* As many free flags as entries, and the ring's audit finds each entry free-flagged and
+   * listed once: the ring holds exactly the free slots. */
+  const kvc__ring_ids ids = {p->flag, (uint32_t)p->size, 0, FL_MARK_DST, "free list", "slot"};
+  return kvc__ring_audit(p->ctx, fn, &p->free_slots, &ids);
 }
 
 static kvc_status finish(kvc_mamba_pool *p, const char *fn, kvc_status st) {
@@ -272,9 +258,7 @@ static bool set_tensor(mamba_tensor *t, kvc_region_kind region, int32_t index, k
 }
 
 static void reset_free(kvc_mamba_pool *p) {
-  for (int32_t i = 0; i < p->size; i++) p->ring[i] = i + 1;
-  p->head = 0;
-  p->count = p->size;
+  kvc__ring_fill(&p->free_slots, p->size);
   memset(p->flag, 0, (size_t)p->size + 1);
   p->in_group = false;
   p->group_n = p->group_pos = 0;
@@ -283,7 +267,7 @@ static void reset_free(kvc_mamba_pool *p) {
 static void free_all(kvc_context *ctx, kvc_mamba_pool *p) {
   kvc__dev_free(ctx, p->mem);
   kvc__free(ctx, p->layer_ids);
-  kvc__free(ctx, p->ring);
+  kvc__ring_fini(ctx, &p->free_slots);
   kvc__free(ctx, p->flag);
   kvc__free(ctx, p->group);
   kvc__free(ctx, p->tmp);
@@ -314,16 +298,13 @@ kvc_status kvc_mamba_pool_create(kvc_context *ctx, const kvc_mamba_pool_config *
   p->L = c.num_layers;
   p->num_conv = c.num_conv;
   p->flags = c.flags;
-  uint32_t cap = 1;
-  while (cap < (uint32_t)c.size) cap <<= 1;
-  p->mask = cap - 1;
   p->layer_ids = kvc__malloc(ctx, sizeof(int32_t) * (size_t)c.num_layers);
-  p->ring = kvc__malloc(ctx, sizeof(int32_t) * cap);
+  KVC_CHECK_GOTO(kvc__ring_init(ctx, __func__, &p->free_slots, c.size), st, fail);
   p->flag = kvc__malloc(ctx, (size_t)c.size + 1);
   p->group = kvc__malloc(ctx, sizeof(int32_t) * (size_t)c.size);
   p->tmp = kvc__malloc(ctx, sizeof(int32_t) * 2 * ((size_t)c.size + 1));
   p->scratch = kvc__malloc(ctx, KVC__PARAM_SCRATCH_BYTES);
-  KVC_FAIL_GOTO(!p->layer_ids || !p->ring || !p->flag || !p->group || !p->tmp || !p->scratch, ctx, st,
+  KVC_FAIL_GOTO(!p->layer_ids || !p->flag || !p->group || !p->tmp || !p->scratch, ctx, st,
                 KVC_ERR_HOST_OOM, fail, "host metadata for %d slots", c.size);
   for (int32_t l = 0; l < c.num_layers; l++) p->layer_ids[l] = c.layer_ids ? c.layer_ids[l] : l;
 
@@ -383,7 +364,9 @@ void kvc_mamba_pool_destroy(kvc_mamba_pool *pool) {
 /* --- Slot bookkeeping -------------------------------------------------------------- */
 
 int32_t kvc_mamba_pool_size(const kvc_mamba_pool *pool) { return live(pool) ? pool->size : 0; }
-int32_t kvc_mamba_pool_available(const kvc_mamba_pool *pool) { return live(pool) ? pool->count : 0; }
+int32_t kvc_mamba_pool_available(const kvc_mamba_pool *pool) {
+  return live(pool) ? (int32_t)pool->free_slots.count : 0;
+}
 int kvc_mamba_pool_is_held(const kvc_mamba_pool *pool, int32_t slot) {
   return live(pool) && slot >= 1 && slot <= pool->size && (pool->flag[slot] & FL_HELD) ? 1 : 0;
 }
@@ -394,7 +377,7 @@ static bool zero_on_alloc(const kvc_mamba_pool *p) { return !(p->flags & KVC_MAM
 static kvc_status zero_front(kvc_mamba_pool *p, size_t n, kvc_stream stream) {
   if (!zero_on_alloc(p) || n == 0) return KVC_OK;
   int32_t *ids = p->tmp;
-  for (size_t i = 0; i < n; i++) ids[i] = p->ring[(p->head + (uint32_t)i) & p->mask];
+  kvc__ring_copy(&p->free_slots, 0, (int64_t)n, (uint32_t *)ids);
   return launch(p, KVC_MAMBA_ZERO, false, ids, NULL, n, NULL, p->vec, stream);
 }
 
@@ -409,16 +392,11 @@ kvc_status kvc_mamba_pool_alloc(kvc_mamba_pool *pool, size_t n, int32_t *out_slo
     out_slots[0] = s;
     return finish(pool, __func__, KVC_OK);
   }
-  if (n > (size_t)pool->count)
-    return kvc__error(pool->ctx, KVC_ERR_OUT_OF_SLOTS, __func__, "%zu slots requested, %d free", n, pool->count);
+  if (n > (size_t)pool->free_slots.count)
+    return kvc__error(pool->ctx, KVC_ERR_OUT_OF_SLOTS, __func__, "%zu slots requested, %lld free", n,
+                      (long long)pool->free_slots.count);
   KVC_FORWARD(zero_front(pool, n, stream));
-  for (size_t i = 0; i < n; i++) {
-    int32_t s = pool->ring[(pool->head + (uint32_t)i) & pool->mask];
-    pool->flag[s] = FL_HELD;
-    out_slots[i] = s;
-  }
-  pool->head += (uint32_t)n;
-  pool->count -= (int32_t)n;
+  kvc__ring_take(&pool->free_slots, (int64_t)n, (uint32_t *)out_slots, pool->flag, FL_HELD);
   return finish(pool, __func__, KVC_OK);
 }
 
@@ -430,14 +408,7 @@ void kvc__mamba_pool_unalloc(kvc_mamba_pool *p, const int32_t *slots, size_t n) 
     p->group_pos--;
     return;
   }
-  for (size_t i = n; i-- > 0;) {
-    const int32_t s = slots[i];
-    if (s < 1 || s > p->size || p->flag[s] != FL_HELD) continue; /* defensive */
-    p->flag[s] = 0;
-    p->head--;
-    p->ring[p->head & p->mask] = s;
-    p->count++;
-  }
+  kvc__ring_undo_take(&p->free_slots, (const uint32_t *)slots, (int64_t)n, p->flag, FL_HELD, 0, (uint32_t)p->size);
 }
 
 kvc_status kvc_mamba_pool_free(kvc_mamba_pool *pool, const int32_t *slots, size_t n) {
@@ -467,11 +438,7 @@ kvc_status kvc_mamba_pool_free(kvc_mamba_pool *pool, const int32_t *slots, size_
   }
   for (size_t j = 0; j < i; j++) pool->flag[slots[j]] &= (uint8_t)~FL_MARK_DST;
   if (st != KVC_OK) return st;
-  for (size_t j = 0; j < n; j++) {
-    pool->flag[slots[j]] = 0;
-    pool->ring[(pool->head + (uint32_t)pool->count + (uint32_t)j) & pool->mask] = slots[j];
-  }
-  pool->count += (int32_t)n;
+  kvc__ring_push_back(&pool->free_slots, (const uint32_t *)slots, (int64_t)n, pool->flag, 0);
   return finish(pool, __func__, KVC_OK);
 }
 
@@ -479,15 +446,9 @@ kvc_status kvc_mamba_pool_alloc_group_begin(kvc_mamba_pool *pool, size_t k, kvc_
   KVC_API_ENTRY();
   POOL_ENTRY(pool);
   KVC_RETURN_IF(pool->in_group, pool->ctx, KVC_ERR_MISUSE, "an alloc group is already open");
-  if (k > 0 && k <= (size_t)pool->count) {
+  if (k > 0 && k <= (size_t)pool->free_slots.count) {
     KVC_FORWARD(zero_front(pool, k, stream));
-    for (size_t i = 0; i < k; i++) {
-      int32_t s = pool->ring[(pool->head + (uint32_t)i) & pool->mask];
-      pool->flag[s] = FL_RESERVED;
-      pool->group[i] = s;
-    }
-    pool->head += (uint32_t)k;
-    pool->count -= (int32_t)k;
+    kvc__ring_take(&pool->free_slots, (int64_t)k, (uint32_t *)pool->group, pool->flag, FL_RESERVED);
     pool->group_n = (int32_t)k;
   } else {
     pool->group_n = 0;
@@ -501,12 +462,8 @@ kvc_status kvc_mamba_pool_alloc_group_end(kvc_mamba_pool *pool) {
   KVC_API_ENTRY();
   POOL_ENTRY(pool);
   KVC_RETURN_IF(!pool->in_group, pool->ctx, KVC_ERR_MISUSE, "no alloc group is open");
-  for (int32_t i = pool->group_pos; i < pool->group_n; i++) {
-    int32_t s = pool->group[i];
-    pool->flag[s] = 0;
-    pool->ring[(pool->head + (uint32_t)pool->count) & pool->mask] = s;
-    pool->count++;
-  }
+  kvc__ring_push_back(&pool->free_slots, (const uint32_t *)pool->group + pool->group_pos,
+                      pool->group_n - pool->group_pos, pool->flag, 0);
   pool->in_group = false;
   pool->group_n = pool->group_pos = 0;
   return finish(pool, __func__, KVC_OK);
@@ -572,8 +529,8 @@ kvc_status kvc_mamba_pool_fork_from(kvc_mamba_pool *pool, int32_t src, int32_t *
   KVC_RETURN_IF(!out_slot, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out_slot is NULL");
   KVC_RETURN_IF(src < 0 || src > pool->size, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "src %d outside [0, %d]", src, pool->size);
   const bool from_group = pool->in_group && pool->group_pos < pool->group_n;
-  KVC_RETURN_IF(!from_group && pool->count < 1, pool->ctx, KVC_ERR_OUT_OF_SLOTS, "no free slot");
-  const int32_t dst = from_group ? pool->group[pool->group_pos] : pool->ring[pool->head & pool->mask];
+  KVC_RETURN_IF(!from_group && pool->free_slots.count < 1, pool->ctx, KVC_ERR_OUT_OF_SLOTS, "no free slot");
+  const int32_t dst = from_group ? pool->group[pool->group_pos] : (int32_t)kvc__ring_at(&pool->free_slots, 0);
   /* alloc(1) would zero dst and copy_from overwrites every row it zeroed: one launch.
    * src == dst (forking a free slot that is next in line) degenerates to the zeroing. */
   if (src == dst) {
@@ -581,12 +538,8 @@ kvc_status kvc_mamba_pool_fork_from(kvc_mamba_pool *pool, int32_t src, int32_t *
   } else {
     KVC_FORWARD(launch(pool, KVC_MAMBA_COPY, false, &src, &dst, 1, NULL, pool->vec, stream));
   }
-  if (from_group) {
-    pool->group_pos++;
-  } else {
-    pool->head++;
-    pool->count--;
-  }
+  if (from_group) pool->group_pos++;
+  else kvc__ring_pop_front(&pool->free_slots, pool->flag, FL_HELD);
   pool->flag[dst] = FL_HELD;
   *out_slot = dst;
   return finish(pool, __func__, KVC_OK);
