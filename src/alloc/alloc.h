@@ -10,6 +10,7 @@
 #define KVC_POOL_H
 
 #include "../ops/ops.h"
+#include "id_ring.h"
 
 #include <stdbool.h>
 
@@ -31,11 +32,7 @@ struct kvc_req_to_token_pool {
   int32_t width; /* max_context_len = row stride */
   int32_t *table;  /* device (size + 1) x width */
   int32_t *mirror; /* host copy of every entry the library wrote */
-  /* FIFO of free rows: pop at head, push at head + count. */
-  uint32_t *ring;
-  uint32_t mask;
-  uint32_t head;
-  int32_t count;
+  kvc__ring free_rows; /* FIFO: pop at the front, free at the back (id_ring.h) */
   uint8_t *rowflag; /* size + 1 */
   int32_t *row_buf; /* width int32: narrowed slots for kvc_req_to_token_pool_write */
   unsigned char *scratch; /* KVC__PARAM_SCRATCH_BYTES parameter block */
@@ -87,18 +84,8 @@ static inline int32_t *kvc__req_pool_mirror_row(const kvc_req_to_token_pool *p, 
 #define KVC__PG_GSEG 0x8u  /* HELD and recorded by free_segment() inside the open group */
 #define KVC__PG_MARK 0x10u /* transient: seen earlier in the current call */
 
-/* Double-ended ring of uint32 page ids. head is a free-running counter: entry i (from the
- * front) lives at buf[(head + i) & mask]; push_front decrements head (mod 2^64). */
-typedef struct kvc__ring {
-  uint32_t *buf;
-  uint64_t mask;
-  uint64_t head;
-  int64_t count;
-} kvc__ring;
-
-static inline uint32_t kvc__ring_at(const kvc__ring *r, int64_t i) {
-  return r->buf[(r->head + (uint64_t)i) & r->mask];
-}
+/* The free ring is the id ring of id_ring.h (the req pool's and the Mamba pool's too):
+ * pop at the front, PAGED frees at the front, TOKEN frees at the back. */
 
 struct kvc_allocator {
   uint64_t magic;

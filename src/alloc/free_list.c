@@ -1,6 +1,6 @@
 /*
- * free_list.c — the allocator's host free list: a double-ended ring of page ids plus one
- * state byte per page.
+ * free_list.c — the allocator's host free list: the id ring (id_ring.h) of page ids plus
+ * one state byte per page, and the rules SGLang's free lists follow on top of it.
  *
  *   ring (uint32 page ids, power-of-two capacity >= num_pages)
  *
@@ -33,9 +33,7 @@
 /* --- Reset / pop / release --------------------------------------------------------- */
 
 void kvc__fl_reset(kvc_allocator *a) {
-  for (int64_t i = 0; i < a->num_pages; i++) a->ring.buf[i] = (uint32_t)(i + 1);
-  a->ring.head = 0;
-  a->ring.count = a->num_pages;
+  kvc__ring_fill(&a->ring, a->num_pages);
   memset(a->state, KVC__PG_FREE, (size_t)a->num_pages + 1);
   a->state[0] = KVC__PG_RESERVED;
   a->deferred_count = 0;
@@ -43,18 +41,13 @@ void kvc__fl_reset(kvc_allocator *a) {
   a->group_free_n = a->group_seg_n = 0;
 }
 
-void kvc__fl_pop(kvc_allocator *a, int64_t n) {
-  for (int64_t i = 0; i < n; i++) a->state[kvc__ring_at(&a->ring, i)] = KVC__PG_HELD;
-  a->ring.head += (uint64_t)n;
-  a->ring.count -= n;
-}
+void kvc__fl_pop(kvc_allocator *a, int64_t n) { kvc__ring_take(&a->ring, n, NULL, a->state, KVC__PG_HELD); }
 
 void kvc__fl_release(kvc_allocator *a, const uint32_t *pages, int64_t n) {
-  /* Locals, not a->/r-> fields, inside the loops: the state stores are bytes, which may
-   * alias anything, so the compiler would otherwise reload (and for head re-store) the
-   * fields on every page, a store-to-load chain that cost more than the work itself. */
-  uint8_t *const state = a->state;
   if (a->need_sort) {
+    /* A local, not a->deferred_count, inside the loop: the state stores are bytes, which
+     * may alias anything, so the field would be reloaded after every one. */
+    uint8_t *const state = a->state;
     uint32_t *const def = a->deferred + a->deferred_count;
     for (int64_t i = 0; i < n; i++) {
       state[pages[i]] = KVC__PG_DEFERRED;
@@ -63,25 +56,9 @@ void kvc__fl_release(kvc_allocator *a, const uint32_t *pages, int64_t n) {
     a->deferred_count += n;
     return;
   }
-  kvc__ring *r = &a->ring;
-  uint32_t *const buf = r->buf;
-  const uint64_t mask = r->mask;
-  if (a->kind == KVC_ALLOCATOR_PAGED) {
-    /* released ++ free_pages: the new head is n entries earlier, pages[0] at the front. */
-    const uint64_t head = r->head - (uint64_t)n;
-    for (int64_t i = 0; i < n; i++) {
-      state[pages[i]] = KVC__PG_FREE;
-      buf[(head + (uint64_t)i) & mask] = pages[i];
-    }
-    r->head = head;
-  } else {
-    const uint64_t tail = r->head + (uint64_t)r->count;
-    for (int64_t i = 0; i < n; i++) {
-      state[pages[i]] = KVC__PG_FREE;
-      buf[(tail + (uint64_t)i) & mask] = pages[i];
-    }
-  }
-  r->count += n;
+  /* PAGED: released ++ free_pages, pages[0] at the front. TOKEN: FIFO. */
+  if (a->kind == KVC_ALLOCATOR_PAGED) kvc__ring_push_front(&a->ring, pages, n, a->state, KVC__PG_FREE);
+  else kvc__ring_push_back(&a->ring, pages, n, a->state, KVC__PG_FREE);
 }
 
 /* --- Sorting ------------------------------------------------------------------------ */
@@ -191,7 +168,8 @@ void kvc__fl_merge(kvc_allocator *a) {
   if (a->backup_live && !a->backup_saved && a->epoch == a->b_epoch) {
     /* No free happened since the backup, so its ring image is still intact behind the
      * entries popped since (pops only move head) and the side list is the backup's. */
-    for (int64_t i = 0; i < a->b_count; i++) a->saved[i] = r->buf[(a->b_head + (uint64_t)i) & r->mask];
+    const kvc__ring at_backup = {r->buf, r->mask, a->b_head, a->b_count};
+    kvc__ring_copy(&at_backup, 0, a->b_count, a->saved);
     memcpy(a->saved + a->b_count, a->deferred, (size_t)a->deferred_count * sizeof(uint32_t));
     a->backup_saved = true;
   }
@@ -208,7 +186,7 @@ void kvc__fl_merge(kvc_allocator *a) {
     }
   } else {
     uint32_t *v = a->tmp_a;
-    for (int64_t i = 0; i < r->count; i++) v[i] = kvc__ring_at(r, i);
+    kvc__ring_copy(r, 0, r->count, v);
     for (int64_t i = 0; i < a->deferred_count; i++) {
       v[r->count + i] = a->deferred[i];
       a->state[a->deferred[i]] = KVC__PG_FREE;
@@ -254,24 +232,13 @@ kvc_status kvc__fl_audit(const kvc_allocator *a, const char *fn) {
     return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: group marks %lld/%lld vs records %lld/%lld",
                       (long long)n_gfree, (long long)n_gseg, (long long)a->group_free_n,
                       (long long)a->group_seg_n);
-  /* Uniqueness: every entry must be FREE, and the number of FREE pages equals the list
-   * length, so a duplicate would leave some FREE page out: count distinct via tmp mark. */
-  uint8_t *seen = kvc__calloc(ctx, (size_t)a->num_pages + 1, 1);
-  if (!seen) return kvc__error(ctx, KVC_ERR_HOST_OOM, fn, "check: %lld bytes", (long long)a->num_pages + 1);
-  kvc_status st = KVC_OK;
-  for (int64_t i = 0; i < r->count && st == KVC_OK; i++) {
-    uint32_t p = kvc__ring_at(r, i);
-    if (p < 1 || p > a->num_pages || a->state[p] != KVC__PG_FREE || seen[p])
-      st = kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: free list entry %lld = page %u is %s", (long long)i, p,
-                      (p < 1 || p > a->num_pages) ? "out of range" : seen[p] ? "a duplicate" : "not FREE");
-    else seen[p] = 1;
-  }
-  for (int64_t i = 0; i < a->deferred_count && st == KVC_OK; i++) {
-    uint32_t p = a->deferred[i];
-    if (p < 1 || p > a->num_pages || a->state[p] != KVC__PG_DEFERRED || seen[p])
-      st = kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: deferred entry %lld = page %u is bad", (long long)i, p);
-    else seen[p] = 1;
-  }
-  kvc__free(ctx, seen);
-  return st;
+  /* Every entry FREE and listed once (the ring's audit), so with as many FREE pages as
+   * entries the ring holds exactly the FREE pages; the same for the side list. A page in
+   * both lists would have two states, so the two audits need not see each other. */
+  kvc__ring_ids ids = {a->state, (uint32_t)a->num_pages, KVC__PG_FREE, KVC__PG_MARK, "free list", "page"};
+  KVC_FORWARD(kvc__ring_audit(ctx, fn, r, &ids));
+  const kvc__ring side = kvc__ring_view(a->deferred, a->deferred_count);
+  ids.free_state = KVC__PG_DEFERRED;
+  ids.list = "deferred list";
+  return kvc__ring_audit(ctx, fn, &side, &ids);
 }

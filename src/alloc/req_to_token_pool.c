@@ -8,7 +8,7 @@
  *   ...                                                                 wrote, so flows
  *   row size  [ ...                                                 ]  never read back
  *
- *   free rows: FIFO ring  head -> [r_a r_b r_c ...] <- push back
+ *   free rows: FIFO id ring (id_ring.h)  front -> [r_a r_b r_c ...] <- push back
  *
  * Rows are reused FIFO exactly as SGLang's `free_slots` list (pop front, append back),
  * which decides which row a request gets. Unlike SGLang, frees are checked against a
@@ -34,14 +34,14 @@ kvc_status kvc__req_pool_check_handle(const kvc_context *ctx, const char *fn,
 
 #define POOL_ENTRY(pool) KVC_CHECK_HANDLE(pool, KVC__REQ_POOL_MAGIC, "pool", "kvc_req_to_token_pool")
 
-/* O(size) audit. A repeated free-list entry is caught without a bitmap: every entry must
- * be a free (not held) row, and there are exactly size - held entries, so a duplicate
- * would need more free rows than exist — the MARK bit, set per entry and cleared after,
- * catches it directly. The marks are cleared before returning (const only in spirit). */
+/* O(size) audit: the flags here, the free list against them in the ring's audit (which
+ * sets and clears the MARK bit: const only in spirit). */
 static kvc_status audit(const kvc_req_to_token_pool *p, const char *fn) {
   uint8_t *flag = p->rowflag;
-  if (p->count < 0 || p->count > p->size)
-    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: free count %d outside [0, %d]", p->count, p->size);
+  const int64_t count = p->free_rows.count;
+  if (count < 0 || count > p->size)
+    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: free count %lld outside [0, %d]", (long long)count,
+                      p->size);
   if (flag[0] != 0) return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: row 0 is flagged 0x%x", flag[0]);
   int32_t held = 0;
   for (int32_t r = 1; r <= p->size; r++) {
@@ -49,23 +49,11 @@ static kvc_status audit(const kvc_req_to_token_pool *p, const char *fn) {
       return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: row %d has flags 0x%x", r, flag[r]);
     held += (flag[r] & KVC__ROW_HELD) != 0;
   }
-  if (held + p->count != p->size)
-    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d held + %d free != %d rows", held, p->count, p->size);
-  kvc_status st = KVC_OK;
-  int32_t i = 0;
-  for (; i < p->count; i++) {
-    uint32_t r = p->ring[(p->head + (uint32_t)i) & p->mask];
-    if (r < 1 || r > (uint32_t)p->size || (flag[r] & (KVC__ROW_HELD | KVC__ROW_MARK))) {
-      st = kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: free list entry %d = row %u is %s", i, r,
-                      r < 1 || r > (uint32_t)p->size ? "out of range"
-                      : (flag[r] & KVC__ROW_HELD) ? "held"
-                                                   : "repeated");
-      break;
-    }
-    flag[r] |= KVC__ROW_MARK;
-  }
-  for (int32_t j = 0; j < i; j++) flag[p->ring[(p->head + (uint32_t)j) & p->mask]] &= (uint8_t)~KVC__ROW_MARK;
-  return st;
+  if (held + count != p->size)
+    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d held + %lld free != %d rows", held, (long long)count,
+                      p->size);
+  const kvc__ring_ids ids = {flag, (uint32_t)p->size, 0, KVC__ROW_MARK, "free list", "row"};
+  return kvc__ring_audit(p->ctx, fn, &p->free_rows, &ids);
 }
 
 static kvc_status pool_finish(kvc_req_to_token_pool *p, const char *fn, kvc_status st) {
@@ -106,9 +94,7 @@ kvc_status kvc_req_to_token_pool_audit_device(const kvc_req_to_token_pool *p, kv
 }
 
 static void reset_rows(kvc_req_to_token_pool *p) {
-  for (int32_t i = 0; i < p->size; i++) p->ring[i] = (uint32_t)(i + 1);
-  p->head = 0;
-  p->count = p->size;
+  kvc__ring_fill(&p->free_rows, p->size);
   memset(p->rowflag, 0, (size_t)p->size + 1);
 }
 
@@ -138,15 +124,12 @@ kvc_status kvc_req_to_token_pool_create(kvc_context *ctx, const kvc_req_to_token
   p->ctx = ctx;
   p->size = c.size;
   p->width = c.max_context_len;
-  uint32_t cap = 1;
-  while (cap < (uint32_t)c.size) cap <<= 1;
-  p->mask = cap - 1;
-  p->ring = kvc__malloc(ctx, (size_t)cap * sizeof(uint32_t));
+  KVC_CHECK_GOTO(kvc__ring_init(ctx, __func__, &p->free_rows, c.size), st, fail);
   p->rowflag = kvc__malloc(ctx, (size_t)c.size + 1);
   p->row_buf = kvc__malloc(ctx, (size_t)c.max_context_len * sizeof(int32_t));
   p->scratch = kvc__malloc(ctx, KVC__PARAM_SCRATCH_BYTES);
   p->mirror = kvc__calloc(ctx, entries, sizeof(int32_t));
-  KVC_FAIL_GOTO(!p->ring || !p->rowflag || !p->row_buf || !p->scratch || !p->mirror, ctx, st, KVC_ERR_HOST_OOM,
+  KVC_FAIL_GOTO(!p->rowflag || !p->row_buf || !p->scratch || !p->mirror, ctx, st, KVC_ERR_HOST_OOM,
                 fail, "host metadata for %d rows x %d", c.size, c.max_context_len);
   void *table = NULL;
   KVC_CHECK_GOTO(kvc__dev_alloc(ctx, bytes, &table), st, fail);
@@ -163,7 +146,7 @@ fail:
   kvc__free(ctx, p->scratch);
   kvc__free(ctx, p->row_buf);
   kvc__free(ctx, p->rowflag);
-  kvc__free(ctx, p->ring);
+  kvc__ring_fini(ctx, &p->free_rows);
   kvc__free(ctx, p);
   return st;
 }
@@ -177,7 +160,7 @@ void kvc_req_to_token_pool_destroy(kvc_req_to_token_pool *p) {
   kvc__free(ctx, p->scratch);
   kvc__free(ctx, p->row_buf);
   kvc__free(ctx, p->rowflag);
-  kvc__free(ctx, p->ring);
+  kvc__ring_fini(ctx, &p->free_rows);
   kvc__free(ctx, p);
 }
 
@@ -214,27 +197,17 @@ kvc_status kvc_req_to_token_pool_alloc(kvc_req_to_token_pool *p, size_t n, int32
   for (size_t j = 0; j < i; j++)
     if (rows[j] > 0) p->rowflag[rows[j]] &= (uint8_t)~KVC__ROW_MARK;
   if (st != KVC_OK) return st;
-  KVC_RETURN_IF(need > (size_t)p->count, p->ctx, KVC_ERR_OUT_OF_SLOTS, "%zu rows needed, %d free", need, p->count);
-  for (i = 0; i < n; i++) {
-    if (rows[i] != 0) continue;
-    uint32_t r = p->ring[p->head & p->mask];
-    p->head++;
-    p->count--;
-    p->rowflag[r] = KVC__ROW_HELD;
-    rows[i] = (int32_t)r;
-  }
+  KVC_RETURN_IF(need > (size_t)p->free_rows.count, p->ctx, KVC_ERR_OUT_OF_SLOTS, "%zu rows needed, %lld free", need,
+                (long long)p->free_rows.count);
+  for (i = 0; i < n; i++)
+    if (rows[i] == 0) rows[i] = (int32_t)kvc__ring_pop_front(&p->free_rows, p->rowflag, KVC__ROW_HELD);
   return pool_finish(p, __func__, KVC_OK);
 }
 
 void kvc__req_pool_unalloc(kvc_req_to_token_pool *p, const int32_t *rows, size_t n) {
-  for (size_t i = n; i-- > 0;) {
-    const int32_t r = rows[i];
-    if (!kvc__req_pool_row_held(p, r)) continue; /* defensive: never un-grant a free row */
-    p->rowflag[r] = 0;
-    p->head--;
-    p->ring[p->head & p->mask] = (uint32_t)r;
-    p->count++;
-  }
+  /* int32 rows read as uint32 (a permitted alias): a negative one is out of range. */
+  kvc__ring_undo_take(&p->free_rows, (const uint32_t *)rows, (int64_t)n, p->rowflag, KVC__ROW_HELD, 0,
+                      (uint32_t)p->size);
 }
 
 kvc_status kvc_req_to_token_pool_free(kvc_req_to_token_pool *p, int32_t row) {
@@ -244,9 +217,8 @@ kvc_status kvc_req_to_token_pool_free(kvc_req_to_token_pool *p, int32_t row) {
   KVC_RETURN_IF(row < 0 || row > p->size, p->ctx, KVC_ERR_MISUSE, "row %d is out of range [1, %d]", row, p->size);
   KVC_RETURN_IF(!(p->rowflag[row] & KVC__ROW_HELD), p->ctx, KVC_ERR_MISUSE, "row %d is not held (double free?)",
                 row);
-  p->rowflag[row] = 0;
-  p->ring[(p->head + (uint32_t)p->count) & p->mask] = (uint32_t)row;
-  p->count++;
+  const uint32_t id = (uint32_t)row;
+  kvc__ring_push_back(&p->free_rows, &id, 1, p->rowflag, 0);
   return pool_finish(p, __func__, KVC_OK);
 }
 
@@ -258,7 +230,7 @@ kvc_status kvc_req_to_token_pool_clear(kvc_req_to_token_pool *p) {
 }
 
 int32_t kvc_req_to_token_pool_available(const kvc_req_to_token_pool *p) {
-  return (p && p->magic == KVC__REQ_POOL_MAGIC) ? p->count : 0;
+  return (p && p->magic == KVC__REQ_POOL_MAGIC) ? (int32_t)p->free_rows.count : 0;
 }
 
 int kvc_req_to_token_pool_is_held(const kvc_req_to_token_pool *p, int32_t row) {

@@ -9,7 +9,7 @@
  *                                                                   ^ speculative only
  *   inside a tensor: layer l at base + l * rows * row_bytes, slot s at + s * row_bytes
  *
- *   host:  FIFO ring of free ids   head -> [f f f f ...] <- free appends at the back
+ *   host:  FIFO id ring (id_ring.h)   front -> [f f f f ...] <- free appends at the back
  *          flag[slot]  FREE | HELD | RESERVED (taken by an open alloc group) + marks
  *
  * Why the host owns the ids: SGLang keeps free_slots as a device tensor and pays a
@@ -19,72 +19,12 @@
  * ride in the kernel's parameter block (kvc__plan: inline up to 8000 ids, else one
  * staged upload). Frees are validated (SGLang accepts anything) so a double free is an
  * error, never a duplicated id in circulation.
- *
- * copy_from with overlapping src/dst sets must read every source before any target is
- * written. The host knows both sets, so it picks: disjoint -> the plain row copy (any
- * order is fine, full bandwidth); overlapping -> kvc_mamba_copy_staged, where one CTA
- * owns a (tensor, layer, byte tile) and stages that tile of all n sources in shared
- * memory before writing (n <= 2048 so that a tile is at least 16 bytes; 64 KB of tiles).
  */
-#include "../ops/ops.h"
-#include "../alloc/alloc.h"
+#include "mamba.h"
 
 #include <string.h>
 
-#define KVC__MAMBA_MAGIC 0x6b76632d6d616d21ull /* "kvc-mam!" */
-#define KVC__MAMBA_MAX_TENSORS (2 * KVC_MAMBA_MAX_CONV + 2)
-#define KVC__MAMBA_STAGED_MAX_PAIRS (KVC_MAMBA_STAGE_BYTES / 16)
-
-/* flag[slot] bits */
-#define FL_HELD 0x1u
-#define FL_RESERVED 0x2u /* popped by an open alloc group, not handed out yet */
-#define FL_MARK_DST 0x4u /* transient, within one call */
-#define FL_MARK_SRC 0x8u
-
-extern const kvc__kernel_def kvc__k_mamba_rows;
-extern const kvc__kernel_def kvc__k_mamba_copy_staged;
-
-typedef struct mamba_tensor {
-  kvc_region_kind region;
-  int32_t index; /* conv list position */
-  kvc_dtype dtype;
-  int32_t ndim;         /* with the L and row dims */
-  int64_t shape[6];
-  int64_t rows;         /* size + 1, or spec + 1 */
-  int64_t row_bytes;    /* one slot of one layer */
-  int64_t layer_pitch;  /* rows * row_bytes */
-  unsigned char *base;
-} mamba_tensor;
-
-struct kvc_mamba_pool {
-  uint64_t magic;
-  kvc_context *ctx;
-  int32_t size, L, num_conv, nstate, ntensors;
-  uint32_t flags;
-  int32_t *layer_ids;
-  mamba_tensor t[KVC__MAMBA_MAX_TENSORS];
-  void *mem;
-  size_t mem_bytes;
-  int vec; /* widest access dividing every state row and pitch */
-  /* free list */
-  int32_t *ring;
-  uint32_t mask, head;
-  int32_t count;
-  uint8_t *flag; /* size + 1 */
-  /* alloc group */
-  bool in_group;
-  int32_t *group;
-  int32_t group_n, group_pos;
-  int32_t *tmp; /* 2 * (size + 1): filtered copy pairs */
-  unsigned char *scratch;
-  const kvc__kfunc *kc[2][5][KVC__PLAN_INLINE_VARIANTS]; /* [kernel][log2 vec][variant] */
-};
-
-/* --- Handle checks, audit ---------------------------------------------------------- */
-
-#define POOL_ENTRY(pool) KVC_CHECK_HANDLE(pool, KVC__MAMBA_MAGIC, "pool", "kvc_mamba_pool")
-
-static bool live(const kvc_mamba_pool *p) { return p && p->magic == KVC__MAMBA_MAGIC; }
+/* --- Audit ------------------------------------------------------------------------ */
 
 static kvc_status audit(const kvc_mamba_pool *p, const char *fn) {
   int32_t held = 0, reserved = 0, free_flags = 0;
@@ -97,28 +37,17 @@ static kvc_status audit(const kvc_mamba_pool *p, const char *fn) {
     else if (f == 0) free_flags++;
     else return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: slot %d flag %u", s, f);
   }
-  if (free_flags != p->count || held + reserved + p->count != p->size)
-    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d held + %d reserved + %d free (flags %d) != %d",
-                      held, reserved, p->count, free_flags, p->size);
+  const int64_t count = p->free_slots.count;
+  if (free_flags != count || held + reserved + count != p->size)
+    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d held + %d reserved + %lld free (flags %d) != %d",
+                      held, reserved, (long long)count, free_flags, p->size);
   if (reserved != (p->in_group ? p->group_n - p->group_pos : 0))
     return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d reserved slots, group holds %d", reserved,
                       p->in_group ? p->group_n - p->group_pos : 0);
-  /* Every ring entry free and distinct: free-flagged slots == count and each entry is a
-   * free-flagged slot, so a duplicate would leave some free slot out — detect it with a
-   * bitmap. */
-  uint8_t *seen = kvc__calloc(p->ctx, (size_t)p->size + 1, 1);
-  if (!seen) return kvc__error(p->ctx, KVC_ERR_HOST_OOM, fn, "check bitmap");
-  kvc_status st = KVC_OK;
-  for (int32_t i = 0; i < p->count; i++) {
-    int32_t s = p->ring[(p->head + (uint32_t)i) & p->mask];
-    if (s < 1 || s > p->size || p->flag[s] != 0 || seen[s]) {
-      st = kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: free list entry %d = slot %d is bad, held or repeated", i, s);
-      break;
-    }
-    seen[s] = 1;
-  }
-  kvc__free(p->ctx, seen);
-  return st;
+  /* As many free flags as entries, and the ring's audit finds each entry free-flagged and
+   * listed once: the ring holds exactly the free slots. */
+  const kvc__ring_ids ids = {p->flag, (uint32_t)p->size, 0, FL_MARK_DST, "free list", "slot"};
+  return kvc__ring_audit(p->ctx, fn, &p->free_slots, &ids);
 }
 
 static kvc_status finish(kvc_mamba_pool *p, const char *fn, kvc_status st) {
@@ -128,86 +57,8 @@ static kvc_status finish(kvc_mamba_pool *p, const char *fn, kvc_status st) {
 
 kvc_status kvc_mamba_pool_check(const kvc_mamba_pool *pool) {
   KVC_API_ENTRY();
-  POOL_ENTRY(pool);
+  KVC__MAMBA_ENTRY(pool);
   return audit(pool, __func__);
-}
-
-/* --- Launches ---------------------------------------------------------------------- */
-
-static int vec_index(int vec) { return vec == 16 ? 4 : vec == 8 ? 3 : vec == 4 ? 2 : vec == 2 ? 1 : 0; }
-
-/* Resolves every inline variant of `kernel` for `vec` before any staging reservation
- * (which holds the context lock that a kernel lookup also takes). */
-static kvc_status ensure_kernels(kvc_mamba_pool *p, int kernel, int vec) {
-  const kvc__kfunc **kc = p->kc[kernel][vec_index(vec)];
-  kvc__spec spec = {1, {{"KVC_MAMBA_VEC", vec}}};
-  return kvc__plan_prefetch(p->ctx, kernel ? &kvc__k_mamba_copy_staged : &kvc__k_mamba_rows, &spec, kc);
-}
-
-/* One launch over every state tensor and layer. ids: n (or 2n for COPY: src then dst)
- * host ids; `staged_copy` selects the overlapping-copy kernel. */
-static kvc_status launch(kvc_mamba_pool *p, int mode, bool staged_copy, const int32_t *a, const int32_t *b,
-                         size_t n, void *host, int vec, kvc_stream stream) {
-  if (n == 0) return KVC_OK;
-  const int kernel = staged_copy ? 1 : 0;
-  KVC_FORWARD(ensure_kernels(p, kernel, vec));
-  kvc_p_mamba_rows h;
-  memset(&h, 0, sizeof h);
-  h.host = (uint64_t)(uintptr_t)host;
-  h.n = (int64_t)n;
-  h.slots = (int64_t)p->size + 1;
-  h.mode = mode;
-  h.nseg = p->nstate;
-  h.vec = vec;
-  if (staged_copy) {
-    /* The widest power-of-two tile with n tiles in KVC_MAMBA_STAGED_TILE_BYTES (a
-     * 256-pair copy stages 256-byte row pieces, like the KV move: three CTAs per
-     * multiprocessor); at least 16 bytes, as n <= KVC__MAMBA_STAGED_MAX_PAIRS */
-    h.tile = 16;
-    while (h.tile < KVC_MAMBA_TILE && (int64_t)n * h.tile * 2 <= KVC_MAMBA_STAGED_TILE_BYTES) h.tile *= 2;
-  } else {
-    h.tile = KVC_MAMBA_TILE;
-  }
-  int64_t units = 0, host_off = 0;
-  for (int s = 0; s < p->nstate; s++) {
-    const mamba_tensor *t = &p->t[s];
-    kvc_mamba_seg *g = &h.seg[s];
-    g->base = (uint64_t)(uintptr_t)t->base;
-    g->layer_pitch = t->layer_pitch;
-    g->row_bytes = t->row_bytes;
-    g->host_off = host_off;
-    g->layers = p->L;
-    g->tiles = (int32_t)((t->row_bytes + h.tile - 1) / h.tile);
-    host_off += (int64_t)p->L * (int64_t)n * t->row_bytes;
-    h.unit_first[s] = units;
-    units += (int64_t)p->L * g->tiles * (staged_copy ? 1 : (int64_t)n);
-  }
-  h.unit_first[p->nstate] = units;
-  const size_t words = b ? 2 * n : n;
-  kvc__plan plan;
-  KVC_FORWARD(kvc__plan_begin(p->ctx, &plan, p->scratch, sizeof h, words));
-  for (size_t i = 0; i < n; i++) plan.payload[i] = (uint32_t)a[i];
-  if (b)
-    for (size_t i = 0; i < n; i++) plan.payload[n + i] = (uint32_t)b[i];
-  h.staged = plan.staged_dev;
-  kvc__spec extra = {0};
-  extra.def[0].name = "KVC_MAMBA_VEC";
-  extra.def[0].value = vec;
-  extra.count = 1;
-  int64_t grid = (int64_t)kvc__num_sms(p->ctx) * (staged_copy ? 4 : 8);
-  if (grid > units) grid = units;
-  const unsigned smem = staged_copy ? (unsigned)((int64_t)n * h.tile + 8 * (int64_t)n) : 0;
-  return kvc__plan_launch_smem(p->ctx, &plan, kernel ? &kvc__k_mamba_copy_staged : &kvc__k_mamba_rows, &extra,
-                               p->kc[kernel][vec_index(vec)], kvc__dim((unsigned)grid, 1, 1),
-                               kvc__dim(KVC_MAMBA_BLOCK, 1, 1), smem, stream, &h);
-}
-
-static kvc_status check_ids(const kvc_mamba_pool *p, const char *fn, const char *what, const int32_t *ids, size_t n) {
-  if (n && !ids) return kvc__error(p->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "%s is NULL with n = %zu", what, n);
-  for (size_t i = 0; i < n; i++)
-    if (ids[i] < 0 || ids[i] > p->size)
-      return kvc__error(p->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "%s[%zu] = %d outside [0, %d]", what, i, ids[i], p->size);
-  return KVC_OK;
 }
 
 /* --- Create / destroy -------------------------------------------------------------- */
@@ -272,9 +123,7 @@ static bool set_tensor(mamba_tensor *t, kvc_region_kind region, int32_t index, k
 }
 
 static void reset_free(kvc_mamba_pool *p) {
-  for (int32_t i = 0; i < p->size; i++) p->ring[i] = i + 1;
-  p->head = 0;
-  p->count = p->size;
+  kvc__ring_fill(&p->free_slots, p->size);
   memset(p->flag, 0, (size_t)p->size + 1);
   p->in_group = false;
   p->group_n = p->group_pos = 0;
@@ -283,7 +132,7 @@ static void reset_free(kvc_mamba_pool *p) {
 static void free_all(kvc_context *ctx, kvc_mamba_pool *p) {
   kvc__dev_free(ctx, p->mem);
   kvc__free(ctx, p->layer_ids);
-  kvc__free(ctx, p->ring);
+  kvc__ring_fini(ctx, &p->free_slots);
   kvc__free(ctx, p->flag);
   kvc__free(ctx, p->group);
   kvc__free(ctx, p->tmp);
@@ -314,16 +163,13 @@ kvc_status kvc_mamba_pool_create(kvc_context *ctx, const kvc_mamba_pool_config *
   p->L = c.num_layers;
   p->num_conv = c.num_conv;
   p->flags = c.flags;
-  uint32_t cap = 1;
-  while (cap < (uint32_t)c.size) cap <<= 1;
-  p->mask = cap - 1;
   p->layer_ids = kvc__malloc(ctx, sizeof(int32_t) * (size_t)c.num_layers);
-  p->ring = kvc__malloc(ctx, sizeof(int32_t) * cap);
+  KVC_CHECK_GOTO(kvc__ring_init(ctx, __func__, &p->free_slots, c.size), st, fail);
   p->flag = kvc__malloc(ctx, (size_t)c.size + 1);
   p->group = kvc__malloc(ctx, sizeof(int32_t) * (size_t)c.size);
   p->tmp = kvc__malloc(ctx, sizeof(int32_t) * 2 * ((size_t)c.size + 1));
   p->scratch = kvc__malloc(ctx, KVC__PARAM_SCRATCH_BYTES);
-  KVC_FAIL_GOTO(!p->layer_ids || !p->ring || !p->flag || !p->group || !p->tmp || !p->scratch, ctx, st,
+  KVC_FAIL_GOTO(!p->layer_ids || !p->flag || !p->group || !p->tmp || !p->scratch, ctx, st,
                 KVC_ERR_HOST_OOM, fail, "host metadata for %d slots", c.size);
   for (int32_t l = 0; l < c.num_layers; l++) p->layer_ids[l] = c.layer_ids ? c.layer_ids[l] : l;
 
@@ -362,8 +208,8 @@ kvc_status kvc_mamba_pool_create(kvc_context *ctx, const kvc_mamba_pool_config *
   KVC_CHECK_GOTO(kvc__dev_alloc(ctx, off, &p->mem), st, fail);
   for (int i = 0; i < nt; i++) p->t[i].base = (unsigned char *)p->mem + offs[i];
   KVC_CHECK_GOTO(kvc__dev_memset(ctx, p->mem, 0, off, NULL), st, fail);
-  KVC_CHECK_GOTO(ensure_kernels(p, 0, p->vec), st, fail);
-  KVC_CHECK_GOTO(ensure_kernels(p, 1, p->vec), st, fail);
+  KVC_CHECK_GOTO(kvc__mamba_ensure_kernels(p, 0, p->vec), st, fail);
+  KVC_CHECK_GOTO(kvc__mamba_ensure_kernels(p, 1, p->vec), st, fail);
   KVC_CHECK_GOTO(kvc__dev_sync(ctx, NULL), st, fail);
   reset_free(p);
   p->magic = KVC__MAMBA_MAGIC;
@@ -375,17 +221,19 @@ fail:
 }
 
 void kvc_mamba_pool_destroy(kvc_mamba_pool *pool) {
-  if (!live(pool)) return;
+  if (!kvc__mamba_live(pool)) return;
   pool->magic = 0;
   free_all(pool->ctx, pool);
 }
 
 /* --- Slot bookkeeping -------------------------------------------------------------- */
 
-int32_t kvc_mamba_pool_size(const kvc_mamba_pool *pool) { return live(pool) ? pool->size : 0; }
-int32_t kvc_mamba_pool_available(const kvc_mamba_pool *pool) { return live(pool) ? pool->count : 0; }
+int32_t kvc_mamba_pool_size(const kvc_mamba_pool *pool) { return kvc__mamba_live(pool) ? pool->size : 0; }
+int32_t kvc_mamba_pool_available(const kvc_mamba_pool *pool) {
+  return kvc__mamba_live(pool) ? (int32_t)pool->free_slots.count : 0;
+}
 int kvc_mamba_pool_is_held(const kvc_mamba_pool *pool, int32_t slot) {
-  return live(pool) && slot >= 1 && slot <= pool->size && (pool->flag[slot] & FL_HELD) ? 1 : 0;
+  return kvc__mamba_live(pool) && slot >= 1 && slot <= pool->size && (pool->flag[slot] & FL_HELD) ? 1 : 0;
 }
 
 static bool zero_on_alloc(const kvc_mamba_pool *p) { return !(p->flags & KVC_MAMBA_POOL_NO_ZERO_ON_ALLOC); }
@@ -394,13 +242,13 @@ static bool zero_on_alloc(const kvc_mamba_pool *p) { return !(p->flags & KVC_MAM
 static kvc_status zero_front(kvc_mamba_pool *p, size_t n, kvc_stream stream) {
   if (!zero_on_alloc(p) || n == 0) return KVC_OK;
   int32_t *ids = p->tmp;
-  for (size_t i = 0; i < n; i++) ids[i] = p->ring[(p->head + (uint32_t)i) & p->mask];
-  return launch(p, KVC_MAMBA_ZERO, false, ids, NULL, n, NULL, p->vec, stream);
+  kvc__ring_copy(&p->free_slots, 0, (int64_t)n, (uint32_t *)ids);
+  return kvc__mamba_launch(p, KVC_MAMBA_ZERO, false, ids, NULL, n, NULL, p->vec, stream);
 }
 
 kvc_status kvc_mamba_pool_alloc(kvc_mamba_pool *pool, size_t n, int32_t *out_slots, kvc_stream stream) {
   KVC_API_ENTRY();
-  POOL_ENTRY(pool);
+  KVC__MAMBA_ENTRY(pool);
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!out_slots, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out_slots is NULL");
   if (n == 1 && pool->in_group && pool->group_pos < pool->group_n) {
@@ -409,16 +257,11 @@ kvc_status kvc_mamba_pool_alloc(kvc_mamba_pool *pool, size_t n, int32_t *out_slo
     out_slots[0] = s;
     return finish(pool, __func__, KVC_OK);
   }
-  if (n > (size_t)pool->count)
-    return kvc__error(pool->ctx, KVC_ERR_OUT_OF_SLOTS, __func__, "%zu slots requested, %d free", n, pool->count);
+  if (n > (size_t)pool->free_slots.count)
+    return kvc__error(pool->ctx, KVC_ERR_OUT_OF_SLOTS, __func__, "%zu slots requested, %lld free", n,
+                      (long long)pool->free_slots.count);
   KVC_FORWARD(zero_front(pool, n, stream));
-  for (size_t i = 0; i < n; i++) {
-    int32_t s = pool->ring[(pool->head + (uint32_t)i) & pool->mask];
-    pool->flag[s] = FL_HELD;
-    out_slots[i] = s;
-  }
-  pool->head += (uint32_t)n;
-  pool->count -= (int32_t)n;
+  kvc__ring_take(&pool->free_slots, (int64_t)n, (uint32_t *)out_slots, pool->flag, FL_HELD);
   return finish(pool, __func__, KVC_OK);
 }
 
@@ -430,19 +273,12 @@ void kvc__mamba_pool_unalloc(kvc_mamba_pool *p, const int32_t *slots, size_t n) 
     p->group_pos--;
     return;
   }
-  for (size_t i = n; i-- > 0;) {
-    const int32_t s = slots[i];
-    if (s < 1 || s > p->size || p->flag[s] != FL_HELD) continue; /* defensive */
-    p->flag[s] = 0;
-    p->head--;
-    p->ring[p->head & p->mask] = s;
-    p->count++;
-  }
+  kvc__ring_undo_take(&p->free_slots, (const uint32_t *)slots, (int64_t)n, p->flag, FL_HELD, 0, (uint32_t)p->size);
 }
 
 kvc_status kvc_mamba_pool_free(kvc_mamba_pool *pool, const int32_t *slots, size_t n) {
   KVC_API_ENTRY();
-  POOL_ENTRY(pool);
+  KVC__MAMBA_ENTRY(pool);
   if (n == 0) return KVC_OK;
   KVC_RETURN_IF(!slots, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "slots is NULL");
   kvc_status st = KVC_OK;
@@ -467,27 +303,17 @@ kvc_status kvc_mamba_pool_free(kvc_mamba_pool *pool, const int32_t *slots, size_
   }
   for (size_t j = 0; j < i; j++) pool->flag[slots[j]] &= (uint8_t)~FL_MARK_DST;
   if (st != KVC_OK) return st;
-  for (size_t j = 0; j < n; j++) {
-    pool->flag[slots[j]] = 0;
-    pool->ring[(pool->head + (uint32_t)pool->count + (uint32_t)j) & pool->mask] = slots[j];
-  }
-  pool->count += (int32_t)n;
+  kvc__ring_push_back(&pool->free_slots, (const uint32_t *)slots, (int64_t)n, pool->flag, 0);
   return finish(pool, __func__, KVC_OK);
 }
 
 kvc_status kvc_mamba_pool_alloc_group_begin(kvc_mamba_pool *pool, size_t k, kvc_stream stream) {
   KVC_API_ENTRY();
-  POOL_ENTRY(pool);
+  KVC__MAMBA_ENTRY(pool);
   KVC_RETURN_IF(pool->in_group, pool->ctx, KVC_ERR_MISUSE, "an alloc group is already open");
-  if (k > 0 && k <= (size_t)pool->count) {
+  if (k > 0 && k <= (size_t)pool->free_slots.count) {
     KVC_FORWARD(zero_front(pool, k, stream));
-    for (size_t i = 0; i < k; i++) {
-      int32_t s = pool->ring[(pool->head + (uint32_t)i) & pool->mask];
-      pool->flag[s] = FL_RESERVED;
-      pool->group[i] = s;
-    }
-    pool->head += (uint32_t)k;
-    pool->count -= (int32_t)k;
+    kvc__ring_take(&pool->free_slots, (int64_t)k, (uint32_t *)pool->group, pool->flag, FL_RESERVED);
     pool->group_n = (int32_t)k;
   } else {
     pool->group_n = 0;
@@ -499,14 +325,10 @@ kvc_status kvc_mamba_pool_alloc_group_begin(kvc_mamba_pool *pool, size_t k, kvc_
 
 kvc_status kvc_mamba_pool_alloc_group_end(kvc_mamba_pool *pool) {
   KVC_API_ENTRY();
-  POOL_ENTRY(pool);
+  KVC__MAMBA_ENTRY(pool);
   KVC_RETURN_IF(!pool->in_group, pool->ctx, KVC_ERR_MISUSE, "no alloc group is open");
-  for (int32_t i = pool->group_pos; i < pool->group_n; i++) {
-    int32_t s = pool->group[i];
-    pool->flag[s] = 0;
-    pool->ring[(pool->head + (uint32_t)pool->count) & pool->mask] = s;
-    pool->count++;
-  }
+  kvc__ring_push_back(&pool->free_slots, (const uint32_t *)pool->group + pool->group_pos,
+                      pool->group_n - pool->group_pos, pool->flag, 0);
   pool->in_group = false;
   pool->group_n = pool->group_pos = 0;
   return finish(pool, __func__, KVC_OK);
@@ -514,278 +336,34 @@ kvc_status kvc_mamba_pool_alloc_group_end(kvc_mamba_pool *pool) {
 
 kvc_status kvc_mamba_pool_clear(kvc_mamba_pool *pool) {
   KVC_API_ENTRY();
-  POOL_ENTRY(pool);
+  KVC__MAMBA_ENTRY(pool);
   reset_free(pool);
   return finish(pool, __func__, KVC_OK);
 }
 
-/* --- State operations -------------------------------------------------------------- */
-
-kvc_status kvc_mamba_pool_clear_slots(kvc_mamba_pool *pool, const int32_t *slots, size_t n, kvc_stream stream) {
-  KVC_API_ENTRY();
-  POOL_ENTRY(pool);
-  if (n == 0) return KVC_OK;
-  KVC_FORWARD(check_ids(pool, __func__, "slots", slots, n));
-  return launch(pool, KVC_MAMBA_ZERO, false, slots, NULL, n, NULL, pool->vec, stream);
-}
-
-kvc_status kvc_mamba_pool_copy_from(kvc_mamba_pool *pool, const int32_t *src, const int32_t *dst, size_t n,
-                                    kvc_stream stream) {
-  KVC_API_ENTRY();
-  POOL_ENTRY(pool);
-  if (n == 0) return KVC_OK;
-  KVC_FORWARD(check_ids(pool, __func__, "src", src, n));
-  KVC_FORWARD(check_ids(pool, __func__, "dst", dst, n));
-  /* Mark targets (rejecting duplicates), drop identity pairs, then look for sources
-   * that are also targets. Marks are cleared before returning on every path. */
-  kvc_status st = KVC_OK;
-  size_t i = 0, m = 0;
-  for (; i < n; i++) {
-    if (pool->flag[dst[i]] & FL_MARK_DST) {
-      st = kvc__error(pool->ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "dst[%zu] = %d listed twice", i, dst[i]);
-      break;
-    }
-    pool->flag[dst[i]] |= FL_MARK_DST;
-  }
-  bool overlap = false;
-  if (st == KVC_OK) {
-    int32_t *a = pool->tmp, *b = pool->tmp + (pool->size + 1);
-    for (size_t j = 0; j < n; j++) {
-      if (src[j] == dst[j]) continue;
-      overlap = overlap || (pool->flag[src[j]] & FL_MARK_DST);
-      a[m] = src[j];
-      b[m] = dst[j];
-      m++;
-    }
-  }
-  for (size_t j = 0; j < i; j++) pool->flag[dst[j]] &= (uint8_t)~FL_MARK_DST;
-  if (st != KVC_OK || m == 0) return st;
-  KVC_RETURN_IF(overlap && m > KVC__MAMBA_STAGED_MAX_PAIRS, pool->ctx, KVC_ERR_UNSUPPORTED,
-                "%zu overlapping pairs: at most %d per call (split into disjoint calls)", m,
-                KVC__MAMBA_STAGED_MAX_PAIRS);
-  return launch(pool, KVC_MAMBA_COPY, overlap, pool->tmp, pool->tmp + (pool->size + 1), m, NULL, pool->vec, stream);
-}
-
 kvc_status kvc_mamba_pool_fork_from(kvc_mamba_pool *pool, int32_t src, int32_t *out_slot, kvc_stream stream) {
   KVC_API_ENTRY();
-  POOL_ENTRY(pool);
+  KVC__MAMBA_ENTRY(pool);
   KVC_RETURN_IF(!out_slot, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out_slot is NULL");
   KVC_RETURN_IF(src < 0 || src > pool->size, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "src %d outside [0, %d]", src, pool->size);
   const bool from_group = pool->in_group && pool->group_pos < pool->group_n;
-  KVC_RETURN_IF(!from_group && pool->count < 1, pool->ctx, KVC_ERR_OUT_OF_SLOTS, "no free slot");
-  const int32_t dst = from_group ? pool->group[pool->group_pos] : pool->ring[pool->head & pool->mask];
+  KVC_RETURN_IF(!from_group && pool->free_slots.count < 1, pool->ctx, KVC_ERR_OUT_OF_SLOTS, "no free slot");
+  const int32_t dst = from_group ? pool->group[pool->group_pos] : (int32_t)kvc__ring_at(&pool->free_slots, 0);
   /* alloc(1) would zero dst and copy_from overwrites every row it zeroed: one launch.
    * src == dst (forking a free slot that is next in line) degenerates to the zeroing. */
   if (src == dst) {
-    if (zero_on_alloc(pool) && !from_group) KVC_FORWARD(launch(pool, KVC_MAMBA_ZERO, false, &dst, NULL, 1, NULL, pool->vec, stream));
+    if (zero_on_alloc(pool) && !from_group)
+      KVC_FORWARD(kvc__mamba_launch(pool, KVC_MAMBA_ZERO, false, &dst, NULL, 1, NULL, pool->vec, stream));
   } else {
-    KVC_FORWARD(launch(pool, KVC_MAMBA_COPY, false, &src, &dst, 1, NULL, pool->vec, stream));
+    KVC_FORWARD(kvc__mamba_launch(pool, KVC_MAMBA_COPY, false, &src, &dst, 1, NULL, pool->vec, stream));
   }
-  if (from_group) {
-    pool->group_pos++;
-  } else {
-    pool->head++;
-    pool->count--;
-  }
+  if (from_group) pool->group_pos++;
+  else kvc__ring_pop_front(&pool->free_slots, pool->flag, FL_HELD);
   pool->flag[dst] = FL_HELD;
   *out_slot = dst;
   return finish(pool, __func__, KVC_OK);
 }
 
-/* --- Layers and descriptors -------------------------------------------------------- */
-
-kvc_status kvc_mamba_pool_layer_index(const kvc_mamba_pool *pool, int32_t layer_id, int32_t *index) {
-  KVC_API_ENTRY();
-  POOL_ENTRY(pool);
-  KVC_RETURN_IF(!index, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "index is NULL");
-  for (int32_t l = 0; l < pool->L; l++)
-    if (pool->layer_ids[l] == layer_id) {
-      *index = l;
-      return KVC_OK;
-    }
-  return kvc__error(pool->ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "layer %d is not a Mamba layer of this pool", layer_id);
-}
-
-int32_t kvc_mamba_pool_num_layers(const kvc_mamba_pool *pool) { return live(pool) ? pool->L : 0; }
-int32_t kvc_mamba_pool_layer_id(const kvc_mamba_pool *pool, int32_t index) {
-  return live(pool) && index >= 0 && index < pool->L ? pool->layer_ids[index] : -1;
-}
-int32_t kvc_mamba_pool_num_tensors(const kvc_mamba_pool *pool) { return live(pool) ? pool->ntensors : 0; }
-int32_t kvc_mamba_pool_num_buffers(const kvc_mamba_pool *pool) { return live(pool) ? pool->nstate * pool->L : 0; }
-
-kvc_status kvc_mamba_pool_describe_tensor(const kvc_mamba_pool *pool, int32_t index, kvc_mamba_tensor_desc *out) {
-  KVC_API_ENTRY();
-  POOL_ENTRY(pool);
-  KVC_RETURN_IF(!out, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
-  KVC_RETURN_IF(out->struct_size < offsetof(kvc_mamba_tensor_desc, reserved_) || out->struct_size > sizeof *out,
-                pool->ctx, KVC_ERR_VERSION, "out->struct_size %zu not understood", out->struct_size);
-  KVC_RETURN_IF(index < 0 || index >= pool->ntensors, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "index %d outside [0, %d)",
-                index, pool->ntensors);
-  const mamba_tensor *t = &pool->t[index];
-  kvc_mamba_tensor_desc d;
-  memset(&d, 0, sizeof d);
-  d.struct_size = out->struct_size;
-  d.version = KVC_VERSION_NUMBER;
-  d.region = t->region;
-  d.index = t->index;
-  d.dtype = t->dtype;
-  d.ndim = t->ndim;
-  d.device = kvc_context_device(pool->ctx);
-  d.data = t->base;
-  int64_t stride = 1;
-  for (int i = t->ndim - 1; i >= 0; i--) {
-    d.shape[i] = t->shape[i];
-    d.strides[i] = stride;
-    stride *= t->shape[i];
-  }
-  d.bytes_per_layer = t->layer_pitch;
-  d.bytes_per_slot = t->row_bytes;
-  d.total_bytes = t->layer_pitch * pool->L;
-  d.sliceable_dim = t->shape[2];
-  memcpy(out, &d, out->struct_size);
-  return KVC_OK;
-}
-
-static kvc_status fill_buffer(const kvc_mamba_pool *pool, const char *fn, const mamba_tensor *t, int32_t l,
-                              kvc_buffer_desc *out) {
-  KVC_RETURN_IF(!out, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
-  KVC_RETURN_IF(out->struct_size < offsetof(kvc_buffer_desc, reserved_) || out->struct_size > sizeof *out,
-                pool->ctx, KVC_ERR_VERSION, "out->struct_size %zu not understood", out->struct_size);
-  (void)fn;
-  kvc_buffer_desc d;
-  memset(&d, 0, sizeof d);
-  d.struct_size = out->struct_size;
-  d.version = KVC_VERSION_NUMBER;
-  d.region = t->region;
-  d.layer_id = pool->layer_ids[l];
-  d.dtype = t->dtype;
-  d.ndim = t->ndim - 1;
-  d.device = kvc_context_device(pool->ctx);
-  d.data = t->base + (size_t)l * (size_t)t->layer_pitch;
-  int64_t stride = 1;
-  for (int i = t->ndim - 1; i >= 1; i--) {
-    d.shape[i - 1] = t->shape[i];
-    d.strides[i - 1] = stride;
-    stride *= t->shape[i];
-  }
-  d.bytes_per_token = t->row_bytes;
-  d.bytes_per_page = t->row_bytes;
-  d.total_bytes = t->layer_pitch;
-  memcpy(out, &d, out->struct_size);
-  return KVC_OK;
-}
-
-kvc_status kvc_mamba_pool_describe(const kvc_mamba_pool *pool, int32_t index, kvc_buffer_desc *out) {
-  KVC_API_ENTRY();
-  POOL_ENTRY(pool);
-  KVC_RETURN_IF(index < 0 || index >= pool->nstate * pool->L, pool->ctx, KVC_ERR_INVALID_ARGUMENT,
-                "index %d outside [0, %d)", index, pool->nstate * pool->L);
-  return fill_buffer(pool, __func__, &pool->t[index / pool->L], index % pool->L, out);
-}
-
-kvc_status kvc_mamba_pool_buffer(const kvc_mamba_pool *pool, kvc_region_kind region, int32_t conv_index,
-                                 int32_t layer_id, kvc_buffer_desc *out) {
-  KVC_API_ENTRY();
-  POOL_ENTRY(pool);
-  int32_t l = 0;
-  KVC_FORWARD(kvc_mamba_pool_layer_index(pool, layer_id, &l));
-  int32_t ti;
-  if (region == KVC_REGION_MAMBA_CONV) {
-    KVC_RETURN_IF(conv_index < 0 || conv_index >= pool->num_conv, pool->ctx, KVC_ERR_INVALID_ARGUMENT,
-                  "conv_index %d outside [0, %d)", conv_index, pool->num_conv);
-    ti = conv_index;
-  } else if (region == KVC_REGION_MAMBA_TEMPORAL) {
-    ti = pool->num_conv;
-  } else {
-    return kvc__error(pool->ctx, KVC_ERR_INVALID_ARGUMENT, __func__,
-                      "region %d has no per-layer state buffer (MAMBA_CONV or MAMBA_TEMPORAL)", (int)region);
-  }
-  return fill_buffer(pool, __func__, &pool->t[ti], l, out);
-}
-
-kvc_status kvc_mamba_pool_contiguous_infos(const kvc_mamba_pool *pool, kvc_contiguous_info *out, size_t cap,
-                                           size_t *count) {
-  KVC_API_ENTRY();
-  POOL_ENTRY(pool);
-  KVC_RETURN_IF(!count || (cap && !out), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "count or out is NULL");
-  size_t n = 0;
-  for (int s = 0; s < pool->nstate; s++)
-    for (int32_t l = 0; l < pool->L; l++, n++)
-      if (n < cap) {
-        out[n].base = pool->t[s].base + (size_t)l * (size_t)pool->t[s].layer_pitch;
-        out[n].bytes = (size_t)pool->t[s].layer_pitch;
-        out[n].bytes_per_page = (size_t)pool->t[s].row_bytes;
-      }
-  *count = n;
-  return KVC_OK;
-}
-
-kvc_status kvc_mamba_pool_state_dims(const kvc_mamba_pool *pool, int64_t *out, size_t cap, size_t *count) {
-  KVC_API_ENTRY();
-  POOL_ENTRY(pool);
-  KVC_RETURN_IF(!count || (cap && !out), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "count or out is NULL");
-  size_t n = 0;
-  for (int s = 0; s < pool->nstate; s++)
-    for (int32_t l = 0; l < pool->L; l++, n++)
-      if (n < cap) out[n] = pool->t[s].shape[2];
-  *count = n;
-  return KVC_OK;
-}
-
-kvc_status kvc_mamba_pool_memory_bytes(const kvc_mamba_pool *pool, size_t *state_bytes, size_t *speculative_bytes) {
-  KVC_API_ENTRY();
-  POOL_ENTRY(pool);
-  size_t a = 0, b = 0;
-  for (int i = 0; i < pool->ntensors; i++) {
-    size_t bytes = (size_t)pool->t[i].layer_pitch * (size_t)pool->L;
-    if (i < pool->nstate) a += bytes;
-    else b += bytes;
-  }
-  if (state_bytes) *state_bytes = a;
-  if (speculative_bytes) *speculative_bytes = b;
-  return KVC_OK;
-}
-
-/* --- Host offload ------------------------------------------------------------------ */
-
-kvc_status kvc_mamba_pool_host_copy_bytes(const kvc_mamba_pool *pool, size_t n, size_t *bytes) {
-  KVC_API_ENTRY();
-  POOL_ENTRY(pool);
-  KVC_RETURN_IF(!bytes, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "bytes is NULL");
-  size_t per = 0, total = 0, tensor;
-  bool fits = true;
-  for (int s = 0; s < pool->nstate && fits; s++)
-    fits = kvc__mul_size((size_t)pool->t[s].row_bytes, (size_t)pool->L, &tensor) && kvc__add_size(per, tensor, &per);
-  KVC_RETURN_IF(!fits || !kvc__mul_size(per, n, &total), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu overflows", n);
-  *bytes = total;
-  return KVC_OK;
-}
-
-static kvc_status offload(kvc_mamba_pool *pool, const char *fn, int mode, const int32_t *slots, size_t n, void *host,
-                          kvc_stream stream) {
-  if (n == 0) return KVC_OK;
-  KVC_RETURN_IF(!host, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "host is NULL");
-  KVC_FORWARD(check_ids(pool, fn, "slots", slots, n));
-  KVC_RETURN_IF(n > (size_t)INT32_MAX, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu too large", n);
-  int vec = pool->vec;
-  while (vec > 1 && ((uintptr_t)host % (uintptr_t)vec)) vec >>= 1;
-  return launch(pool, mode, false, slots, NULL, n, host, vec, stream);
-}
-
-kvc_status kvc_mamba_pool_copy_to_host(kvc_mamba_pool *pool, const int32_t *slots, size_t n, void *host,
-                                       kvc_stream stream) {
-  KVC_API_ENTRY();
-  POOL_ENTRY(pool);
-  return offload(pool, __func__, KVC_MAMBA_TO_HOST, slots, n, host, stream);
-}
-
-kvc_status kvc_mamba_pool_copy_from_host(kvc_mamba_pool *pool, const int32_t *slots, size_t n, const void *host,
-                                         kvc_stream stream) {
-  KVC_API_ENTRY();
-  POOL_ENTRY(pool);
-  return offload(pool, __func__, KVC_MAMBA_FROM_HOST, slots, n, (void *)(uintptr_t)host, stream);
-}
-
 kvc_context *kvc__mamba_pool_context(const kvc_mamba_pool *p) {
-  return live(p) ? p->ctx : NULL;
+  return kvc__mamba_live(p) ? p->ctx : NULL;
 }

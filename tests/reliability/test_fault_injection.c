@@ -272,8 +272,8 @@ static void fp_alloc(const kvc_allocator *a) {
 static void fp_rp(const kvc_req_to_token_pool *p) {
   KVT_OK(kvc_req_to_token_pool_check(p));
   KVT_OK(kvc_req_to_token_pool_audit_device(p, NULL));
-  MIXV(p->count);
-  for (int32_t i = 0; i < p->count; i++) MIXV(p->ring[(p->head + (uint32_t)i) & p->mask]);
+  MIXV(p->free_rows.count);
+  for (int64_t i = 0; i < p->free_rows.count; i++) MIXV(kvc__ring_at(&p->free_rows, i));
   mix(p->rowflag, (size_t)p->size + 1);
   mix(p->mirror, (size_t)(p->size + 1) * (size_t)p->width * 4);
   fp_dev(p->table, (size_t)(p->size + 1) * (size_t)p->width * 4);
