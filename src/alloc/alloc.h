@@ -201,16 +201,16 @@ void kvc__alloc_decode_undo(kvc_allocator *a, size_t bs, const int64_t *seq_lens
                             const int32_t *req_rows);
 kvc_status kvc__alloc_decode_finish(kvc_allocator *a, const char *fn, size_t bs, int64_t *out_host, int64_t need);
 
-/* The decode channel's bindings (decode_channel.c), for flows that route decode steps
- * through one: its allocator and req pool, and its out_cache_loc array. */
-bool kvc__decode_channel_binds(const kvc_decode_channel *ch, const kvc_allocator *a, const kvc_swa_allocator *swa,
-                               const kvc_req_to_token_pool *rp);
-int64_t *kvc__decode_channel_out(const kvc_decode_channel *ch);
-/* KVC_OK when the channel can publish its next step now: no execution found its step
- * unpublished (else KVC_ERR_MISUSE) and the ring slot is free (else KVC_ERR_BUSY). */
-kvc_status kvc__decode_channel_ready(const kvc_decode_channel *ch, const char *fn);
-/** Resolves the kernel of variant 0 into kcache before a staged plan: the staging
- *  reservation holds the context lock, which the kernel lookup also takes. */
+/** Whether `page` is handed out and not taken back, nor recorded by an open free group:
+ *  its slots may hold live KV. The one reading of the page states outside the allocator
+ *  (SWA validation, canary refills), inline because SWA frees run it per slot. */
+static inline bool kvc__alloc_page_held(const kvc_allocator *a, int64_t page) {
+  if (page < 1 || page > a->num_pages) return false;
+  const uint8_t s = a->state[page];
+  return (s & KVC__PG_STATE) == KVC__PG_HELD && !(s & (KVC__PG_GFREE | KVC__PG_GSEG));
+}
+static inline int64_t kvc__alloc_num_pages(const kvc_allocator *a) { return a->num_pages; }
+
 /* Page arithmetic without a division when the page size is a power of two (the hot
  * paths run it per request and per slot). */
 static inline int64_t kvc__pg_div(const kvc_allocator *a, int64_t x) {
