@@ -160,6 +160,34 @@ void kvc__fl_pop(kvc_allocator *a, int64_t n);
 /** Full audit; KVC_ERR_INTERNAL with a message naming `fn` when violated. */
 kvc_status kvc__fl_audit(const kvc_allocator *a, const char *fn);
 
+/* --- Batch call arguments (kvc_allocator_alloc_extend / _decode document each) ---- */
+
+typedef struct kvc__extend_args {
+  size_t bs;
+  const int64_t *prefix_lens, *seq_lens, *last_locs;
+  kvc_req_to_token_pool *req_pool;
+  const int32_t *rows;
+  const int64_t *const *prefix_slots;
+  int64_t *out_host, *out_device;
+  kvc_stream stream;
+} kvc__extend_args;
+
+typedef struct kvc__decode_args {
+  size_t bs;
+  const int64_t *seq_lens, *last_locs;
+  kvc_req_to_token_pool *req_pool;
+  const int32_t *rows;
+  int64_t *out_host, *out_device;
+  kvc_stream stream;
+} kvc__decode_args;
+
+/* A decode step between its plan and its commit (the decode channel publishes the
+ * payload in between; neither side of it can fail). */
+typedef struct kvc__decode_plan {
+  uint32_t *payload; /* in: 3 words per request (row, position, slot), 4 with an SWA mapping */
+  int64_t need;      /* the implementation's: pages the plan takes */
+} kvc__decode_plan;
+
 /* --- allocator.c ------------------------------------------------------------------- */
 
 /** Check-mode epilogue of a mutating call: passes `st` through, or the audit's failure. */
@@ -172,9 +200,8 @@ kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n);
  * payload (when not NULL: `stride` words per request, the first three (row, position,
  * slot)) and the req pool mirror; nothing changes on failure. undo reverts a successful plan's mirror writes (the launch failed); finish
  * copies out_host and pops the pages taken. */
-kvc_status kvc__alloc_decode_plan(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                  const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
-                                  uint32_t *payload, size_t stride, int64_t *need);
+kvc_status kvc__alloc_decode_plan(kvc_allocator *a, const char *fn, const kvc__decode_args *x, uint32_t *payload,
+                                  size_t stride, int64_t *need);
 /* What alloc_extend needs to also write the SWA allocator's full->SWA mapping in its one
  * launch: map[slot] = swa_slots[t] for token t of the batch (out_host order), entries
  * outside [0, map_len) skipped. swa_slots must come from a paged allocator of the same
@@ -186,17 +213,18 @@ typedef struct kvc__extend_map {
   int64_t map_len;
   const int64_t *swa_slots, *swa_last;
 } kvc__extend_map;
-kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, size_t bs, const int64_t *prefix_lens,
-                                    const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *rp,
-                                    const int32_t *req_rows, const int64_t *const *prefix_slots, int64_t *out_host,
-                                    int64_t *out_device, const kvc__extend_map *m, kvc_stream stream);
-/* alloc_decode that also writes map[slot] = map_vals[i] (int64 map, entries outside
+kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, const kvc__extend_args *x,
+                                    const kvc__extend_map *m);
+/* alloc_decode that also writes map[slot] = vals[i] (int64 map, entries outside
  * [0, map_len) skipped) for every new slot in the same launch: the SWA allocator's
  * full->SWA mapping. The host copy of the map is the caller's. */
-kvc_status kvc__alloc_decode_mapped(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                    const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
-                                    int64_t *out_host, int64_t *out_device, int64_t *map, int64_t map_len,
-                                    const int64_t *map_vals, kvc_stream stream);
+typedef struct kvc__decode_map {
+  int64_t *map;
+  int64_t map_len;
+  const int64_t *vals;
+} kvc__decode_map;
+kvc_status kvc__alloc_decode_mapped(kvc_allocator *a, const char *fn, const kvc__decode_args *x,
+                                    const kvc__decode_map *m);
 void kvc__alloc_decode_undo(kvc_allocator *a, size_t bs, const int64_t *seq_lens, kvc_req_to_token_pool *rp,
                             const int32_t *req_rows);
 kvc_status kvc__alloc_decode_finish(kvc_allocator *a, const char *fn, size_t bs, int64_t *out_host, int64_t need);

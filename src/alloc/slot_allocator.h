@@ -24,34 +24,6 @@
 
 typedef struct kvc__slot_allocator kvc__slot_allocator;
 
-/* alloc_extend's arguments (kvc_allocator_alloc_extend documents each). */
-typedef struct kvc__extend_args {
-  size_t bs;
-  const int64_t *prefix_lens, *seq_lens, *last_locs;
-  kvc_req_to_token_pool *req_pool;
-  const int32_t *rows;
-  const int64_t *const *prefix_slots;
-  int64_t *out_host, *out_device;
-  kvc_stream stream;
-} kvc__extend_args;
-
-/* alloc_decode's arguments (kvc_allocator_alloc_decode). */
-typedef struct kvc__decode_args {
-  size_t bs;
-  const int64_t *seq_lens, *last_locs;
-  kvc_req_to_token_pool *req_pool;
-  const int32_t *rows;
-  int64_t *out_host, *out_device;
-  kvc_stream stream;
-} kvc__decode_args;
-
-/* A decode step between its plan and its commit (the decode channel publishes the
- * payload in between; neither side of it can fail). */
-typedef struct kvc__decode_plan {
-  uint32_t *payload; /* in: kvc__slot_channel's stride words per request */
-  int64_t need;      /* the implementation's: pages the plan takes */
-} kvc__decode_plan;
-
 /* A free's arguments. `told` receives the observer's verdict on the released slots
  * (KVC_OK without one); the free itself is done whenever the call returns KVC_OK. */
 typedef struct kvc__free_args {

@@ -24,8 +24,7 @@ static kvc_status tok_decode_plan(const kvc__slot_allocator *sa, const char *fn,
                                   kvc__decode_plan *p) {
   p->need = 0;
   if (!x->bs) return KVC_OK;
-  return kvc__alloc_decode_plan(impl(sa), fn, x->bs, x->seq_lens, x->last_locs, x->req_pool, x->rows, p->payload, 3,
-                                &p->need);
+  return kvc__alloc_decode_plan(impl(sa), fn, x, p->payload, 3, &p->need);
 }
 
 static kvc_status tok_decode_commit(const kvc__slot_allocator *sa, const char *fn, const kvc__decode_args *x,

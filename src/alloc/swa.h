@@ -78,10 +78,10 @@ kvc_status kvc__swa_write_out(kvc_swa_allocator *a, int64_t *out_device, const i
  *  request (row, position, slot, the slot's SWA peer; 3 in ring mode, which has no
  *  mapping), changing nothing on failure; commit makes the full side's plan state, sets
  *  the host mapping and returns the check-mode audit's verdict. */
-kvc_status kvc__swa_decode_plan(kvc_swa_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *rows,
-                                uint32_t *payload, int64_t *need);
-kvc_status kvc__swa_decode_commit(kvc_swa_allocator *a, const char *fn, size_t bs, int64_t *out_host, int64_t need);
+kvc_status kvc__swa_decode_plan(kvc_swa_allocator *a, const char *fn, const kvc__decode_args *x,
+                                kvc__decode_plan *p);
+kvc_status kvc__swa_decode_commit(kvc_swa_allocator *a, const char *fn, const kvc__decode_args *x,
+                                  const kvc__decode_plan *p);
 
 /** kvc_swa_allocator_free for the flows (swa_free.c): full slots of which some, with page
  *  size 1, have no SWA peer any more because window eviction released it (mapping 0);

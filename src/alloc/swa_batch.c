@@ -113,8 +113,8 @@ kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const
   KVC_FORWARD(kvc_allocator_alloc_extend(a->swa, bs, prefix_lens, seq_lens, a->lastw, NULL, NULL, NULL, a->w_buf, NULL,
                                          stream));
   const kvc__extend_map m = {a->dmap, a->map_len - 1, a->w_buf, a->lastw};
-  kvc_status st = kvc__alloc_extend_mapped(a->full, "kvc_allocator_alloc_extend", bs, prefix_lens, seq_lens, last_locs,
-                                           rp, rows, prefix_slots, a->f_buf, out_device, &m, stream);
+  const kvc__extend_args x = {bs, prefix_lens, seq_lens, last_locs, rp, rows, prefix_slots, a->f_buf, out_device, stream};
+  kvc_status st = kvc__alloc_extend_mapped(a->full, "kvc_allocator_alloc_extend", &x, &m);
   if (st != KVC_OK) {
     kvc_allocator_restore_state(a->swa, &bsw);
     return st;
@@ -173,8 +173,9 @@ kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *a, size_t bs, const
   KVC_FORWARD(kvc_allocator_alloc_decode(a->swa, bs, seq_lens, a->lastw, NULL, NULL, a->w_buf, NULL, stream));
   /* A full-side failure changes nothing there (validation, or a launch error that it
    * undoes itself), so only the SWA side is rolled back. */
-  kvc_status st = kvc__alloc_decode_mapped(a->full, "kvc_allocator_alloc_decode", bs, seq_lens, last_locs, rp, rows,
-                                           a->f_buf, out_device, a->dmap, a->map_len - 1, a->w_buf, stream);
+  const kvc__decode_args x = {bs, seq_lens, last_locs, rp, rows, a->f_buf, out_device, stream};
+  const kvc__decode_map m = {a->dmap, a->map_len - 1, a->w_buf};
+  kvc_status st = kvc__alloc_decode_mapped(a->full, "kvc_allocator_alloc_decode", &x, &m);
   if (st != KVC_OK) {
     kvc_allocator_restore_state(a->swa, &bsw);
     return st;
@@ -184,17 +185,18 @@ kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *a, size_t bs, const
   return kvc__swa_finish(a, KVC_OK);
 }
 
-kvc_status kvc__swa_decode_plan(kvc_swa_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *rows,
-                                uint32_t *payload, int64_t *need) {
-  *need = 0;
+kvc_status kvc__swa_decode_plan(kvc_swa_allocator *a, const char *fn, const kvc__decode_args *x,
+                                kvc__decode_plan *p) {
+  const size_t bs = x->bs;
+  uint32_t *payload = p->payload;
+  p->need = 0;
   if (bs == 0) return KVC_OK;
-  KVC_FORWARD(decode_prepare(a, fn, bs, seq_lens, last_locs, rp, rows));
-  if (a->ring) return kvc__alloc_decode_plan(a->full, fn, bs, seq_lens, last_locs, rp, rows, payload, 3, need);
+  KVC_FORWARD(decode_prepare(a, fn, bs, x->seq_lens, x->last_locs, x->req_pool, x->rows));
+  if (a->ring) return kvc__alloc_decode_plan(a->full, fn, x, payload, 3, &p->need);
   kvc_allocator_state bsw;
   KVC_FORWARD(kvc_allocator_backup_state(a->swa, &bsw));
-  KVC_FORWARD(kvc_allocator_alloc_decode(a->swa, bs, seq_lens, a->lastw, NULL, NULL, a->w_buf, NULL, NULL));
-  kvc_status st = kvc__alloc_decode_plan(a->full, fn, bs, seq_lens, last_locs, rp, rows, payload, 4, need);
+  KVC_FORWARD(kvc_allocator_alloc_decode(a->swa, bs, x->seq_lens, a->lastw, NULL, NULL, a->w_buf, NULL, NULL));
+  kvc_status st = kvc__alloc_decode_plan(a->full, fn, x, payload, 4, &p->need);
   if (st != KVC_OK) {
     kvc_allocator_restore_state(a->swa, &bsw);
     return st;
@@ -203,7 +205,11 @@ kvc_status kvc__swa_decode_plan(kvc_swa_allocator *a, const char *fn, size_t bs,
   return KVC_OK;
 }
 
-kvc_status kvc__swa_decode_commit(kvc_swa_allocator *a, const char *fn, size_t bs, int64_t *out_host, int64_t need) {
+kvc_status kvc__swa_decode_commit(kvc_swa_allocator *a, const char *fn, const kvc__decode_args *x,
+                                  const kvc__decode_plan *p) {
+  const size_t bs = x->bs;
+  int64_t *out_host = x->out_host;
+  const int64_t need = p->need;
   if (bs == 0) return KVC_OK;
   if (a->ring) return kvc__swa_finish(a, kvc__alloc_decode_finish(a->full, fn, bs, out_host, need));
   /* w_buf still holds the plan's SWA slots: nothing ran on this allocator in between. */

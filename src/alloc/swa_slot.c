@@ -98,13 +98,12 @@ static kvc_status swa_decode(const kvc__slot_allocator *sa, const kvc__decode_ar
 
 static kvc_status swa_decode_plan(const kvc__slot_allocator *sa, const char *fn, const kvc__decode_args *x,
                                   kvc__decode_plan *p) {
-  return kvc__swa_decode_plan(impl(sa), fn, x->bs, x->seq_lens, x->last_locs, x->req_pool, x->rows, p->payload,
-                              &p->need);
+  return kvc__swa_decode_plan(impl(sa), fn, x, p);
 }
 
 static kvc_status swa_decode_commit(const kvc__slot_allocator *sa, const char *fn, const kvc__decode_args *x,
                                     kvc__decode_plan *p) {
-  return kvc__swa_decode_commit(impl(sa), fn, x->bs, x->out_host, p->need);
+  return kvc__swa_decode_commit(impl(sa), fn, x, p);
 }
 
 static kvc_status swa_free(const kvc__slot_allocator *sa, const kvc__free_args *x) {
