@@ -6,7 +6,7 @@
  *
  *   host: kvc_decode_channel_alloc            device: each kernel execution
  *     slot free? (host_state[0] >= step-depth)    step = applied + 1
- *     validate, pick slots (sa.ops->decode_plan) ring[step % depth].step == step ?
+ *     validate, pick slots (sa.ops->decode_plan)   ring[step % depth].step == step ?
  *     write (row, pos, slot) x n, then n           yes: out, table; applied = step;
  *     release-store the slot's step word                host_state[0] = step
  *     commit the host state                        no:  out = 0 (padding slot);
