@@ -164,25 +164,29 @@ kvc_status kvc_swa_allocator_free_full(kvc_swa_allocator *a, const int64_t *slot
   return kvc__swa_finish(a, kvc_allocator_free(a->full, slots, n));
 }
 
+/* Both sides of n > 0 slots of a live allocator; `unmapped_ok`: see free_evicted (swa.h). */
+static kvc_status free_both(kvc_swa_allocator *a, const int64_t *slots, size_t n, bool unmapped_ok,
+                            kvc_stream stream) {
+  const char *fn = "kvc_swa_allocator_free";
+  if (a->pure) return pure_free(a, fn, slots, n);
+  KVC_FORWARD(check_full_slots(a, fn, slots, n));
+  if (!a->ring) KVC_FORWARD(do_free_swa(a, fn, slots, n, unmapped_ok, stream));
+  return kvc__swa_finish(a, kvc_allocator_free(a->full, slots, n));
+}
+
 kvc_status kvc_swa_allocator_free(kvc_swa_allocator *a, const int64_t *slots, size_t n, kvc_stream stream) {
   KVC_API_ENTRY();
   SWA_ENTRY(a);
   if (!n) return KVC_OK;
   KVC_ARG_NOT_NULL(a->ctx, slots);
-  if (a->pure) return pure_free(a, __func__, slots, n);
-  KVC_FORWARD(check_full_slots(a, __func__, slots, n));
-  if (!a->ring) KVC_FORWARD(do_free_swa(a, __func__, slots, n, false, stream));
-  return kvc__swa_finish(a, kvc_allocator_free(a->full, slots, n));
+  return free_both(a, slots, n, false, stream);
 }
 
 kvc_status kvc__swa_allocator_free_evicted(kvc_swa_allocator *a, const int64_t *slots, size_t n, kvc_stream stream) {
   SWA_ENTRY(a);
   if (!n) return KVC_OK;
   KVC_ARG_NOT_NULL(a->ctx, slots);
-  if (a->pure) return pure_free(a, "kvc_swa_allocator_free", slots, n);
-  KVC_FORWARD(check_full_slots(a, "kvc_swa_allocator_free", slots, n));
-  if (!a->ring) KVC_FORWARD(do_free_swa(a, "kvc_swa_allocator_free", slots, n, true, stream));
-  return kvc__swa_finish(a, kvc_allocator_free(a->full, slots, n));
+  return free_both(a, slots, n, true, stream);
 }
 
 kvc_status kvc_swa_allocator_free_segment(kvc_swa_allocator *a, const int64_t *slots, size_t n, int64_t start_pos,
