@@ -65,7 +65,7 @@ kvc_status kvc__flow_free_mamba(kvc_flow *f, kvc_req_state *r);
 kvc_status kvc__flow_reserve(kvc_flow *flow, const char *fn, size_t n);
 /** Validates a flow handle. */
 kvc_status kvc__flow_check_handle(const kvc_flow *flow, const char *fn);
-/** Default cache behaviour when a callback is NULL (the chunk cache's). */
+/** Default cache behaviour when a callback is NULL: the chunk cache's (src/cache/chunk_cache.c). */
 kvc_status kvc__chunk_cache_finished(void *self, kvc_flow *flow, kvc_req_state *req, int is_insert);
 kvc_status kvc__chunk_cache_unfinished(void *self, kvc_flow *flow, kvc_req_state *req);
 
