@@ -30,10 +30,13 @@ flow_hybrid flow/test_flow_hybrid 0 0
 flow_canary_swa flow/test_flow_canary_swa 0 0"
 
 actual=$(mktemp)
-trap 'rm -f "$actual"' EXIT
+errs=$(mktemp)
+trap 'rm -f "$actual" "$errs"' EXIT
 while read -r name bin seed steps; do
-  log=$(KVT_DIGEST=1 KVT_SEED="$seed" KVT_STEPS="$steps" "$build/tests/$bin" host 2>&1) || {
+  # The digest line is on stdout; cmocka's report on stderr must not split it.
+  log=$(KVT_DIGEST=1 KVT_SEED="$seed" KVT_STEPS="$steps" "$build/tests/$bin" host 2>"$errs") || {
     printf '%s\n' "$log" >&2
+    cat "$errs" >&2
     echo "test_digest: $bin failed" >&2
     exit 1
   }
