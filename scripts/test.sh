@@ -22,3 +22,5 @@ build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -DKVC_WERROR=ON -DKVC_BUILD_TESTS=ON ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$build" -j "$(nproc)"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" ${CTEST_ARGS:-}
+# Bit-identity of the allocators' outputs with the recorded digests (about 5 s).
+BUILD_DIR="$build" ./scripts/test_digest.sh

@@ -9,6 +9,16 @@ kvc_context *kvt_host;
 const char *kvt_backend_name = "host";
 static uint64_t seed_value;
 static int seed_set;
+int kvt_digest_on; /* set by kvt_main from KVT_DIGEST */
+static uint64_t digest_value = 0xcbf29ce484222325ull;
+
+/* FNV-1a: byte order fixed, so equal outputs give equal digests on every run. */
+void kvt_digest_fold(const void *p, size_t bytes) {
+  const unsigned char *b = p;
+  uint64_t h = digest_value;
+  for (size_t i = 0; i < bytes; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  digest_value = h;
+}
 
 uint64_t kvt_seed(void) {
   if (!seed_set) {
@@ -55,6 +65,16 @@ void kvt_poison(void *dev, size_t bytes) {
   if (st != KVC_OK) fail_msg("poison: %s", kvc_last_error(kvt_ctx));
 }
 
+void kvt_digest_tables(const kvc_req_to_token_pool *pool, const kvc_swa_allocator *swa) {
+  if (!kvt_digest_on) return;
+  const int32_t rows = kvc_req_to_token_pool_size(pool), width = kvc_req_to_token_pool_max_context_len(pool);
+  for (int32_t r = 1; r <= rows; r++) kvt_digest_fold(kvc_req_to_token_pool_row(pool, r), sizeof(int32_t) * (size_t)width);
+  if (!swa) return;
+  kvt_digest_fold(kvc_swa_allocator_mapping_host(swa), sizeof(int32_t) * (size_t)kvc_swa_allocator_mapping_length(swa));
+  kvt_digest_i64(kvc_swa_allocator_full_available_size(swa));
+  kvt_digest_i64(kvc_swa_allocator_swa_available_size(swa));
+}
+
 int kvt_main_host_only(int argc, char **argv, const char *suite, const struct CMUnitTest *tests, size_t n) {
   const char *env = getenv("KVC_BACKEND");
   const char *backend = argc > 1 ? argv[1] : (env && !strcmp(env, "cuda") ? "cuda" : "host");
@@ -96,9 +116,12 @@ int kvt_main(int argc, char **argv, const char *suite, const struct CMUnitTest *
     if (kvc_context_create(&hcfg, &kvt_host) != KVC_OK) return 1;
   }
   kvt_seed();
+  const char *dg = getenv("KVT_DIGEST");
+  kvt_digest_on = dg && !strcmp(dg, "1");
   char group[256];
   snprintf(group, sizeof group, "%s/%s", suite, kvt_backend_name);
   int failed = _cmocka_run_group_tests(group, tests, n, NULL, NULL);
+  if (kvt_digest_on) printf("[ DIGEST   ] %s 0x%016llx\n", group, (unsigned long long)digest_value);
   kvc_context_destroy(kvt_host);
   kvc_context_destroy(kvt_ctx);
   return failed ? 1 : 0;

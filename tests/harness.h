@@ -90,4 +90,18 @@ static inline int64_t kvt_range(kvt_rng *r, int64_t lo, int64_t hi) {
 }
 static inline float kvt_uniform(kvt_rng *r) { return (float)(kvt_next(r) >> 40) / (float)(1 << 24); }
 
+/* Output digest (scripts/test_digest.sh): with KVT_DIGEST=1, the model-based tests fold
+ * every slot, row and mapping the library hands them into one running 64-bit hash that
+ * kvt_main prints at exit ("[ DIGEST   ] suite 0x..."), so a refactor can prove that a
+ * fixed seed and step count still produce bit-identical outputs. Off: one branch. */
+extern int kvt_digest_on;
+void kvt_digest_fold(const void *p, size_t bytes);
+static inline void kvt_digest(const void *p, size_t bytes) {
+  if (kvt_digest_on) kvt_digest_fold(p, bytes);
+}
+static inline void kvt_digest_i64(int64_t v) { kvt_digest(&v, sizeof v); }
+/* Folds every row of `pool`'s host mirror and, when `swa` is not NULL, its host full->SWA
+ * mapping and both sides' availability (the flow tests' state after a step). */
+void kvt_digest_tables(const kvc_req_to_token_pool *pool, const kvc_swa_allocator *swa);
+
 #endif

@@ -147,6 +147,34 @@ void kvc__fl_pop(kvc_allocator *a, int64_t n);
 /** Full audit; KVC_ERR_INTERNAL with a message naming `fn` when violated. */
 kvc_status kvc__fl_audit(const kvc_allocator *a, const char *fn);
 
+/* --- Batch call arguments (kvc_allocator_alloc_extend / _decode document each) ---- */
+
+typedef struct kvc__extend_args {
+  size_t bs;
+  const int64_t *prefix_lens, *seq_lens, *last_locs;
+  kvc_req_to_token_pool *req_pool;
+  const int32_t *rows;
+  const int64_t *const *prefix_slots;
+  int64_t *out_host, *out_device;
+  kvc_stream stream;
+} kvc__extend_args;
+
+typedef struct kvc__decode_args {
+  size_t bs;
+  const int64_t *seq_lens, *last_locs;
+  kvc_req_to_token_pool *req_pool;
+  const int32_t *rows;
+  int64_t *out_host, *out_device;
+  kvc_stream stream;
+} kvc__decode_args;
+
+/* A decode step between its plan and its commit (the decode channel publishes the
+ * payload in between; neither side of it can fail). */
+typedef struct kvc__decode_plan {
+  uint32_t *payload; /* in: 3 words per request (row, position, slot), 4 with an SWA mapping */
+  int64_t need;      /* the implementation's: pages the plan takes */
+} kvc__decode_plan;
+
 /* --- allocator.c ------------------------------------------------------------------- */
 
 /** Check-mode epilogue of a mutating call: passes `st` through, or the audit's failure. */
@@ -159,9 +187,8 @@ kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n);
  * payload (when not NULL: `stride` words per request, the first three (row, position,
  * slot)) and the req pool mirror; nothing changes on failure. undo reverts a successful plan's mirror writes (the launch failed); finish
  * copies out_host and pops the pages taken. */
-kvc_status kvc__alloc_decode_plan(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                  const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
-                                  uint32_t *payload, size_t stride, int64_t *need);
+kvc_status kvc__alloc_decode_plan(kvc_allocator *a, const char *fn, const kvc__decode_args *x, uint32_t *payload,
+                                  size_t stride, int64_t *need);
 /* What alloc_extend needs to also write the SWA allocator's full->SWA mapping in its one
  * launch: map[slot] = swa_slots[t] for token t of the batch (out_host order), entries
  * outside [0, map_len) skipped. swa_slots must come from a paged allocator of the same
@@ -173,31 +200,32 @@ typedef struct kvc__extend_map {
   int64_t map_len;
   const int64_t *swa_slots, *swa_last;
 } kvc__extend_map;
-kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, size_t bs, const int64_t *prefix_lens,
-                                    const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *rp,
-                                    const int32_t *req_rows, const int64_t *const *prefix_slots, int64_t *out_host,
-                                    int64_t *out_device, const kvc__extend_map *m, kvc_stream stream);
-/* alloc_decode that also writes map[slot] = map_vals[i] (int64 map, entries outside
+kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, const kvc__extend_args *x,
+                                    const kvc__extend_map *m);
+/* alloc_decode that also writes map[slot] = vals[i] (int64 map, entries outside
  * [0, map_len) skipped) for every new slot in the same launch: the SWA allocator's
  * full->SWA mapping. The host copy of the map is the caller's. */
-kvc_status kvc__alloc_decode_mapped(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                    const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
-                                    int64_t *out_host, int64_t *out_device, int64_t *map, int64_t map_len,
-                                    const int64_t *map_vals, kvc_stream stream);
+typedef struct kvc__decode_map {
+  int64_t *map;
+  int64_t map_len;
+  const int64_t *vals;
+} kvc__decode_map;
+kvc_status kvc__alloc_decode_mapped(kvc_allocator *a, const char *fn, const kvc__decode_args *x,
+                                    const kvc__decode_map *m);
 void kvc__alloc_decode_undo(kvc_allocator *a, size_t bs, const int64_t *seq_lens, kvc_req_to_token_pool *rp,
                             const int32_t *req_rows);
 kvc_status kvc__alloc_decode_finish(kvc_allocator *a, const char *fn, size_t bs, int64_t *out_host, int64_t need);
 
-/* The decode channel's bindings (decode_channel.c), for flows that route decode steps
- * through one: its allocator and req pool, and its out_cache_loc array. */
-bool kvc__decode_channel_binds(const kvc_decode_channel *ch, const kvc_allocator *a, const kvc_swa_allocator *swa,
-                               const kvc_req_to_token_pool *rp);
-int64_t *kvc__decode_channel_out(const kvc_decode_channel *ch);
-/* KVC_OK when the channel can publish its next step now: no execution found its step
- * unpublished (else KVC_ERR_MISUSE) and the ring slot is free (else KVC_ERR_BUSY). */
-kvc_status kvc__decode_channel_ready(const kvc_decode_channel *ch, const char *fn);
-/** Resolves the kernel of variant 0 into kcache before a staged plan: the staging
- *  reservation holds the context lock, which the kernel lookup also takes. */
+/** Whether `page` is handed out and not taken back, nor recorded by an open free group:
+ *  its slots may hold live KV. The one reading of the page states outside the allocator
+ *  (SWA validation, canary refills), inline because SWA frees run it per slot. */
+static inline bool kvc__alloc_page_held(const kvc_allocator *a, int64_t page) {
+  if (page < 1 || page > a->num_pages) return false;
+  const uint8_t s = a->state[page];
+  return (s & KVC__PG_STATE) == KVC__PG_HELD && !(s & (KVC__PG_GFREE | KVC__PG_GSEG));
+}
+static inline int64_t kvc__alloc_num_pages(const kvc_allocator *a) { return a->num_pages; }
+
 /* Page arithmetic without a division when the page size is a power of two (the hot
  * paths run it per request and per slot). */
 static inline int64_t kvc__pg_div(const kvc_allocator *a, int64_t x) {

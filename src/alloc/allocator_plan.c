@@ -274,13 +274,11 @@ kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t
                            out_device, NULL, stream);
 }
 
-kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, size_t bs, const int64_t *prefix_lens,
-                                    const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *rp,
-                                    const int32_t *req_rows, const int64_t *const *prefix_slots, int64_t *out_host,
-                                    int64_t *out_device, const kvc__extend_map *m, kvc_stream stream) {
-  if (bs == 0) return KVC_OK;
-  return alloc_extend_impl(a, fn, bs, prefix_lens, seq_lens, last_locs, rp, req_rows, prefix_slots, out_host,
-                           out_device, m, stream);
+kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, const kvc__extend_args *x,
+                                    const kvc__extend_map *m) {
+  if (x->bs == 0) return KVC_OK;
+  return alloc_extend_impl(a, fn, x->bs, x->prefix_lens, x->seq_lens, x->last_locs, x->req_pool, x->rows,
+                           x->prefix_slots, x->out_host, x->out_device, m, x->stream);
 }
 
 /* --- alloc_decode ------------------------------------------------------------------- */
@@ -408,14 +406,19 @@ static kvc_status decode_plan_checked(kvc_allocator *a, const char *fn, size_t b
   return KVC_OK;
 }
 
-kvc_status kvc__alloc_decode_plan(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                  const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
-                                  uint32_t *payload, size_t stride, int64_t *need) {
+static kvc_status decode_plan(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                              const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                              uint32_t *payload, size_t stride, int64_t *need) {
   if (!seq_lens) return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "seq_lens is NULL");
   KVC_FORWARD(check_common(a, fn, bs, rp, req_rows));
   if ((int64_t)bs <= a->ring.count)
     return decode_plan_one_pass(a, fn, bs, seq_lens, last_locs, rp, req_rows, payload, stride, need);
   return decode_plan_checked(a, fn, bs, seq_lens, last_locs, rp, req_rows, payload, stride, need);
+}
+
+kvc_status kvc__alloc_decode_plan(kvc_allocator *a, const char *fn, const kvc__decode_args *x, uint32_t *payload,
+                                  size_t stride, int64_t *need) {
+  return decode_plan(a, fn, x->bs, x->seq_lens, x->last_locs, x->req_pool, x->rows, payload, stride, need);
 }
 
 void kvc__alloc_decode_undo(kvc_allocator *a, size_t bs, const int64_t *seq_lens, kvc_req_to_token_pool *rp,
@@ -438,14 +441,14 @@ static kvc_status alloc_decode_impl(kvc_allocator *a, const char *fn, size_t bs,
   kvc_context *ctx = a->ctx;
   int64_t need = 0;
   if (!rp && !out_device && !map) {
-    KVC_FORWARD(kvc__alloc_decode_plan(a, fn, bs, seq_lens, last_locs, rp, req_rows, NULL, 3, &need));
+    KVC_FORWARD(decode_plan(a, fn, bs, seq_lens, last_locs, rp, req_rows, NULL, 3, &need));
     return kvc__alloc_decode_finish(a, fn, bs, out_host, need);
   }
   const size_t stride = map ? 4 : 3;
   if (!a->k_decode[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_plan_decode, NULL, a->k_decode));
   kvc__plan plan;
   KVC_FORWARD(kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode), stride * bs));
-  kvc_status st = kvc__alloc_decode_plan(a, fn, bs, seq_lens, last_locs, rp, req_rows, plan.payload, stride, &need);
+  kvc_status st = decode_plan(a, fn, bs, seq_lens, last_locs, rp, req_rows, plan.payload, stride, &need);
   if (st != KVC_OK) {
     kvc__plan_cancel(ctx, &plan);
     return st;
@@ -481,11 +484,9 @@ kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t
                            stream);
 }
 
-kvc_status kvc__alloc_decode_mapped(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                    const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
-                                    int64_t *out_host, int64_t *out_device, int64_t *map, int64_t map_len,
-                                    const int64_t *map_vals, kvc_stream stream) {
-  if (bs == 0) return KVC_OK;
-  return alloc_decode_impl(a, fn, bs, seq_lens, last_locs, rp, req_rows, out_host, out_device, map, map_len, map_vals,
-                           stream);
+kvc_status kvc__alloc_decode_mapped(kvc_allocator *a, const char *fn, const kvc__decode_args *x,
+                                    const kvc__decode_map *m) {
+  if (x->bs == 0) return KVC_OK;
+  return alloc_decode_impl(a, fn, x->bs, x->seq_lens, x->last_locs, x->req_pool, x->rows, x->out_host, x->out_device,
+                           m->map, m->map_len, m->vals, x->stream);
 }

@@ -6,7 +6,7 @@
  *
  *   host: kvc_decode_channel_alloc            device: each kernel execution
  *     slot free? (host_state[0] >= step-depth)    step = applied + 1
- *     validate, pick slots (allocator_plan.c)      ring[step % depth].step == step ?
+ *     validate, pick slots (sa.ops->decode_plan)   ring[step % depth].step == step ?
  *     write (row, pos, slot) x n, then n           yes: out, table; applied = step;
  *     release-store the slot's step word                host_state[0] = step
  *     commit the host state                        no:  out = 0 (padding slot);
@@ -17,8 +17,7 @@
  * the step the device reported, so the host never waits: `depth` steps ahead it gets
  * KVC_ERR_BUSY and nothing changes.
  */
-#include "alloc.h"
-#include "swa.h"
+#include "slot_allocator.h"
 
 #include <string.h>
 
@@ -27,8 +26,8 @@
 struct kvc_decode_channel {
   uint64_t magic;
   kvc_context *ctx;
-  kvc_allocator *alloc;   /* the plain allocator, or the SWA allocator's full side */
-  kvc_swa_allocator *swa; /* non-NULL: an SWA allocator's channel (payload + SWA peers) */
+  kvc__slot_allocator sa; /* what plans and commits each step */
+  kvc_allocator *alloc;   /* the allocator whose slots the kernel writes (an SWA one's full side) */
   kvc_req_to_token_pool *req_pool;
   uint32_t *host;        /* pinned: [0, 16) state words, then depth ring slots */
   uint32_t *applied_dev; /* device counter read and written only by the kernel */
@@ -59,11 +58,16 @@ static kvc_status missed_step(const kvc_decode_channel *ch, const char *fn) {
                     missed);
 }
 
-/* Shared by both creates: `alloc` the allocator whose slots the kernel writes, `map` the
- * device full->SWA mapping to update (NULL: none). */
-static kvc_status channel_create(kvc_context *ctx, const char *fn, kvc_allocator *alloc, kvc_swa_allocator *swa,
-                                 int64_t *map, int64_t map_len, kvc_req_to_token_pool *req_pool, size_t max_batch,
-                                 unsigned depth, int64_t *out_device, kvc_decode_channel **out) {
+/* Shared by both creates: `sa` plans the steps; its channel binding names the allocator
+ * whose slots the kernel writes and the device full->SWA mapping to update (NULL: none). */
+static kvc_status channel_create(const char *fn, kvc__slot_allocator sa, kvc_req_to_token_pool *req_pool,
+                                 size_t max_batch, unsigned depth, int64_t *out_device, kvc_decode_channel **out) {
+  int64_t *map, map_len;
+  kvc_allocator *alloc = sa.ops->channel(&sa, &map, &map_len);
+  if (!alloc)
+    return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, fn,
+                      "alloc is NULL, not a live kvc_swa_allocator, or a pure-SWA one (no alloc_decode)");
+  kvc_context *ctx = alloc->ctx;
   if (req_pool) KVC_FORWARD(kvc__req_pool_check_handle(ctx, fn, req_pool));
   KVC_RETURN_IF(!req_pool && !out_device, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "req_pool and out_device are both NULL: the kernel would write nothing");
@@ -76,8 +80,8 @@ static kvc_status channel_create(kvc_context *ctx, const char *fn, kvc_allocator
   kvc_decode_channel *ch = kvc__calloc(ctx, 1, sizeof *ch);
   if (!ch) return kvc__error(ctx, KVC_ERR_HOST_OOM, fn, "%zu bytes", sizeof *ch);
   ch->ctx = ctx;
+  ch->sa = sa;
   ch->alloc = alloc;
-  ch->swa = swa;
   ch->req_pool = req_pool;
   /* 16-word slots (16-byte loads of the payload, 8-byte header loads), with room for the
    * kernel's last 16-byte load to run 3 words past a full payload. */
@@ -93,7 +97,7 @@ static kvc_status channel_create(kvc_context *ctx, const char *fn, kvc_allocator
   if (st == KVC_OK) st = kvc__dev_sync(ctx, NULL);
   /* Resolve the kernel now: enqueue may run during stream capture, where compiling or
    * loading a module is not allowed. */
-  if (st == KVC_OK) st = kvc__kernel_get(ctx, &kvc__k_decode_channel, NULL, &ch->kernel);
+  if (st == KVC_OK) st = kvc__decode_channel_kernel(ctx, &ch->kernel);
   if (st != KVC_OK) {
     kvc__dev_pinned_free(ctx, ch->host);
     kvc__dev_free(ctx, ch->applied_dev);
@@ -123,7 +127,7 @@ kvc_status kvc_decode_channel_create(kvc_allocator *alloc, kvc_req_to_token_pool
   if (!out) return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__, "out is NULL");
   if (!alloc || alloc->magic != KVC__ALLOCATOR_MAGIC)
     return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__, "alloc is NULL or not a live kvc_allocator");
-  return channel_create(alloc->ctx, __func__, alloc, NULL, NULL, 0, req_pool, max_batch, depth, out_device, out);
+  return channel_create(__func__, kvc__slot_allocator_plain(alloc), req_pool, max_batch, depth, out_device, out);
 }
 
 kvc_status kvc_decode_channel_create_swa(kvc_swa_allocator *alloc, kvc_req_to_token_pool *req_pool,
@@ -131,12 +135,10 @@ kvc_status kvc_decode_channel_create_swa(kvc_swa_allocator *alloc, kvc_req_to_to
                                          kvc_decode_channel **out) {
   KVC_API_ENTRY();
   if (!out) return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__, "out is NULL");
-  kvc_allocator *full;
-  int64_t *map, map_len;
-  if (!kvc__swa_channel_info(alloc, &full, &map, &map_len))
+  if (!kvc__swa_allocator_live(alloc))
     return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,
                       "alloc is NULL, not a live kvc_swa_allocator, or a pure-SWA one (no alloc_decode)");
-  return channel_create(full->ctx, __func__, full, alloc, map, map_len, req_pool, max_batch, depth, out_device, out);
+  return channel_create(__func__, kvc__slot_allocator_swa(alloc), req_pool, max_batch, depth, out_device, out);
 }
 
 void kvc_decode_channel_destroy(kvc_decode_channel *ch) {
@@ -151,10 +153,7 @@ void kvc_decode_channel_destroy(kvc_decode_channel *ch) {
 kvc_status kvc_decode_channel_enqueue(kvc_decode_channel *ch, kvc_stream stream) {
   KVC_API_ENTRY();
   KVC_FORWARD(check_channel(ch, __func__));
-  const unsigned mb = (unsigned)ch->params.max_batch;
-  const unsigned threads = mb >= 1024 ? 1024 : (mb + 31) / 32 * 32;
-  return kvc__kernel_launch(ch->ctx, ch->kernel, kvc__dim(1, 1, 1), kvc__dim(threads, 1, 1), 0, stream, &ch->params,
-                            sizeof ch->params);
+  return kvc__decode_channel_launch(ch->ctx, ch->kernel, &ch->params, stream);
 }
 
 kvc_status kvc__decode_channel_ready(const kvc_decode_channel *ch, const char *fn) {
@@ -181,22 +180,16 @@ kvc_status kvc_decode_channel_alloc(kvc_decode_channel *ch, size_t bs, const int
                 "batch_size %zu > the channel's max_batch %d", bs, ch->params.max_batch);
   KVC_FORWARD(kvc__decode_channel_ready(ch, __func__));
   const uint32_t step = ch->published + 1;
-  int64_t need = 0;
   uint32_t *slot = ring_slot(ch, step);
-  kvc_status st = KVC_OK;
-  if (ch->swa) { /* validation, both sides and the host mapping: the SWA allocator's */
-    KVC_FORWARD(kvc__swa_decode_publish(ch->swa, __func__, bs, seq_lens, last_locs, ch->req_pool, req_rows,
-                                        slot + KVC_CHANNEL_HEADER_WORDS, out_host, &st));
-  } else if (bs) {
-    KVC_FORWARD(kvc__alloc_decode_plan(a, __func__, bs, seq_lens, last_locs, ch->req_pool, req_rows,
-                                       slot + KVC_CHANNEL_HEADER_WORDS, 3, &need));
-  }
+  const kvc__decode_args x = {bs, seq_lens, last_locs, ch->req_pool, req_rows, out_host, NULL, NULL};
+  kvc__decode_plan plan = {slot + KVC_CHANNEL_HEADER_WORDS, 0};
+  KVC_FORWARD(ch->sa.ops->decode_plan(&ch->sa, __func__, &x, &plan));
   slot[1] = (uint32_t)bs;
   /* Last: a kernel that sees this step number sees the payload and n written above. */
   __atomic_store_n(&slot[0], step, __ATOMIC_RELEASE);
   ch->published = step;
-  if (!ch->swa && bs) st = kvc__alloc_decode_finish(a, __func__, bs, out_host, need);
-  return st;
+  /* The plan is published: the step is the allocator's state whatever the audit says. */
+  return ch->sa.ops->decode_commit(&ch->sa, __func__, &x, &plan);
 }
 
 kvc_status kvc_decode_channel_check(const kvc_decode_channel *ch, uint64_t *published, uint64_t *applied) {
@@ -207,9 +200,9 @@ kvc_status kvc_decode_channel_check(const kvc_decode_channel *ch, uint64_t *publ
   return missed_step(ch, __func__);
 }
 
-bool kvc__decode_channel_binds(const kvc_decode_channel *ch, const kvc_allocator *a, const kvc_swa_allocator *swa,
+bool kvc__decode_channel_binds(const kvc_decode_channel *ch, const kvc__slot_allocator *sa,
                                const kvc_req_to_token_pool *rp) {
-  return ch && ch->magic == KVC__CHANNEL_MAGIC && ch->req_pool == rp && (swa ? ch->swa == swa : ch->alloc == a && !ch->swa);
+  return ch && ch->magic == KVC__CHANNEL_MAGIC && ch->req_pool == rp && kvc__slot_same(&ch->sa, sa);
 }
 
 int64_t *kvc__decode_channel_out(const kvc_decode_channel *ch) {

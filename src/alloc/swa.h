@@ -1,51 +1,93 @@
 /*
- * swa.h — internal helpers shared by the SWA and hybrid pool files: the two kernels of
- * kernels/swa.cu and their launch wrappers.
+ * swa.h — the SWA allocator's internal layout and the helpers its files share
+ * (swa_allocator.c: create, queries, alloc(n), groups, audit; swa_batch.c: alloc_extend,
+ * alloc_decode and its plan/commit halves; swa_free.c: the frees; swa_slot.c: the
+ * slot-allocator interface). The mapping kernels' launchers are level-1 ops (ops.h).
+ *
+ *   host map (int32, authoritative)       device map (int64, for attention kernels)
+ *   [ 0 | w1 | w2 | 0 | ... | w_f | -1 ]   same layout, written by ONE launch per call:
+ *     index = full slot, value = SWA slot    alloc: (f, w) pairs or coalesced runs
+ *     0 = no peer, last entry = -1           free:  zeroed runs of whole pages
  */
 #ifndef KVC_SWA_INTERNAL_H
 #define KVC_SWA_INTERNAL_H
 
 #include "alloc.h"
 
-extern const kvc__kernel_def kvc__k_swa_map_write;
-extern const kvc__kernel_def kvc__k_swa_gather;
+#define KVC__SWA_MAGIC 0x6b76632d73776121ull /* "kvc-swa!" */
 
-/** One planned launch of kvc_swa_map_write: `count` items of `mode` (KVC_SWA_MAP_*),
- *  `nwords` payload words, into dst (int32 or int64, dst_len entries). kcache: 3 entries
- *  owned by the caller's object. count == 0: no launch. */
-kvc_status kvc__swa_map_write(kvc_context *ctx, unsigned char *scratch, const kvc__kfunc **kcache, void *dst,
-                              int dst_i64, int64_t dst_len, int mode, int64_t count, const uint32_t *words,
-                              size_t nwords, kvc_stream stream);
+struct kvc_swa_allocator {
+  uint64_t magic;
+  kvc_context *ctx;
+  int32_t ps;
+  bool pure, ring, in_group;
+  int64_t size_full, size_swa, ring_cost;
+  kvc_allocator *full, *swa; /* pure: swa == full; ring: swa == NULL */
+  kvc_req_to_token_pool *req_pool;
+  int64_t map_len;
+  int32_t *map;  /* host, map_len */
+  int64_t *dmap; /* device, map_len */
+  /* work space */
+  size_t cap_tok;
+  int64_t *f_buf, *w_buf;
+  uint32_t *words;
+  size_t cap_bs;
+  int64_t *lastw;
+  uint8_t *fmark, *smark; /* per page of each side: dedup within one call */
+  int64_t *pages;         /* touched full pages (num full pages) */
+  unsigned char *scratch;
+  const kvc__kfunc *k_map[KVC__PLAN_INLINE_VARIANTS], *k_gather;
+  /* SWA slots an observer is told of (released by a free, or the peers of new slots);
+   * grown only while one listens (swa_slot.c). */
+  int64_t *obs_peers;
+  size_t obs_peers_cap;
+};
 
-/** Builds the payload for dst[idx[i]] = val[i] (i < n) in `words` (capacity >= 3n words),
- *  choosing coalesced RUNS when smaller than PAIRS. Returns the item count; *mode and
- *  *nwords are set. idx == NULL means idx[i] = i. */
-int64_t kvc__swa_build_pairs(const int64_t *idx, const int64_t *val, size_t n, uint32_t *words, int *mode,
-                             size_t *nwords);
+#define SWA_ENTRY(a) KVC_CHECK_HANDLE(a, KVC__SWA_MAGIC, "alloc", "kvc_swa_allocator")
 
-/** One launch of kvc_swa_gather. */
-kvc_status kvc__swa_gather(kvc_context *ctx, const kvc__kfunc **kf, const void *map, int map_i64, int64_t map_len,
-                           const void *in, int in_i64, void *out, int out_i64, int64_t oob, size_t n,
-                           kvc_stream stream);
+static inline int64_t kvc__swa_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/** kvc_swa_allocator_alloc_decode's host half for the decode channel (everything but the
- *  launch): the full side's plan goes into payload, 4 words per request (row, position,
- *  slot, the slot's SWA peer; 3 words in ring mode, which has no mapping), and the host
- *  mapping is updated. A failure returned changes nothing. On KVC_OK the step is the
- *  allocator's state and must be published; *audit is the check-mode audit's verdict
- *  on it, to report after publishing (so device and host never part). */
-kvc_status kvc__swa_decode_publish(kvc_swa_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                   const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *rows,
-                                   uint32_t *payload, int64_t *out_host, kvc_status *audit);
-/** kvc_swa_allocator_free for the flows: full slots of which some, with page size 1, have
- *  no SWA peer any more because window eviction released it (mapping 0); those release
- *  only their full side, in the same single transactional call (SGLang's caches split the
- *  row at swa_evicted_seqlen into free_full and free instead: two calls). Everything else,
- *  errors included, as kvc_swa_allocator_free. */
+/* Whether the SWA side is an allocator of its own (a->swa non-NULL and != a->full): the
+ * invariant of create, stated once (pure: swa == full; ring: swa == NULL). */
+static inline bool kvc__swa_has_side(const kvc_swa_allocator *a) { return !a->pure && !a->ring; }
+
+static inline int64_t kvc__swa_full_free(const kvc_swa_allocator *a) {
+  return kvc_allocator_available_size(a->full) / a->ps;
+}
+static inline int64_t kvc__swa_swa_free(const kvc_swa_allocator *a) {
+  return a->ring ? INT64_MAX : kvc_allocator_available_size(a->swa) / a->ps;
+}
+
+/* Check-mode epilogue. */
+static inline kvc_status kvc__swa_finish(kvc_swa_allocator *a, kvc_status st) {
+  if (st == KVC_OK && kvc_context_check_mode(a->ctx)) st = kvc_swa_allocator_check(a);
+  return st;
+}
+
+/* Work space for n tokens / n requests (HOST_OOM, nothing changed). */
+kvc_status kvc__swa_ensure_tok(kvc_swa_allocator *a, const char *fn, size_t n);
+kvc_status kvc__swa_ensure_bs(kvc_swa_allocator *a, const char *fn, size_t n);
+/* Writes the new pairs mapping[f[i]] = w[i] to the device (one launch), then the host. */
+kvc_status kvc__swa_map_set(kvc_swa_allocator *a, const int64_t *f, const int64_t *w, size_t n, kvc_stream stream);
+/* Out device vector: out_device[i] = f[i] (one launch). */
+kvc_status kvc__swa_write_out(kvc_swa_allocator *a, int64_t *out_device, const int64_t *f, size_t n,
+                              kvc_stream stream);
+
+/** kvc_swa_allocator_alloc_decode in two halves for the decode channel (swa_batch.c):
+ *  plan validates, takes the SWA side and plans the full side into payload, 4 words per
+ *  request (row, position, slot, the slot's SWA peer; 3 in ring mode, which has no
+ *  mapping), changing nothing on failure; commit makes the full side's plan state, sets
+ *  the host mapping and returns the check-mode audit's verdict. */
+kvc_status kvc__swa_decode_plan(kvc_swa_allocator *a, const char *fn, const kvc__decode_args *x,
+                                kvc__decode_plan *p);
+kvc_status kvc__swa_decode_commit(kvc_swa_allocator *a, const char *fn, const kvc__decode_args *x,
+                                  const kvc__decode_plan *p);
+
+/** kvc_swa_allocator_free for the flows (swa_free.c): full slots of which some, with page
+ *  size 1, have no SWA peer any more because window eviction released it (mapping 0);
+ *  those release only their full side, in the same single transactional call (SGLang's
+ *  caches split the row at swa_evicted_seqlen into free_full and free instead: two
+ *  calls). Everything else, errors included, as kvc_swa_allocator_free. */
 kvc_status kvc__swa_allocator_free_evicted(kvc_swa_allocator *a, const int64_t *slots, size_t n, kvc_stream stream);
-/** What a decode channel over `a` needs: its full allocator and its device mapping (NULL
- *  in ring mode) with the entries the kernel may write. false: not a live SWA allocator
- *  with alloc_decode (pure mode has none). */
-bool kvc__swa_channel_info(const kvc_swa_allocator *a, kvc_allocator **full, int64_t **dmap, int64_t *map_len);
 
 #endif

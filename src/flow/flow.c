@@ -13,8 +13,6 @@
  */
 #include "flow.h"
 #include "../device/context.h"
-#include "../alloc/alloc.h"
-#include "../alloc/swa.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -94,6 +92,7 @@ kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_
   f->cfg = cfg;
   f->alloc = cfg.allocator;
   f->swa = cfg.swa_allocator;
+  f->sa = f->swa ? kvc__slot_allocator_swa(f->swa) : kvc__slot_allocator_plain(f->alloc);
   f->hybrid = cfg.hybrid_req_pool;
   f->mamba = f->hybrid ? kvc_hybrid_req_pool_mamba_pool(f->hybrid) : NULL;
   f->cache = cfg.cache;
@@ -134,31 +133,18 @@ void kvc_flow_destroy(kvc_flow *f) {
 
 /* --- The bound allocator ---------------------------------------------------------------- */
 
-int64_t kvc__flow_avail(const kvc_flow *f) {
-  return f->swa ? kvc_swa_allocator_available_size(f->swa) : kvc_allocator_available_size(f->alloc);
-}
-kvc_status kvc__flow_group_begin(kvc_flow *f) {
-  return f->swa ? kvc_swa_allocator_free_group_begin(f->swa) : kvc_allocator_free_group_begin(f->alloc);
-}
-kvc_status kvc__flow_group_end(kvc_flow *f) {
-  return f->swa ? kvc_swa_allocator_free_group_end(f->swa) : kvc_allocator_free_group_end(f->alloc);
-}
 /* out_host: the new slots on the host too (canary mode only; else NULL). */
 static kvc_status alloc_extend(kvc_flow *f, size_t n, const int64_t *pre, const int64_t *seq, const int64_t *last,
                                const int32_t *rows, const int64_t *const *prefix_slots, int64_t *out_host,
                                int64_t *out, kvc_stream stream) {
-  if (f->swa)
-    return kvc_swa_allocator_alloc_extend(f->swa, n, pre, seq, last, f->cfg.req_pool, rows, prefix_slots, out_host,
-                                          out, stream);
-  return kvc_allocator_alloc_extend(f->alloc, n, pre, seq, last, f->cfg.req_pool, rows, prefix_slots, out_host, out,
-                                    stream);
+  const kvc__extend_args x = {n, pre, seq, last, f->cfg.req_pool, rows, prefix_slots, out_host, out, stream};
+  return kvc__slot_extend(&f->sa, &x);
 }
 static kvc_status alloc_decode(kvc_flow *f, size_t n, const int64_t *seq, const int32_t *rows, int64_t *out_host,
                                int64_t *out, kvc_stream stream) {
   if (f->channel) return kvc_decode_channel_alloc(f->channel, n, seq, NULL, rows, out_host);
-  if (f->swa)
-    return kvc_swa_allocator_alloc_decode(f->swa, n, seq, NULL, f->cfg.req_pool, rows, out_host, out, stream);
-  return kvc_allocator_alloc_decode(f->alloc, n, seq, NULL, f->cfg.req_pool, rows, out_host, out, stream);
+  const kvc__decode_args x = {n, seq, NULL, f->cfg.req_pool, rows, out_host, out, stream};
+  return kvc__slot_decode(&f->sa, &x);
 }
 
 /* --- Small shared helpers ------------------------------------------------------------ */
@@ -179,19 +165,10 @@ kvc_status kvc_flow_free_slots(kvc_flow *f, const int64_t *slots, size_t n) {
   KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (!n) return KVC_OK;
-  if (f->swa && !f->canary_swa) return kvc__swa_allocator_free_evicted(f->swa, slots, n, f->stream);
-  if (!f->swa && !f->canary) return kvc_allocator_free(f->alloc, slots, n);
-  kvc_status st;
-  if (f->swa) { /* canary mode: the SWA peers before the free zeroes them, refill after it */
-    size_t npeers;
-    KVC_FORWARD(kvc__flow_canary_swa_plan(f, __func__, slots, n, &npeers));
-    KVC_FORWARD(kvc__swa_allocator_free_evicted(f->swa, slots, n, f->stream));
-    st = kvc__flow_canary_swa_fill(f, slots, n, npeers, true, f->stream);
-  } else {
-    KVC_FORWARD(kvc_allocator_free(f->alloc, slots, n)); /* canary mode: refill after a valid free */
-    st = kvc__flow_canary_fill(f, slots, n);
-  }
-  /* The slots are freed whatever the refill does. Within a release (a cache callback's
+  kvc_status st = KVC_OK; /* the observer's (canary mode's refill) verdict */
+  const kvc__free_args x = {slots, n, 0, f->stream, __func__, &st};
+  KVC_FORWARD(kvc__slot_free(&f->sa, &x));
+  /* The slots are freed whatever the observer says. Within a release (a cache callback's
    * free included) the step that freed them must count as done, or a retry would free
    * them again: the refill's error is reported once the request is released. */
   if (st != KVC_OK && f->releasing) {
@@ -205,7 +182,7 @@ kvc_status kvc_flow_available(const kvc_flow *f, int64_t *available, int64_t *ev
                               int64_t *cached) {
   KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
-  if (available) *available = kvc__flow_avail(f);
+  if (available) *available = kvc__slot_available(&f->sa);
   if (evictable) *evictable = cache_size(f->cache.evictable_size, f->cache.self);
   if (protected_size) *protected_size = cache_size(f->cache.protected_size, f->cache.self);
   if (cached) *cached = cache_size(f->cache.cached_size, f->cache.self);
@@ -217,24 +194,16 @@ kvc_status kvc_flow_evict(kvc_flow *f, int64_t num_tokens) {
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   KVC_RETURN_IF(num_tokens < 0, f->ctx, KVC_ERR_INVALID_ARGUMENT, "num_tokens %lld < 0", (long long)num_tokens);
   if (cache_is_chunk(f) || !f->cache.evict) return KVC_OK;
-  if (f->swa) { /* SGLang asks for each side's deficit with the SWA composite */
-    int64_t full = kvc_swa_allocator_full_available_size(f->swa), swa = kvc_swa_allocator_swa_available_size(f->swa);
-    if (full < num_tokens || swa < num_tokens)
-      return f->cache.evict(f->cache.self, f, KVC__MAX(0, num_tokens - full), KVC__MAX(0, num_tokens - swa), 0);
-    return KVC_OK;
-  }
-  /* ... and for n (not the deficit) with a single pool. */
-  if (kvc_allocator_available_size(f->alloc) < num_tokens) return f->cache.evict(f->cache.self, f, num_tokens, 0, 0);
+  int64_t full, swa;
+  if (f->sa.ops->evict_need(&f->sa, num_tokens, &full, &swa)) return f->cache.evict(f->cache.self, f, full, swa, 0);
   return KVC_OK;
 }
 
 static kvc_status out_of_memory(kvc_flow *f, const char *fn, const char *what, int64_t tokens) {
   int64_t avail = 0, evictable = 0, prot = 0;
   kvc_flow_available(f, &avail, &evictable, &prot, NULL);
-  char extra[96] = "";
-  if (f->swa)
-    snprintf(extra, sizeof extra, " (full %lld, swa %lld)", (long long)kvc_swa_allocator_full_available_size(f->swa),
-             (long long)kvc_swa_allocator_swa_available_size(f->swa));
+  char extra[96];
+  f->sa.ops->describe(&f->sa, extra, sizeof extra);
   return kvc__error(f->ctx, KVC_ERR_OUT_OF_SLOTS, fn,
                     "%s out of memory. Try to lower your batch size. Try to allocate %lld tokens. "
                     "available_size=%lld%s, evictable_size=%lld, protected_size=%lld",
@@ -243,42 +212,6 @@ static kvc_status out_of_memory(kvc_flow *f, const char *fn, const char *what, i
 
 /* Pages a request needs to grow from p to s tokens (SGLang get_num_new_pages). */
 static int64_t new_pages(int64_t p, int64_t s, int64_t ps) { return (s + ps - 1) / ps - (p + ps - 1) / ps; }
-
-/* --- SWA window eviction (SGLang free_swa_out_of_window_slots) ----------------------- */
-
-kvc_status kvc_flow_free_swa_out_of_window(kvc_flow *f, kvc_req_state *r, int64_t pre_len, kvc_stream stream) {
-  KVC_API_ENTRY();
-  KVC_FORWARD(kvc__flow_check_handle(f, __func__));
-  KVC_RETURN_IF(!f->swa, f->ctx, KVC_ERR_UNSUPPORTED, "the flow has no SWA allocator");
-  KVC_RETURN_IF(!r, f->ctx, KVC_ERR_INVALID_ARGUMENT, "req is NULL");
-  const int64_t ps = f->ps;
-  KVC_RETURN_IF(r->cache_protected_len < 0 || r->cache_protected_len % ps, f->ctx, KVC_ERR_INVALID_ARGUMENT,
-                "cache_protected_len %lld must be page aligned", (long long)r->cache_protected_len);
-  KVC_RETURN_IF(pre_len < 0 || pre_len > r->kv_allocated_len, f->ctx, KVC_ERR_INVALID_ARGUMENT,
-                "pre_len %lld outside [0, kv_allocated_len %lld]", (long long)pre_len, (long long)r->kv_allocated_len);
-  if (f->cfg.sliding_window <= 0) return KVC_OK;
-  int64_t floor = KVC__MAX(r->cache_protected_len, r->swa_evict_floor);
-  if (ps > 1 && floor > r->cache_protected_len) floor = kvc__ceil_align(floor, ps);
-  int64_t evicted = KVC__MAX(r->swa_evicted_seqlen, floor);
-  /* One page of margin keeps the radix insert boundary from becoming an SWA tombstone. */
-  int64_t threshold = pre_len - f->cfg.sliding_window - (f->cfg.swa_drop_page_margin ? 0 : ps);
-  int64_t next = KVC__MAX(evicted, threshold);
-  if (ps > 1) next = next / ps * ps;
-  kvc_status st = KVC_OK;
-  if (next > evicted) {
-    const size_t m = (size_t)(next - evicted);
-    size_t npeers = 0;
-    KVC_FORWARD(kvc_flow_row_slots(f, r->req_row, evicted, next, f->row_slots));
-    if (f->canary_swa) KVC_FORWARD(kvc__flow_canary_swa_plan(f, __func__, f->row_slots, m, &npeers));
-    KVC_FORWARD(kvc_swa_allocator_free_swa(f->swa, f->row_slots, m, stream));
-    /* Canary mode: the SWA pages just released (the full slots stay held). The eviction
-     * is done whatever the refill returns, so the request records it first. */
-    if (f->canary_swa) st = kvc__flow_canary_swa_fill(f, f->row_slots, m, npeers, false, stream);
-    evicted = next;
-  }
-  r->swa_evicted_seqlen = evicted;
-  return st;
-}
 
 /* Every row of a batch is held and listed once. The allocators check this too, but only
  * after the window and cache evictions have changed state: a batch refused there would
@@ -305,19 +238,6 @@ static kvc_status check_batch_rows(kvc_flow *f, const char *fn, kvc_req_state *c
   for (size_t j = 0; j < i; j++)
     if (reqs[j]->req_row > 0) f->row_seen[reqs[j]->req_row] = 0;
   return st;
-}
-
-/* Window eviction for every request of a batch that already holds KV. */
-static kvc_status evict_windows(kvc_flow *f, kvc_req_state *const *reqs, size_t n, bool decode, kvc_stream stream) {
-  if (!f->swa || f->cfg.sliding_window <= 0) return KVC_OK;
-  for (size_t i = 0; i < n; i++) {
-    kvc_req_state *r = reqs[i];
-    if (!r->req_row) continue;
-    int64_t pre = decode ? r->seq_len : r->prefix_len;
-    if (pre > r->kv_allocated_len) pre = r->kv_allocated_len;
-    KVC_FORWARD(kvc_flow_free_swa_out_of_window(f, r, pre, stream));
-  }
-  return KVC_OK;
 }
 
 /* --- Request rows (+ Mamba slots): SGLang alloc_req_slots ----------------------------- */
@@ -420,7 +340,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
   KVC_FORWARD(check_batch_rows(f, __func__, reqs, n, false));
   /* SGLang: window eviction first, then evict for extend_num_tokens (+ a page per
    * request when paged). */
-  KVC_FORWARD(evict_windows(f, reqs, n, false, stream));
+  KVC_FORWARD(kvc__flow_evict_windows(f, reqs, n, false, stream));
   KVC_FORWARD(kvc_flow_evict(f, ps == 1 ? extend_tokens : extend_tokens + (int64_t)n * ps));
   if (need_rows > kvc_req_to_token_pool_available(pool))
     return kvc__error(f->ctx, KVC_ERR_OUT_OF_SLOTS, __func__,
@@ -429,15 +349,10 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
                       kvc_req_to_token_pool_available(pool), n, need_rows);
   /* Capacity before anything is taken (the allocators would fail cleanly too, but the
    * rows are taken first). */
-  bool fits = f->swa ? kvc_swa_allocator_new_pages_available(f->swa, pages, pages) != 0
-                     : pages * ps <= kvc_allocator_available_size(f->alloc);
-  if (!fits) return out_of_memory(f, __func__, "Prefill", extend_tokens);
-
-  int64_t *canary_new = NULL;
-  if (f->canary || f->canary_swa) {
-    KVC_FORWARD(kvc__flow_canary_reserve(f, __func__, (size_t)extend_tokens));
-    canary_new = f->canary_new;
-  }
+  if (!kvc__slot_fits(&f->sa, pages)) return out_of_memory(f, __func__, "Prefill", extend_tokens);
+  /* An observer (canary mode) hears of the new slots: their host copy goes here. */
+  int64_t *told = NULL;
+  KVC_FORWARD(kvc__slot_observe_reserve(&f->sa, __func__, (size_t)extend_tokens, &told));
   KVC_FORWARD(alloc_rows(f, reqs, n, stream));
   /* last_loc: from the matched prefix, else from the row (chunked / resumed). */
   for (size_t i = 0; i < n; i++) {
@@ -448,7 +363,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
     else f->last_locs[i] = kvc_req_to_token_pool_row(pool, f->rows[i])[p - 1];
   }
   kvc_status st = alloc_extend(f, n, f->prefix_lens, f->seq_lens, f->last_locs, f->rows, f->prefix_slots,
-                               canary_new, out_cache_loc, stream);
+                               told, out_cache_loc, stream);
   if (st != KVC_OK) {
     /* Give back what this call took (SGLang leaves the rows allocated, spec 15.14). */
     char msg[1024];
@@ -470,8 +385,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
     r->kv_allocated_len = r->kv_committed_len = r->seq_len;
     r->prefix_slots = NULL; /* the row holds the prefix now */
   }
-  if (canary_new) return kvc__flow_canary_check(f, canary_new, (size_t)extend_tokens, stream);
-  return KVC_OK;
+  return kvc__slot_announce(&f->sa, told, (size_t)extend_tokens, stream);
 }
 
 /* --- alloc_for_decode ---------------------------------------------------------------- */
@@ -505,18 +419,15 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
     KVC_FORWARD(kvc__decode_channel_ready(f->channel, __func__));
   }
   KVC_FORWARD(check_batch_rows(f, __func__, reqs, n, true));
-  KVC_FORWARD(evict_windows(f, reqs, n, true, stream));
+  KVC_FORWARD(kvc__flow_evict_windows(f, reqs, n, true, stream));
   /* The allocators validate rows and last_locs (from the mirror) and fail without
    * changing anything, so no separate capacity check is needed here. */
   KVC_FORWARD(kvc_flow_evict(f, ps == 1 ? (int64_t)n * token_per_req : (int64_t)n * ps));
-  int64_t *canary_new = NULL;
-  if (f->canary || f->canary_swa) {
-    KVC_FORWARD(kvc__flow_canary_reserve(f, __func__, n * (size_t)token_per_req));
-    canary_new = f->canary_new;
-  }
+  int64_t *told = NULL;
+  KVC_FORWARD(kvc__slot_observe_reserve(&f->sa, __func__, n * (size_t)token_per_req, &told));
   kvc_status st;
-  if (token_per_req == 1) st = alloc_decode(f, n, f->seq_lens, f->rows, canary_new, out_cache_loc, stream);
-  else st = alloc_extend(f, n, f->prefix_lens, f->seq_lens, NULL, f->rows, NULL, canary_new, out_cache_loc, stream);
+  if (token_per_req == 1) st = alloc_decode(f, n, f->seq_lens, f->rows, told, out_cache_loc, stream);
+  else st = alloc_extend(f, n, f->prefix_lens, f->seq_lens, NULL, f->rows, NULL, told, out_cache_loc, stream);
   if (st == KVC_ERR_OUT_OF_SLOTS) return out_of_memory(f, __func__, "Decode", (int64_t)n * token_per_req);
   KVC_FORWARD(st);
   for (size_t i = 0; i < n; i++) {
@@ -524,8 +435,7 @@ kvc_status kvc_flow_alloc_for_decode(kvc_flow *f, kvc_req_state *const *reqs, si
     r->seq_len += token_per_req;
     r->kv_allocated_len = r->kv_committed_len = r->seq_len;
   }
-  if (canary_new) return kvc__flow_canary_check(f, canary_new, n * (size_t)token_per_req, stream);
-  return KVC_OK;
+  return kvc__slot_announce(&f->sa, told, n * (size_t)token_per_req, stream);
 }
 
 /* --- Speculative-decoding reservations (SGLang 12.10) -------------------------------- */
@@ -559,7 +469,7 @@ kvc_status kvc_flow_set_decode_channel(kvc_flow *f, kvc_decode_channel *channel)
     f->channel = NULL;
     return KVC_OK;
   }
-  KVC_RETURN_IF(!kvc__decode_channel_binds(channel, f->alloc, f->swa, f->cfg.req_pool), f->ctx,
+  KVC_RETURN_IF(!kvc__decode_channel_binds(channel, &f->sa, f->cfg.req_pool), f->ctx,
                 KVC_ERR_INVALID_ARGUMENT,
                 "the channel is not a live kvc_decode_channel over this flow's allocator and req_pool");
   f->channel = channel;

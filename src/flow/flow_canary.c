@@ -2,27 +2,20 @@
  * flow_canary.c — debug canary mode of a flow (kvc_flow_set_canary, issue 7 item 2;
  * kvc_flow_set_canary_swa for SWA flows): every row the flow frees is refilled with the
  * canary marker (whole pages, as the paged allocator releases them), and the rows of new
- * slots are checked before a step returns. Nothing here runs unless flow->canary or
- * flow->canary_swa is set.
+ * slots are checked before a step returns.
  *
- * SWA flows guard both halves of a kvc_swa_kv_pool: full layers are indexed by full slots,
- * SWA layers by SWA slots (the allocator's full->SWA mapping). What each free releases,
- * and so what is refilled (swa_allocator.c; ps = page size):
+ * It is an observer on the flow's slot allocator (slot_allocator.h), registered only
+ * while canary mode is on: the allocator tells it which slots of which side each free
+ * released and which slots each step handed out, so the flows carry no canary code and
+ * nothing here runs when it is off.
  *
- *   kvc_swa_allocator_free (release, caches)   full half: every page touched by the slots
- *                                              SWA half:  ps 1: the peer of each slot;
- *                                                         ps > 1: the page of the peer of
- *                                                         EVERY slot of those full pages
- *   kvc_swa_allocator_free_swa (window)        full half: nothing (the full slots stay held)
- *                                              SWA half:  as above
- *
- * The peers are read from the host mapping before the free (it zeroes their entries),
- * and after it only pages the sub-allocator no longer holds are refilled, so a row that
- * is still handed out is never overwritten whatever the mapping says.
+ * SWA flows guard both halves of a kvc_swa_kv_pool: full layers are indexed by full
+ * slots, SWA layers by SWA slots; which SWA slots a free releases is the SWA allocator's
+ * business (swa_slot.c). Only pages the event's owner no longer holds are refilled, so a
+ * row that is still handed out is never overwritten.
  */
 #include "flow.h"
 #include "../kv/kv_pool.h"
-#include "../alloc/alloc.h"
 
 #include <stdlib.h>
 
@@ -41,30 +34,13 @@ static kvc_status grow(kvc_flow *f, const char *fn, int64_t **buf, size_t *cap, 
 void kvc__flow_canary_free(kvc_flow *f) {
   kvc__free(f->ctx, f->canary_pages);
   kvc__free(f->ctx, f->canary_new);
-  kvc__free(f->ctx, f->canary_peers);
-  f->canary_pages = f->canary_new = f->canary_peers = NULL;
-  f->canary_pages_cap = f->canary_new_cap = f->canary_peers_cap = 0;
-}
-
-kvc_status kvc__flow_canary_reserve(kvc_flow *f, const char *fn, size_t n) {
-  KVC_FORWARD(grow(f, fn, &f->canary_new, &f->canary_new_cap, n));
-  /* SWA: the peers of the new slots, gathered after the allocation (which must not be
-   * followed by a failure of this kind). */
-  if (f->canary_swa) KVC_FORWARD(grow(f, fn, &f->canary_peers, &f->canary_peers_cap, n));
-  return KVC_OK;
+  f->canary_pages = f->canary_new = NULL;
+  f->canary_pages_cap = f->canary_new_cap = 0;
 }
 
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return (x > y) - (x < y);
-}
-
-/* A page the allocator has handed out and not taken back (also not recorded by an open
- * free group): its rows may hold live KV. */
-static bool page_live(const kvc_allocator *a, int64_t page) {
-  if (page < 1 || page > a->num_pages) return false;
-  const uint8_t s = a->state[page];
-  return (s & KVC__PG_STATE) == KVC__PG_HELD && !(s & (KVC__PG_GFREE | KVC__PG_GSEG));
 }
 
 /* Refills every slot of every page touched by `slots` in `pool`. owner (may be NULL):
@@ -81,7 +57,7 @@ static kvc_status fill_pages(kvc_flow *f, kvc_kv_pool *pool, const kvc_allocator
   for (size_t i = 0; i < n; i++) {
     const int64_t pg = f->canary_pages[i];
     if (pages > 0 && f->canary_pages[pages - 1] == pg) continue;
-    if (owner && (pg < 1 || pg > owner->num_pages || page_live(owner, pg))) continue;
+    if (owner && (pg < 1 || pg > kvc__alloc_num_pages(owner) || kvc__alloc_page_held(owner, pg))) continue;
     f->canary_pages[pages++] = pg;
   }
   if (ps > 1) {
@@ -94,80 +70,47 @@ static kvc_status fill_pages(kvc_flow *f, kvc_kv_pool *pool, const kvc_allocator
   return kvc_kv_pool_canary_fill(pool, f->canary_pages, pages * (size_t)ps, stream);
 }
 
-kvc_status kvc__flow_canary_fill(kvc_flow *f, const int64_t *slots, size_t n) {
-  return fill_pages(f, f->canary, NULL, slots, n, f->stream);
+/* --- The observer --------------------------------------------------------------------- */
+
+/* The pool that holds the rows of `side`'s slots. */
+static kvc_kv_pool *guarded(const kvc_flow *f, kvc__slot_side side) {
+  if (side == KVC__SIDE_SWA) return f->canary_swa_half;
+  return f->canary ? f->canary : f->canary_full_half;
 }
 
-/* --- SWA flows ---------------------------------------------------------------------- */
-
-kvc_status kvc__flow_canary_swa_plan(kvc_flow *f, const char *fn, const int64_t *slots, size_t n, size_t *npeers) {
-  *npeers = 0;
-  if (!f->canary_swa_half || n == 0) return KVC_OK;
-  const int64_t ps = f->ps;
-  const int32_t *map = kvc_swa_allocator_mapping_host(f->swa);
-  const int64_t len = kvc_swa_allocator_mapping_length(f->swa) - 1; /* the last entry is -1 */
-  size_t need;
-  if (!kvc__mul_size(n, (size_t)ps, &need))
-    return kvc__error(f->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "%zu slots overflow the canary scratch", n);
-  KVC_FORWARD(grow(f, fn, &f->canary_peers, &f->canary_peers_cap, need));
-  size_t k = 0;
-  int64_t prev_page = -1;
-  for (size_t i = 0; i < n; i++) {
-    const int64_t s = slots[i];
-    if (s < 0 || s >= len) continue; /* refused by the free, which then releases nothing */
-    if (ps == 1) { /* the slot's own peer (0 / -1: none, and then the free refuses it) */
-      if (map[s] > 0) f->canary_peers[k++] = map[s];
-      continue;
-    }
-    /* ps > 1: the free clears every slot of the page and releases each peer's page. */
-    const int64_t pg = s / ps;
-    if (pg == prev_page) continue; /* consecutive slots of one page (other repeats: fill_pages dedups) */
-    prev_page = pg;
-    int64_t prev_w_page = -1;
-    for (int64_t j = 0; j < ps && pg * ps + j < len; j++) {
-      const int32_t w = map[pg * ps + j];
-      if (w <= 0 || w / ps == prev_w_page) continue;
-      prev_w_page = w / ps;
-      f->canary_peers[k++] = w;
-    }
-  }
-  *npeers = k;
+static kvc_status obs_reserve(void *self, const char *fn, size_t n, int64_t **host) {
+  kvc_flow *f = self;
+  KVC_FORWARD(grow(f, fn, &f->canary_new, &f->canary_new_cap, n));
+  *host = f->canary_new;
   return KVC_OK;
 }
 
-kvc_status kvc__flow_canary_swa_fill(kvc_flow *f, const int64_t *slots, size_t n, size_t npeers, bool full_side,
-                                     kvc_stream stream) {
-  kvc_status st = KVC_OK;
-  if (full_side && f->canary_full_half)
-    st = fill_pages(f, f->canary_full_half, kvc_swa_allocator_full(f->swa), slots, n, stream);
-  if (f->canary_swa_half)
-    KVC_CLEANUP_KEEP_FIRST(fill_pages(f, f->canary_swa_half, kvc_swa_allocator_swa(f->swa), f->canary_peers, npeers,
-                                      stream),
-                           st);
+static kvc_status obs_freed(void *self, const kvc__slot_event *ev) {
+  kvc_flow *f = self;
+  return fill_pages(f, guarded(f, ev->side), ev->owner, ev->slots, ev->n, ev->stream);
+}
+
+static kvc_status obs_allocated(void *self, const kvc__slot_event *ev) {
+  kvc_flow *f = self;
+  kvc_status st = kvc_kv_pool_canary_check(guarded(f, ev->side), ev->slots, ev->n, ev->stream);
+  if (st == KVC_ERR_INTERNAL && ev->side == KVC__SIDE_SWA)
+    kvc__error_append(f->ctx, ev->n == ev->of ? " [SWA layers: the slot is an SWA slot, the peer of the step's new full "
+                                                "slot at that request position; the layer is the SWA pool's local index]"
+                                              : " [SWA layers: the slot is an SWA slot; the request position counts only "
+                                                "the new full slots that have a peer; the layer is the SWA pool's local "
+                                                "index]");
   return st;
 }
 
-kvc_status kvc__flow_canary_check(kvc_flow *f, const int64_t *slots, size_t n, kvc_stream stream) {
-  if (f->canary) return kvc_kv_pool_canary_check(f->canary, slots, n, stream);
-  if (f->canary_full_half) KVC_FORWARD(kvc_kv_pool_canary_check(f->canary_full_half, slots, n, stream));
-  if (!f->canary_swa_half) return KVC_OK;
-  /* The new slots' peers, written by the allocation into the host mapping (every new
-   * slot of alloc_extend / alloc_decode has one; 0 / -1 would mean none). Reserved
-   * with canary_new (kvc__flow_canary_reserve). */
-  const int32_t *map = kvc_swa_allocator_mapping_host(f->swa);
-  const int64_t len = kvc_swa_allocator_mapping_length(f->swa) - 1;
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++) {
-    const int32_t w = slots[i] >= 0 && slots[i] < len ? map[slots[i]] : 0;
-    if (w > 0) f->canary_peers[k++] = w;
-  }
-  kvc_status st = kvc_kv_pool_canary_check(f->canary_swa_half, f->canary_peers, k, stream);
-  if (st == KVC_ERR_INTERNAL)
-    kvc__error_append(f->ctx, k == n ? " [SWA layers: the slot is an SWA slot, the peer of the step's new full slot "
-                                       "at that request position; the layer is the SWA pool's local index]"
-                                     : " [SWA layers: the slot is an SWA slot; the request position counts only the "
-                                       "new full slots that have a peer; the layer is the SWA pool's local index]");
-  return st;
+/* Registers the observer for the sides that have a guarded pool (NULL: unregisters). */
+static void observe(kvc_flow *f, bool on) {
+  f->canary_obs.self = f;
+  f->canary_obs.sides = (guarded(f, KVC__SIDE_FULL) ? (unsigned)KVC__SIDE_FULL : 0u) |
+                        (f->canary_swa_half ? (unsigned)KVC__SIDE_SWA : 0u);
+  f->canary_obs.reserve = obs_reserve;
+  f->canary_obs.allocated = obs_allocated;
+  f->canary_obs.freed = obs_freed;
+  f->sa.obs = on ? &f->canary_obs : NULL;
 }
 
 /* --- Enabling --------------------------------------------------------------------------- */
@@ -204,6 +147,7 @@ kvc_status kvc_flow_set_canary(kvc_flow *f, kvc_kv_pool *pool) {
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
   if (!pool) {
     f->canary = NULL;
+    observe(f, false);
     return KVC_OK;
   }
   KVC_FORWARD(kvc__kv_pool_check(pool, __func__));
@@ -215,6 +159,7 @@ kvc_status kvc_flow_set_canary(kvc_flow *f, kvc_kv_pool *pool) {
     KVC_FORWARD(kvc__dev_sync(f->ctx, NULL));
   }
   f->canary = pool;
+  observe(f, true);
   return KVC_OK;
 }
 
@@ -224,6 +169,7 @@ kvc_status kvc_flow_set_canary_swa(kvc_flow *f, kvc_swa_kv_pool *pool) {
   if (!pool) {
     f->canary_swa = NULL;
     f->canary_full_half = f->canary_swa_half = NULL;
+    observe(f, false);
     return KVC_OK;
   }
   kvc_kv_pool *full = kvc_swa_kv_pool_full(pool), *swa = kvc_swa_kv_pool_swa(pool);
@@ -247,5 +193,6 @@ kvc_status kvc_flow_set_canary_swa(kvc_flow *f, kvc_swa_kv_pool *pool) {
   f->canary_swa = pool;
   f->canary_full_half = full;
   f->canary_swa_half = swa;
+  observe(f, true);
   return KVC_OK;
 }

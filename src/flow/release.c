@@ -1,6 +1,6 @@
 /*
  * release.c — finished and unfinished requests (SGLang release_kv_cache,
- * maybe_cache_unfinished_req) and the built-in chunk cache.
+ * maybe_cache_unfinished_req); the built-in chunk cache is src/cache/chunk_cache.c.
  *
  * A batch of finished requests is released inside one allocator free group, so the
  * pages of all of them go back in one sorted-unique release (SGLang's scheduler does the
@@ -10,41 +10,6 @@
 #include "flow.h"
 
 #include <string.h>
-
-/* --- The chunk cache (no prefix reuse) ---------------------------------------------- */
-
-static int chunk_is_chunk(void *self) {
-  (void)self;
-  return 1;
-}
-
-kvc_status kvc__chunk_cache_finished(void *self, kvc_flow *flow, kvc_req_state *req, int is_insert) {
-  (void)self;
-  (void)is_insert;
-  /* SGLang ChunkCache: the committed KV is simply freed. */
-  int64_t committed = req->kv_committed_len;
-  if (committed <= 0) return KVC_OK;
-  KVC_FORWARD(kvc_flow_row_slots(flow, req->req_row, 0, committed, flow->row_slots));
-  return kvc_flow_free_slots(flow, flow->row_slots, (size_t)committed);
-}
-
-kvc_status kvc__chunk_cache_unfinished(void *self, kvc_flow *flow, kvc_req_state *req) {
-  (void)self;
-  (void)flow;
-  /* The next chunk's prefix is the row itself. */
-  req->prefix_slots = NULL;
-  req->prefix_len = req->kv_committed_len;
-  return KVC_OK;
-}
-
-kvc_prefix_cache kvc_chunk_cache(void) {
-  kvc_prefix_cache c;
-  memset(&c, 0, sizeof c);
-  c.is_chunk_cache = chunk_is_chunk;
-  c.cache_finished_req = kvc__chunk_cache_finished;
-  c.cache_unfinished_req = kvc__chunk_cache_unfinished;
-  return c;
-}
 
 /* --- Release ------------------------------------------------------------------------- */
 /*
@@ -182,7 +147,7 @@ kvc_status kvc_flow_release(kvc_flow *f, kvc_req_state *const *reqs, size_t n, i
     if (reqs[i]->req_row > 0) f->row_seen[reqs[i]->req_row] = 0;
   if (vst != KVC_OK) return vst;
   f->stream = stream;
-  KVC_FORWARD(kvc__flow_group_begin(f));
+  KVC_FORWARD(kvc__slot_group_begin(&f->sa));
   /* A canary refill that fails after its free (kvc_flow_free_slots) is reported once the
    * request it belongs to is completely released. */
   f->releasing = true;
@@ -193,7 +158,7 @@ kvc_status kvc_flow_release(kvc_flow *f, kvc_req_state *const *reqs, size_t n, i
     if (st == KVC_OK) st = f->release_late;
   }
   f->releasing = false;
-  KVC_CLEANUP_KEEP_FIRST(kvc__flow_group_end(f), st);
+  KVC_CLEANUP_KEEP_FIRST(kvc__slot_group_end(&f->sa), st);
   return st;
 }
 
@@ -213,13 +178,8 @@ kvc_status kvc_flow_cache_unfinished(kvc_flow *f, kvc_req_state *req) {
 kvc_status kvc_flow_check(const kvc_flow *f, kvc_req_state *const *live, size_t n_live) {
   KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
-  const kvc_allocator *full = f->alloc;
-  if (f->swa) {
-    KVC_FORWARD(kvc_swa_allocator_check(f->swa));
-    full = kvc_swa_allocator_full(f->swa);
-  } else {
-    KVC_FORWARD(kvc_allocator_check(f->alloc));
-  }
+  KVC_FORWARD(f->sa.ops->check(&f->sa));
+  const kvc_allocator *full = f->sa.ops->full(&f->sa);
   if (f->mamba) KVC_FORWARD(kvc_mamba_pool_check(f->mamba));
   kvc_allocator_stats s;
   KVC_FORWARD(kvc_allocator_get_stats(full, &s));

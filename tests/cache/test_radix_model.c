@@ -274,6 +274,8 @@ static void run(kvc_radix_policy policy, int ps, long steps, uint64_t seed) {
       int32_t last;
       int64_t rp = walk(m, ns, key, pages, true, prio, 0, ref_slots, &last) * ps;
       KVT_OK(kvc_radix_cache_insert(rc, NULL, ns, key, vals, n, (int32_t)prio, &prefix));
+      kvt_digest_i64(prefix);
+      kvt_digest(m->freed, (size_t)m->nfreed * sizeof *m->freed);
       EXPECT(prefix == rp, "insert prefix %lld, reference %lld", (long long)prefix, (long long)rp);
       int64_t k = 0;
       for (int64_t i = 0; i < rp; i++)
@@ -289,6 +291,8 @@ static void run(kvc_radix_policy policy, int ps, long steps, uint64_t seed) {
       int64_t ref_slots[MAXK];
       int32_t last;
       int64_t rp = walk(m, ns, key, pages, false, 0, 0, ref_slots, &last) * ps;
+      kvt_digest_i64(r.len);
+      kvt_digest(r.slots, (size_t)r.len * sizeof *r.slots);
       EXPECT(r.len == rp, "match %lld, reference %lld", (long long)r.len, (long long)rp);
       for (int64_t i = 0; i < rp; i++) EXPECT(r.slots[i] == ref_slots[i], "match slot %lld", (long long)i);
       if (rp > 0 && nlocks < 64 && kvt_range(&m->rng, 0, 2) == 0) {
@@ -307,6 +311,8 @@ static void run(kvc_radix_policy policy, int ps, long steps, uint64_t seed) {
       int64_t want_n = kvt_range(&m->rng, 1, 200), got;
       int64_t k = ref_evict(m, want_n, want);
       kvc_status st = kvc_radix_cache_evict(rc, NULL, want_n, &got);
+      kvt_digest_i64(st);
+      kvt_digest(m->freed, (size_t)m->nfreed * sizeof *m->freed);
       if (k == 0) {
         EXPECT(st == KVC_ERR_OUT_OF_SLOTS, "evict with nothing evictable: %s", kvc_status_name(st));
       } else {
@@ -332,6 +338,8 @@ static void run(kvc_radix_policy policy, int ps, long steps, uint64_t seed) {
     }
     int64_t ev, pr, rev, rpr;
     KVT_OK(kvc_radix_cache_sizes(rc, &ev, &pr, NULL));
+    kvt_digest_i64(ev);
+    kvt_digest_i64(pr);
     sizes(m, &rev, &rpr);
     EXPECT(ev == rev && pr == rpr, "sizes %lld/%lld, reference %lld/%lld", (long long)ev, (long long)pr,
            (long long)rev, (long long)rpr);

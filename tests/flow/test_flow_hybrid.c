@@ -74,12 +74,14 @@ static void test_swa_window_eviction_during_decode(void **state) {
     kvc_req_state a = req0(40);
     kvc_req_state *one[] = {&a};
     KVT_OK(kvc_flow_alloc_for_extend(w.flow, one, 1, w.out, NULL));
+    kvt_digest_tables(w.pool, w.swa);
     assert_int_equal(kvc_swa_allocator_swa_available_size(w.swa), swa0 - 40);
     /* Decode 40 more tokens: the SWA side stays bounded by window + margin + a page,
      * while the full side grows with the sequence. */
     int64_t max_swa_used = 0;
     for (int i = 0; i < 40; i++) {
       KVT_OK(kvc_flow_alloc_for_decode(w.flow, one, 1, 1, w.out, NULL));
+      kvt_digest_tables(w.pool, w.swa);
       int64_t used = swa0 - kvc_swa_allocator_swa_available_size(w.swa);
       if (i > 2 && used > max_swa_used) max_swa_used = used;
     }
@@ -99,6 +101,7 @@ static void test_swa_window_eviction_during_decode(void **state) {
     kvc_req_state *live[] = {&a};
     KVT_OK(kvc_flow_check(w.flow, live, 1));
     KVT_OK(kvc_flow_release(w.flow, one, 1, 1, NULL));
+    kvt_digest_tables(w.pool, w.swa);
     assert_int_equal(kvc_swa_allocator_swa_available_size(w.swa), swa0);
     assert_int_equal(kvc_swa_allocator_full_available_size(w.swa), full0);
     KVT_OK(kvc_swa_allocator_check(w.swa));
@@ -116,6 +119,7 @@ static void test_swa_refused_batch_evicts_nothing(void **state) {
   kvc_req_state a = req0(40), b = req0(24);
   kvc_req_state *both[] = {&a, &b};
   KVT_OK(kvc_flow_alloc_for_extend(w.flow, both, 2, w.out, NULL));
+  kvt_digest_tables(w.pool, w.swa);
   const int64_t swa_free = kvc_swa_allocator_swa_available_size(w.swa);
   const int64_t full_free = kvc_swa_allocator_full_available_size(w.swa);
   const int32_t *row = kvc_req_to_token_pool_row(w.pool, a.req_row);
@@ -124,6 +128,7 @@ static void test_swa_refused_batch_evicts_nothing(void **state) {
   assert_true(peer0 > 0);
   kvc_req_state *twice[] = {&a, &b, &a};
   KVT_STATUS(kvc_flow_alloc_for_decode(w.flow, twice, 3, 1, w.out, NULL), KVC_ERR_MISUSE);
+  kvt_digest_tables(w.pool, w.swa);
   assert_int_equal(a.swa_evicted_seqlen, 0);
   assert_int_equal(kvc_swa_allocator_swa_available_size(w.swa), swa_free);
   assert_non_null(strstr(kvc_last_error(kvt_ctx), "share row"));
@@ -131,11 +136,13 @@ static void test_swa_refused_batch_evicts_nothing(void **state) {
   stale.req_row = 4; /* a row nobody holds */
   kvc_req_state *bad_row[] = {&a, &stale};
   KVT_STATUS(kvc_flow_alloc_for_decode(w.flow, bad_row, 2, 1, w.out, NULL), KVC_ERR_MISUSE);
+  kvt_digest_tables(w.pool, w.swa);
   /* Extend of a request with a row (a chunked prefill continuing) listed twice. */
   a.prefix_len = a.seq_len;
   a.seq_len += 8;
   kvc_req_state *twice_extend[] = {&a, &a};
   KVT_STATUS(kvc_flow_alloc_for_extend(w.flow, twice_extend, 2, w.out, NULL), KVC_ERR_MISUSE);
+  kvt_digest_tables(w.pool, w.swa);
   a.seq_len = a.prefix_len;
   a.prefix_len = 0;
   assert_int_equal(a.swa_evicted_seqlen, 0);
@@ -148,8 +155,10 @@ static void test_swa_refused_batch_evicts_nothing(void **state) {
   KVT_OK(kvc_flow_check(w.flow, live, 2));
   /* The same batch without the repeat goes through and evicts. */
   KVT_OK(kvc_flow_alloc_for_decode(w.flow, both, 2, 1, w.out, NULL));
+  kvt_digest_tables(w.pool, w.swa);
   assert_true(a.swa_evicted_seqlen > 0);
   KVT_OK(kvc_flow_release(w.flow, both, 2, 1, NULL));
+  kvt_digest_tables(w.pool, w.swa);
   KVT_OK(kvc_swa_allocator_check(w.swa));
   flow_world_free(&w);
 }
@@ -169,14 +178,17 @@ static void test_swa_window_eviction_through_a_channel(void **state) {
   kvc_req_state a = req0(40);
   kvc_req_state *one[] = {&a};
   KVT_OK(kvc_flow_alloc_for_extend(w.flow, one, 1, w.out, NULL));
+  kvt_digest_tables(w.pool, w.swa);
   /* an out_cache_loc the channel does not write: refused before the window eviction */
   const int64_t swa_used = kvc_swa_allocator_swa_available_size(w.swa);
   KVT_STATUS(kvc_flow_alloc_for_decode(w.flow, one, 1, 1, w.out + 8, NULL), KVC_ERR_INVALID_ARGUMENT);
+  kvt_digest_tables(w.pool, w.swa);
   assert_int_equal(a.swa_evicted_seqlen, 0);
   assert_int_equal(kvc_swa_allocator_swa_available_size(w.swa), swa_used);
   assert_int_equal(a.seq_len, 40);
   for (int i = 0; i < 40; i++) {
     KVT_OK(kvc_flow_alloc_for_decode(w.flow, one, 1, 1, NULL, NULL));
+    kvt_digest_tables(w.pool, w.swa);
     KVT_OK(kvc_decode_channel_enqueue(ch, NULL));
   }
   KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
@@ -196,6 +208,7 @@ static void test_swa_window_eviction_through_a_channel(void **state) {
   KVT_OK(kvc_req_to_token_pool_audit_device(w.pool, NULL));
   KVT_OK(kvc_swa_allocator_check(w.swa));
   KVT_OK(kvc_flow_release(w.flow, one, 1, 1, NULL));
+  kvt_digest_tables(w.pool, w.swa);
   assert_int_equal(kvc_swa_allocator_swa_available_size(w.swa), swa0);
   assert_int_equal(kvc_swa_allocator_full_available_size(w.swa), full0);
   KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
@@ -262,6 +275,7 @@ static void test_hybrid_mamba_slots_follow_requests(void **state) {
   b.session_id = 5;
   kvc_req_state *ab[] = {&a, &b};
   KVT_OK(kvc_flow_alloc_for_extend(w.flow, ab, 2, w.out, NULL));
+  kvt_digest_tables(w.pool, w.swa);
   assert_int_equal(a.mamba_slot, 1); /* FIFO, with the rows */
   assert_int_equal(b.mamba_slot, 2);
   assert_int_equal(kvc_hybrid_req_pool_mamba_slot(w.hp, a.req_row), 1);
@@ -269,10 +283,12 @@ static void test_hybrid_mamba_slots_follow_requests(void **state) {
   kvc_req_state *cd[] = {&c, &d};
   int32_t rows_before = kvc_req_to_token_pool_available(w.pool);
   KVT_STATUS(kvc_flow_alloc_for_extend(w.flow, cd, 2, w.out, NULL), KVC_ERR_OUT_OF_SLOTS);
+  kvt_digest_tables(w.pool, w.swa);
   assert_int_equal(kvc_req_to_token_pool_available(w.pool), rows_before);
   assert_int_equal(kvc_mamba_pool_available(w.mp), 1);
   assert_int_equal(kvc_allocator_available_size(w.alloc), 512 - 32 - 32);
   KVT_OK(kvc_flow_release(w.flow, ab, 2, 1, NULL));
+  kvt_digest_tables(w.pool, w.swa);
   /* a's Mamba slot came back; b's session keeps its slot with its row. */
   assert_int_equal(kvc_mamba_pool_available(w.mp), 2);
   assert_int_equal(b.mamba_slot, 0);
@@ -327,11 +343,13 @@ static void test_hybrid_flow_track_pp1_batch(void **state) {
   kvc_req_state a = req0(8), b = req0(5);
   kvc_req_state *one[] = {&a}, *ba[] = {&b, &a};
   KVT_OK(kvc_flow_alloc_for_extend(w.flow, one, 1, w.out, NULL));
+  kvt_digest_tables(w.pool, w.swa);
   assert_int_equal(a.mamba_slot, 1);
   assert_int_equal(a.mamba_track[0], 2);
   a.prefix_len = 8; /* chunked prefill: A continues, B starts */
   a.seq_len = 12;
   KVT_OK(kvc_flow_alloc_for_extend(w.flow, ba, 2, w.out, NULL));
+  kvt_digest_tables(w.pool, w.swa);
   assert_int_equal(a.mamba_track[0], 2); /* kept */
   assert_int_equal(kvc_hybrid_req_pool_track_slots(w.hp, a.req_row)[0], 2);
   assert_int_equal(b.mamba_slot, kvc_hybrid_req_pool_mamba_slot(w.hp, b.req_row));
@@ -340,6 +358,7 @@ static void test_hybrid_flow_track_pp1_batch(void **state) {
   kvc_req_state *live[] = {&a, &b};
   KVT_OK(kvc_flow_check(w.flow, live, 2));
   KVT_OK(kvc_flow_release(w.flow, ba, 2, 1, NULL));
+  kvt_digest_tables(w.pool, w.swa);
   assert_int_equal(kvc_mamba_pool_available(w.mp), 6); /* nothing leaked */
   assert_int_equal(kvc_allocator_available_size(w.alloc), 128);
   assert_int_equal(kvc_req_to_token_pool_available(w.pool), 4);
@@ -382,11 +401,15 @@ static void test_hybrid_decode_through_a_channel(void **state) {
   kvc_req_state a[N] = {req0(6), req0(3), req0(9)}, b[N] = {req0(6), req0(3), req0(9)};
   kvc_req_state *ca[] = {&a[0], &a[1], &a[2]}, *pa[] = {&b[0], &b[1], &b[2]};
   KVT_OK(kvc_flow_alloc_for_extend(c.flow, ca, N, c.out, NULL));
+  kvt_digest_tables(c.pool, c.swa);
   KVT_OK(kvc_flow_alloc_for_extend(p.flow, pa, N, p.out, NULL));
+  kvt_digest_tables(p.pool, p.swa);
   for (int step = 0; step < STEPS; step++) {
     KVT_OK(kvc_flow_alloc_for_decode(c.flow, ca, N, 1, NULL, NULL));
+    kvt_digest_tables(c.pool, c.swa);
     KVT_OK(kvc_decode_channel_enqueue(ch, NULL));
     KVT_OK(kvc_flow_alloc_for_decode(p.flow, pa, N, 1, p.out, NULL));
+    kvt_digest_tables(p.pool, p.swa);
     KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
     int64_t got[N], want[N];
     kvt_d2h(got, c.out, sizeof got);
@@ -409,7 +432,9 @@ static void test_hybrid_decode_through_a_channel(void **state) {
   KVT_OK(kvc_req_to_token_pool_audit_device(c.pool, NULL));
   KVT_OK(kvc_flow_check(c.flow, ca, N));
   KVT_OK(kvc_flow_release(c.flow, ca, N, 1, NULL));
+  kvt_digest_tables(c.pool, c.swa);
   KVT_OK(kvc_flow_release(p.flow, pa, N, 1, NULL));
+  kvt_digest_tables(p.pool, p.swa);
   assert_int_equal(kvc_allocator_available_size(c.alloc), 512);
   assert_int_equal(kvc_mamba_pool_available(c.mp), 16);
   assert_int_equal(kvc_req_to_token_pool_available(c.pool), 8);

@@ -272,6 +272,9 @@ static void w_init(world *w, kvt_rng *g) {
 static void check_counts(world *w) {
   kvc_allocator_stats st;
   CHECKF(kvc_allocator_get_stats(w->a, &st) == KVC_OK, "stats");
+  kvt_digest_i64(st.free_pages);
+  kvt_digest_i64(st.deferred_pages);
+  kvt_digest_i64(kvc_allocator_available_size(w->a));
   CHECKF(st.free_pages == w->m.nfl && st.deferred_pages == w->m.ndef, "free %lld/%lld deferred %lld/%lld",
          (long long)st.free_pages, (long long)w->m.nfl, (long long)st.deferred_pages, (long long)w->m.ndef);
   CHECKF(st.free_pages + st.deferred_pages + st.held_pages == st.num_pages && st.num_pages == w->m.np, "conservation");
@@ -279,6 +282,7 @@ static void check_counts(world *w) {
 }
 
 static void expect_same(const int64_t *got, const int64_t *want, int64_t n, const char *what) {
+  kvt_digest(got, (size_t)n * sizeof *got);
   for (int64_t i = 0; i < n; i++)
     CHECKF(got[i] == want[i], "%s[%lld]: library %lld, model %lld", what, (long long)i, (long long)got[i],
            (long long)want[i]);
@@ -293,6 +297,7 @@ static int free_req_slot(world *w) {
 static void row_alloc(world *w, int32_t *row) {
   int32_t r = 0;
   CHECKF(kvc_req_to_token_pool_alloc(w->pool, 1, &r) == KVC_OK, "row alloc");
+  kvt_digest(&r, sizeof r);
   CHECKF(r == w->rows_fifo[0], "row %d, model %d", r, w->rows_fifo[0]);
   memmove(w->rows_fifo, w->rows_fifo + 1, (size_t)(--w->nrows) * sizeof(int32_t));
   *row = r;
@@ -348,6 +353,7 @@ static void op_extend(world *w, kvt_rng *g, int dev_check) {
   int ok = m_extend(m, n, pre, seq, last, want);
   kvc_status st = kvc_allocator_alloc_extend(w->a, (size_t)n, pre, seq, use_last ? last : NULL, w->pool, rows,
                                              use_prefix ? pslots : NULL, got, dev_check ? w->dev_out : NULL, NULL);
+  kvt_digest_i64(st);
   int64_t total = 0;
   for (int i = 0; i < n; i++) total += seq[i] - pre[i];
   if (!ok) {
@@ -399,6 +405,7 @@ static void op_decode(world *w, kvt_rng *g, int dev_check) {
   int ok = m_decode(m, n, seq, last, want);
   kvc_status st = kvc_allocator_alloc_decode(w->a, (size_t)n, seq, use_last ? last : NULL, w->pool, rows, got,
                                              dev_check ? w->dev_out : NULL, NULL);
+  kvt_digest_i64(st);
   if (!ok) {
     CHECKF(st == KVC_ERR_OUT_OF_SLOTS, "decode: want OUT_OF_SLOTS, got %s", kvc_status_name(st));
     g_oos++;
@@ -426,6 +433,7 @@ static void op_alloc(world *w, kvt_rng *g) {
   int64_t *want = w->r[i].slots, got[4 * 128 + 1];
   int ok = m_alloc(m, n, want);
   kvc_status st = kvc_allocator_alloc(w->a, n, got);
+  kvt_digest_i64(st);
   if (!ok) {
     CHECKF(st == KVC_ERR_OUT_OF_SLOTS, "alloc(%lld): want OUT_OF_SLOTS", (long long)n);
     return;
@@ -551,6 +559,8 @@ static void check_tables(world *w) {
     req *r = &w->r[i];
     if (!r->live || !r->row) continue;
     const int32_t *mirror = kvc_req_to_token_pool_row(w->pool, r->row);
+    kvt_digest(mirror, sizeof *mirror * (size_t)r->len);
+    kvt_digest(t + (size_t)r->row * (size_t)w->width, sizeof *t * (size_t)r->len);
     for (int64_t k = 0; k < r->len; k++) {
       CHECKF(mirror[k] == r->slots[k], "row %d pos %lld: mirror %d, want %lld", r->row, (long long)k, mirror[k],
              (long long)r->slots[k]);

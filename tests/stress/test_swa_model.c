@@ -54,6 +54,8 @@ static void check_conservation(model *m) {
   const int64_t fa = kvc_swa_allocator_full_available_size(m->a), sa = kvc_swa_allocator_swa_available_size(m->a);
   const int64_t fs = kvc_allocator_size(kvc_swa_allocator_full(m->a));
   const int64_t ss = kvc_allocator_size(kvc_swa_allocator_swa(m->a));
+  kvt_digest_i64(fa);
+  kvt_digest_i64(sa);
   if (fa != fs - full_pages * m->ps) MFAIL(m, "full available %lld, model %lld", (long long)fa, (long long)(fs - full_pages * m->ps));
   if (sa != ss - swa_pages * m->ps) MFAIL(m, "swa available %lld, model %lld", (long long)sa, (long long)(ss - swa_pages * m->ps));
   if (m->hp && kvc_mamba_pool_available(m->mp) != kvc_mamba_pool_size(m->mp) - m->nreq)
@@ -72,6 +74,8 @@ static void claim(model *m, mreq *r, int64_t from, int64_t to) {
     if (m->full_owned[f]) MFAIL(m, "full slot %lld handed out twice", (long long)f);
     m->full_owned[f] = 1;
     const int32_t w = map[f];
+    kvt_digest_i64(f);
+    kvt_digest(&w, sizeof w);
     if (w <= 0) MFAIL(m, "new full slot %lld has no SWA peer", (long long)f);
     if (m->swa_owned[w]) MFAIL(m, "SWA slot %d handed out twice", w);
     if (w % m->ps != f % m->ps) MFAIL(m, "offset mismatch %lld -> %d", (long long)f, w);
@@ -106,6 +110,8 @@ static void op_new(model *m, kvt_rng *g) {
   else st = kvc_req_to_token_pool_alloc(m->rp, 1, &r->row);
   if (st == KVC_ERR_OUT_OF_SLOTS) return;
   if (st != KVC_OK) MFAIL(m, "row alloc: %s", kvc_status_name(st));
+  kvt_digest(&r->row, sizeof r->row);
+  kvt_digest(&r->mamba, sizeof r->mamba);
   const int64_t p = 0, s = kvt_range(g, 1, 160);
   int32_t *before = save_map(m);
   const int64_t fa = kvc_swa_allocator_full_available_size(m->a), sa = kvc_swa_allocator_swa_available_size(m->a);
@@ -157,6 +163,7 @@ static void op_decode(model *m, kvt_rng *g) {
   const int64_t fa = kvc_swa_allocator_full_available_size(m->a), sa = kvc_swa_allocator_swa_available_size(m->a);
   int64_t out[MAXREQ];
   kvc_status st = kvc_swa_allocator_alloc_decode(m->a, bs, seq, NULL, m->rp, rows, out, NULL, NULL);
+  kvt_digest_i64(st);
   if (st == KVC_ERR_OUT_OF_SLOTS) expect_unchanged(m, before, fa, sa), m->n_oos++;
   else if (st != KVC_OK) MFAIL(m, "decode: %s", kvc_status_name(st));
   else
@@ -221,6 +228,7 @@ static void audit(model *m) {
   int64_t *d = malloc((size_t)n * 8);
   KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
   kvt_d2h(d, kvc_swa_allocator_mapping_device(m->a), (size_t)n * 8);
+  kvt_digest(d, (size_t)n * 8);
   const int32_t *h = kvc_swa_allocator_mapping_host(m->a);
   for (int64_t i = 0; i < n; i++)
     if (d[i] != h[i]) MFAIL(m, "device mapping[%lld] = %lld, host %d", (long long)i, (long long)d[i], h[i]);
