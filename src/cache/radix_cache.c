@@ -157,24 +157,54 @@ kvc_status kvc_radix_cache_match_req(kvc_radix_cache *rc, kvc_req_state *req, kv
 
 /* --- Insert ------------------------------------------------------------------------------------ */
 
+/* Where a checkpoint's values come from: row `row` of the flow's request-to-token mirror
+ * (row == 0: the vals array given). */
+typedef struct row_src {
+  const kvc_flow *flow;
+  int32_t row;
+} row_src;
+
 /* The whole insert: probe, validate and mark the new slots, allocate the leaf, reserve
  * nodes, free the duplicates, then apply (which cannot fail). keys/vals hold n tokens
  * (page-floored by the caller). reserve_extra: nodes the caller needs after this (the
- * prompt split). On failure nothing changed. */
+ * prompt split). With a row source (a checkpoint), vals is ignored: the row's slots of
+ * [from, n) are read into rc->vec, [from, prefix) only once the walk has found prefix.
+ * The walk is done once: the dry run's path is the one applied. On failure nothing
+ * changed; *depth (may be NULL) is the apply's path length in rc->path. */
 static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, uint64_t ns, const int32_t *keys,
-                         const int64_t *vals, int64_t from, int64_t n, int32_t priority, int64_t inserted_len,
-                         int32_t extra, int64_t *prefix, int32_t *node, size_t *ndups) {
+                         const int64_t *vals, const row_src *src, int64_t from, int64_t n, int32_t priority,
+                         int64_t inserted_len, int32_t extra, int64_t *prefix, int32_t *node, size_t *ndups,
+                         size_t *depth) {
   KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)n));
-  size_t nd = 0;
-  kvc__rx_probe(rc, ns, keys, vals, n, from, prefix, rc->dups, &nd);
+  size_t nd = 0, pd;
+  /* One walk: its path is applied below (nothing changes the tree in between). */
+  *prefix = kvc__rx_probe_path(rc, ns, keys, n, &pd);
+  if (src) vals = rc->vec;
+  if (src && *prefix > from) KVC_FORWARD(kvc_flow_row_slots(src->flow, src->row, from, *prefix, rc->vec + from));
+  if (*prefix > from) nd = kvc__rx_path_dups(rc, pd, *prefix, vals, from, rc->dups);
   const int64_t p = *prefix, top = rc->top_slot;
   KVC_RETURN_IF(p < from, rc->ctx, KVC_ERR_MISUSE,
                 "%s: the request's first %lld tokens (cache_protected_len) are not in the tree, only %lld (was its "
                 "node locked?)", fn, (long long)from, (long long)p);
-  int64_t bad = 0;
-  kvc_status st = kvc__rx_mark(rc, vals + p, n - p, &bad);
+  rx_seg *seg = NULL;
+  const int64_t *fresh = vals + p; /* the new tokens' slots */
+  if (n > p) {
+    seg = kvc__rx_seg_alloc(rc, keys + p, n - p);
+    KVC_RETURN_IF(!seg, rc->ctx, KVC_ERR_HOST_OOM, "%s: segment of %lld tokens", fn, (long long)(n - p));
+    kvc_status rs = KVC_OK;
+    if (src) rs = kvc_flow_row_slots(src->flow, src->row, p, n, rc->vec + p);
+    if (rs == KVC_OK) memcpy(rx_seg_vals(seg), vals + p, (size_t)(n - p) * sizeof *vals);
+    if (rs != KVC_OK) {
+      kvc__rx_seg_drop(rc, seg);
+      return rs;
+    }
+    fresh = rx_seg_vals(seg);
+  }
+  int64_t bad = 0, run = -1;
+  kvc_status st = n > p ? kvc__rx_mark(rc, fresh, n - p, &bad, &run) : KVC_OK;
   if (st != KVC_OK) {
-    const int64_t s = vals[p + bad];
+    if (seg) kvc__rx_seg_drop(rc, seg);
+    const int64_t s = fresh[bad];
     if (st == KVC_ERR_INVALID_ARGUMENT)
       return kvc__error(rc->ctx, st, fn,
                         "slots from %lld at position %lld: outside [1, %lld], or (page size %lld) not whole "
@@ -190,25 +220,17 @@ static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, ui
   if (st == KVC_OK && nd && !can_free(rc, flow))
     st = kvc__error(rc->ctx, KVC_ERR_UNSUPPORTED, fn, "%zu duplicate slots to free but no flow and no free_slots hook",
                     nd);
-  rx_seg *seg = NULL;
-  if (st == KVC_OK && n > p) {
-    seg = kvc__rx_seg_new(rc, keys + p, vals + p, n - p);
-    if (!seg) st = kvc__error(rc->ctx, KVC_ERR_HOST_OOM, fn, "segment of %lld tokens", (long long)(n - p));
-  }
   if (st == KVC_OK) st = kvc__rx_reserve_nodes(rc, fn, 2 + extra);
   if (st == KVC_OK && nd) {
     free_path fp = {rc, flow};
     st = free_through(&fp, rc->dups, nd); /* SGLang frees row[cache_protected_len:prefix_len) */
   }
   if (st != KVC_OK) {
-    kvc__rx_unmark(rc, vals + p, n - p);
-    if (seg) {
-      rc->seg_bytes -= kvc__rx_seg_bytes(seg->len);
-      kvc__free(rc->ctx, seg);
-    }
+    kvc__rx_unmark(rc, fresh, n - p);
+    if (seg) kvc__rx_seg_drop(rc, seg);
     return st;
   }
-  kvc__rx_apply_insert(rc, ns, keys, n, priority, inserted_len, seg, node);
+  kvc__rx_apply_path(rc, ns, keys, n, p, pd, priority, inserted_len, seg, run, node, depth);
   if (ndups) *ndups = nd;
   return KVC_OK;
 }
@@ -221,7 +243,8 @@ kvc_status kvc_radix_cache_insert(kvc_radix_cache *rc, kvc_flow *flow, uint64_t 
   n = n / rc->ps * rc->ps;
   int64_t prefix = 0;
   int32_t node;
-  if (n > 0) KVC_FORWARD(insert(rc, flow, __func__, ns, tokens, slots, 0, n, priority, 0, 0, &prefix, &node, NULL));
+  if (n > 0)
+    KVC_FORWARD(insert(rc, flow, __func__, ns, tokens, slots, NULL, 0, n, priority, 0, 0, &prefix, &node, NULL, NULL));
   if (prefix_len) *prefix_len = prefix;
   return post(rc, __func__, KVC_OK);
 }
@@ -252,7 +275,8 @@ static kvc_status req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_s
   return KVC_OK;
 }
 
-/* The request's key: tokens[0:key_len) and its row slots into rc->vec. */
+/* Checks the request's key tokens[0:key_len) and reserves scratch for it (its row slots
+ * are read by insert(), where they are needed). */
 static kvc_status req_key(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, const kvc_radix_req *rr,
                           int32_t old, int64_t key_len, const char *fn) {
   KVC_RETURN_IF(rr->num_tokens < key_len, rc->ctx, KVC_ERR_INVALID_ARGUMENT,
@@ -261,11 +285,10 @@ static kvc_status req_key(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_sta
   KVC_RETURN_IF(old && rc->nodes[old].ns != rr->ns, rc->ctx, KVC_ERR_MISUSE,
                 "%s: the request's node is in namespace %llu, its key in %llu (mixed namespaces)", fn,
                 (unsigned long long)rc->nodes[old].ns, (unsigned long long)rr->ns);
+  (void)flow;
+  (void)req;
   if (key_len == 0) return KVC_OK;
-  KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)key_len));
-  /* [0, cache_protected_len) is the tree's already (SGLang frees duplicates from there). */
-  const int64_t from = KVC__MIN(req->cache_protected_len, key_len);
-  return kvc_flow_row_slots(flow, req->req_row, from, key_len, rc->vec + from);
+  return kvc__rx_reserve(rc, fn, (size_t)key_len);
 }
 
 kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flow, kvc_req_state *req,
@@ -299,8 +322,10 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
   int64_t prefix = 0;
   int32_t node = 0;
   if (key_len > 0) {
-    st = insert(rc, flow, __func__, rr->ns, rr->tokens, rc->vec, KVC__MIN(req->cache_protected_len, key_len), key_len,
-                rr->priority, rr->inserted_len, 1, &prefix, &node, NULL);
+    /* [0, cache_protected_len) is the tree's already (SGLang frees duplicates from there). */
+    const row_src src = {flow, req->req_row};
+    st = insert(rc, flow, __func__, rr->ns, rr->tokens, NULL, &src, KVC__MIN(req->cache_protected_len, key_len),
+                key_len, rr->priority, rr->inserted_len, 1, &prefix, &node, NULL, NULL);
     if (st != KVC_OK) {
       if (old) kvc__rx_lock(rc, old);
       return st;
@@ -310,7 +335,7 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
     if (pf > 0 && pf < key_len) {
       int32_t unused;
       kvc__rx_apply_insert(rc, rr->ns, rr->tokens, pf, rr->priority + 1, KVC__MAX(rr->inserted_len, key_len), NULL,
-                           &unused);
+                           -1, &unused, NULL);
     }
     rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
   }
@@ -342,17 +367,19 @@ kvc_status kvc_radix_cache_cache_unfinished_req(kvc_radix_cache *rc, kvc_flow *f
   size_t nd = 0;
   if (key_len > 0) {
     int64_t prefix;
-    KVC_FORWARD(insert(rc, flow, __func__, rr->ns, rr->tokens, rc->vec, KVC__MIN(req->cache_protected_len, key_len),
-                       key_len, rr->priority, rr->inserted_len, 1, &prefix, &node, &nd));
+    size_t depth;
+    const row_src src = {flow, req->req_row};
+    KVC_FORWARD(insert(rc, flow, __func__, rr->ns, rr->tokens, NULL, &src, KVC__MIN(req->cache_protected_len, key_len),
+                       key_len, rr->priority, rr->inserted_len, 1, &prefix, &node, &nd, &depth));
     rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
     /* SGLang re-matches the key (stamping the path) and writes the tree's slots into the
-     * row where the request's duplicates were. A node is reserved, so this cannot fail. */
-    int64_t matched;
-    size_t depth;
-    KVC_FORWARD(kvc__rx_match(rc, rr->ns, rr->tokens, key_len, &matched, &node, &depth));
+     * row where the request's duplicates were. The insert left exactly that path, ending
+     * at key_len on a node boundary (the walk would split nothing), in rc->path: it is
+     * stamped as the walk would stamp it, without comparing the keys a second time. */
+    kvc__rx_touch_path(rc, depth);
     if (nd) {
       int copied;
-      const int64_t *v = kvc__rx_path_values(rc, depth, matched, NULL, &copied);
+      const int64_t *v = kvc__rx_path_values(rc, depth, key_len, NULL, &copied);
       const int64_t from = req->cache_protected_len;
       st = kvc_req_to_token_pool_write(flow->cfg.req_pool, req->req_row, (int32_t)from, v + from,
                                        (size_t)(key_len - from), flow->stream);
@@ -462,15 +489,15 @@ kvc_status kvc_radix_cache_dump(const kvc_radix_cache *rc, char *buf, size_t cap
     const rx_node *n = &rc->nodes[x];
     const int32_t *k = rx_keys(n);
     w = snprintf(line, sizeof line, "%*s[%d] len=%d lock=%d hits=%d prio=%d ns=%llu tokens=%d,%d%s\n", 2 * depth, "",
-                 x, n->len, n->lock_ref, n->hit_count, n->priority, (unsigned long long)n->ns, k[0],
-                 n->len > 1 ? k[1] : k[0], n->len > 2 ? ",..." : "");
+                 x, rc->hot[x].len, rc->hot[x].lock_ref, n->hit_count, n->priority, (unsigned long long)n->ns, k[0],
+                 rc->hot[x].len > 1 ? k[1] : k[0], rc->hot[x].len > 2 ? ",..." : "");
     if (n->first_child != RX_NONE) {
       x = n->first_child;
       depth++;
       continue;
     }
     while (x != RX_NONE && rc->nodes[x].next_sib == RX_NONE) {
-      x = rc->nodes[x].parent;
+      x = rc->hot[x].parent;
       depth--;
       if (x == 0) x = RX_NONE;
     }
