@@ -168,9 +168,6 @@ kvc_status kvc__rx_reserve_nodes(kvc_radix_cache *rc, const char *fn, int32_t n)
 kvc_status kvc__rx_check_free(const kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad);
 /** A new segment holding keys/vals[0:n) (refs 1). NULL on HOST_OOM. */
 rx_seg *kvc__rx_seg_new(kvc_radix_cache *rc, const int32_t *keys, const int64_t *vals, int64_t n);
-/** The same with only the keys copied: the caller writes rx_seg_vals (a request's row is
- *  read straight into it, not through a scratch vector). */
-rx_seg *kvc__rx_seg_alloc(kvc_radix_cache *rc, const int32_t *keys, int64_t n);
 /** Frees a segment no node points to (an insert that failed after allocating it). */
 void kvc__rx_seg_drop(kvc_radix_cache *rc, rx_seg *s);
 /** The dry run of an insert's walk, over keys only: returns the tokens of keys[0:n) already present and

@@ -186,25 +186,11 @@ static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, ui
   KVC_RETURN_IF(p < from, rc->ctx, KVC_ERR_MISUSE,
                 "%s: the request's first %lld tokens (cache_protected_len) are not in the tree, only %lld (was its "
                 "node locked?)", fn, (long long)from, (long long)p);
-  rx_seg *seg = NULL;
-  const int64_t *fresh = vals + p; /* the new tokens' slots */
-  if (n > p) {
-    seg = kvc__rx_seg_alloc(rc, keys + p, n - p);
-    KVC_RETURN_IF(!seg, rc->ctx, KVC_ERR_HOST_OOM, "%s: segment of %lld tokens", fn, (long long)(n - p));
-    kvc_status rs = KVC_OK;
-    if (src) rs = kvc_flow_row_slots(src->flow, src->row, p, n, rc->vec + p);
-    if (rs == KVC_OK) memcpy(rx_seg_vals(seg), vals + p, (size_t)(n - p) * sizeof *vals);
-    if (rs != KVC_OK) {
-      kvc__rx_seg_drop(rc, seg);
-      return rs;
-    }
-    fresh = rx_seg_vals(seg);
-  }
+  if (src && n > p) KVC_FORWARD(kvc_flow_row_slots(src->flow, src->row, p, n, rc->vec + p));
   int64_t bad = 0, run = -1;
-  kvc_status st = n > p ? kvc__rx_mark(rc, fresh, n - p, &bad, &run) : KVC_OK;
+  kvc_status st = n > p ? kvc__rx_mark(rc, vals + p, n - p, &bad, &run) : KVC_OK;
   if (st != KVC_OK) {
-    if (seg) kvc__rx_seg_drop(rc, seg);
-    const int64_t s = fresh[bad];
+    const int64_t s = vals[p + bad];
     if (st == KVC_ERR_INVALID_ARGUMENT)
       return kvc__error(rc->ctx, st, fn,
                         "slots from %lld at position %lld: outside [1, %lld], or (page size %lld) not whole "
@@ -220,13 +206,18 @@ static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, ui
   if (st == KVC_OK && nd && !can_free(rc, flow))
     st = kvc__error(rc->ctx, KVC_ERR_UNSUPPORTED, fn, "%zu duplicate slots to free but no flow and no free_slots hook",
                     nd);
+  rx_seg *seg = NULL;
+  if (st == KVC_OK && n > p) {
+    seg = kvc__rx_seg_new(rc, keys + p, vals + p, n - p);
+    if (!seg) st = kvc__error(rc->ctx, KVC_ERR_HOST_OOM, fn, "segment of %lld tokens", (long long)(n - p));
+  }
   if (st == KVC_OK) st = kvc__rx_reserve_nodes(rc, fn, 2 + extra);
   if (st == KVC_OK && nd) {
     free_path fp = {rc, flow};
     st = free_through(&fp, rc->dups, nd); /* SGLang frees row[cache_protected_len:prefix_len) */
   }
   if (st != KVC_OK) {
-    kvc__rx_unmark(rc, fresh, n - p);
+    kvc__rx_unmark(rc, vals + p, n - p);
     if (seg) kvc__rx_seg_drop(rc, seg);
     return st;
   }

@@ -800,7 +800,7 @@ size_t kvc__rx_bytes(const kvc_radix_cache *rc) {
          rc->vec_cap * 20;
 }
 
-rx_seg *kvc__rx_seg_alloc(kvc_radix_cache *rc, const int32_t *keys, int64_t n) {
+static rx_seg *seg_alloc(kvc_radix_cache *rc, const int32_t *keys, int64_t n) {
   size_t bytes;
   if (n <= 0 || n > INT32_MAX || !kvc__mul_size((size_t)n, 12, &bytes) || !kvc__add_size(bytes, sizeof(rx_seg), &bytes))
     return NULL;
@@ -814,7 +814,7 @@ rx_seg *kvc__rx_seg_alloc(kvc_radix_cache *rc, const int32_t *keys, int64_t n) {
 }
 
 rx_seg *kvc__rx_seg_new(kvc_radix_cache *rc, const int32_t *keys, const int64_t *vals, int64_t n) {
-  rx_seg *s = kvc__rx_seg_alloc(rc, keys, n);
+  rx_seg *s = seg_alloc(rc, keys, n);
   if (s) memcpy(rx_seg_vals(s), vals, (size_t)n * sizeof *vals);
   return s;
 }
