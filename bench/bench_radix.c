@@ -304,10 +304,15 @@ static void bench_finished(int ps, int64_t tree, int64_t present) {
   flow_world_fill(&w, tree);
   static int32_t q[4096];
   static int64_t slots[4096], out[4096];
-  samples s = {0}, f_copy = {0}, f_malloc = {0};
+  samples s = {0}, f_copy = {0}, f_malloc = {0}, f_cold = {0};
   const int reps = quick ? 300 : 3000;
   const size_t leaf_bytes = 4096 * (sizeof(int64_t) + sizeof(int32_t));
   static unsigned char leaf_buf[4096 * 12];
+  /* 64 rotating destinations (3 MB): written once per 64 repetitions, so as cold as the
+   * memory a new segment gets (freed by evictions long after it was last touched) */
+  enum { COLD = 64 };
+  static unsigned char cold_buf[COLD][4096 * 12];
+  memset(cold_buf, 1, sizeof cold_buf); /* faulted in here, not in the timed copies */
   ereq e;
   e.toks = q;
   for (int r = 0; r < reps; r++) {
@@ -333,6 +338,12 @@ static void bench_finished(int ps, int64_t tree, int64_t present) {
       memcpy(leaf_buf + 4096 * sizeof(int64_t), q, 4096 * sizeof(int32_t));
       __asm__ volatile("" : : "r"(leaf_buf) : "memory"); /* the copy is not elided */
       add(&f_copy, kvb_now_us() - t0);
+      unsigned char *cb = cold_buf[r % COLD];
+      t0 = kvb_now_us();
+      memcpy(cb, out, 4096 * sizeof(int64_t));
+      memcpy(cb + 4096 * sizeof(int64_t), q, 4096 * sizeof(int32_t));
+      __asm__ volatile("" : : "r"(cb) : "memory");
+      add(&f_cold, kvb_now_us() - t0);
       t0 = kvb_now_us();
       unsigned char *m = malloc(leaf_bytes);
       if (!m) exit(1);
@@ -351,7 +362,8 @@ static void bench_finished(int ps, int64_t tree, int64_t present) {
   report("target", what, ps, tree, &s, -1);
   report("floor", "memcpy 49152 B (a 4096-token leaf)", ps, tree, &f_copy, -1);
   report("floor", "malloc + memcpy + free 49152 B", ps, tree, &f_malloc, -1);
-  free(s.t), free(f_copy.t), free(f_malloc.t);
+  report("floor", "memcpy 49152 B into a cold buffer", ps, tree, &f_cold, -1);
+  free(s.t), free(f_copy.t), free(f_malloc.t), free(f_cold.t);
 }
 
 /* The victims' frees of an eviction, timed: the radix cache is given no flow, so it frees
