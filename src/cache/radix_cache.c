@@ -158,7 +158,7 @@ kvc_status kvc_radix_cache_match_req(kvc_radix_cache *rc, kvc_req_state *req, kv
 /* --- Insert ------------------------------------------------------------------------------------ */
 
 /* Where a checkpoint's values come from: row `row` of the flow's request-to-token mirror
- * (row == 0: the vals array given). */
+ * (insert() is given NULL instead when the caller passes the values). */
 typedef struct row_src {
   const kvc_flow *flow;
   int32_t row;
@@ -268,16 +268,14 @@ static kvc_status req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_s
 
 /* Checks the request's key tokens[0:key_len) and reserves scratch for it (its row slots
  * are read by insert(), where they are needed). */
-static kvc_status req_key(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, const kvc_radix_req *rr,
-                          int32_t old, int64_t key_len, const char *fn) {
+static kvc_status req_key(kvc_radix_cache *rc, const kvc_radix_req *rr, int32_t old, int64_t key_len,
+                          const char *fn) {
   KVC_RETURN_IF(rr->num_tokens < key_len, rc->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "%s: the request has KV for %lld tokens but only %lld token ids", fn, (long long)key_len,
                 (long long)rr->num_tokens);
   KVC_RETURN_IF(old && rc->nodes[old].ns != rr->ns, rc->ctx, KVC_ERR_MISUSE,
                 "%s: the request's node is in namespace %llu, its key in %llu (mixed namespaces)", fn,
                 (unsigned long long)rc->nodes[old].ns, (unsigned long long)rr->ns);
-  (void)flow;
-  (void)req;
   if (key_len == 0) return KVC_OK;
   return kvc__rx_reserve(rc, fn, (size_t)key_len);
 }
@@ -308,7 +306,7 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
   kvc_radix_req *rr = req_of(rc, req, __func__, &st);
   KVC_FORWARD(st);
   const int64_t key_len = committed / rc->ps * rc->ps;
-  KVC_FORWARD(req_key(rc, flow, req, rr, old, key_len, __func__));
+  KVC_FORWARD(req_key(rc, rr, old, key_len, __func__));
   if (old) KVC_FORWARD(kvc__rx_unlock(rc, old, __func__)); /* checked first: fails on a lock below zero */
   int64_t prefix = 0;
   int32_t node = 0;
@@ -349,7 +347,7 @@ kvc_status kvc_radix_cache_cache_unfinished_req(kvc_radix_cache *rc, kvc_flow *f
   kvc_radix_req *rr = req_of(rc, req, __func__, &st);
   KVC_FORWARD(st);
   const int64_t committed = req->kv_committed_len, key_len = committed / rc->ps * rc->ps;
-  KVC_FORWARD(req_key(rc, flow, req, rr, old, key_len, __func__));
+  KVC_FORWARD(req_key(rc, rr, old, key_len, __func__));
   if (old) { /* a lock below zero is refused before anything changes */
     KVC_FORWARD(kvc__rx_unlock(rc, old, __func__));
     kvc__rx_lock(rc, old);
