@@ -106,8 +106,8 @@ static void touch(kvc_radix_cache *rc, int32_t id, uint64_t t) {
 
 /* --- Child index ----------------------------------------------------------------------- */
 
-/* Four independent multiply chains over the page, joined at the end: one chain made a
- * page-64 lookup 64 dependent multiplies (~250 cycles, ~0.1 us per node of a long match).
+/* Four independent multiply chains over the page, joined at the end: with one chain a
+ * page-64 lookup waited on 64 dependent multiplies, for every node of a long match.
  * Every token still counts: siblings often share their first tokens (a chat template). */
 static uint64_t child_hash(int32_t parent, uint64_t ns, const int32_t *k, int64_t ps) {
   const uint64_t m = 0x100000001b3ull;
@@ -402,7 +402,7 @@ static int64_t common_pages(const int32_t *a, const int32_t *b, int64_t n, int64
  * the hardware streams a segment only after its first misses: those are issued here,
  * together, and a node's values while its keys are compared. Only the head (512 bytes):
  * the stream prefetcher takes over from there, and on a warm tree a prefetch of every
- * line cost more than it saved (+0.2 us on the 8-node match of 3584 tokens). */
+ * line cost more than it saved (the 8-node match of 3584 tokens got slower). */
 static void prefetch(const void *p, int64_t bytes) {
   const char *c = p, *end = c + KVC__MIN(bytes, 512);
   for (; c < end; c += 64) __builtin_prefetch(c, 0, 3);
@@ -481,7 +481,8 @@ kvc_status kvc__rx_match(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, 
     const int64_t span = KVC__MIN((int64_t)rc->hot[c].len, n - pos);
     if (d > 0 && !copy && !adjacent(rc, rc->path[d - 1], c)) {
       copy = true;
-      for (size_t i = 0; i < d; i++) prefetch(rx_vals(&rc->nodes[rc->path[i]]), rc->hot[rc->path[i]].len * 8);
+      for (size_t i = 0; i < d; i++)
+        prefetch(rx_vals(&rc->nodes[rc->path[i]]), (int64_t)rc->hot[rc->path[i]].len * 8);
     }
     if (copy) prefetch(rx_vals(C), span * 8);
     prefetch(rx_keys(C), span * 4);
