@@ -15,10 +15,19 @@
  * 10^4, 10^5 and 10^6 tokens. Each radix call the flow makes is timed through a shim
  * kvc_prefix_cache; match_req and lock/unlock are timed directly.
  *
+ * Floors, timed in the same run beside the operation they bound: for cache_finished_req,
+ * a memcpy of the 49 KB a new 4096-token leaf holds (keys + slots) and a malloc + memcpy +
+ * free of it; for the trace's match_req, a memcpy of the matched slots from the same
+ * nodes' value arrays, as cold as the match finds them (alternate requests: the floor on
+ * odd ones, found by a keys-only walk that leaves the values untouched, the match on
+ * even ones). Eviction through a flow is split into the allocator's free of the victims
+ * (timed inside the free hook) and the rest (the tree's share).
+ *
  * Usage: kvc_bench_radix [--quick] [--csv FILE]   (host only by design)
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_util.h"
+#include "cache/radix.h" /* internal: the keys-only walk and node values for the match floor */
 
 #include <stdint.h>
 
@@ -239,13 +248,16 @@ typedef struct flow_world {
   kvc_flow *flow;
 } flow_world;
 
-static flow_world flow_world_make(int ps, int64_t tree, int32_t max_ctx, kvc_radix_req_fn req_fn) {
+static flow_world flow_world_make(int ps, int64_t tree, int32_t max_ctx, kvc_radix_req_fn req_fn,
+                                  kvc_radix_free_fn free_fn, void *free_user) {
   flow_world w;
   const int64_t cap = tree + 65536;
   kvc_radix_cache_config rcfg = KVC_RADIX_CACHE_CONFIG_INIT;
   rcfg.page_size = ps;
   rcfg.num_slots = cap;
   rcfg.req_of = req_fn;
+  rcfg.free_slots = free_fn; /* used only by calls given no flow */
+  rcfg.free_user = free_user;
   KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &rcfg, &w.rc));
   kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
   qc.size = 4;
@@ -288,12 +300,19 @@ static void flow_world_free(flow_world *w) {
 }
 
 static void bench_finished(int ps, int64_t tree, int64_t present) {
-  flow_world w = flow_world_make(ps, tree, 4096 + 64, req_of);
+  flow_world w = flow_world_make(ps, tree, 4096 + 64, req_of, NULL, NULL);
   flow_world_fill(&w, tree);
   static int32_t q[4096];
   static int64_t slots[4096], out[4096];
-  samples s = {0};
+  samples s = {0}, f_copy = {0}, f_malloc = {0}, f_cold = {0};
   const int reps = quick ? 300 : 3000;
+  const size_t leaf_bytes = 4096 * (sizeof(int64_t) + sizeof(int32_t));
+  static unsigned char leaf_buf[4096 * 12];
+  /* 64 rotating destinations (3 MB): written once per 64 repetitions, so as cold as the
+   * memory a new segment gets (freed by evictions long after it was last touched) */
+  enum { COLD = 64 };
+  static unsigned char cold_buf[COLD][4096 * 12];
+  memset(cold_buf, 1, sizeof cold_buf); /* faulted in here, not in the timed copies */
   ereq e;
   e.toks = q;
   for (int r = 0; r < reps; r++) {
@@ -313,6 +332,27 @@ static void bench_finished(int ps, int64_t tree, int64_t present) {
     double t0 = kvb_now_us();
     KVB_CHECK(ctx, kvc_radix_cache_cache_finished_req(w.rc, w.flow, &e.st, 1));
     add(&s, kvb_now_us() - t0);
+    if (!present) { /* the floors of a new 49 KB leaf: its bytes copied, and allocated too */
+      t0 = kvb_now_us();
+      memcpy(leaf_buf, out, 4096 * sizeof(int64_t));
+      memcpy(leaf_buf + 4096 * sizeof(int64_t), q, 4096 * sizeof(int32_t));
+      __asm__ volatile("" : : "r"(leaf_buf) : "memory"); /* the copy is not elided */
+      add(&f_copy, kvb_now_us() - t0);
+      unsigned char *cb = cold_buf[r % COLD];
+      t0 = kvb_now_us();
+      memcpy(cb, out, 4096 * sizeof(int64_t));
+      memcpy(cb + 4096 * sizeof(int64_t), q, 4096 * sizeof(int32_t));
+      __asm__ volatile("" : : "r"(cb) : "memory");
+      add(&f_cold, kvb_now_us() - t0);
+      t0 = kvb_now_us();
+      unsigned char *m = malloc(leaf_bytes);
+      if (!m) exit(1);
+      memcpy(m, out, 4096 * sizeof(int64_t));
+      memcpy(m + 4096 * sizeof(int64_t), q, 4096 * sizeof(int32_t));
+      __asm__ volatile("" : : "r"(m) : "memory"); /* the copy is not elided */
+      free(m);
+      add(&f_malloc, kvb_now_us() - t0);
+    }
     KVB_CHECK(ctx, kvc_req_to_token_pool_free(w.pool, e.st.req_row));
     KVB_CHECK(ctx, kvc_radix_cache_evict(w.rc, w.flow, 4096, NULL)); /* keep the size */
   }
@@ -320,13 +360,35 @@ static void bench_finished(int ps, int64_t tree, int64_t present) {
   char what[96];
   snprintf(what, sizeof what, "cache_finished_req 4096 (%lld present)", (long long)present);
   report("target", what, ps, tree, &s, -1);
+  report("floor", "memcpy 49152 B (a 4096-token leaf)", ps, tree, &f_copy, -1);
+  report("floor", "malloc + memcpy + free 49152 B", ps, tree, &f_malloc, -1);
+  report("floor", "memcpy 49152 B into a cold buffer", ps, tree, &f_cold, -1);
+  free(s.t), free(f_copy.t), free(f_malloc.t), free(f_cold.t);
+}
+
+/* The victims' frees of an eviction, timed: the radix cache is given no flow, so it frees
+ * through its config hook, which frees through the flow as the flow path would
+ * (kvc_flow_free_slots) and sums the time spent there: the allocator's share. */
+typedef struct timed_free {
+  kvc_flow *flow;
+  double us;
+} timed_free;
+
+static kvc_status timed_flow_free(void *user, const int64_t *slots, size_t n) {
+  timed_free *tf = user;
+  double t0 = kvb_now_us();
+  kvc_status st = kvc_flow_free_slots(tf->flow, slots, n);
+  tf->us += kvb_now_us() - t0;
+  return st;
 }
 
 /* evict(4096) from a 10^6-token tree through a flow: the victims' slots go back to a real
  * allocator (the cost SGLang's eviction figure includes). */
 static void bench_evict_flow(int ps, int64_t tree) {
-  flow_world w = flow_world_make(ps, tree, 1024, NULL);
-  samples s = {0};
+  timed_free tf0 = {NULL, 0};
+  flow_world w = flow_world_make(ps, tree, 1024, NULL, timed_flow_free, &tf0);
+  tf0.flow = w.flow;
+  samples s = {0}, s_alloc = {0}, s_tree = {0};
   const int reps = quick ? 500 : 5000;
   for (int r = 0; r <= reps; r++) {
     flow_world_fill(&w, tree);
@@ -334,9 +396,20 @@ static void bench_evict_flow(int ps, int64_t tree) {
     double t0 = kvb_now_us();
     KVB_CHECK(ctx, kvc_radix_cache_evict(w.rc, w.flow, 4096, NULL));
     add(&s, kvb_now_us() - t0);
+    flow_world_fill(&w, tree);
+    /* the same eviction with its frees timed apart (alternate repetitions) */
+    tf0.us = 0;
+    t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_radix_cache_evict(w.rc, NULL, 4096, NULL));
+    const double dt = kvb_now_us() - t0;
+    add(&s_alloc, tf0.us);
+    add(&s_tree, dt - tf0.us);
   }
   flow_world_free(&w);
   report("target", "evict 4096 through a flow (allocator free)", ps, tree, &s, -1);
+  report("split", "evict 4096 through a flow: allocator's free", ps, tree, &s_alloc, -1);
+  report("split", "evict 4096 through a flow: the rest (tree)", ps, tree, &s_tree, -1);
+  free(s.t), free(s_alloc.t), free(s_tree.t);
 }
 
 /* --- Part 2: trace replays through a flow -------------------------------------------------- */
@@ -349,7 +422,9 @@ static kvc_radix_req *req_of(void *user, const kvc_req_state *r) {
 /* The shim: the radix callbacks the flow makes, timed. */
 typedef struct shim {
   kvc_prefix_cache inner;
-  samples finished, unfinished, evict;
+  kvc_radix_cache *rc;
+  timed_free tf; /* the victims' frees of an eviction (the allocator's share) */
+  samples finished, unfinished, evict, evict_alloc, evict_tree;
 } shim;
 
 static kvc_status sh_finished(void *self, kvc_flow *f, kvc_req_state *r, int ins) {
@@ -366,11 +441,24 @@ static kvc_status sh_unfinished(void *self, kvc_flow *f, kvc_req_state *r) {
   add(&s->unfinished, kvb_now_us() - t0);
   return st;
 }
+/* What the radix cache's kvc_prefix_cache evict does (evict max(n, swa_n), nothing
+ * evictable is no error), but with no flow given, so that the victims are freed through
+ * the timed hook (which frees through this flow): the allocator's share, timed apart. */
 static kvc_status sh_evict(void *self, kvc_flow *f, int64_t n, int64_t swa, int64_t mamba) {
   shim *s = self;
+  (void)mamba;
+  int64_t evictable;
+  KVB_CHECK(ctx, kvc_radix_cache_sizes(s->rc, &evictable, NULL, NULL));
+  const int64_t want = n > swa ? n : swa;
+  s->tf.flow = f;
+  s->tf.us = 0;
+  kvc_status st = KVC_OK;
   double t0 = kvb_now_us();
-  kvc_status st = s->inner.evict(s->inner.self, f, n, swa, mamba);
-  add(&s->evict, kvb_now_us() - t0);
+  if (want > 0 && evictable > 0) st = kvc_radix_cache_evict(s->rc, NULL, want, NULL);
+  const double dt = kvb_now_us() - t0;
+  add(&s->evict, dt);
+  add(&s->evict_alloc, s->tf.us);
+  add(&s->evict_tree, dt - s->tf.us);
   return st;
 }
 static int64_t sh_evictable(void *self) { return ((shim *)self)->inner.evictable_size(((shim *)self)->inner.self); }
@@ -423,15 +511,40 @@ static int64_t make_request(int trace, int64_t cap, int32_t *t, int64_t *out, in
   return len + sfx;
 }
 
+/* The floor of match_req: the slots it returns, memcpy'd from the same nodes' value
+ * arrays. The nodes are found by a keys-only walk, untimed; it reads the keys and the
+ * nodes (which the match also reads) but no value, so the copy meets them as cold as the
+ * match would. Returns us. */
+static double match_floor(kvc_radix_cache *rc, const kvc_radix_req *rr, int64_t *buf) {
+  const int64_t n = (rr->num_tokens > 1 ? rr->num_tokens - 1 : 0) / rc->ps * rc->ps;
+  if (n == 0) return 0;
+  KVB_CHECK(ctx, kvc__rx_reserve(rc, "match_floor", (size_t)n));
+  size_t depth;
+  const int64_t matched = kvc__rx_probe_path(rc, rr->ns, rr->tokens, n, &depth);
+  const double t0 = kvb_now_us();
+  int64_t at = 0;
+  for (size_t i = 0; i < depth; i++) {
+    const int32_t x = rc->path[i];
+    const int64_t len = MIN2((int64_t)rc->hot[x].len, matched - at);
+    memcpy(buf + at, rx_vals(&rc->nodes[x]), (size_t)len * sizeof *buf);
+    at += len;
+  }
+  __asm__ volatile("" : : "r"(buf) : "memory");
+  return kvb_now_us() - t0;
+}
+
 static void replay(int trace, int ps, int64_t cap) {
   kvc_radix_cache_config rcfg = KVC_RADIX_CACHE_CONFIG_INIT;
   rcfg.page_size = ps;
   rcfg.num_slots = cap;
   rcfg.req_of = req_of;
-  kvc_radix_cache *rc;
-  KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &rcfg, &rc));
   shim sh;
   memset(&sh, 0, sizeof sh);
+  rcfg.free_slots = timed_flow_free; /* evictions only (sh_evict): every other call gets the flow */
+  rcfg.free_user = &sh.tf;
+  kvc_radix_cache *rc;
+  KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &rcfg, &rc));
+  sh.rc = rc;
   sh.inner = kvc_radix_cache_as_prefix_cache(rc);
   kvc_prefix_cache pc;
   memset(&pc, 0, sizeof pc);
@@ -470,7 +583,9 @@ static void replay(int trace, int ps, int64_t cap) {
   for (int k = 0; k < 4; k++) random_tokens(sys[k], sys_len[k]);
   ereq e;
   e.toks = malloc((MAXLEN + 512) * sizeof *e.toks);
-  samples match = {0}, lock = {0};
+  samples match = {0}, lock = {0}, floor = {0};
+  int64_t *floor_buf = malloc((MAXLEN + 512) * sizeof *floor_buf);
+  if (!floor_buf) exit(1);
   int64_t prompt_total = 0, hit_total = 0;
   const int nreq = quick ? 300 : 3000;
   for (int i = 0; i < nreq; i++) {
@@ -481,9 +596,15 @@ static void replay(int trace, int ps, int64_t cap) {
     e.rr.tokens = e.toks;
     e.rr.num_tokens = prompt;
     e.rr.prompt_len = prompt;
-    double t0 = kvb_now_us();
-    KVB_CHECK(ctx, kvc_radix_cache_match_req(rc, &e.st, &e.rr));
-    add(&match, kvb_now_us() - t0);
+    double t0;
+    if (i & 1) { /* the floor, then the same match untimed */
+      add(&floor, match_floor(rc, &e.rr, floor_buf));
+      KVB_CHECK(ctx, kvc_radix_cache_match_req(rc, &e.st, &e.rr));
+    } else {
+      t0 = kvb_now_us();
+      KVB_CHECK(ctx, kvc_radix_cache_match_req(rc, &e.st, &e.rr));
+      add(&match, kvb_now_us() - t0);
+    }
     if (e.st.cache_node) { /* lock + unlock of the admitted node (net nothing) */
       t0 = kvb_now_us();
       KVB_CHECK(ctx, kvc_radix_cache_lock(rc, e.st.cache_node));
@@ -511,6 +632,8 @@ static void replay(int trace, int ps, int64_t cap) {
   char what[64];
   snprintf(what, sizeof what, "%s match_req", trace_name[trace]);
   report("trace", what, ps, cap, &match, hit);
+  snprintf(what, sizeof what, "%s match floor: memcpy of the slots", trace_name[trace]);
+  report("floor", what, ps, cap, &floor, hit);
   snprintf(what, sizeof what, "%s lock+unlock", trace_name[trace]);
   report("trace", what, ps, cap, &lock, hit);
   snprintf(what, sizeof what, "%s cache_finished_req", trace_name[trace]);
@@ -519,9 +642,14 @@ static void replay(int trace, int ps, int64_t cap) {
   report("trace", what, ps, cap, &sh.unfinished, hit);
   snprintf(what, sizeof what, "%s evict", trace_name[trace]);
   report("trace", what, ps, cap, &sh.evict, hit);
+  snprintf(what, sizeof what, "%s evict: allocator's free", trace_name[trace]);
+  report("split", what, ps, cap, &sh.evict_alloc, hit);
+  snprintf(what, sizeof what, "%s evict: the rest (tree)", trace_name[trace]);
+  report("split", what, ps, cap, &sh.evict_tree, hit);
   printf("          %s: %lld prompt tokens, %lld from the cache (prefill saved)\n", trace_name[trace],
          (long long)prompt_total, (long long)hit_total);
-  free(match.t), free(lock.t), free(sh.finished.t), free(sh.unfinished.t), free(sh.evict.t);
+  free(match.t), free(lock.t), free(floor.t), free(sh.finished.t), free(sh.unfinished.t), free(sh.evict.t);
+  free(sh.evict_alloc.t), free(sh.evict_tree.t), free(floor_buf);
   free(e.toks);
   free(out);
   kvc_flow_destroy(flow);
@@ -542,6 +670,15 @@ int main(int argc, char **argv) {
     fprintf(csv, "section,what,page_size,tree_tokens,median_us,p99_us,count,hit_rate\n");
   }
   printf("%-9s %-44s %4s %8s %9s %9s %7s\n", "section", "operation", "page", "tree", "median_us", "p99_us", "count");
+  { /* what one timed interval costs: the split rows' tree share holds one per victim */
+    samples t = {0};
+    for (int r = 0; r < 100000; r++) {
+      double t0 = kvb_now_us();
+      add(&t, kvb_now_us() - t0);
+    }
+    report("floor", "an empty timed interval (two clock reads)", 0, 0, &t, -1);
+    free(t.t);
+  }
   const int64_t sizes[3] = {10000, 100000, 1000000};
   const char *only = getenv("KVB_ONLY"); /* profiling: run one part (match, insert, finished, lock, evict, trace) */
 #define PART(name) (!only || !strcmp(only, name))

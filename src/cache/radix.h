@@ -36,9 +36,15 @@ static inline int64_t kvc__rx_seg_bytes(int64_t n) { return (int64_t)sizeof(rx_s
 static inline int64_t *rx_seg_vals(rx_seg *s) { return (int64_t *)(s + 1); }
 static inline int32_t *rx_seg_keys(rx_seg *s) { return (int32_t *)(rx_seg_vals(s) + s->len); }
 
-typedef struct rx_node {
-  /* hot in lock / unlock / eviction walks: first, so one cache line serves them */
+/* The fields lock / unlock walk, apart from the rest of the node: 16 bytes, four nodes
+ * per cache line, indexed by the same id. A 32-node lock + unlock is a chain of 64
+ * dependent loads; a short power-of-two stride keeps each step one load and one shift
+ * (the 104-byte node cost an imul per step) and a cold path fewer lines. */
+typedef struct rx_hot {
   int32_t parent, lock_ref, len, nchild;
+} rx_hot;
+
+typedef struct rx_node {
   int32_t heap_pos;   /* index in the eviction heap, RX_NONE when not an evictable leaf */
   int32_t off;        /* [off, off + len) of the segment */
   int64_t run_first;  /* the values are run_first, run_first + 1, ... (one run of slots, as
@@ -70,6 +76,7 @@ struct kvc_radix_cache {
   int64_t top_slot; /* largest valid slot id: num_slots + ps - 1 (a paged allocator's last page) */
   /* nodes */
   rx_node *nodes;
+  rx_hot *hot; /* parallel to nodes */
   int32_t nodes_cap, nodes_used; /* used = high-water mark of ids handed out */
   int32_t free_head;             /* free node ids chained through next_sib */
   int32_t live_nodes;            /* root included */
@@ -128,8 +135,10 @@ static inline size_t rx_held_words(const kvc_radix_cache *rc) {
  *  allocator page: its first slot page-aligned, the others consecutive. Returns KVC_OK,
  *  or, having marked nothing, the status for the run holding the first bad slot (its
  *  start in *bad): INVALID_ARGUMENT (outside [1, num_slots] or not whole pages) or
- *  MISUSE (already held, or repeated). */
-kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad);
+ *  MISUSE (already held, or repeated). *run_first (may be NULL) is slots[0] when the n
+ *  slots are one run of consecutive ids, else -1 (a node's run_first, found here without
+ *  another pass over the values). */
+kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad, int64_t *run_first);
 /** Clears the held bits of the pages of slots[0:n) (all marked). */
 void kvc__rx_unmark(kvc_radix_cache *rc, const int64_t *slots, int64_t n);
 /** Clears the held bits of the pages of the slot run [first_slot, last_slot]. */
@@ -154,22 +163,38 @@ const int64_t *kvc__rx_path_values(kvc_radix_cache *rc, size_t depth, int64_t to
 /** Nodes a call creates at most: a split and a new leaf. Reserve before mutating. */
 kvc_status kvc__rx_reserve_nodes(kvc_radix_cache *rc, const char *fn, int32_t n);
 
-/** Dry run of an insert of keys[0:n) (page-floored) with vals valid on [from, n):
- *  *prefix tokens already present; the incoming slots of [from, prefix) that differ from
- *  the tree's go to dups (*ndups). Changes nothing. */
-kvc_status kvc__rx_probe(const kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, const int64_t *vals, int64_t n,
-                         int64_t from, int64_t *prefix, int64_t *dups, size_t *ndups);
 /** Slots to free must be in range and not the tree's: KVC_OK, or the status for the
  *  first bad one (index in *bad). Runs of consecutive ids are checked a word at a time. */
 kvc_status kvc__rx_check_free(const kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad);
 /** A new segment holding keys/vals[0:n) (refs 1). NULL on HOST_OOM. */
 rx_seg *kvc__rx_seg_new(kvc_radix_cache *rc, const int32_t *keys, const int64_t *vals, int64_t n);
-/** SGLang _insert_helper, after kvc__rx_probe and kvc__rx_reserve_nodes(rc, 2): stamps
+/** Frees a segment no node points to (an insert that failed after allocating it). */
+void kvc__rx_seg_drop(kvc_radix_cache *rc, rx_seg *s);
+/** The dry run of an insert's walk, over keys only: returns the tokens of keys[0:n) already present and
+ *  leaves the nodes holding them in rc->path[0:*depth) (the last one possibly covered in
+ *  part). Changes nothing. */
+int64_t kvc__rx_probe_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, size_t *depth);
+/** The slots of vals[from:prefix) that differ from the tree's along that path, into dups;
+ *  returns their count (the caller frees them: SGLang never overwrites a cached value). */
+size_t kvc__rx_path_dups(const kvc_radix_cache *rc, size_t depth, int64_t prefix, const int64_t *vals, int64_t from,
+                         int64_t *dups);
+/** SGLang _insert_helper, after kvc__rx_reserve_nodes(rc, 2): stamps
  *  and raises the priority of the path, splits, counts hits past inserted_len, and hangs
- *  leaf_seg (the tokens past the probed prefix; NULL when there are none) as a new leaf.
- *  Cannot fail. *node is the last node. */
+ *  leaf_seg (the tokens past the probed prefix; NULL when there are none) as a new leaf,
+ *  whose run_first is leaf_run (from kvc__rx_mark).
+ *  Cannot fail. *node is the last node; the path's nodes are left in rc->path[0:*depth)
+ *  (depth may be NULL). */
 void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int32_t priority,
-                          int64_t inserted_len, rx_seg *leaf_seg, int32_t *node);
+                          int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *node, size_t *depth);
+/** kvc__rx_apply_insert along the path kvc__rx_probe_path left in rc->path[0:depth)
+ *  (prefix tokens present; the tree unchanged since), without walking the keys again. */
+void kvc__rx_apply_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t prefix,
+                        size_t depth, int32_t priority, int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run,
+                        int32_t *node, size_t *out_depth);
+/** SGLang's re-match after an insert of the same key: stamps the root and rc->path[0:depth)
+ *  (the insert's path, ending on a node boundary, so the walk would split nothing) with
+ *  one new tick, without walking the keys again. */
+void kvc__rx_touch_path(kvc_radix_cache *rc, size_t depth);
 
 /** Handle <-> node id (generation-checked). */
 void *kvc__rx_handle(const kvc_radix_cache *rc, int32_t id);

@@ -157,22 +157,38 @@ kvc_status kvc_radix_cache_match_req(kvc_radix_cache *rc, kvc_req_state *req, kv
 
 /* --- Insert ------------------------------------------------------------------------------------ */
 
+/* Where a checkpoint's values come from: row `row` of the flow's request-to-token mirror
+ * (insert() is given NULL instead when the caller passes the values). */
+typedef struct row_src {
+  const kvc_flow *flow;
+  int32_t row;
+} row_src;
+
 /* The whole insert: probe, validate and mark the new slots, allocate the leaf, reserve
  * nodes, free the duplicates, then apply (which cannot fail). keys/vals hold n tokens
  * (page-floored by the caller). reserve_extra: nodes the caller needs after this (the
- * prompt split). On failure nothing changed. */
+ * prompt split). With a row source (a checkpoint), vals is ignored: the row's slots of
+ * [from, n) are read into rc->vec, [from, prefix) only once the walk has found prefix.
+ * The walk is done once: the dry run's path is the one applied. On failure nothing
+ * changed; *depth (may be NULL) is the apply's path length in rc->path. */
 static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, uint64_t ns, const int32_t *keys,
-                         const int64_t *vals, int64_t from, int64_t n, int32_t priority, int64_t inserted_len,
-                         int32_t extra, int64_t *prefix, int32_t *node, size_t *ndups) {
+                         const int64_t *vals, const row_src *src, int64_t from, int64_t n, int32_t priority,
+                         int64_t inserted_len, int32_t extra, int64_t *prefix, int32_t *node, size_t *ndups,
+                         size_t *depth) {
   KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)n));
-  size_t nd = 0;
-  kvc__rx_probe(rc, ns, keys, vals, n, from, prefix, rc->dups, &nd);
+  size_t nd = 0, pd;
+  /* One walk: its path is applied below (nothing changes the tree in between). */
+  *prefix = kvc__rx_probe_path(rc, ns, keys, n, &pd);
+  if (src) vals = rc->vec;
+  if (src && *prefix > from) KVC_FORWARD(kvc_flow_row_slots(src->flow, src->row, from, *prefix, rc->vec + from));
+  if (*prefix > from) nd = kvc__rx_path_dups(rc, pd, *prefix, vals, from, rc->dups);
   const int64_t p = *prefix, top = rc->top_slot;
   KVC_RETURN_IF(p < from, rc->ctx, KVC_ERR_MISUSE,
                 "%s: the request's first %lld tokens (cache_protected_len) are not in the tree, only %lld (was its "
                 "node locked?)", fn, (long long)from, (long long)p);
-  int64_t bad = 0;
-  kvc_status st = kvc__rx_mark(rc, vals + p, n - p, &bad);
+  if (src && n > p) KVC_FORWARD(kvc_flow_row_slots(src->flow, src->row, p, n, rc->vec + p));
+  int64_t bad = 0, run = -1;
+  kvc_status st = n > p ? kvc__rx_mark(rc, vals + p, n - p, &bad, &run) : KVC_OK;
   if (st != KVC_OK) {
     const int64_t s = vals[p + bad];
     if (st == KVC_ERR_INVALID_ARGUMENT)
@@ -202,13 +218,10 @@ static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, ui
   }
   if (st != KVC_OK) {
     kvc__rx_unmark(rc, vals + p, n - p);
-    if (seg) {
-      rc->seg_bytes -= kvc__rx_seg_bytes(seg->len);
-      kvc__free(rc->ctx, seg);
-    }
+    if (seg) kvc__rx_seg_drop(rc, seg);
     return st;
   }
-  kvc__rx_apply_insert(rc, ns, keys, n, priority, inserted_len, seg, node);
+  kvc__rx_apply_path(rc, ns, keys, n, p, pd, priority, inserted_len, seg, run, node, depth);
   if (ndups) *ndups = nd;
   return KVC_OK;
 }
@@ -221,7 +234,8 @@ kvc_status kvc_radix_cache_insert(kvc_radix_cache *rc, kvc_flow *flow, uint64_t 
   n = n / rc->ps * rc->ps;
   int64_t prefix = 0;
   int32_t node;
-  if (n > 0) KVC_FORWARD(insert(rc, flow, __func__, ns, tokens, slots, 0, n, priority, 0, 0, &prefix, &node, NULL));
+  if (n > 0)
+    KVC_FORWARD(insert(rc, flow, __func__, ns, tokens, slots, NULL, 0, n, priority, 0, 0, &prefix, &node, NULL, NULL));
   if (prefix_len) *prefix_len = prefix;
   return post(rc, __func__, KVC_OK);
 }
@@ -252,9 +266,10 @@ static kvc_status req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_s
   return KVC_OK;
 }
 
-/* The request's key: tokens[0:key_len) and its row slots into rc->vec. */
-static kvc_status req_key(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, const kvc_radix_req *rr,
-                          int32_t old, int64_t key_len, const char *fn) {
+/* Checks the request's key tokens[0:key_len) and reserves scratch for it (its row slots
+ * are read by insert(), where they are needed). */
+static kvc_status req_key(kvc_radix_cache *rc, const kvc_radix_req *rr, int32_t old, int64_t key_len,
+                          const char *fn) {
   KVC_RETURN_IF(rr->num_tokens < key_len, rc->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "%s: the request has KV for %lld tokens but only %lld token ids", fn, (long long)key_len,
                 (long long)rr->num_tokens);
@@ -262,10 +277,7 @@ static kvc_status req_key(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_sta
                 "%s: the request's node is in namespace %llu, its key in %llu (mixed namespaces)", fn,
                 (unsigned long long)rc->nodes[old].ns, (unsigned long long)rr->ns);
   if (key_len == 0) return KVC_OK;
-  KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)key_len));
-  /* [0, cache_protected_len) is the tree's already (SGLang frees duplicates from there). */
-  const int64_t from = KVC__MIN(req->cache_protected_len, key_len);
-  return kvc_flow_row_slots(flow, req->req_row, from, key_len, rc->vec + from);
+  return kvc__rx_reserve(rc, fn, (size_t)key_len);
 }
 
 kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flow, kvc_req_state *req,
@@ -294,13 +306,15 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
   kvc_radix_req *rr = req_of(rc, req, __func__, &st);
   KVC_FORWARD(st);
   const int64_t key_len = committed / rc->ps * rc->ps;
-  KVC_FORWARD(req_key(rc, flow, req, rr, old, key_len, __func__));
+  KVC_FORWARD(req_key(rc, rr, old, key_len, __func__));
   if (old) KVC_FORWARD(kvc__rx_unlock(rc, old, __func__)); /* checked first: fails on a lock below zero */
   int64_t prefix = 0;
   int32_t node = 0;
   if (key_len > 0) {
-    st = insert(rc, flow, __func__, rr->ns, rr->tokens, rc->vec, KVC__MIN(req->cache_protected_len, key_len), key_len,
-                rr->priority, rr->inserted_len, 1, &prefix, &node, NULL);
+    /* [0, cache_protected_len) is the tree's already (SGLang frees duplicates from there). */
+    const row_src src = {flow, req->req_row};
+    st = insert(rc, flow, __func__, rr->ns, rr->tokens, NULL, &src, KVC__MIN(req->cache_protected_len, key_len),
+                key_len, rr->priority, rr->inserted_len, 1, &prefix, &node, NULL, NULL);
     if (st != KVC_OK) {
       if (old) kvc__rx_lock(rc, old);
       return st;
@@ -310,7 +324,7 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
     if (pf > 0 && pf < key_len) {
       int32_t unused;
       kvc__rx_apply_insert(rc, rr->ns, rr->tokens, pf, rr->priority + 1, KVC__MAX(rr->inserted_len, key_len), NULL,
-                           &unused);
+                           -1, &unused, NULL);
     }
     rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
   }
@@ -333,7 +347,7 @@ kvc_status kvc_radix_cache_cache_unfinished_req(kvc_radix_cache *rc, kvc_flow *f
   kvc_radix_req *rr = req_of(rc, req, __func__, &st);
   KVC_FORWARD(st);
   const int64_t committed = req->kv_committed_len, key_len = committed / rc->ps * rc->ps;
-  KVC_FORWARD(req_key(rc, flow, req, rr, old, key_len, __func__));
+  KVC_FORWARD(req_key(rc, rr, old, key_len, __func__));
   if (old) { /* a lock below zero is refused before anything changes */
     KVC_FORWARD(kvc__rx_unlock(rc, old, __func__));
     kvc__rx_lock(rc, old);
@@ -342,17 +356,19 @@ kvc_status kvc_radix_cache_cache_unfinished_req(kvc_radix_cache *rc, kvc_flow *f
   size_t nd = 0;
   if (key_len > 0) {
     int64_t prefix;
-    KVC_FORWARD(insert(rc, flow, __func__, rr->ns, rr->tokens, rc->vec, KVC__MIN(req->cache_protected_len, key_len),
-                       key_len, rr->priority, rr->inserted_len, 1, &prefix, &node, &nd));
+    size_t depth;
+    const row_src src = {flow, req->req_row};
+    KVC_FORWARD(insert(rc, flow, __func__, rr->ns, rr->tokens, NULL, &src, KVC__MIN(req->cache_protected_len, key_len),
+                       key_len, rr->priority, rr->inserted_len, 1, &prefix, &node, &nd, &depth));
     rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
     /* SGLang re-matches the key (stamping the path) and writes the tree's slots into the
-     * row where the request's duplicates were. A node is reserved, so this cannot fail. */
-    int64_t matched;
-    size_t depth;
-    KVC_FORWARD(kvc__rx_match(rc, rr->ns, rr->tokens, key_len, &matched, &node, &depth));
+     * row where the request's duplicates were. The insert left exactly that path, ending
+     * at key_len on a node boundary (the walk would split nothing), in rc->path: it is
+     * stamped as the walk would stamp it, without comparing the keys a second time. */
+    kvc__rx_touch_path(rc, depth);
     if (nd) {
       int copied;
-      const int64_t *v = kvc__rx_path_values(rc, depth, matched, NULL, &copied);
+      const int64_t *v = kvc__rx_path_values(rc, depth, key_len, NULL, &copied);
       const int64_t from = req->cache_protected_len;
       st = kvc_req_to_token_pool_write(flow->cfg.req_pool, req->req_row, (int32_t)from, v + from,
                                        (size_t)(key_len - from), flow->stream);
@@ -462,15 +478,15 @@ kvc_status kvc_radix_cache_dump(const kvc_radix_cache *rc, char *buf, size_t cap
     const rx_node *n = &rc->nodes[x];
     const int32_t *k = rx_keys(n);
     w = snprintf(line, sizeof line, "%*s[%d] len=%d lock=%d hits=%d prio=%d ns=%llu tokens=%d,%d%s\n", 2 * depth, "",
-                 x, n->len, n->lock_ref, n->hit_count, n->priority, (unsigned long long)n->ns, k[0],
-                 n->len > 1 ? k[1] : k[0], n->len > 2 ? ",..." : "");
+                 x, rc->hot[x].len, rc->hot[x].lock_ref, n->hit_count, n->priority, (unsigned long long)n->ns, k[0],
+                 rc->hot[x].len > 1 ? k[1] : k[0], rc->hot[x].len > 2 ? ",..." : "");
     if (n->first_child != RX_NONE) {
       x = n->first_child;
       depth++;
       continue;
     }
     while (x != RX_NONE && rc->nodes[x].next_sib == RX_NONE) {
-      x = rc->nodes[x].parent;
+      x = rc->hot[x].parent;
       depth--;
       if (x == 0) x = RX_NONE;
     }

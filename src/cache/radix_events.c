@@ -45,7 +45,7 @@ static kvc_status page_hash(kvc_radix_cache *rc, uint64_t parent, int has_parent
  * fail the call that causes it, so a failure is logged and the event skipped. */
 static bool node_hashes(kvc_radix_cache *rc, int32_t id, size_t *n) {
   const rx_node *x = &rc->nodes[id];
-  const size_t pages = (size_t)(x->len / rc->ps);
+  const size_t pages = (size_t)(rc->hot[id].len / rc->ps);
   if (pages > rc->ev_cap) {
     uint64_t *h = kvc__malloc(rc->ctx, pages * sizeof *h);
     if (!h) {
@@ -56,8 +56,9 @@ static bool node_hashes(kvc_radix_cache *rc, int32_t id, size_t *n) {
     rc->ev_hashes = h;
     rc->ev_cap = pages;
   }
-  const int has_parent = x->parent != 0;
-  uint64_t prev = has_parent ? rc->nodes[x->parent].last_hash : 0;
+  const int32_t parent = rc->hot[id].parent;
+  const int has_parent = parent != 0;
+  uint64_t prev = has_parent ? rc->nodes[parent].last_hash : 0;
   const int32_t *k = rx_keys(x);
   for (size_t p = 0; p < pages; p++) {
     if (page_hash(rc, prev, has_parent || p > 0, x->ns, k + p * (size_t)rc->ps, &rc->ev_hashes[p]) != KVC_OK) {
@@ -75,13 +76,14 @@ void kvc__rx_event_stored(kvc_radix_cache *rc, int32_t id) {
   if (!node_hashes(rc, id, &n)) return;
   rx_node *x = &rc->nodes[id];
   x->last_hash = rc->ev_hashes[n - 1];
-  const uint64_t first_parent = x->parent != 0 ? rc->nodes[x->parent].last_hash : 0;
+  const int32_t parent = rc->hot[id].parent;
+  const uint64_t first_parent = parent != 0 ? rc->nodes[parent].last_hash : 0;
   for (size_t p = 0; p < n; p++) {
     kvc_radix_event e;
     memset(&e, 0, sizeof e);
     e.kind = KVC_RADIX_BLOCK_STORED;
     e.block_size = (int32_t)rc->ps;
-    e.has_parent = x->parent != 0 || p > 0;
+    e.has_parent = parent != 0 || p > 0;
     e.parent_hash = p ? rc->ev_hashes[p - 1] : first_parent;
     e.block_hash = rc->ev_hashes[p];
     e.token_ids = rx_keys(x) + p * (size_t)rc->ps;

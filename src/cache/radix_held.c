@@ -51,7 +51,7 @@ int64_t kvc__rx_run_end(const int64_t *s, int64_t k, int64_t np, int64_t ps) {
   return j;
 }
 
-kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad) {
+kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad, int64_t *run_first) {
   /* Runs of consecutive slots: each must start and end on a page boundary of the key and
    * start on a page-aligned slot, which makes every page in it one allocator page. */
   const int64_t ps = rc->ps, top = rc->top_slot;
@@ -68,6 +68,7 @@ kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, in
       break;
     }
     range_set(rc->held, rx_page(rc, a), rx_page(rc, b), true);
+    if (run_first) *run_first = i == 0 && j == n ? a : -1;
     i = j;
   }
   if (st != KVC_OK) {

@@ -88,8 +88,9 @@ static void heap_remove(kvc_radix_cache *rc, int32_t id) {
  * room for every node (kvc__rx_reserve_nodes), so the push cannot fail. */
 static void leaf_update(kvc_radix_cache *rc, int32_t id) {
   if (id == 0) return;
+  const rx_hot *h = &rc->hot[id];
   rx_node *n = &rc->nodes[id];
-  bool leaf = n->lock_ref == 0 && n->nchild == 0;
+  bool leaf = h->lock_ref == 0 && h->nchild == 0;
   if (leaf && n->heap_pos == RX_NONE) {
     heap_set(rc, rc->heap_len++, id);
     sift_up(rc, rc->heap_len - 1);
@@ -105,25 +106,42 @@ static void touch(kvc_radix_cache *rc, int32_t id, uint64_t t) {
 
 /* --- Child index ----------------------------------------------------------------------- */
 
+/* Four independent multiply chains over the page, joined at the end: with one chain a
+ * page-64 lookup waited on 64 dependent multiplies, for every node of a long match.
+ * Every token still counts: siblings often share their first tokens (a chat template). */
 static uint64_t child_hash(int32_t parent, uint64_t ns, const int32_t *k, int64_t ps) {
+  const uint64_t m = 0x100000001b3ull;
   uint64_t h = ((uint64_t)(uint32_t)parent + 1) * 0x9e3779b97f4a7c15ull ^ ns * 0xc2b2ae3d27d4eb4full;
-  for (int64_t i = 0; i < ps; i++) h = (h ^ (uint32_t)k[i]) * 0x100000001b3ull;
+  uint64_t l1 = 0x27d4eb2f165667c5ull, l2 = 0x165667b19e3779f9ull, l3 = 0x85ebca77c2b2ae63ull;
+  int64_t i = 0;
+  for (; i + 4 <= ps; i += 4) {
+    h = (h ^ (uint32_t)k[i]) * m;
+    l1 = (l1 ^ (uint32_t)k[i + 1]) * m;
+    l2 = (l2 ^ (uint32_t)k[i + 2]) * m;
+    l3 = (l3 ^ (uint32_t)k[i + 3]) * m;
+  }
+  for (; i < ps; i++) h = (h ^ (uint32_t)k[i]) * m;
+  h ^= (l1 << 16 | l1 >> 48) ^ (l2 << 32 | l2 >> 32) ^ (l3 << 48 | l3 >> 16);
   h ^= h >> 31;
   h *= 0xbf58476d1ce4e5b9ull;
   return h ^ (h >> 29);
 }
 
-static int32_t lookup(const kvc_radix_cache *rc, int32_t parent, uint64_t ns, const int32_t *k) {
-  const uint64_t h = child_hash(parent, ns, k, rc->ps);
+static int32_t lookup_h(const kvc_radix_cache *rc, int32_t parent, uint64_t ns, const int32_t *k, uint64_t h) {
   const size_t mask = rc->table_cap - 1;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
     const rx_slot *s = &rc->table[i];
     if (s->child == RX_NONE) return RX_NONE;
     if (s->h == h && s->parent == parent) {
+      __builtin_prefetch(&rc->hot[s->child]); /* read next, with the node: two misses at once */
       const rx_node *c = &rc->nodes[s->child];
       if (c->ns == ns && memcmp(rx_keys(c), k, (size_t)rc->ps * sizeof *k) == 0) return s->child;
     }
   }
+}
+
+static int32_t lookup(const kvc_radix_cache *rc, int32_t parent, uint64_t ns, const int32_t *k) {
+  return lookup_h(rc, parent, ns, k, child_hash(parent, ns, k, rc->ps));
 }
 
 static void table_put(kvc_radix_cache *rc, uint64_t h, int32_t parent, int32_t child) {
@@ -183,17 +201,22 @@ kvc_status kvc__rx_reserve_nodes(kvc_radix_cache *rc, const char *fn, int32_t k)
     KVC_RETURN_IF(rc->nodes_cap > INT32_MAX / 2, rc->ctx, KVC_ERR_OUT_OF_SLOTS, "more than 2^30 radix nodes");
     int32_t cap = rc->nodes_cap * 2;
     rx_node *n = kvc__malloc(rc->ctx, (size_t)cap * sizeof *n);
+    rx_hot *hot = kvc__malloc(rc->ctx, (size_t)cap * sizeof *hot);
     int32_t *heap = kvc__malloc(rc->ctx, (size_t)cap * sizeof *heap);
-    if (!n || !heap) {
+    if (!n || !hot || !heap) {
       kvc__free(rc->ctx, n);
+      kvc__free(rc->ctx, hot);
       kvc__free(rc->ctx, heap);
       return kvc__error(rc->ctx, KVC_ERR_HOST_OOM, fn, "%d radix nodes", cap);
     }
     memcpy(n, rc->nodes, (size_t)rc->nodes_used * sizeof *n);
+    memcpy(hot, rc->hot, (size_t)rc->nodes_used * sizeof *hot);
     memcpy(heap, rc->heap, (size_t)rc->heap_len * sizeof *heap);
     kvc__free(rc->ctx, rc->nodes);
+    kvc__free(rc->ctx, rc->hot);
     kvc__free(rc->ctx, rc->heap);
     rc->nodes = n;
+    rc->hot = hot;
     rc->heap = heap;
     rc->nodes_cap = rc->heap_cap = cap;
   }
@@ -207,7 +230,8 @@ static int32_t node_new(kvc_radix_cache *rc) {
   else id = rc->nodes_used++;
   rx_node *n = &rc->nodes[id];
   memset(n, 0, sizeof *n);
-  n->parent = n->first_child = n->next_sib = n->prev_sib = n->heap_pos = RX_NONE;
+  rc->hot[id] = (rx_hot){RX_NONE, 0, 0, 0};
+  n->first_child = n->next_sib = n->prev_sib = n->heap_pos = RX_NONE;
   n->run_first = -1;
   if (++rc->serial_next == 0) rc->serial_next = 1;
   n->serial = rc->serial_next;
@@ -226,21 +250,22 @@ static void node_release(kvc_radix_cache *rc, int32_t id) {
 
 static void sib_link(kvc_radix_cache *rc, int32_t parent, int32_t id) {
   rx_node *p = &rc->nodes[parent], *n = &rc->nodes[id];
-  n->parent = parent;
+  rc->hot[id].parent = parent;
   n->prev_sib = RX_NONE;
   n->next_sib = p->first_child;
   if (p->first_child != RX_NONE) rc->nodes[p->first_child].prev_sib = id;
   p->first_child = id;
-  p->nchild++;
+  rc->hot[parent].nchild++;
 }
 
 static void sib_unlink(kvc_radix_cache *rc, int32_t id) {
   rx_node *n = &rc->nodes[id];
-  rx_node *p = &rc->nodes[n->parent];
+  const int32_t parent = rc->hot[id].parent;
+  rx_node *p = &rc->nodes[parent];
   if (n->prev_sib != RX_NONE) rc->nodes[n->prev_sib].next_sib = n->next_sib;
   else p->first_child = n->next_sib;
   if (n->next_sib != RX_NONE) rc->nodes[n->next_sib].prev_sib = n->prev_sib;
-  p->nchild--;
+  rc->hot[parent].nchild--;
 }
 
 void *kvc__rx_handle(const kvc_radix_cache *rc, int32_t id) {
@@ -269,7 +294,7 @@ static void root_make(kvc_radix_cache *rc) {
   rc->live_nodes = 0;
   int32_t r = node_new(rc);
   rx_node *root = &rc->nodes[r];
-  root->lock_ref = 1; /* SGLang: the root is never evictable */
+  rc->hot[r].lock_ref = 1; /* SGLang: the root is never evictable */
   root->priority = INT32_MIN;
   root->access = root->creation = ++rc->clock;
 }
@@ -278,10 +303,11 @@ kvc_status kvc__rx_init(kvc_radix_cache *rc) {
   rc->nodes_cap = rc->heap_cap = 64;
   rc->table_cap = 128;
   rc->nodes = kvc__malloc(rc->ctx, (size_t)rc->nodes_cap * sizeof *rc->nodes);
+  rc->hot = kvc__malloc(rc->ctx, (size_t)rc->nodes_cap * sizeof *rc->hot);
   rc->heap = kvc__malloc(rc->ctx, (size_t)rc->heap_cap * sizeof *rc->heap);
   rc->table = kvc__malloc(rc->ctx, rc->table_cap * sizeof *rc->table);
   rc->held = kvc__calloc(rc->ctx, rx_held_words(rc), sizeof *rc->held);
-  if (!rc->nodes || !rc->heap || !rc->table || !rc->held) return KVC_ERR_HOST_OOM;
+  if (!rc->nodes || !rc->hot || !rc->heap || !rc->table || !rc->held) return KVC_ERR_HOST_OOM;
   for (size_t i = 0; i < rc->table_cap; i++) rc->table[i].child = RX_NONE;
   /* Serials start at a per-cache value so that one cache's handles fail in another, even
    * one created later at the same address (the clock differs). */
@@ -306,6 +332,7 @@ static void free_segments(kvc_radix_cache *rc) {
 void kvc__rx_fini(kvc_radix_cache *rc) {
   if (rc->nodes) free_segments(rc);
   kvc__free(rc->ctx, rc->nodes);
+  kvc__free(rc->ctx, rc->hot);
   kvc__free(rc->ctx, rc->heap);
   kvc__free(rc->ctx, rc->table);
   kvc__free(rc->ctx, rc->held);
@@ -370,42 +397,69 @@ static int64_t common_pages(const int32_t *a, const int32_t *b, int64_t n, int64
   return i / ps * ps;
 }
 
+/* Asks for the first lines of [p, p + bytes) ahead of their use. A match over a long
+ * history reads keys and copies values from 20-35 segments that are cold by then, and
+ * the hardware streams a segment only after its first misses: those are issued here,
+ * together, and a node's values while its keys are compared. Only the head (512 bytes):
+ * the stream prefetcher takes over from there, and on a warm tree a prefetch of every
+ * line cost more than it saved (the 8-node match of 3584 tokens got slower). */
+static void prefetch(const void *p, int64_t bytes) {
+  const char *c = p, *end = c + KVC__MIN(bytes, 512);
+  for (; c < end; c += 64) __builtin_prefetch(c, 0, 3);
+}
+
+/* A walk that has reached node c, whose keys it compares next, will look up c's child at
+ * the tokens after c if all of c matches: its child-table slot is fetched now, so that miss
+ * overlaps the compare of c's keys instead of following it. */
+static uint64_t prefetch_next(const kvc_radix_cache *rc, int32_t c, uint64_t ns, const int32_t *after) {
+  const uint64_t h = child_hash(c, ns, after, rc->ps);
+  __builtin_prefetch(&rc->table[h & (rc->table_cap - 1)]);
+  return h; /* the next lookup's hash */
+}
+
 /* SGLang _split_node: a new upper node takes child's first p tokens (the same segment,
  * no copy), its lock, hit count and priority; its access and creation times are a new
  * tick. Needs one reserved node and table entry. */
 static int32_t split(kvc_radix_cache *rc, int32_t c, int32_t p) {
   int32_t u = node_new(rc);
   rx_node *C = &rc->nodes[c], *U = &rc->nodes[u];
+  rx_hot *CH = &rc->hot[c], *UH = &rc->hot[u];
   U->seg = C->seg;
   U->seg->refs++;
   U->off = C->off;
   U->run_first = C->run_first;
   if (C->run_first >= 0) C->run_first += p;
-  U->len = p;
+  UH->len = p;
   U->ns = C->ns;
-  U->lock_ref = C->lock_ref;
+  UH->lock_ref = CH->lock_ref;
   U->hit_count = C->hit_count;
   U->priority = C->priority;
   U->access = U->creation = ++rc->clock;
   /* U takes C's place among the parent's children and in the index (same first page). */
   rc->table[table_find(rc, c)].child = u;
-  U->parent = C->parent;
+  UH->parent = CH->parent;
   U->prev_sib = C->prev_sib;
   U->next_sib = C->next_sib;
   if (U->prev_sib != RX_NONE) rc->nodes[U->prev_sib].next_sib = u;
-  else rc->nodes[U->parent].first_child = u;
+  else rc->nodes[UH->parent].first_child = u;
   if (U->next_sib != RX_NONE) rc->nodes[U->next_sib].prev_sib = u;
   C->off += p;
-  C->len -= p;
-  C->parent = u;
+  CH->len -= p;
+  CH->parent = u;
   C->prev_sib = C->next_sib = RX_NONE;
   U->first_child = c;
-  U->nchild = 1;
+  UH->nchild = 1;
   U->child_h = C->child_h; /* U's entry is C's old one (same first page) */
   C->child_h = child_hash(u, C->ns, rx_keys(C), rc->ps);
   table_put(rc, C->child_h, u, c);
   if (rc->events_on) kvc__rx_event_split(rc, u);
   return u;
+}
+
+/* Whether path node b continues a's values in the same segment (no copy across them). */
+static bool adjacent(const kvc_radix_cache *rc, int32_t a, int32_t b) {
+  const rx_node *A = &rc->nodes[a], *B = &rc->nodes[b];
+  return B->seg == A->seg && B->off == A->off + rc->hot[a].len;
 }
 
 kvc_status kvc__rx_match(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t *matched,
@@ -417,13 +471,24 @@ kvc_status kvc__rx_match(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, 
   int32_t cur = 0;
   int64_t pos = 0;
   size_t d = 0;
+  bool copy = false; /* the values will be copied: fetch them ahead */
+  uint64_t h = n > 0 ? child_hash(0, ns, keys, ps) : 0; /* n is whole pages */
   while (pos < n) {
-    int32_t c = lookup(rc, cur, ns, keys + pos);
+    int32_t c = lookup_h(rc, cur, ns, keys + pos, h);
     if (c == RX_NONE) break;
     touch(rc, c, t);
     const rx_node *C = &rc->nodes[c];
-    int64_t pl = common_pages(rx_keys(C), keys + pos, KVC__MIN((int64_t)C->len, n - pos), ps);
-    if (pl < C->len) {
+    const int64_t span = KVC__MIN((int64_t)rc->hot[c].len, n - pos);
+    if (d > 0 && !copy && !adjacent(rc, rc->path[d - 1], c)) {
+      copy = true;
+      for (size_t i = 0; i < d; i++)
+        prefetch(rx_vals(&rc->nodes[rc->path[i]]), (int64_t)rc->hot[rc->path[i]].len * 8);
+    }
+    if (copy) prefetch(rx_vals(C), span * 8);
+    prefetch(rx_keys(C), span * 4);
+    if (span == rc->hot[c].len && pos + span < n) h = prefetch_next(rc, c, ns, keys + pos + span);
+    int64_t pl = common_pages(rx_keys(C), keys + pos, span, ps);
+    if (pl < rc->hot[c].len) {
       cur = split(rc, c, (int32_t)pl);
       rc->path[d++] = cur;
       pos += pl;
@@ -443,84 +508,146 @@ const int64_t *kvc__rx_path_values(kvc_radix_cache *rc, size_t depth, int64_t to
   *copied = 0;
   if (depth == 0) return NULL;
   /* Without a copy when the path is one run of one segment (a split leaf, one insert). */
-  const rx_node *first = &rc->nodes[rc->path[0]];
   bool run = true;
-  for (size_t i = 1; i < depth && run; i++) {
-    const rx_node *a = &rc->nodes[rc->path[i - 1]], *b = &rc->nodes[rc->path[i]];
-    run = b->seg == first->seg && b->off == a->off + a->len;
-  }
-  if (run) return rx_vals(first);
+  for (size_t i = 1; i < depth && run; i++) run = adjacent(rc, rc->path[i - 1], rc->path[i]);
+  if (run) return rx_vals(&rc->nodes[rc->path[0]]);
   int64_t *out = buf ? buf : rc->vec;
   int64_t at = 0;
   for (size_t i = 0; i < depth; i++) {
-    const rx_node *x = &rc->nodes[rc->path[i]];
-    memcpy(out + at, rx_vals(x), (size_t)x->len * sizeof *out);
-    at += x->len;
+    const int32_t x = rc->path[i];
+    memcpy(out + at, rx_vals(&rc->nodes[x]), (size_t)rc->hot[x].len * sizeof *out);
+    at += rc->hot[x].len;
   }
   (void)total;
   *copied = 1;
   return out;
 }
 
+void kvc__rx_touch_path(kvc_radix_cache *rc, size_t depth) {
+  const uint64_t t = ++rc->clock;
+  rc->nodes[0].access = t;
+  for (size_t i = 0; i < depth; i++) touch(rc, rc->path[i], t);
+}
+
 /* --- Insert ---------------------------------------------------------------------------------- */
 
-kvc_status kvc__rx_probe(const kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, const int64_t *vals, int64_t n,
-                         int64_t from, int64_t *prefix, int64_t *dups, size_t *ndups) {
+int64_t kvc__rx_probe_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, size_t *depth) {
   const int64_t ps = rc->ps;
   int32_t cur = 0;
   int64_t pos = 0;
-  size_t nd = 0;
+  size_t d = 0;
+  uint64_t h = n > 0 ? child_hash(0, ns, keys, ps) : 0; /* n is whole pages */
   while (pos < n) {
-    int32_t c = lookup(rc, cur, ns, keys + pos);
+    int32_t c = lookup_h(rc, cur, ns, keys + pos, h);
     if (c == RX_NONE) break;
-    const rx_node *C = &rc->nodes[c];
-    int64_t pl = common_pages(rx_keys(C), keys + pos, KVC__MIN((int64_t)C->len, n - pos), ps);
-    const int64_t *tv = rx_vals(C);
-    if (dups)
-      for (int64_t i = KVC__MAX(0, from - pos); i < pl; i++)
-        if (vals[pos + i] != tv[i]) dups[nd++] = vals[pos + i];
+    const int64_t len = rc->hot[c].len;
+    if (pos + len < n) h = prefetch_next(rc, c, ns, keys + pos + len);
+    int64_t pl = common_pages(rx_keys(&rc->nodes[c]), keys + pos, KVC__MIN(len, n - pos), ps);
+    if (pl == 0) break;
+    rc->path[d++] = c;
     pos += pl;
-    if (pl < C->len) break;
+    if (pl < len) break;
     cur = c;
   }
-  *prefix = pos;
-  if (ndups) *ndups = nd;
-  return KVC_OK;
+  *depth = d;
+  return pos;
+}
+
+size_t kvc__rx_path_dups(const kvc_radix_cache *rc, size_t depth, int64_t prefix, const int64_t *vals, int64_t from,
+                         int64_t *dups) {
+  size_t nd = 0;
+  int64_t pos = 0;
+  for (size_t k = 0; k < depth && pos < prefix; k++) {
+    const int32_t c = rc->path[k];
+    const int64_t end = KVC__MIN(pos + rc->hot[c].len, prefix);
+    const int64_t *tv = rx_vals(&rc->nodes[c]) - pos; /* indexed by key position */
+    for (int64_t i = KVC__MAX(pos, from); i < end; i++)
+      if (vals[i] != tv[i]) dups[nd++] = vals[i];
+    pos = end;
+  }
+  return nd;
+}
+
+/* One node of an insert's path, pl of its tokens matched (ending at pos + pl): stamped,
+ * split when pl is short of it, its priority raised and its hit counted. Returns the
+ * node now ending the matched part. */
+static int32_t insert_visit(kvc_radix_cache *rc, int32_t c, int64_t pl, int64_t pos, uint64_t t, int32_t priority,
+                            int64_t inserted_len) {
+  rc->nodes[c].access = t;
+  heap_fix(rc, c); /* its key changed; a split below leaves it where it is */
+  if (pl < rc->hot[c].len) c = split(rc, c, (int32_t)pl);
+  /* The priority goes to the part on the key's path only: the prompt's re-insert with
+   * priority + 1 must leave the outputs' part below it evictable first. */
+  if (priority > rc->nodes[c].priority) rc->nodes[c].priority = priority;
+  /* A request counts each node once: only nodes ending past what it inserted before. */
+  if (pos + pl > inserted_len) rc->nodes[c].hit_count++;
+  heap_fix(rc, c);
+  return c;
+}
+
+static void insert_leaf(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t pos, int32_t priority,
+                        int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *cur, size_t *d);
+
+void kvc__rx_apply_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t prefix,
+                        size_t depth, int32_t priority, int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run,
+                        int32_t *node, size_t *out_depth) {
+  const uint64_t t = ++rc->clock;
+  rc->nodes[0].access = t;
+  int32_t cur = 0;
+  int64_t pos = 0;
+  size_t d = 0;
+  for (; d < depth; d++) {
+    const int32_t c = rc->path[d];
+    const int64_t pl = KVC__MIN((int64_t)rc->hot[c].len, prefix - pos);
+    const bool part = pl < rc->hot[c].len;
+    cur = insert_visit(rc, c, pl, pos, t, priority, inserted_len);
+    rc->path[d] = cur;
+    pos += pl;
+    if (part) {
+      d++;
+      break;
+    }
+  }
+  insert_leaf(rc, ns, keys, n, pos, priority, inserted_len, leaf_seg, leaf_run, &cur, &d);
+  *node = cur;
+  if (out_depth) *out_depth = d;
 }
 
 void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int32_t priority,
-                          int64_t inserted_len, rx_seg *leaf_seg, int32_t *node) {
+                          int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *node, size_t *depth) {
   const int64_t ps = rc->ps;
   const uint64_t t = ++rc->clock;
   rx_node *root = &rc->nodes[0];
   root->access = t;
   int32_t cur = 0;
   int64_t pos = 0;
+  size_t d = 0;
   while (pos < n) {
     int32_t c = lookup(rc, cur, ns, keys + pos);
     if (c == RX_NONE) break;
-    rx_node *C = &rc->nodes[c];
-    C->access = t;
-    heap_fix(rc, c); /* its key changed; a split below leaves it where it is */
-    int64_t pl = common_pages(rx_keys(C), keys + pos, KVC__MIN((int64_t)C->len, n - pos), ps);
-    if (pl < C->len) c = split(rc, c, (int32_t)pl);
+    const int64_t len = rc->hot[c].len;
+    int64_t pl = common_pages(rx_keys(&rc->nodes[c]), keys + pos, KVC__MIN(len, n - pos), ps);
+    cur = insert_visit(rc, c, pl, pos, t, priority, inserted_len);
+    rc->path[d++] = cur;
     pos += pl;
-    cur = c;
-    /* The priority goes to the part on the key's path only: the prompt's re-insert with
-     * priority + 1 must leave the outputs' part below it evictable first. */
-    if (priority > rc->nodes[cur].priority) rc->nodes[cur].priority = priority;
-    /* A request counts each node once: only nodes ending past what it inserted before. */
-    if (pos > inserted_len) rc->nodes[cur].hit_count++;
-    heap_fix(rc, cur);
-    if (pl < rc->nodes[cur].len) break;
+    if (pl < len) break;
   }
+  insert_leaf(rc, ns, keys, n, pos, priority, inserted_len, leaf_seg, leaf_run, &cur, &d);
+  *node = cur;
+  if (depth) *depth = d;
+}
+
+static void insert_leaf(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t pos, int32_t priority,
+                        int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *cur_io, size_t *d) {
+  const int64_t ps = rc->ps;
+  int32_t cur = *cur_io;
   if (pos < n) {
     int32_t l = node_new(rc);
     rx_node *L = &rc->nodes[l];
     L->seg = leaf_seg;
     L->off = 0;
-    L->len = (int32_t)(n - pos);
-    L->run_first = kvc__rx_run_end(rx_vals(L), 0, L->len, 1) == L->len ? rx_vals(L)[0] : -1;
+    rc->hot[l].len = (int32_t)(n - pos);
+    L->run_first = leaf_run;
     L->ns = ns;
     L->priority = priority;
     L->hit_count = n > inserted_len;
@@ -529,43 +656,52 @@ void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys,
     L->child_h = child_hash(cur, ns, rx_keys(L), ps);
     table_put(rc, L->child_h, cur, l);
     /* The caller marked the leaf's slots held when it validated them. */
-    rc->evictable += L->len;
+    rc->evictable += n - pos;
     leaf_update(rc, cur);
     leaf_update(rc, l);
     if (rc->events_on) kvc__rx_event_stored(rc, l);
     cur = l;
+    rc->path[(*d)++] = cur;
   }
-  *node = cur;
+  *cur_io = cur;
 }
 
 /* --- Locks ----------------------------------------------------------------------------------- */
 
+/* Only hot[] is read on the way up; a node's cold half is touched when it is a leaf that
+ * leaves or rejoins the eviction heap (an unlocked childless node is always in it). The
+ * size change is summed in a local: stores to rc inside the loop would be reloaded after
+ * every store through hot[] (they may alias as far as the compiler knows). */
 void kvc__rx_lock(kvc_radix_cache *rc, int32_t id) {
-  rx_node *nodes = rc->nodes;
-  for (int32_t x = id; x > 0; x = nodes[x].parent) {
-    rx_node *n = &nodes[x];
-    if (n->lock_ref++ == 0) {
-      rc->evictable -= n->len;
-      rc->protected_ += n->len;
-      if (n->heap_pos != RX_NONE) heap_remove(rc, x);
+  rx_hot *hot = rc->hot;
+  int64_t moved = 0;
+  for (int32_t x = id; x > 0; x = hot[x].parent) {
+    rx_hot *h = &hot[x];
+    if (h->lock_ref++ == 0) {
+      moved += h->len;
+      if (h->nchild == 0 && rc->nodes[x].heap_pos != RX_NONE) heap_remove(rc, x);
     }
   }
+  rc->evictable -= moved;
+  rc->protected_ += moved;
 }
 
 kvc_status kvc__rx_unlock(kvc_radix_cache *rc, int32_t id, const char *fn) {
+  rx_hot *hot = rc->hot;
   /* Locks run from a node to the root, so no node is locked less than a descendant:
    * when this one is locked, its whole path is. */
-  if (id > 0 && rc->nodes[id].lock_ref <= 0)
+  if (id > 0 && hot[id].lock_ref <= 0)
     return kvc__error(rc->ctx, KVC_ERR_MISUSE, fn, "lock of node %d released below zero (unlocked twice?)", id);
-  rx_node *nodes = rc->nodes;
-  for (int32_t x = id; x > 0; x = nodes[x].parent) {
-    rx_node *n = &nodes[x];
-    if (--n->lock_ref == 0) {
-      rc->evictable += n->len;
-      rc->protected_ -= n->len;
-      leaf_update(rc, x);
+  int64_t moved = 0;
+  for (int32_t x = id; x > 0; x = hot[x].parent) {
+    rx_hot *h = &hot[x];
+    if (--h->lock_ref == 0) {
+      moved += h->len;
+      if (h->nchild == 0) leaf_update(rc, x);
     }
   }
+  rc->evictable += moved;
+  rc->protected_ -= moved;
   return KVC_OK;
 }
 
@@ -573,11 +709,11 @@ kvc_status kvc__rx_unlock(kvc_radix_cache *rc, int32_t id, const char *fn) {
 
 static void delete_leaf(kvc_radix_cache *rc, int32_t id) {
   rx_node *n = &rc->nodes[id];
-  const int32_t parent = n->parent;
+  const int32_t parent = rc->hot[id].parent, len = rc->hot[id].len;
   heap_remove(rc, id);
-  if (n->run_first >= 0) kvc__rx_clear_pages(rc, n->run_first, n->run_first + n->len - 1);
-  else kvc__rx_unmark(rc, rx_vals(n), n->len);
-  rc->evictable -= n->len;
+  if (n->run_first >= 0) kvc__rx_clear_pages(rc, n->run_first, n->run_first + len - 1);
+  else kvc__rx_unmark(rc, rx_vals(n), len);
+  rc->evictable -= len;
   table_del(rc, id);
   sib_unlink(rc, id);
   seg_unref(rc, n->seg);
@@ -590,10 +726,10 @@ kvc_status kvc__rx_evict(kvc_radix_cache *rc, int64_t n, rx_free_fn free_fn, voi
   kvc_status st = KVC_OK;
   while (done < n && rc->heap_len > 0) {
     int32_t x = rc->heap[0];
-    const rx_node *X = &rc->nodes[x];
-    st = free_fn(user, rx_vals(X), (size_t)X->len);
+    const int32_t len = rc->hot[x].len;
+    st = free_fn(user, rx_vals(&rc->nodes[x]), (size_t)len);
     if (st != KVC_OK) break; /* the victim stays: its free changed nothing */
-    done += X->len;
+    done += len;
     if (rc->events_on) kvc__rx_event_removed(rc, x);
     delete_leaf(rc, x);
   }
@@ -608,38 +744,40 @@ kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn) {
   int64_t held = 0;
   for (int32_t i = 1; i < rc->nodes_used; i++) {
     const rx_node *n = &rc->nodes[i];
+    const rx_hot *h = &rc->hot[i];
     if (!n->seg) continue;
     live++;
-    if (n->len <= 0 || n->len % rc->ps)
-      return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d has length %d", i, n->len);
-    if (n->lock_ref < 0) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d lock %d", i, n->lock_ref);
-    if (n->lock_ref) pr += n->len;
-    else ev += n->len;
-    const rx_node *p = &rc->nodes[n->parent];
-    if (n->parent != 0 && !p->seg) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d: dead parent", i);
-    if (n->parent != 0 && n->ns != p->ns) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d: namespace", i);
-    if (n->lock_ref > p->lock_ref && n->parent != 0)
+    if (h->len <= 0 || h->len % rc->ps)
+      return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d has length %d", i, h->len);
+    if (h->lock_ref < 0) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d lock %d", i, h->lock_ref);
+    if (h->lock_ref) pr += h->len;
+    else ev += h->len;
+    const rx_node *p = &rc->nodes[h->parent];
+    if (h->parent != 0 && !p->seg) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d: dead parent", i);
+    if (h->parent != 0 && n->ns != p->ns) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d: namespace", i);
+    if (h->lock_ref > rc->hot[h->parent].lock_ref && h->parent != 0)
       return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d locked more than its parent", i);
     int32_t cnt = 0;
     for (int32_t c = n->first_child; c != RX_NONE; c = rc->nodes[c].next_sib) cnt++;
-    if (cnt != n->nchild) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d child count", i);
-    bool leaf = n->lock_ref == 0 && n->nchild == 0;
+    if (cnt != h->nchild) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d child count", i);
+    bool leaf = h->lock_ref == 0 && h->nchild == 0;
     leaves += leaf;
     if (leaf != (n->heap_pos != RX_NONE) || (leaf && rc->heap[n->heap_pos] != i))
       return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d eviction heap membership", i);
-    if (lookup(rc, n->parent, n->ns, rx_keys(n)) != i || n->child_h != child_hash(n->parent, n->ns, rx_keys(n), rc->ps))
+    if (lookup(rc, h->parent, n->ns, rx_keys(n)) != i ||
+        n->child_h != child_hash(h->parent, n->ns, rx_keys(n), rc->ps))
       return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d not found in the child index", i);
     const int64_t *v = rx_vals(n);
-    for (int32_t k = 0; k < n->len; k++)
+    for (int32_t k = 0; k < h->len; k++)
       if (v[k] < 1 || v[k] > rc->top_slot || !rx_slot_held(rc, v[k]) || v[k] - v[k - k % rc->ps] != k % rc->ps ||
           (k % rc->ps == 0 && v[k] % rc->ps))
         return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d slot %lld not a held page", i, (long long)v[k]);
     bool run = n->run_first >= 0;
-    for (int32_t k = 0; k < n->len && run; k++) run = v[k] == n->run_first + k;
+    for (int32_t k = 0; k < h->len && run; k++) run = v[k] == n->run_first + k;
     if (n->run_first >= 0 && !run)
       return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d: run of slots from %lld is not its values", i,
                         (long long)n->run_first);
-    held += n->len / rc->ps;
+    held += h->len / rc->ps;
   }
   int64_t bits = 0;
   for (size_t w = 0; w < rx_held_words(rc); w++) bits += __builtin_popcountll(rc->held[w]);
@@ -658,11 +796,12 @@ kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn) {
 }
 
 size_t kvc__rx_bytes(const kvc_radix_cache *rc) {
-  return sizeof *rc + (size_t)rc->nodes_cap * (sizeof(rx_node) + sizeof(int32_t)) + rc->table_cap * sizeof(rx_slot) +
-         (size_t)rc->seg_bytes + rx_held_words(rc) * 8 + rc->path_cap * 4 + rc->vec_cap * 20;
+  return sizeof *rc + (size_t)rc->nodes_cap * (sizeof(rx_node) + sizeof(rx_hot) + sizeof(int32_t)) +
+         rc->table_cap * sizeof(rx_slot) + (size_t)rc->seg_bytes + rx_held_words(rc) * 8 + rc->path_cap * 4 +
+         rc->vec_cap * 20;
 }
 
-rx_seg *kvc__rx_seg_new(kvc_radix_cache *rc, const int32_t *keys, const int64_t *vals, int64_t n) {
+static rx_seg *seg_alloc(kvc_radix_cache *rc, const int32_t *keys, int64_t n) {
   size_t bytes;
   if (n <= 0 || n > INT32_MAX || !kvc__mul_size((size_t)n, 12, &bytes) || !kvc__add_size(bytes, sizeof(rx_seg), &bytes))
     return NULL;
@@ -670,8 +809,18 @@ rx_seg *kvc__rx_seg_new(kvc_radix_cache *rc, const int32_t *keys, const int64_t 
   if (!s) return NULL;
   s->refs = 1;
   s->len = n;
-  memcpy(rx_seg_vals(s), vals, (size_t)n * sizeof *vals);
   memcpy(rx_seg_keys(s), keys, (size_t)n * sizeof *keys);
   rc->seg_bytes += kvc__rx_seg_bytes(n);
   return s;
+}
+
+rx_seg *kvc__rx_seg_new(kvc_radix_cache *rc, const int32_t *keys, const int64_t *vals, int64_t n) {
+  rx_seg *s = seg_alloc(rc, keys, n);
+  if (s) memcpy(rx_seg_vals(s), vals, (size_t)n * sizeof *vals);
+  return s;
+}
+
+void kvc__rx_seg_drop(kvc_radix_cache *rc, rx_seg *s) {
+  rc->seg_bytes -= kvc__rx_seg_bytes(s->len);
+  kvc__free(rc->ctx, s);
 }
