@@ -8,15 +8,12 @@
 #define KVC_HOST_KERNELS_H
 
 #include "kvc_abi.h"
+#include "kvc_index.h" /* the index rules the kernels use, compiled here for the host */
 
 #include <stddef.h>
 #include <stdint.h>
 
 #define KVC_HPTR(type, addr) ((type)(uintptr_t)(addr))
-
-static inline int64_t kvc_host_load_index(uint64_t base, int64_t i, int is64) {
-  return is64 ? KVC_HPTR(const int64_t *, base)[i] : (int64_t)KVC_HPTR(const int32_t *, base)[i];
-}
 
 /* The inline payload that follows a header struct in a parameter block. */
 #define KVC_INLINE_PAYLOAD(hdr) ((const uint32_t *)(const void *)((const char *)(hdr) + sizeof(*(hdr))))

@@ -56,7 +56,7 @@ void kvc_host_kv_rows(const void *params) {
   }
   uint8_t in[64], out[64];
   for (int64_t i = 0; i < p->n; i++) {
-    int64_t slot = kvc_host_load_index(p->loc, i, p->loc_i64);
+    int64_t slot = kvc_load_index(p->loc, i, p->loc_i64);
     const int valid = slot >= 0 && slot < p->rows;
     for (int side = 0; side < 2; side++) {
       const int64_t nch = side ? sp->vch : sp->kch;
@@ -115,12 +115,12 @@ void kvc_host_kv_move(const void *params) {
       for (int64_t c0 = 0; c0 < p->n; c0 += p->chunk) {
         const int64_t cnt = p->n - c0 < p->chunk ? p->n - c0 : p->chunk;
         for (int64_t i = 0; i < cnt; i++) {
-          int64_t src = kvc_host_load_index(p->src, c0 + i, p->loc_i64);
+          int64_t src = kvc_load_index(p->src, c0 + i, p->loc_i64);
           if (src >= 0 && src < s->limit) memcpy(tmp + i * s->row_bytes, base + seg_offset(s, src), (size_t)s->row_bytes);
         }
         for (int64_t i = 0; i < cnt; i++) {
-          int64_t src = kvc_host_load_index(p->src, c0 + i, p->loc_i64);
-          int64_t tgt = kvc_host_load_index(p->tgt, c0 + i, p->loc_i64);
+          int64_t src = kvc_load_index(p->src, c0 + i, p->loc_i64);
+          int64_t tgt = kvc_load_index(p->tgt, c0 + i, p->loc_i64);
           if (src < 0 || src >= s->limit || tgt < 0 || tgt >= s->limit) continue;
           memcpy(base + seg_offset(s, tgt), tmp + i * s->row_bytes, (size_t)s->row_bytes);
         }
@@ -135,7 +135,7 @@ void kvc_host_kv_offload(const void *params) {
     const kvc_kv_seg *s = &p->seg[g];
     for (int64_t l = 0; l < s->layers; l++) {
       for (int64_t i = 0; i < s->count; i++) {
-        int64_t slot = kvc_host_load_index(p->loc, s->by_page ? i * s->page_size : i, p->loc_i64);
+        int64_t slot = kvc_load_index(p->loc, s->by_page ? i * s->page_size : i, p->loc_i64);
         /* Range check first, in unsigned (a negative slot is huge), then the offset: a
          * slot near INT64_MIN / INT64_MAX times the pitch would overflow, and only an
          * in-range slot's row offset is known to fit. Same as kernels/kv_offload.cu. */
