@@ -6,7 +6,6 @@
 #ifndef KVC_KV_ROWS_H
 #define KVC_KV_ROWS_H
 
-#include "../device/host_kernels/host_kernels.h"
 #include "ops.h"
 
 extern const kvc__kernel_def kvc__k_kv_rows;

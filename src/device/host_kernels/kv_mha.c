@@ -1,6 +1,6 @@
-/* C reference of kernels/kv_store.cu, kv_move.cu and kv_offload.cu. The specialisation
- * constants of the CUDA kernels travel here as the trailing kvc_host_kv_spec appended to
- * the parameter block by the wrappers (see host_kernels.h). */
+/* C reference of kernels/kv_store.cu, kv_move.cu and kv_offload.cu. The row kernel's
+ * specialisation constants (compile-time defines on CUDA) come from the kernel's spec,
+ * which the launch hands to this twin with the parameter block. */
 #include "host_kernels.h"
 #include "kvc_numeric.h"
 
@@ -45,9 +45,17 @@ static void convert(int src_dt, int dst_dt, int g, int gather, const uint8_t *in
   }
 }
 
-void kvc_host_kv_rows(const void *params) {
+/* The row kernel's variant, as kv_store.cu's KVC_* defines. */
+typedef struct kv_spec {
+  int32_t gather, src_dt, dst_dt, g, kch, vch;
+} kv_spec;
+
+void kvc_host_kv_rows(const void *params, const kvc__spec *spec) {
   const kvc_p_kv_rows *p = params;
-  const kvc_host_kv_spec *sp = (const kvc_host_kv_spec *)(const void *)(p + 1);
+  const kv_spec vs = {(int32_t)kvc__spec_value(spec, "KVC_GATHER", 0), (int32_t)kvc__spec_value(spec, "KVC_SRC_DT", 0),
+                     (int32_t)kvc__spec_value(spec, "KVC_DST_DT", 0), (int32_t)kvc__spec_value(spec, "KVC_G", 1),
+                     (int32_t)kvc__spec_value(spec, "KVC_KCH", 0), (int32_t)kvc__spec_value(spec, "KVC_VCH", 0)};
+  const kv_spec *sp = &vs;
   const int sb = chunk_bytes(sp->src_dt, sp->g), db = chunk_bytes(sp->dst_dt, sp->g);
   float kdiv = 1.0f, vdiv = 1.0f;
   if (!sp->gather && sp->src_dt != sp->dst_dt) {
