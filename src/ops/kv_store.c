@@ -9,7 +9,7 @@
  *       pointers and strides are aligned to (16/8/4/2/1).
  *   AP  pool-side access bytes: same from the pool's bases (256-aligned) and row bytes.
  */
-#include "kv_rows.h"
+#include "ops.h"
 
 #include <string.h>
 
