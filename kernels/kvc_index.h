@@ -15,8 +15,9 @@
  *     else last + 1
  *   last_loc: table[row][pre - 1], or -1 when pre == 0 or the entry is outside the table
  *
- * and the planned decode entry (row, position, slot[, mapped value]) that the allocator's
- * decode plan and the decode channel apply alike.
+ * the planned decode entry (row, position, slot[, mapped value]) that the allocator's
+ * decode plan and the decode channel apply alike, and the bounded lookup of an index map
+ * (full->SWA translation, req->mamba).
  *
  * The slot arithmetic is written as macros, not KVC_HD functions, on purpose: NVRTC
  * schedules a loop that calls even a trivial __forceinline__ function differently from
@@ -92,6 +93,13 @@ KVC_HD void kvc_decode_write(const uint32_t *e, int i, int64_t *out, int32_t *ta
 KVC_HD int64_t kvc_last_loc(const int32_t *table, int64_t num_rows, int64_t row_stride, int64_t row, int64_t pre) {
   if (pre > 0 && pre <= row_stride && row >= 0 && row < num_rows) return (int64_t)table[row * row_stride + pre - 1];
   return -1;
+}
+
+/* --- Index maps (swa.cu: full->SWA, req->mamba) ----------------------------------- */
+
+/* out[i] of a map gather: map[x] for x in [0, map_len), else `oob`. */
+KVC_HD int64_t kvc_map_lookup(uint64_t map, int is64, int64_t map_len, int64_t x, int64_t oob) {
+  return x >= 0 && x < map_len ? kvc_load_index(map, x, is64) : oob;
 }
 
 #endif
