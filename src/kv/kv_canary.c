@@ -57,9 +57,9 @@ static kvc_status canary_launch(kvc_kv_pool *pool, const char *fn, const int64_t
   int64_t units = (int64_t)n * h.nbuf, grid = (int64_t)kvc__num_sms(ctx) * 8;
   if (grid > units) grid = units;
   *nbuf = h.nbuf;
-  return kvc__plan_launch(ctx, &plan, check ? &kvc__k_canary_check : &kvc__k_canary_fill, NULL,
-                          &pool->kfunc[check ? KVC__KV_MEMO_CANARY_CHECK : KVC__KV_MEMO_CANARY_FILL], kvc__dim((unsigned)grid, 1, 1),
-                          kvc__dim(256, 1, 1), stream, &h);
+  const kvc__kfunc **memo = &pool->kfunc[check ? KVC__KV_MEMO_CANARY_CHECK : KVC__KV_MEMO_CANARY_FILL];
+  return kvc__plan_launch(ctx, &plan, check ? &kvc__k_canary_check : &kvc__k_canary_fill, NULL, memo,
+                          kvc__dim((unsigned)grid, 1, 1), kvc__dim(256, 1, 1), stream, &h);
 }
 
 kvc_status kvc_kv_pool_canary_fill(kvc_kv_pool *pool, const int64_t *slots, size_t n, kvc_stream stream) {
