@@ -41,6 +41,9 @@ extern const kvc__kernel_def kvc__k_swa_map_write;
 extern const kvc__kernel_def kvc__k_swa_gather;
 extern const kvc__kernel_def kvc__k_canary_fill;
 extern const kvc__kernel_def kvc__k_canary_check;
+/* All of them, in the order above. */
+extern const kvc__kernel_def *const kvc__kernel_table[];
+extern const size_t kvc__kernel_table_len;
 
 #define KVC__ADDR(p) ((uint64_t)(uintptr_t)(p))
 
