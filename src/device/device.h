@@ -92,12 +92,25 @@ kvc_status kvc__kernel_launch(kvc_context *ctx, const kvc__kfunc *f, kvc__dim3 g
                               kvc__dim3 block, unsigned smem_bytes, kvc_stream stream,
                               const void *params, size_t params_bytes);
 
+/** Memory a kernel's host twin needs beyond its parameter block for one launch (the move
+ *  twin buffers a chunk of rows where the kernel has shared memory): on the host backend
+ *  `count` x `size` bytes from kvc__malloc, which the caller frees with kvc__free after
+ *  the launch; on CUDA *out = NULL and nothing is allocated. Taken before the launch, so
+ *  running out is KVC_ERR_HOST_OOM ("<what> of N bytes", naming `fn`) with nothing done. */
+kvc_status kvc__kernel_twin_scratch(kvc_context *ctx, const char *fn, const char *what, size_t count, size_t size,
+                                    void **out);
+
 /** Largest kernel parameter struct the driver accepts (32764 on CUDA >= 12.1, else 4096;
  *  unbounded on the host backend). */
 size_t kvc__max_param_bytes(const kvc_context *ctx);
 
 /** Number of multiprocessors (1 on the host backend): sizes persistent grids. */
 int kvc__num_sms(const kvc_context *ctx);
+
+/** Dynamic shared memory one block may use and one multiprocessor holds, in bytes, by
+ *  compute capability (unbounded, INT64_MAX / 4, on the host backend, where a twin runs
+ *  the whole grid as one). */
+void kvc__smem_limits(kvc_context *ctx, int64_t *per_block, int64_t *per_sm);
 
 /* --- Staging of per-call payloads too large for kernel parameters ------------------ */
 

@@ -319,6 +319,18 @@ kvc_status kvc__kernel_get(kvc_context *ctx, const kvc__kernel_def *def, const k
 }
 
 
+kvc_status kvc__kernel_twin_scratch(kvc_context *ctx, const char *fn, const char *what, size_t count, size_t size,
+                                    void **out) {
+  *out = NULL;
+  if (ctx->backend != KVC_BACKEND_HOST) return KVC_OK;
+  size_t bytes;
+  if (!kvc__mul_size(count, size, &bytes))
+    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "%s of %zu x %zu bytes overflows", what, count, size);
+  *out = kvc__malloc(ctx, bytes);
+  if (!*out) return kvc__error(ctx, KVC_ERR_HOST_OOM, fn, "%s of %zu bytes", what, bytes);
+  return KVC_OK;
+}
+
 kvc_status kvc__kernel_launch(kvc_context *ctx, const kvc__kfunc *f, kvc__dim3 grid, kvc__dim3 block,
                               unsigned smem_bytes, kvc_stream stream, const void *params,
                               size_t params_bytes) {

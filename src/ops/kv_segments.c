@@ -36,20 +36,6 @@ static void move_tune(int *w, int *s, int *t, int *one) {
   *w = tw, *s = ts, *t = tt, *one = t1;
 }
 
-/* Dynamic shared memory a block may use / a multiprocessor holds, by compute capability
- * (host backend: unbounded, one CTA). */
-static void smem_limits(kvc_context *ctx, int64_t *block, int64_t *sm) {
-  kvc_device_info di;
-  if (kvc_context_backend(ctx) != KVC_BACKEND_CUDA || kvc_context_device_info(ctx, &di) != KVC_OK) {
-    *block = *sm = INT64_MAX / 4;
-    return;
-  }
-  const int cc = di.compute_major * 10 + di.compute_minor;
-  if (cc >= 90) *block = 227 * 1024, *sm = 228 * 1024; /* Hopper, Blackwell */
-  else if (cc == 80 || cc == 87) *block = 163 * 1024, *sm = 164 * 1024;
-  else *block = 99 * 1024, *sm = 100 * 1024;
-}
-
 kvc_status kvc__kv_move_launch(kvc_context *ctx, const char *fn, kvc_p_kv_move *p,
                                const kvc__kfunc *memo[KVC__KV_MOVE_WIDTHS], kvc_stream stream) {
   const int ns = p->nseg;
@@ -61,7 +47,7 @@ kvc_status kvc__kv_move_launch(kvc_context *ctx, const char *fn, kvc_p_kv_move *
 
   /* Shape: (W, S) from the device's shared memory; cnt * (S * W + 8) bytes. */
   int64_t blk_max, sm_max;
-  smem_limits(ctx, &blk_max, &sm_max);
+  kvc__smem_limits(ctx, &blk_max, &sm_max);
   /* Measured on the H200 (bench/NOTES-kernels.md, bench/RESULTS.md run 6): the tile
    * width dominates — 256-byte tiles keep both 128-byte lines of a 256-byte DRAM segment
    * in one access burst (+5-10 points over 128), 512-byte tiles leave one CTA per
@@ -93,17 +79,10 @@ kvc_status kvc__kv_move_launch(kvc_context *ctx, const char *fn, kvc_p_kv_move *
     KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_kv_move, &spec, f));
   }
   /* The host twin buffers one chunk of rows (sources are all read before any target is
-   * written); allocating it here makes a failure HOST_OOM with nothing moved. */
-  void *host_scratch = NULL;
-  if (kvc_context_backend(ctx) == KVC_BACKEND_HOST) {
-    size_t scratch_bytes;
-    if (!kvc__mul_size((size_t)chunk, (size_t)widest, &scratch_bytes))
-      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "move scratch of %lld x %lld bytes overflows",
-                        (long long)chunk, (long long)widest);
-    host_scratch = kvc__malloc(ctx, scratch_bytes);
-    if (!host_scratch) return kvc__error(ctx, KVC_ERR_HOST_OOM, fn, "move scratch of %zu bytes", scratch_bytes);
-    p->host_scratch = KVC__ADDR(host_scratch);
-  }
+   * written); taking it before the launch makes a failure HOST_OOM with nothing moved. */
+  void *host_scratch;
+  KVC_FORWARD(kvc__kernel_twin_scratch(ctx, fn, "move scratch", (size_t)chunk, (size_t)widest, &host_scratch));
+  p->host_scratch = KVC__ADDR(host_scratch);
   /* Persistent grid: as many CTAs as fit. */
   const int64_t smem = cnt * (stages * w + 8);
   p->stages = (int32_t)stages;
