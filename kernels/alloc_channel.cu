@@ -62,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(1024) kvc_decode_channel_apply(cons
   int64_t *out = p.out ? kvc_ptr<int64_t *>(p.out) : nullptr;
   int32_t *table = p.table ? kvc_ptr<int32_t *>(p.table) : nullptr;
   int64_t *map = p.map ? kvc_ptr<int64_t *>(p.map) : nullptr;
-  const int stride = map ? 4 : 3;
+  const int stride = KVC_DECODE_ENTRY_WORDS(map);
   for (int base = 0; base < n; base += KVC_CH_PASS) {
     const int cnt = n - base < KVC_CH_PASS ? n - base : KVC_CH_PASS;
     const int words = stride * cnt, vecs = (words + 3) / 4;

@@ -7,10 +7,9 @@
  * n_j = ceil(s/ps) - ceil(p/ps). Both scans (output offsets and page offsets) are block
  * scans over chunks, so each block costs O(n / blockDim) instead of an O(i) loop.
  * A slot that would need a page past num_free_pages is written as 0 (padding).
+ * The layout rules themselves are kvc_index.h's, shared with the host twins.
  */
 #include "common.cuh"
-
-KVC_DEVICE int64_t kvc_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 extern "C" __global__ void __launch_bounds__(256) kvc_alloc_extend_fill(const __grid_constant__ kvc_p_extend_fill p) {
   __shared__ int64_t warp_sums[32];
@@ -25,9 +24,9 @@ extern "C" __global__ void __launch_bounds__(256) kvc_alloc_extend_fill(const __
     if (i < p.n) {
       const int64_t pre = kvc_load_index(p.prefix_lens, i, p.lens_i64);
       const int64_t seq = kvc_load_index(p.seq_lens, i, p.lens_i64);
-      if (seq > pre && pre >= 0) {
+      if (KVC_EXTEND_GROWS(pre, seq)) {
         e = seq - pre;
-        np = kvc_ceil_div(seq, ps) - kvc_ceil_div(pre, ps);
+        np = KVC_EXTEND_NEW_PAGES(pre, seq, ps);
       }
     }
     int64_t tot_e, tot_p;
@@ -41,18 +40,18 @@ extern "C" __global__ void __launch_bounds__(256) kvc_alloc_extend_fill(const __
     for (int64_t r = first; r < end; r += gridDim.x) {
       const int64_t pre = kvc_load_index(p.prefix_lens, r, p.lens_i64);
       const int64_t seq = kvc_load_index(p.seq_lens, r, p.lens_i64);
-      if (!(seq > pre && pre >= 0)) continue;
+      if (!KVC_EXTEND_GROWS(pre, seq)) continue;
       const int64_t last = kvc_ptr<const int64_t *>(p.last_loc)[r];
-      const int64_t ceil_pre = kvc_ceil_div(pre, ps) * ps;
+      const int64_t ceil_pre = KVC_EXTEND_CEIL_PRE(pre, ps);
       const int64_t o = out_off[r - base], s0 = page_off[r - base];
       for (int64_t t = threadIdx.x; pre + t < seq; t += blockDim.x) {
         const int64_t pos = pre + t;
         int64_t slot;
-        if (pos < ceil_pre) {
-          slot = last + 1 + t;
+        if (KVC_EXTEND_IN_PREFIX_PAGE(pos, ceil_pre)) {
+          slot = KVC_SLOT_AFTER(last, t);
         } else {
           const int64_t k = pos - ceil_pre, idx = s0 + k / ps;
-          slot = idx < p.num_free_pages ? free_pages[idx] * ps + k % ps : 0;
+          slot = idx < p.num_free_pages ? KVC_PAGE_SLOT(free_pages[idx], k, ps) : 0;
         }
         out[o + t] = slot;
       }
@@ -73,7 +72,7 @@ extern "C" __global__ void __launch_bounds__(256) kvc_alloc_decode_fill(const __
     int64_t seq = 0, np = 0;
     if (i < p.n) {
       seq = kvc_load_index(p.seq_lens, i, p.lens_i64);
-      np = (seq >= 1 && (seq - 1) % ps == 0) ? 1 : 0;
+      np = KVC_DECODE_NEW_PAGE(seq, ps) ? 1 : 0;
     }
     int64_t total;
     const int64_t incl = kvc_block_inclusive_scan(np, warp_sums, &total);
@@ -83,7 +82,7 @@ extern "C" __global__ void __launch_bounds__(256) kvc_alloc_decode_fill(const __
         const int64_t idx = running + incl - 1;
         slot = idx < p.num_free_pages ? kvc_ptr<const int64_t *>(p.free_pages)[idx] * ps : 0;
       } else {
-        slot = kvc_load_index(p.last_loc, i, p.last_i64) + 1;
+        slot = KVC_SLOT_AFTER(kvc_load_index(p.last_loc, i, p.last_i64), 0);
       }
       kvc_ptr<int64_t *>(p.out)[i] = slot;
     }

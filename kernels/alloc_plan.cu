@@ -34,7 +34,7 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_extend(const __grid_c
   const int32_t *d = reinterpret_cast<const int32_t *>(w + (size_t)r * KVC_PLAN_EXTEND_DESC_WORDS);
   const int32_t row = d[0], pre = d[1], seq = d[2], last = d[3], o = d[4], pb = d[5], psrc = d[6], wlast = d[7];
   const int64_t ps = KVC_PAGE_SIZE;
-  const int64_t ceil_pre = (pre + ps - 1) / ps * ps;
+  const int64_t ceil_pre = KVC_EXTEND_CEIL_PRE(pre, ps);
   const uint32_t *pages = w + p.h.pages_at + pb;
   int64_t *map = p.h.map ? kvc_ptr<int64_t *>(p.h.map) : nullptr;
   const uint32_t *wpages = w + p.h.swa_pages_at + pb;
@@ -46,13 +46,13 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_extend(const __grid_c
   for (int64_t t = t0 + threadIdx.x; t < t1 && pre + t < seq; t += blockDim.x) {
     const int64_t pos = pre + t;
     int64_t slot, wslot;
-    if (pos < ceil_pre) {
-      slot = last + 1 + t;
-      wslot = wlast + 1 + t;
+    if (KVC_EXTEND_IN_PREFIX_PAGE(pos, ceil_pre)) {
+      slot = KVC_SLOT_AFTER(last, t);
+      wslot = KVC_SLOT_AFTER(wlast, t);
     } else {
       const int64_t k = pos - ceil_pre;
-      slot = (int64_t)pages[k / ps] * ps + k % ps;
-      wslot = map ? (int64_t)wpages[k / ps] * ps + k % ps : 0;
+      slot = KVC_PAGE_SLOT((int64_t)pages[k / ps], k, ps);
+      wslot = map ? KVC_PAGE_SLOT((int64_t)wpages[k / ps], k, ps) : 0;
     }
     if (out) out[o + t] = slot;
     if (dst) dst[pos] = (int32_t)slot;
@@ -74,7 +74,7 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_decode(const __grid_c
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= p.h.n) return;
   const uint32_t *w = p.h.staged ? kvc_ptr<const uint32_t *>(p.h.staged) : p.words;
-  const int stride = p.h.map ? 4 : 3;
+  const int stride = KVC_DECODE_ENTRY_WORDS(p.h.map);
   kvc_decode_write(w + stride * i, i, kvc_ptr<int64_t *>(p.h.out), kvc_ptr<int32_t *>(p.h.table), p.h.row_stride,
                    kvc_ptr<int64_t *>(p.h.map), p.h.map_len);
 }

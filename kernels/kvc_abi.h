@@ -23,6 +23,14 @@ typedef unsigned long long uint64_t;
 #include <stdint.h>
 #endif
 
+/* A function body shared by a kernel and its C twin (kvc_numeric.h, kvc_index.h):
+ * inlined device code under NVRTC, a static inline function in C. */
+#ifdef __CUDACC_RTC__
+#define KVC_HD __device__ __forceinline__
+#else
+#define KVC_HD static inline
+#endif
+
 /* --- req_to_token.cu --------------------------------------------------------------- */
 
 typedef struct kvc_p_get_last_loc {

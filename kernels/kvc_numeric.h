@@ -13,13 +13,7 @@
 #ifndef KVC_NUMERIC_H
 #define KVC_NUMERIC_H
 
-#include "kvc_abi.h"
-
-#ifdef __CUDACC_RTC__
-#define KVC_HD __device__ __forceinline__
-#else
-#define KVC_HD static inline
-#endif
+#include "kvc_abi.h" /* KVC_HD */
 
 KVC_HD uint32_t kvc_f2u(float f) {
   union {

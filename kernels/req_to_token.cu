@@ -21,9 +21,7 @@ extern "C" __global__ void __launch_bounds__(256) kvc_get_last_loc(const __grid_
   if (i >= p.n) return;
   const int64_t row = kvc_load_index(p.rows, i, p.rows_i64);
   const int64_t pre = kvc_load_index(p.prefix_lens, i, p.lens_i64);
-  int64_t v = -1;
-  if (pre > 0 && pre <= p.row_stride && row >= 0 && row < p.num_rows)
-    v = (int64_t)kvc_ptr<const int32_t *>(p.table)[row * p.row_stride + pre - 1];
+  const int64_t v = kvc_last_loc(kvc_ptr<const int32_t *>(p.table), p.num_rows, p.row_stride, row, pre);
   if (p.lens_i64) kvc_ptr<int64_t *>(p.out)[i] = v;
   else kvc_ptr<int32_t *>(p.out)[i] = (int32_t)v;
 }
@@ -38,8 +36,8 @@ extern "C" __global__ void __launch_bounds__(256) kvc_write_req_to_token(const _
     const int64_t i = base + threadIdx.x;
     int64_t e = 0;
     if (i < p.n) {
-      e = kvc_load_index(p.seq_lens, i, p.lens_i64) - kvc_load_index(p.prefix_lens, i, p.lens_i64);
-      if (e < 0) e = 0;
+      const int64_t seq = kvc_load_index(p.seq_lens, i, p.lens_i64), pre = kvc_load_index(p.prefix_lens, i, p.lens_i64);
+      e = KVC_EXTEND_LEN(pre, seq);
     }
     int64_t total;
     const int64_t incl = kvc_block_inclusive_scan(e, warp_sums, &total);

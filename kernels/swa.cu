@@ -48,8 +48,7 @@ extern "C" __global__ void __launch_bounds__(256) kvc_swa_gather(const __grid_co
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= p.n) return;
   const int64_t x = kvc_load_index(p.in, i, p.in_i64);
-  int64_t v = p.oob;
-  if (x >= 0 && x < p.map_len) v = kvc_load_index(p.map, x, p.map_i64);
+  const int64_t v = kvc_map_lookup(p.map, p.map_i64, p.map_len, x, p.oob);
   if (p.out_i64) kvc_ptr<int64_t *>(p.out)[i] = v;
   else kvc_ptr<int32_t *>(p.out)[i] = (int32_t)v;
 }

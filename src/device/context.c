@@ -125,3 +125,15 @@ kvc_status kvc_context_kernel_cache_stats(kvc_context *ctx, kvc_kernel_cache_sta
 
 size_t kvc__max_param_bytes(const kvc_context *ctx) { return ctx->max_param_bytes; }
 int kvc__num_sms(const kvc_context *ctx) { return ctx->num_sms; }
+
+void kvc__smem_limits(kvc_context *ctx, int64_t *per_block, int64_t *per_sm) {
+  kvc_device_info di;
+  if (ctx->backend != KVC_BACKEND_CUDA || kvc_context_device_info(ctx, &di) != KVC_OK) {
+    *per_block = *per_sm = INT64_MAX / 4;
+    return;
+  }
+  const int cc = di.compute_major * 10 + di.compute_minor;
+  if (cc >= 90) *per_block = 227 * 1024, *per_sm = 228 * 1024; /* Hopper, Blackwell */
+  else if (cc == 80 || cc == 87) *per_block = 163 * 1024, *per_sm = 164 * 1024;
+  else *per_block = 99 * 1024, *per_sm = 100 * 1024;
+}

@@ -1,8 +1,12 @@
 /*
  * device.h — the device seam: the only interface through which upper layers touch
- * memory, copies and kernels. Two implementations: host.c (plain memory, C reference
- * kernels, synchronous) and cuda.c (libcuda via dlopen, NVRTC-compiled kernels).
- * Nothing above src/device/ includes cuda.h.
+ * memory, copies and kernels, the same for both backends. Each function here branches
+ * once on the context's backend: the host backend uses plain memory, runs every copy
+ * synchronously and runs a kernel as its C twin (host_kernels/, found by the kernel's
+ * entry name); the CUDA backend goes to cuda.c (libcuda loaded with dlopen) and runs the
+ * NVRTC-compiled kernel (nvrtc.c, kcache.c). memory.c holds the memory, copy and staging
+ * entry points, kcache.c the kernel lookup and launch, context.c the context itself.
+ * Nothing above src/device/ includes cuda.h or knows which backend runs.
  *
  * Conventions: every function returns kvc_status and records an error on failure;
  * pointers "dev" are backend memory; no function here synchronizes a stream except
@@ -49,14 +53,12 @@ size_t kvc__dev_max_pitch(kvc_context *ctx);
 
 /* --- Kernels ----------------------------------------------------------------------- */
 
-/** C reference of a kernel: runs the whole grid on the host from the same params. */
-typedef void (*kvc__host_kernel)(const void *params);
-
-/** A kernel of kernels/<file>: its extern "C" entry name, and its host twin. */
+/** A kernel of kernels/<file>, by its extern "C" entry name. The host backend runs the
+ *  C twin registered under the same name (host_kernels/twins.c), so a launcher never
+ *  names a backend. */
 typedef struct kvc__kernel_def {
   const char *name;
   const char *file;
-  kvc__host_kernel host;
 } kvc__kernel_def;
 
 /** Compile-time specialisation: -D<name>=<value> pairs (at most 8), in a fixed order.
@@ -83,10 +85,20 @@ kvc_status kvc__kernel_get(kvc_context *ctx, const kvc__kernel_def *def, const k
                            const kvc__kfunc **out);
 
 /** Launches `f` with one by-value parameter struct (the kernel's only argument).
- *  params_bytes <= kvc__max_param_bytes(ctx). Host backend: runs the twin now. */
+ *  params_bytes <= kvc__max_param_bytes(ctx). Host backend: runs the twin now, on the
+ *  same parameter block (and, for twins that need them, `f`'s specialisation values,
+ *  which the CUDA kernel has as compile-time constants). */
 kvc_status kvc__kernel_launch(kvc_context *ctx, const kvc__kfunc *f, kvc__dim3 grid,
                               kvc__dim3 block, unsigned smem_bytes, kvc_stream stream,
                               const void *params, size_t params_bytes);
+
+/** Memory a kernel's host twin needs beyond its parameter block for one launch (the move
+ *  twin buffers a chunk of rows where the kernel has shared memory): on the host backend
+ *  `count` x `size` bytes from kvc__malloc, which the caller frees with kvc__free after
+ *  the launch; on CUDA *out = NULL and nothing is allocated. Taken before the launch, so
+ *  running out is KVC_ERR_HOST_OOM ("<what> of N bytes", naming `fn`) with nothing done. */
+kvc_status kvc__kernel_twin_scratch(kvc_context *ctx, const char *fn, const char *what, size_t count, size_t size,
+                                    void **out);
 
 /** Largest kernel parameter struct the driver accepts (32764 on CUDA >= 12.1, else 4096;
  *  unbounded on the host backend). */
@@ -94,6 +106,11 @@ size_t kvc__max_param_bytes(const kvc_context *ctx);
 
 /** Number of multiprocessors (1 on the host backend): sizes persistent grids. */
 int kvc__num_sms(const kvc_context *ctx);
+
+/** Dynamic shared memory one block may use and one multiprocessor holds, in bytes, by
+ *  compute capability (unbounded, INT64_MAX / 4, on the host backend, where a twin runs
+ *  the whole grid as one). */
+void kvc__smem_limits(kvc_context *ctx, int64_t *per_block, int64_t *per_sm);
 
 /* --- Staging of per-call payloads too large for kernel parameters ------------------ */
 

@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "context.h"
+#include "host_kernels/host_kernels.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@ struct kvc__kfunc {
   char *key;                  /* "name -DA=1 ..." (logs, disk-cache key) */
   void *module;
   void *function;
-  kvc__host_kernel host;
+  const kvc__host_twin *twin; /* host backend: the kernel's C twin */
   unsigned smem_set;
 };
 
@@ -299,8 +300,12 @@ kvc_status kvc__kernel_get(kvc_context *ctx, const kvc__kernel_def *def, const k
   f->def = def;
   if (spec) f->spec = *spec;
   f->key = kcopy;
-  f->host = def->host;
-  if (ctx->backend == KVC_BACKEND_CUDA) st = build(ctx, def, opts, nopts, f);
+  if (ctx->backend == KVC_BACKEND_CUDA) {
+    st = build(ctx, def, opts, nopts, f);
+  } else {
+    f->twin = kvc__host_twin_find(def->name);
+    if (!f->twin) st = kvc__error(ctx, KVC_ERR_INTERNAL, "kvc__kernel_get", "no host twin for %s", def->name);
+  }
   if (st == KVC_OK) st = table_insert(ctx, kc, f);
   if (st != KVC_OK) {
     if (f->module) kvc__cuda_module_unload(ctx, f->module);
@@ -314,6 +319,18 @@ kvc_status kvc__kernel_get(kvc_context *ctx, const kvc__kernel_def *def, const k
 }
 
 
+kvc_status kvc__kernel_twin_scratch(kvc_context *ctx, const char *fn, const char *what, size_t count, size_t size,
+                                    void **out) {
+  *out = NULL;
+  if (ctx->backend != KVC_BACKEND_HOST) return KVC_OK;
+  size_t bytes;
+  if (!kvc__mul_size(count, size, &bytes))
+    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "%s of %zu x %zu bytes overflows", what, count, size);
+  *out = kvc__malloc(ctx, bytes);
+  if (!*out) return kvc__error(ctx, KVC_ERR_HOST_OOM, fn, "%s of %zu bytes", what, bytes);
+  return KVC_OK;
+}
+
 kvc_status kvc__kernel_launch(kvc_context *ctx, const kvc__kfunc *f, kvc__dim3 grid, kvc__dim3 block,
                               unsigned smem_bytes, kvc_stream stream, const void *params,
                               size_t params_bytes) {
@@ -324,7 +341,7 @@ kvc_status kvc__kernel_launch(kvc_context *ctx, const kvc__kfunc *f, kvc__dim3 g
     return kvc__error(ctx, KVC_ERR_INTERNAL, "kvc__kernel_launch", "%zu parameter bytes for %s", params_bytes, f->key);
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return KVC_OK;
   if (ctx->backend == KVC_BACKEND_HOST) {
-    f->host(params);
+    kvc__host_twin_run(f->twin, params, &f->spec);
     return KVC_OK;
   }
   return kvc__cuda_launch(ctx, f->function, (unsigned *)&f->smem_set, grid, block, smem_bytes, stream, params);

@@ -3,14 +3,11 @@
  * KVC_CANARY_BYTE; a check before the rows are handed out again finds writes made after
  * the free. Both calls are one planned launch (slot ids as int32 payload words, the
  * buffer table in the header); the check then synchronizes and reads a 16-byte result.
- * pool->kfunc[15..17] memoise the fill variants, [18..20] the check variants.
+ * pool->kfunc[KVC__KV_MEMO_CANARY_FILL / _CHECK ...] memoise the plan variants.
  */
 #include "kv_pool.h"
 
 #include <string.h>
-
-#define MEMO_CANARY_FILL 15  /* three plan variants each */
-#define MEMO_CANARY_CHECK 18
 
 /* Buffer table of the header; returns the buffer count (0: nothing to do) and maps
  * table entries back to pool buffers in idx[]. */
@@ -60,9 +57,9 @@ static kvc_status canary_launch(kvc_kv_pool *pool, const char *fn, const int64_t
   int64_t units = (int64_t)n * h.nbuf, grid = (int64_t)kvc__num_sms(ctx) * 8;
   if (grid > units) grid = units;
   *nbuf = h.nbuf;
-  return kvc__plan_launch(ctx, &plan, check ? &kvc__k_canary_check : &kvc__k_canary_fill, NULL,
-                          &pool->kfunc[check ? MEMO_CANARY_CHECK : MEMO_CANARY_FILL], kvc__dim((unsigned)grid, 1, 1),
-                          kvc__dim(256, 1, 1), stream, &h);
+  const kvc__kfunc **memo = &pool->kfunc[check ? KVC__KV_MEMO_CANARY_CHECK : KVC__KV_MEMO_CANARY_FILL];
+  return kvc__plan_launch(ctx, &plan, check ? &kvc__k_canary_check : &kvc__k_canary_fill, NULL, memo,
+                          kvc__dim((unsigned)grid, 1, 1), kvc__dim(256, 1, 1), stream, &h);
 }
 
 kvc_status kvc_kv_pool_canary_fill(kvc_kv_pool *pool, const int64_t *slots, size_t n, kvc_stream stream) {

@@ -8,16 +8,13 @@
  *   k + i*k_stride  --convert-->   K[layer] + loc[i]*k_row_bytes   (+ K_SCALE for FP4)
  *   v + i*v_stride  --convert-->   V[layer] + loc[i]*v_row_bytes   (+ V_SCALE for FP4)
  *
- * pool->kfunc[] indices used by this file: 0..4 set_kv per source dtype, 5..9 gather per
- * output dtype (kv_move.c uses 10..13, kv_offload.c 14; 16..31 are the MLA code's).
+ * The launcher is src/ops/kv_store.c's; this file maps the pool's kind and layer onto it.
+ * Each call memoises its kernel in pool->kfunc[KVC__KV_MEMO_SET_KV + src_dtype - 1] or
+ * [KVC__KV_MEMO_GATHER + out_dtype - 1] (kv_pool.h).
  */
-#include "../ops/kv_rows.h"
 #include "kv_pool.h"
 
 #include <string.h>
-
-#define MEMO_SET_KV 0
-#define MEMO_GATHER 5
 
 static bool is_value_dtype(kvc_dtype d) { return kvc__is_float_src(d) || kvc__is_fp8(d); }
 
@@ -146,7 +143,7 @@ kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *l
   req.p.v_scale_ptr = KVC__ADDR(v_scale_device);
   req.p.k_scale = k_scale;
   req.p.v_scale = v_scale;
-  return kvc__kv_rows_launch(ctx, __func__, &req, &pool->kfunc[MEMO_SET_KV + (int)src_dtype - 1], stream);
+  return kvc__kv_rows_launch(ctx, __func__, &req, &pool->kfunc[KVC__KV_MEMO_SET_KV + (int)src_dtype - 1], stream);
 }
 
 kvc_status kvc_kv_pool_gather_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc, kvc_index_type loc_type,
@@ -190,6 +187,6 @@ kvc_status kvc_kv_pool_gather_kv(kvc_kv_pool *pool, int32_t layer_id, const void
   req.p.n = (int64_t)n;
   req.p.loc_i64 = loc_type == KVC_INDEX_I64;
   /* the memo holds the K+V variant; a K-only read of an MHA pool looks its kernel up */
-  const kvc__kfunc **memo = has_v && !v_out ? NULL : &pool->kfunc[MEMO_GATHER + (int)out_dtype - 1];
+  const kvc__kfunc **memo = has_v && !v_out ? NULL : &pool->kfunc[KVC__KV_MEMO_GATHER + (int)out_dtype - 1];
   return kvc__kv_rows_launch(ctx, __func__, &req, memo, stream);
 }

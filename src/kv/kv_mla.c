@@ -10,7 +10,6 @@
  *   NSA fp8    KV (rows, 656) bytes     NSA_FP8 (512 codes | 4 f32 scales | 64 bf16)
  *   NSA bf16   KV (rows, R+Q) bf16      ROWS, bf16
  */
-#include "../ops/mla.h"
 #include "kv_pool.h"
 
 static kvc_status pool_args(kvc_kv_pool *pool, const char *fn, int32_t layer_id, kvc__mla_args *a) {

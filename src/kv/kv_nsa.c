@@ -8,10 +8,9 @@
  *             128 B each, token-major          f32 each, at ps * 128 + 4 * t
  *
  * Token slot `loc` lives in page loc / ps at offset loc % ps (the KV pool's page id).
- * The kernels (kernels/nsa_index.cu) are compiled once: lengths, page size and table
- * width are kernel parameters, never specialisation constants.
+ * This file checks the pool side and the caller's arguments; the launches are the ops'
+ * (src/ops/nsa_index.c, kernels/nsa_index.cu).
  */
-#include "../ops/mla.h"
 #include "kv_pool.h"
 
 #define ADDR(p) ((uint64_t)(uintptr_t)(p))
@@ -26,13 +25,6 @@ static kvc_status index_buffer(kvc_kv_pool *pool, const char *fn, int32_t layer_
   return KVC_OK;
 }
 
-/* Widest access (16, 4 or 1 bytes) every address of the form base + k * 16 allows. */
-static int32_t access_width(uint64_t bits) {
-  if (bits % 16 == 0) return 16;
-  if (bits % 4 == 0) return 4;
-  return 1;
-}
-
 kvc_status kvc_nsa_set_index_k(kvc_kv_pool *pool, int32_t layer_id, const void *loc, kvc_index_type loc_type,
                                size_t n, const uint8_t *index_k, const float *scale, kvc_stream stream) {
   KVC_API_ENTRY();
@@ -45,31 +37,15 @@ kvc_status kvc_nsa_set_index_k(kvc_kv_pool *pool, int32_t layer_id, const void *
   KVC_RETURN_IF(n > (size_t)INT32_MAX * 32, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu too large", n);
   const int64_t ps = pool->cfg.page_size;
   kvc_p_nsa_index_set p = {ADDR(loc), ADDR(index_k), ADDR(scale), ADDR(b->base), (int64_t)n, b->rows, ps,
-                           loc_type == KVC_INDEX_I64,
-                           access_width(ADDR(index_k) | ADDR(b->base) | (uint64_t)b->row_bytes)};
-  const kvc__kfunc *f;
-  KVC_FORWARD(kvc__kernel_get(pool->ctx, &kvc__k_nsa_index_set, NULL, &f));
-  const int64_t blocks = ((int64_t)n * 8 + 255) / 256;
-  return kvc__kernel_launch(pool->ctx, f, kvc__dim((unsigned)blocks, 1, 1), kvc__dim(256, 1, 1), 0, stream, &p,
-                            sizeof p);
+                           loc_type == KVC_INDEX_I64, 0 /* vec: the launcher's */};
+  return kvc__nsa_index_set_launch(pool->ctx, &p, b->row_bytes, stream);
 }
 
 static kvc_status launch_get(kvc_kv_pool *pool, const kvc__kv_buffer *b, kvc_p_nsa_index_get *p, kvc_stream stream) {
-  uint64_t bits = ADDR(p->out_k) | ADDR(b->base) | (uint64_t)b->row_bytes;
-  if (p->out_s && ADDR(p->out_s) % 4) bits |= 1;
   p->buf = ADDR(b->base);
   p->pages = b->rows;
   p->page_size = pool->cfg.page_size;
-  p->vec = access_width(bits);
-  const kvc__kfunc *f;
-  KVC_FORWARD(kvc__kernel_get(pool->ctx, &kvc__k_nsa_index_get, NULL, &f));
-  /* Every block scans all lengths, so keep the grid near one wave. */
-  int64_t blocks = (p->seq_len_sum * 8 + 255) / 256;
-  const int64_t cap = 4 * (int64_t)kvc__num_sms(pool->ctx);
-  if (blocks > cap) blocks = cap;
-  if (blocks < 1) blocks = 1;
-  return kvc__kernel_launch(pool->ctx, f, kvc__dim((unsigned)blocks, 1, 1), kvc__dim(256, 1, 1), 0, stream, p,
-                            sizeof *p);
+  return kvc__nsa_index_get_launch(pool->ctx, p, b->row_bytes, stream);
 }
 
 kvc_status kvc_nsa_get_index_k(kvc_kv_pool *pool, int32_t layer_id, int64_t seq_len, const int32_t *page_indices,

@@ -16,13 +16,13 @@
  * invalid slots are zero-filled on the way out and skipped on the way in.
  *
  * The host memory must be pinned (kvc_host_pinned_alloc, or any page-locked memory
- * mapped into the device's address space under UVA). pool->kfunc[14] memoises the kernel.
+ * mapped into the device's address space under UVA). This file lays out the segments and
+ * the host buffer; the launcher is src/ops/kv_segments.c (kernels/kv_offload.cu), its
+ * kernel memoised in pool->kfunc[KVC__KV_MEMO_OFFLOAD].
  */
 #include "kv_segments.h"
 
 #include <string.h>
-
-#define MEMO_OFFLOAD 14
 
 static kvc_status build(kvc_kv_pool *pool, const char *fn, size_t n, uint64_t host, kvc_p_kv_offload *p, size_t *bytes) {
   memset(p, 0, sizeof *p);
@@ -78,12 +78,7 @@ static kvc_status offload(kvc_kv_pool *pool, const char *fn, const void *loc, kv
   p.n = (int64_t)n;
   p.loc_i64 = loc_type == KVC_INDEX_I64;
   p.dir = dir;
-  const kvc__kfunc **memo = &pool->kfunc[MEMO_OFFLOAD];
-  if (!*memo) KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_kv_offload, NULL, memo));
-  const int64_t warps_per_block = 8;
-  int64_t blocks = (p.total_rows + warps_per_block - 1) / warps_per_block;
-  blocks = KVC__MIN(blocks, (int64_t)kvc__num_sms(ctx) * 16);
-  return kvc__kernel_launch(ctx, *memo, kvc__dim((unsigned)blocks, 1, 1), kvc__dim(256, 1, 1), 0, stream, &p, sizeof p);
+  return kvc__kv_offload_launch(ctx, &p, &pool->kfunc[KVC__KV_MEMO_OFFLOAD], stream);
 }
 
 kvc_status kvc_kv_pool_copy_to_host(kvc_kv_pool *pool, const void *loc, kvc_index_type loc_type, size_t n, void *host,

@@ -19,6 +19,19 @@
 #define KVC__KV_POOL_MAGIC 0x6b76632d6b76706full
 #define KVC__REGION_KINDS 7
 
+/* The kernel lookups a pool memoises (kvc_kv_pool.kfunc), by the file that owns them, so
+ * the common launch of each operation does no hashing. The MLA and NSA launches look
+ * their kernels up each time and have none. */
+enum {
+  KVC__KV_MEMO_SET_KV = 0,                                       /* kv_mha.c: per source dtype 1..5 */
+  KVC__KV_MEMO_GATHER = KVC__KV_MEMO_SET_KV + 5,                 /* kv_mha.c: per output dtype 1..5 */
+  KVC__KV_MEMO_MOVE = KVC__KV_MEMO_GATHER + 5,                   /* kv_move.c: per tile width */
+  KVC__KV_MEMO_OFFLOAD = KVC__KV_MEMO_MOVE + KVC__KV_MOVE_WIDTHS, /* kv_offload.c */
+  KVC__KV_MEMO_CANARY_FILL,                                      /* kv_canary.c: the plan variants */
+  KVC__KV_MEMO_CANARY_CHECK = KVC__KV_MEMO_CANARY_FILL + KVC__PLAN_INLINE_VARIANTS,
+  KVC__KV_MEMO_COUNT = KVC__KV_MEMO_CANARY_CHECK + KVC__PLAN_INLINE_VARIANTS
+};
+
 typedef struct kvc__kv_buffer {
   kvc_region_kind region;
   int32_t layer;       /* local layer index */
@@ -44,15 +57,10 @@ struct kvc_kv_pool {
   int64_t k_row_bytes, v_row_bytes, k_scale_row_bytes, v_scale_row_bytes;
   int64_t kv_row_bytes, kv_scale_row_bytes, index_page_bytes, index_pages;
   kvc_dtype store_dtype; /* element type of K/V/KV storage (FP4: U8) */
-  /* Kernel lookups memoised by the operation files (indices are theirs). */
-  const kvc__kfunc *kfunc[32];
+  const kvc__kfunc *kfunc[KVC__KV_MEMO_COUNT]; /* by KVC__KV_MEMO_* */
   unsigned char *scratch; /* KVC__PARAM_SCRATCH_BYTES for parameter blocks */
   void *canary_result;    /* kv_canary.c: device uint64[2], allocated at the first check */
 };
-
-/* kv_canary.c (kernels.c): debug canary rows; pool->kfunc[15..20] memoise them. */
-extern const kvc__kernel_def kvc__k_canary_fill;
-extern const kvc__kernel_def kvc__k_canary_check;
 
 /** The buffer of `region` for local layer `layer`, or NULL. */
 static inline const kvc__kv_buffer *kvc__kv_buffer_at(const kvc_kv_pool *pool, kvc_region_kind region,

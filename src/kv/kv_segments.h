@@ -10,7 +10,6 @@
 #ifndef KVC_KV_SEGMENTS_H
 #define KVC_KV_SEGMENTS_H
 
-#include "../ops/kv_rows.h"
 #include "kv_pool.h"
 
 /** Fills segs (KVC_MAX_SEGS) and returns their count, or -1 (error recorded) if the

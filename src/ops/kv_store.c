@@ -9,7 +9,7 @@
  *       pointers and strides are aligned to (16/8/4/2/1).
  *   AP  pool-side access bytes: same from the pool's bases (256-aligned) and row bytes.
  */
-#include "kv_rows.h"
+#include "ops.h"
 
 #include <string.h>
 
@@ -49,13 +49,6 @@ kvc_status kvc__kv_rows_launch(kvc_context *ctx, const char *fn, kvc__kv_rows_re
   const int ap = KVC__MIN(pool_cb, kvc__align16(pv, 4));
   const bool full = ad == KVC__MIN(dense_cb, 16);
 
-  struct {
-    kvc_p_kv_rows p;
-    kvc_host_kv_spec sp;
-  } blk;
-  blk.p = *p;
-  blk.sp = (kvc_host_kv_spec){req->gather, req->src_dt, req->dst_dt, g, kch, vch};
-
   const kvc__kfunc *f = full && memo ? *memo : NULL;
   if (!f) {
     kvc__spec spec = {8,
@@ -79,7 +72,7 @@ kvc_status kvc__kv_rows_launch(kvc_context *ctx, const char *fn, kvc__kv_rows_re
   KVC_RETURN_IF(blocks > 0x7fffffff, ctx, KVC_ERR_INVALID_ARGUMENT, "n = %lld rows is too large for one launch",
                 (long long)p->n);
   return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)blocks, 1, 1), kvc__dim(KVC_KV_ROWS_BLOCK, 1, 1), 0, stream,
-                            &blk, sizeof blk);
+                            p, sizeof *p);
 }
 
 kvc_status kvc_store_kv(kvc_context *ctx, void *k_cache, void *v_cache, int64_t k_cache_stride,

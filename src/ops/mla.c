@@ -9,7 +9,7 @@
  * bytes. So the common case (bf16, R = 512, Q = 64, cudaMalloc'd buffers) moves 16 bytes
  * per access, and odd shapes or offsets still work, with narrower accesses.
  */
-#include "mla.h"
+#include "ops.h"
 
 #include <string.h>
 

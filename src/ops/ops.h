@@ -1,5 +1,17 @@
 /*
- * ops.h — level 1: the kernel definitions and the launch helpers the pools build on.
+ * ops.h — level 1: every kernel definition and every kernel launcher. Nothing above
+ * src/ops launches a kernel by itself: the pools, allocators and flows fill a parameter
+ * struct (kernels/kvc_abi.h) or pass raw device pointers, and call a launcher here. The
+ * launchers choose the variant, the grid and the memoised kernel, and go through the
+ * device seam, which runs the CUDA kernel or its host twin; nothing here knows which.
+ * This header includes no pool header: ops sit below the pools.
+ *
+ *   req_to_token.c  alloc_fill.c   level-1 table and allocation ops (kvcache.h)
+ *   plan.c                         planned launches: header + uint32 payload, inline or staged
+ *   kv_store.c                     the KV row kernel (pools' set/gather, kvc_store_kv)
+ *   mla.c  nsa_index.c             MLA latent rows (pools and level 1), NSA index-K pages
+ *   kv_segments.c                  whole-pool move and host offload
+ *   kernels.c                      the kernel table; compile_check.c, abi_check.c
  */
 #ifndef KVC_OPS_H
 #define KVC_OPS_H
@@ -7,6 +19,7 @@
 #include "../device/device.h"
 #include "kvc_abi.h"
 
+/* The kernel table (kernels.c). */
 extern const kvc__kernel_def kvc__k_get_last_loc;
 extern const kvc__kernel_def kvc__k_write_req_to_token;
 extern const kvc__kernel_def kvc__k_row_write;
@@ -15,6 +28,24 @@ extern const kvc__kernel_def kvc__k_decode_fill;
 extern const kvc__kernel_def kvc__k_plan_extend;
 extern const kvc__kernel_def kvc__k_plan_decode;
 extern const kvc__kernel_def kvc__k_decode_channel;
+extern const kvc__kernel_def kvc__k_kv_rows;
+extern const kvc__kernel_def kvc__k_kv_move;
+extern const kvc__kernel_def kvc__k_kv_offload;
+extern const kvc__kernel_def kvc__k_mla_set;
+extern const kvc__kernel_def kvc__k_mla_get;
+extern const kvc__kernel_def kvc__k_nsa_index_set;
+extern const kvc__kernel_def kvc__k_nsa_index_get;
+extern const kvc__kernel_def kvc__k_mamba_rows;
+extern const kvc__kernel_def kvc__k_mamba_copy_staged;
+extern const kvc__kernel_def kvc__k_swa_map_write;
+extern const kvc__kernel_def kvc__k_swa_gather;
+extern const kvc__kernel_def kvc__k_canary_fill;
+extern const kvc__kernel_def kvc__k_canary_check;
+/* All of them, in the order above. */
+extern const kvc__kernel_def *const kvc__kernel_table[];
+extern const size_t kvc__kernel_table_len;
+
+#define KVC__ADDR(p) ((uint64_t)(uintptr_t)(p))
 
 /* --- Planned launches: a header struct followed by a uint32 payload ----------------- */
 
@@ -60,6 +91,91 @@ kvc_status kvc__plan_kernel(kvc_context *ctx, const kvc__kernel_def *def, const 
  *  hot path never hashes or compiles. */
 kvc_status kvc__plan_prefetch(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *extra,
                               const kvc__kfunc **kcache);
+
+/* --- KV rows (kv_store.c, kernels/kv_store.cu) -------------------------------------- */
+
+/* Element codes of kv_store.cu: 0 raw bytes, kvc_dtype 1..5, 10 packed FP4. */
+#define KVC__DT_RAW 0
+#define KVC__DT_FP4 10
+
+/* A row-kernel request: `p` holds addresses/strides (bytes); the rest picks the variant. */
+typedef struct kvc__kv_rows_req {
+  kvc_p_kv_rows p;
+  int gather;
+  int src_dt, dst_dt;        /* element codes */
+  int64_t k_elems, v_elems;  /* elements per K / V row (raw: bytes); v_elems 0 = no V */
+} kvc__kv_rows_req;
+
+/** Launches kvc_kv_rows for `req` (n = req->p.n > 0): the level-1 kvc_store_kv and the
+ *  pools' set_kv / gather_kv. `memo` (may be NULL) caches the kernel of the variant whose
+ *  dense side is fully aligned — the variant a pool uses on every call — so the common
+ *  path does no hashing. */
+kvc_status kvc__kv_rows_launch(kvc_context *ctx, const char *fn, kvc__kv_rows_req *req, const kvc__kfunc **memo,
+                               kvc_stream stream);
+
+/** Largest power of two <= 16 dividing every non-zero value (16 when all are zero). */
+static inline int kvc__align16(const uint64_t *v, int count) {
+  uint64_t acc = 16;
+  for (int i = 0; i < count; i++) acc |= v[i];
+  return (int)(acc & (~acc + 1));
+}
+
+/* --- MLA latent rows (mla.c, kernels/mla.cu) ---------------------------------------- */
+
+/** A validated-on-use description of one MLA launch (either direction), shared by the
+ *  level-1 ops (kvc_set_mla_kv, kvc_get_mla_kv) and the KV pools (set_mla_kv / get_mla_kv). */
+typedef struct kvc__mla_args {
+  int get;                  /* 0: set (values -> rows), 1: get (rows -> values) */
+  kvc_mla_format format;
+  void *data, *scale;       /* rows; FP4 scale rows */
+  int64_t num_rows;
+  int64_t row_stride;       /* 0 = dense; ROWS: elements of row_dtype; FP4/NSA: bytes */
+  int64_t scale_stride;     /* FP4, bytes; 0 = dense */
+  kvc_dtype row_dtype;      /* ROWS only */
+  int32_t R, Q;
+  const void *loc;
+  kvc_index_type loc_type;
+  size_t n;
+  void *nope, *rope;        /* set: sources; get: outputs (either may be NULL) */
+  kvc_dtype val_dtype;      /* dtype of nope/rope */
+  int64_t nope_stride, rope_stride; /* elements of val_dtype; 0 = dense */
+} kvc__mla_args;
+
+/** Fills the fields of `a` that every MLA entry point takes from its caller unchanged (the
+ *  direction, the slots, the value buffers and their strides), so the level-1 ops and the
+ *  pools cannot drift apart in what reaches the kernel. `nope`/`rope` are const because a
+ *  set only reads them; a get (get = 1) writes through them. */
+void kvc__mla_args_values(kvc__mla_args *a, int get, const void *loc, kvc_index_type loc_type, size_t n,
+                          const void *nope, const void *rope, kvc_dtype val_dtype, int64_t nope_stride,
+                          int64_t rope_stride);
+
+/** Validates `a` (errors name `fn`) and launches one kernel on `stream` (none for n == 0). */
+kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a, kvc_stream stream);
+
+/* --- NSA index-K pages (nsa_index.c, kernels/nsa_index.cu) -------------------------- */
+
+/** Launches kvc_nsa_index_set for `p` (n > 0; every field but `vec` set; pages of
+ *  `page_bytes`): picks the widest key access every address allows. */
+kvc_status kvc__nsa_index_set_launch(kvc_context *ctx, kvc_p_nsa_index_set *p, int64_t page_bytes,
+                                     kvc_stream stream);
+/** Launches kvc_nsa_index_get for `p` (every field but `vec` set), likewise. */
+kvc_status kvc__nsa_index_get_launch(kvc_context *ctx, kvc_p_nsa_index_get *p, int64_t page_bytes,
+                                     kvc_stream stream);
+
+/* --- Whole-pool segment kernels (kv_segments.c) ------------------------------------- */
+
+/* Tile widths of kernels/kv_move.cu (16, 32, ..., 512): one memoised kernel each. */
+#define KVC__KV_MOVE_WIDTHS 6
+
+/** Launches kvc_kv_move for `p` (segments, nseg, tgt, src, n, loc_i64 and the chunk set):
+ *  picks the tile width and pipeline depth from the device's shared memory, sets the
+ *  tiles, CTA ranges and stages, and runs the persistent grid. `memo` caches one kernel
+ *  per tile width. Errors name `fn`. */
+kvc_status kvc__kv_move_launch(kvc_context *ctx, const char *fn, kvc_p_kv_move *p,
+                               const kvc__kfunc *memo[KVC__KV_MOVE_WIDTHS], kvc_stream stream);
+/** Launches kvc_kv_offload for a fully built `p`; `*memo` caches the kernel. */
+kvc_status kvc__kv_offload_launch(kvc_context *ctx, const kvc_p_kv_offload *p, const kvc__kfunc **memo,
+                                  kvc_stream stream);
 
 /** Writes n host slots (int32) into table[offset ...] with one launch: the row write used
  *  by kvc_req_to_token_pool_write. */

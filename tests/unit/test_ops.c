@@ -5,6 +5,7 @@
  * and poisoned outputs; on CUDA also directly against the host twin.
  */
 #include "harness.h"
+#include "ops/ops.h"
 
 static const int64_t page_sizes[] = {1, 16, 64, 128, 4};
 static const size_t batch_sizes[] = {1, 2, 7, 64, 255, 256, 257, 1024};
@@ -357,7 +358,23 @@ static void test_cuda_extend_fill_equals_host_twin(void **state) {
   }
 }
 
+/* The host backend runs a kernel as the C twin registered under its entry name: every
+ * kernel of the table must have one (a kernel without one would fail at lookup). */
+static void test_every_kernel_has_a_host_twin(void **state) {
+  (void)state;
+  assert_true(kvc__kernel_table_len > 0);
+  kvc_context *h = kvt_host ? kvt_host : kvt_ctx;
+  for (size_t i = 0; i < kvc__kernel_table_len; i++) {
+    const kvc__kernel_def *def = kvc__kernel_table[i];
+    const kvc__kfunc *f = NULL;
+    kvc_status st = kvc__kernel_get(h, def, NULL, &f);
+    if (st != KVC_OK) fail_msg("%s: %s", def->name, kvc_last_error(h));
+    assert_non_null(f);
+  }
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_every_kernel_has_a_host_twin),
     cmocka_unit_test(test_get_last_loc_matches_model),
     cmocka_unit_test(test_get_last_loc_rejects_bad_arguments),
     cmocka_unit_test(test_write_req_to_token_matches_model),

@@ -1,9 +1,8 @@
-/* C reference of kernels/alloc_fill.cu and kernels/alloc_plan.cu. */
+/* C reference of kernels/alloc_fill.cu, alloc_plan.cu and alloc_channel.cu; the slot
+ * layout rules are kernels/kvc_index.h's, the kernels' own. */
 #include "host_kernels.h"
 
 #include <stdbool.h>
-
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void kvc_host_alloc_extend_fill(const void *params) {
   const kvc_p_extend_fill *p = params;
@@ -12,23 +11,23 @@ void kvc_host_alloc_extend_fill(const void *params) {
   int64_t *out = KVC_HPTR(int64_t *, p->out);
   int64_t o = 0, s0 = 0;
   for (int64_t r = 0; r < p->n; r++) {
-    int64_t pre = kvc_host_load_index(p->prefix_lens, r, p->lens_i64);
-    int64_t seq = kvc_host_load_index(p->seq_lens, r, p->lens_i64);
-    if (!(seq > pre && pre >= 0)) continue;
+    int64_t pre = kvc_load_index(p->prefix_lens, r, p->lens_i64);
+    int64_t seq = kvc_load_index(p->seq_lens, r, p->lens_i64);
+    if (!KVC_EXTEND_GROWS(pre, seq)) continue;
     int64_t last = KVC_HPTR(const int64_t *, p->last_loc)[r];
-    int64_t ceil_pre = ceil_div(pre, ps) * ps;
+    int64_t ceil_pre = KVC_EXTEND_CEIL_PRE(pre, ps);
     for (int64_t t = 0; pre + t < seq; t++) {
       int64_t pos = pre + t, slot;
-      if (pos < ceil_pre) {
-        slot = last + 1 + t;
+      if (KVC_EXTEND_IN_PREFIX_PAGE(pos, ceil_pre)) {
+        slot = KVC_SLOT_AFTER(last, t);
       } else {
         int64_t k = pos - ceil_pre, idx = s0 + k / ps;
-        slot = idx < p->num_free_pages ? free_pages[idx] * ps + k % ps : 0;
+        slot = idx < p->num_free_pages ? KVC_PAGE_SLOT(free_pages[idx], k, ps) : 0;
       }
       out[o + t] = slot;
     }
     o += seq - pre;
-    s0 += ceil_div(seq, ps) - ceil_div(pre, ps);
+    s0 += KVC_EXTEND_NEW_PAGES(pre, seq, ps);
   }
 }
 
@@ -37,13 +36,13 @@ void kvc_host_alloc_decode_fill(const void *params) {
   const int64_t ps = p->page_size;
   int64_t used = 0;
   for (int64_t i = 0; i < p->n; i++) {
-    int64_t seq = kvc_host_load_index(p->seq_lens, i, p->lens_i64);
+    int64_t seq = kvc_load_index(p->seq_lens, i, p->lens_i64);
     int64_t slot;
-    if (seq >= 1 && (seq - 1) % ps == 0) {
+    if (KVC_DECODE_NEW_PAGE(seq, ps)) {
       int64_t idx = used++;
       slot = idx < p->num_free_pages ? KVC_HPTR(const int64_t *, p->free_pages)[idx] * ps : 0;
     } else {
-      slot = kvc_host_load_index(p->last_loc, i, p->last_i64) + 1;
+      slot = KVC_SLOT_AFTER(kvc_load_index(p->last_loc, i, p->last_i64), 0);
     }
     KVC_HPTR(int64_t *, p->out)[i] = slot;
   }
@@ -56,7 +55,7 @@ void kvc_host_plan_extend(const void *params) {
   for (int r = 0; r < p->n; r++) {
     const int32_t *d = (const int32_t *)(const void *)(w + (size_t)r * KVC_PLAN_EXTEND_DESC_WORDS);
     int32_t row = d[0], pre = d[1], seq = d[2], last = d[3], o = d[4], pb = d[5], psrc = d[6], wlast = d[7];
-    int64_t ceil_pre = ceil_div(pre, ps) * ps;
+    int64_t ceil_pre = KVC_EXTEND_CEIL_PRE(pre, ps);
     const uint32_t *pages = w + p->pages_at + pb;
     const uint32_t *wpages = w + p->swa_pages_at + pb;
     int64_t *map = p->map ? KVC_HPTR(int64_t *, p->map) : NULL;
@@ -64,12 +63,13 @@ void kvc_host_plan_extend(const void *params) {
     int64_t *out = p->out ? KVC_HPTR(int64_t *, p->out) : NULL;
     for (int64_t t = 0; pre + t < seq; t++) {
       int64_t pos = pre + t, slot, wslot = 0;
-      if (pos < ceil_pre) {
-        slot = last + 1 + t;
-        wslot = wlast + 1 + t;
+      if (KVC_EXTEND_IN_PREFIX_PAGE(pos, ceil_pre)) {
+        slot = KVC_SLOT_AFTER(last, t);
+        wslot = KVC_SLOT_AFTER(wlast, t);
       } else {
-        slot = (int64_t)pages[(pos - ceil_pre) / ps] * ps + (pos - ceil_pre) % ps;
-        if (map) wslot = (int64_t)wpages[(pos - ceil_pre) / ps] * ps + (pos - ceil_pre) % ps;
+        const int64_t k = pos - ceil_pre;
+        slot = KVC_PAGE_SLOT((int64_t)pages[k / ps], k, ps);
+        if (map) wslot = KVC_PAGE_SLOT((int64_t)wpages[k / ps], k, ps);
       }
       if (out) out[o + t] = slot;
       if (dst) dst[pos] = (int32_t)slot;
@@ -82,22 +82,12 @@ void kvc_host_plan_extend(const void *params) {
   }
 }
 
-/* Twin of kvc_decode_write (kernels/common.cuh): request i's writes of one decode step
- * from its payload entry (row, position, slot[, mapped value]). */
-static void decode_write(const uint32_t *e, int i, int64_t *out, int32_t *table, int64_t row_stride, int64_t *map,
-                         int64_t map_len) {
-  const int32_t row = (int32_t)e[0], pos = (int32_t)e[1], slot = (int32_t)e[2];
-  if (out) out[i] = slot;
-  if (table && row >= 0) table[(int64_t)row * row_stride + pos] = slot;
-  if (map && slot >= 0 && slot < map_len) map[slot] = (int32_t)e[3];
-}
-
 void kvc_host_plan_decode(const void *params) {
   const kvc_p_plan_decode *p = params;
   const uint32_t *w = p->staged ? KVC_HPTR(const uint32_t *, p->staged) : KVC_INLINE_PAYLOAD(p);
-  const int stride = p->map ? 4 : 3;
+  const int stride = KVC_DECODE_ENTRY_WORDS(p->map);
   for (int i = 0; i < p->n; i++) {
-    decode_write(w + stride * i, i, KVC_HPTR(int64_t *, p->out), KVC_HPTR(int32_t *, p->table), p->row_stride,
+    kvc_decode_write(w + stride * i, i, KVC_HPTR(int64_t *, p->out), KVC_HPTR(int32_t *, p->table), p->row_stride,
                  KVC_HPTR(int64_t *, p->map), p->map_len);
   }
 }
@@ -112,9 +102,9 @@ void kvc_host_decode_channel_apply(const void *params) {
   const int n = ok ? (int)slot[1] : 0;
   const uint32_t *w = slot + KVC_CHANNEL_HEADER_WORDS;
   int64_t *out = p->out ? KVC_HPTR(int64_t *, p->out) : NULL;
-  const int stride = p->map ? 4 : 3;
+  const int stride = KVC_DECODE_ENTRY_WORDS(p->map);
   for (int i = 0; i < n; i++) {
-    decode_write(w + stride * i, i, out, KVC_HPTR(int32_t *, p->table), p->row_stride, KVC_HPTR(int64_t *, p->map),
+    kvc_decode_write(w + stride * i, i, out, KVC_HPTR(int32_t *, p->table), p->row_stride, KVC_HPTR(int64_t *, p->map),
                  p->map_len);
   }
   if (out)

@@ -1,6 +1,6 @@
-/* C reference of kernels/kv_store.cu, kv_move.cu and kv_offload.cu. The specialisation
- * constants of the CUDA kernels travel here as the trailing kvc_host_kv_spec appended to
- * the parameter block by the wrappers (see host_kernels.h). */
+/* C reference of kernels/kv_store.cu, kv_move.cu and kv_offload.cu. The row kernel's
+ * specialisation constants (compile-time defines on CUDA) come from the kernel's spec,
+ * which the launch hands to this twin with the parameter block. */
 #include "host_kernels.h"
 #include "kvc_numeric.h"
 
@@ -45,9 +45,17 @@ static void convert(int src_dt, int dst_dt, int g, int gather, const uint8_t *in
   }
 }
 
-void kvc_host_kv_rows(const void *params) {
+/* The row kernel's variant, as kv_store.cu's KVC_* defines. */
+typedef struct kv_spec {
+  int32_t gather, src_dt, dst_dt, g, kch, vch;
+} kv_spec;
+
+void kvc_host_kv_rows(const void *params, const kvc__spec *spec) {
   const kvc_p_kv_rows *p = params;
-  const kvc_host_kv_spec *sp = (const kvc_host_kv_spec *)(const void *)(p + 1);
+  const kv_spec vs = {(int32_t)kvc__spec_value(spec, "KVC_GATHER", 0), (int32_t)kvc__spec_value(spec, "KVC_SRC_DT", 0),
+                     (int32_t)kvc__spec_value(spec, "KVC_DST_DT", 0), (int32_t)kvc__spec_value(spec, "KVC_G", 1),
+                     (int32_t)kvc__spec_value(spec, "KVC_KCH", 0), (int32_t)kvc__spec_value(spec, "KVC_VCH", 0)};
+  const kv_spec *sp = &vs;
   const int sb = chunk_bytes(sp->src_dt, sp->g), db = chunk_bytes(sp->dst_dt, sp->g);
   float kdiv = 1.0f, vdiv = 1.0f;
   if (!sp->gather && sp->src_dt != sp->dst_dt) {
@@ -56,7 +64,7 @@ void kvc_host_kv_rows(const void *params) {
   }
   uint8_t in[64], out[64];
   for (int64_t i = 0; i < p->n; i++) {
-    int64_t slot = kvc_host_load_index(p->loc, i, p->loc_i64);
+    int64_t slot = kvc_load_index(p->loc, i, p->loc_i64);
     const int valid = slot >= 0 && slot < p->rows;
     for (int side = 0; side < 2; side++) {
       const int64_t nch = side ? sp->vch : sp->kch;
@@ -115,12 +123,12 @@ void kvc_host_kv_move(const void *params) {
       for (int64_t c0 = 0; c0 < p->n; c0 += p->chunk) {
         const int64_t cnt = p->n - c0 < p->chunk ? p->n - c0 : p->chunk;
         for (int64_t i = 0; i < cnt; i++) {
-          int64_t src = kvc_host_load_index(p->src, c0 + i, p->loc_i64);
+          int64_t src = kvc_load_index(p->src, c0 + i, p->loc_i64);
           if (src >= 0 && src < s->limit) memcpy(tmp + i * s->row_bytes, base + seg_offset(s, src), (size_t)s->row_bytes);
         }
         for (int64_t i = 0; i < cnt; i++) {
-          int64_t src = kvc_host_load_index(p->src, c0 + i, p->loc_i64);
-          int64_t tgt = kvc_host_load_index(p->tgt, c0 + i, p->loc_i64);
+          int64_t src = kvc_load_index(p->src, c0 + i, p->loc_i64);
+          int64_t tgt = kvc_load_index(p->tgt, c0 + i, p->loc_i64);
           if (src < 0 || src >= s->limit || tgt < 0 || tgt >= s->limit) continue;
           memcpy(base + seg_offset(s, tgt), tmp + i * s->row_bytes, (size_t)s->row_bytes);
         }
@@ -135,7 +143,7 @@ void kvc_host_kv_offload(const void *params) {
     const kvc_kv_seg *s = &p->seg[g];
     for (int64_t l = 0; l < s->layers; l++) {
       for (int64_t i = 0; i < s->count; i++) {
-        int64_t slot = kvc_host_load_index(p->loc, s->by_page ? i * s->page_size : i, p->loc_i64);
+        int64_t slot = kvc_load_index(p->loc, s->by_page ? i * s->page_size : i, p->loc_i64);
         /* Range check first, in unsigned (a negative slot is huge), then the offset: a
          * slot near INT64_MIN / INT64_MAX times the pitch would overflow, and only an
          * in-range slot's row offset is known to fit. Same as kernels/kv_offload.cu. */

@@ -34,7 +34,7 @@ static void rows_set(const kvc_p_mla *p) {
   const int ss = KVC_DT_BYTES(p->src_dt), ds = KVC_DT_BYTES(p->dst_dt);
   unsigned char *kv = KVC_HPTR(unsigned char *, p->kv);
   for (int64_t i = 0; i < p->n; i++) {
-    const int64_t loc = kvc_host_load_index(p->loc, i, p->loc_i64);
+    const int64_t loc = kvc_load_index(p->loc, i, p->loc_i64);
     if (loc < 0 || loc >= p->num_rows) continue;
     for (int64_t e = 0; e < (int64_t)p->R + p->Q; e++) {
       uint32_t raw = ld_raw(part_addr(p, i, e, ss), ss);
@@ -47,7 +47,7 @@ static void rows_get(const kvc_p_mla *p) {
   const int ss = KVC_DT_BYTES(p->src_dt), ds = KVC_DT_BYTES(p->dst_dt);
   const unsigned char *kv = KVC_HPTR(const unsigned char *, p->kv);
   for (int64_t i = 0; i < p->n; i++) {
-    const int64_t loc = kvc_host_load_index(p->loc, i, p->loc_i64);
+    const int64_t loc = kvc_load_index(p->loc, i, p->loc_i64);
     const int ok = loc >= 0 && loc < p->num_rows;
     for (int64_t e = 0; e < (int64_t)p->R + p->Q; e++) {
       unsigned char *dst = part_addr(p, i, e, ds);
@@ -62,7 +62,7 @@ static void fp4_set(const kvc_p_mla *p) {
   const int ss = KVC_DT_BYTES(p->src_dt);
   const int64_t nb = ((int64_t)p->R + p->Q) / 16;
   for (int64_t i = 0; i < p->n; i++) {
-    const int64_t loc = kvc_host_load_index(p->loc, i, p->loc_i64);
+    const int64_t loc = kvc_load_index(p->loc, i, p->loc_i64);
     if (loc < 0 || loc >= p->num_rows) continue;
     for (int64_t b = 0; b < nb; b++) {
       float v[16];
@@ -79,7 +79,7 @@ static void fp4_get(const kvc_p_mla *p) {
   const int ds = KVC_DT_BYTES(p->dst_dt);
   const int64_t nb = ((int64_t)p->R + p->Q) / 16;
   for (int64_t i = 0; i < p->n; i++) {
-    const int64_t loc = kvc_host_load_index(p->loc, i, p->loc_i64);
+    const int64_t loc = kvc_load_index(p->loc, i, p->loc_i64);
     const int ok = loc >= 0 && loc < p->num_rows;
     for (int64_t b = 0; b < nb; b++) {
       const unsigned char *data = ok ? KVC_HPTR(const unsigned char *, p->kv) + loc * p->kv_stride + 8 * b : NULL;
@@ -97,7 +97,7 @@ static void fp4_get(const kvc_p_mla *p) {
 static void nsa_set(const kvc_p_mla *p) {
   const int ss = KVC_DT_BYTES(p->src_dt);
   for (int64_t i = 0; i < p->n; i++) {
-    const int64_t loc = kvc_host_load_index(p->loc, i, p->loc_i64);
+    const int64_t loc = kvc_load_index(p->loc, i, p->loc_i64);
     if (loc < 0 || loc >= p->num_rows) continue;
     unsigned char *row = KVC_HPTR(unsigned char *, p->kv) + loc * p->kv_stride;
     const unsigned char *nope = KVC_HPTR(const unsigned char *, p->nope) + i * p->nope_stride * ss;
@@ -120,7 +120,7 @@ static void nsa_set(const kvc_p_mla *p) {
 static void nsa_get(const kvc_p_mla *p) {
   const int ds = KVC_DT_BYTES(p->dst_dt);
   for (int64_t i = 0; i < p->n; i++) {
-    const int64_t loc = kvc_host_load_index(p->loc, i, p->loc_i64);
+    const int64_t loc = kvc_load_index(p->loc, i, p->loc_i64);
     const int ok = loc >= 0 && loc < p->num_rows;
     const unsigned char *row = ok ? KVC_HPTR(const unsigned char *, p->kv) + loc * p->kv_stride : NULL;
     if (p->nope) {
@@ -165,7 +165,7 @@ void kvc_host_nsa_index_set(const void *params) {
   const kvc_p_nsa_index_set *p = params;
   const int64_t page_bytes = p->page_size * (KVC_NSA_INDEX_DIM + 4);
   for (int64_t i = 0; i < p->n; i++) {
-    const int64_t loc = kvc_host_load_index(p->loc, i, p->loc_i64);
+    const int64_t loc = kvc_load_index(p->loc, i, p->loc_i64);
     if (loc < 0 || loc >= p->pages * p->page_size) continue;
     const int64_t page = loc / p->page_size, off = loc % p->page_size;
     unsigned char *pg = KVC_HPTR(unsigned char *, p->buf) + page * page_bytes;

@@ -4,11 +4,9 @@
 void kvc_host_get_last_loc(const void *params) {
   const kvc_p_get_last_loc *p = params;
   for (int64_t i = 0; i < p->n; i++) {
-    int64_t row = kvc_host_load_index(p->rows, i, p->rows_i64);
-    int64_t pre = kvc_host_load_index(p->prefix_lens, i, p->lens_i64);
-    int64_t v = -1;
-    if (pre > 0 && pre <= p->row_stride && row >= 0 && row < p->num_rows)
-      v = KVC_HPTR(const int32_t *, p->table)[row * p->row_stride + pre - 1];
+    int64_t row = kvc_load_index(p->rows, i, p->rows_i64);
+    int64_t pre = kvc_load_index(p->prefix_lens, i, p->lens_i64);
+    const int64_t v = kvc_last_loc(KVC_HPTR(const int32_t *, p->table), p->num_rows, p->row_stride, row, pre);
     if (p->lens_i64) KVC_HPTR(int64_t *, p->out)[i] = v;
     else KVC_HPTR(int32_t *, p->out)[i] = (int32_t)v;
   }
@@ -20,10 +18,10 @@ void kvc_host_write_req_to_token(const void *params) {
   const int64_t *loc = KVC_HPTR(const int64_t *, p->out_cache_loc);
   int64_t off = 0;
   for (int64_t r = 0; r < p->n; r++) {
-    int64_t pre = kvc_host_load_index(p->prefix_lens, r, p->lens_i64);
-    int64_t seq = kvc_host_load_index(p->seq_lens, r, p->lens_i64);
-    int64_t e = seq - pre > 0 ? seq - pre : 0;
-    int64_t row = kvc_host_load_index(p->rows, r, p->rows_i64);
+    int64_t pre = kvc_load_index(p->prefix_lens, r, p->lens_i64);
+    int64_t seq = kvc_load_index(p->seq_lens, r, p->lens_i64);
+    int64_t e = KVC_EXTEND_LEN(pre, seq);
+    int64_t row = kvc_load_index(p->rows, r, p->rows_i64);
     if (row >= 0 && row < p->num_rows) {
       int32_t *dst = table + row * p->row_stride;
       uint64_t src_addr = p->prefix_ptrs ? KVC_HPTR(const uint64_t *, p->prefix_ptrs)[r] : 0;

@@ -27,9 +27,8 @@ void kvc_host_swa_map_write(const void *params) {
 void kvc_host_swa_gather(const void *params) {
   const kvc_p_swa_gather *p = params;
   for (int64_t i = 0; i < p->n; i++) {
-    const int64_t x = kvc_host_load_index(p->in, i, p->in_i64);
-    int64_t v = p->oob;
-    if (x >= 0 && x < p->map_len) v = kvc_host_load_index(p->map, x, p->map_i64);
+    const int64_t x = kvc_load_index(p->in, i, p->in_i64);
+    const int64_t v = kvc_map_lookup(p->map, p->map_i64, p->map_len, x, p->oob);
     if (p->out_i64) KVC_HPTR(int64_t *, p->out)[i] = v;
     else KVC_HPTR(int32_t *, p->out)[i] = (int32_t)v;
   }
