@@ -29,12 +29,12 @@ static FILE *csv;
 
 #define CHECK(call) KVB_CHECK(ctx, call)
 /* A driver call (CUresult, 0 = success) of the GPU-time measurement. */
-#define CU_OR_DIE(call)                                                                     \
-  do {                                                                                      \
-    if (call) {                                                                             \
-      fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #call);                     \
-      exit(1);                                                                              \
-    }                                                                                       \
+#define CU_OR_DIE(call)                                                 \
+  do {                                                                  \
+    if (call) {                                                         \
+      fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #call); \
+      exit(1);                                                          \
+    }                                                                   \
   } while (0)
 #define now_us kvb_now_us
 
@@ -121,9 +121,10 @@ static void bench_channel_gpu(int bs, int ps) {
   }
   CHECK(kvc_decode_channel_check(ch, NULL, NULL));
   qsort(us, 5, sizeof us[0], kvb_cmp_double);
-  printf("channel kernel: %.2f us of GPU time per execution at batch %d, ps %d (median of 5 graphs of %d)\n",
-         us[2], bs, ps, N);
-  if (csv) fprintf(csv, "channel_gpu,\"GPU us per kernel execution (graph)\",%d,%d,%.3f,%.3f,5\n", bs, ps, us[2], us[4]);
+  printf("channel kernel: %.2f us of GPU time per execution at batch %d, ps %d (median of 5 graphs of %d)\n", us[2], bs,
+         ps, N);
+  if (csv)
+    fprintf(csv, "channel_gpu,\"GPU us per kernel execution (graph)\",%d,%d,%.3f,%.3f,5\n", bs, ps, us[2], us[4]);
   CU_OR_DIE(cu.event_destroy(e0) || cu.event_destroy(e1) || cu.exec_destroy(exec) || cu.graph_destroy(graph) ||
             cu.stream_destroy(stream));
   kvc_decode_channel_destroy(ch);
@@ -310,7 +311,10 @@ static void bench_free(kvc_allocator_kind kind, int ps) {
         CHECK(kvc_allocator_alloc(a, n, slots));
       }
     }
-    report("free4096", variant ? "naive: qsort+unique, then free" : (kind == KVC_ALLOCATOR_TOKEN ? "free (token, FIFO)" : "free (paged, checked)"), 1, ps, t, reps);
+    report("free4096",
+           variant ? "naive: qsort+unique, then free"
+                   : (kind == KVC_ALLOCATOR_TOKEN ? "free (token, FIFO)" : "free (paged, checked)"),
+           1, ps, t, reps);
   }
   free(t);
   free(slots);

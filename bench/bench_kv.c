@@ -33,8 +33,6 @@
 #include <string.h>
 #include <time.h>
 
-
-
 static double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, kvb_cmp_double);
   return v[n / 2];
@@ -108,11 +106,13 @@ static void raw_launch(kvc_stream stream) {
   static uint64_t params[32000 / 8];
   if (!fn[0]) {
     static char ptx[4096];
-    int at = snprintf(ptx, sizeof ptx, ".version 8.1\n.target sm_70\n.address_size 64\n"
-                                       ".visible .entry kvb_p0()\n{\n  ret;\n}\n");
+    int at = snprintf(ptx, sizeof ptx,
+                      ".version 8.1\n.target sm_70\n.address_size 64\n"
+                      ".visible .entry kvb_p0()\n{\n  ret;\n}\n");
     for (int k = 1; k < RAW_KERNELS; k++)
-      at += snprintf(ptx + at, sizeof ptx - (size_t)at, ".visible .entry kvb_p%d(.param .align 8 .b8 p[%d])\n{\n  ret;\n}\n",
-                     raw_param_bytes[k], raw_param_bytes[k]);
+      at += snprintf(ptx + at, sizeof ptx - (size_t)at,
+                     ".visible .entry kvb_p%d(.param .align 8 .b8 p[%d])\n{\n  ret;\n}\n", raw_param_bytes[k],
+                     raw_param_bytes[k]);
     void *mod = NULL;
     if (!kvb_cuda_load(&cu) || cu.module_load_data(&mod, ptx)) {
       fprintf(stderr, "raw launch: driver entry points or the PTX module failed\n");
@@ -147,18 +147,13 @@ static kvc_stream nonblocking_stream(void) {
 static void run_op(op_ctx *o, int i) {
   const int s = i % SETS;
   if (o->kind == 0)
-    CHECK(kvc_kv_pool_set_kv(o->pool, i % o->layers, o->loc[s], KVC_INDEX_I64, o->n, o->k[s], o->v[s], KVC_DTYPE_BF16, 0, 0,
-                             NULL, 1.0f, NULL, 1.0f, o->stream));
-  else if (o->kind == 1)
-    CHECK(kvc_kv_pool_move(o->pool, o->loc2[s], o->loc[s], KVC_INDEX_I64, o->n, NULL));
-  else if (o->kind == 3)
-    CHECK(kvc_kv_pool_move(o->pool, o->loc3[s], o->loc[s], KVC_INDEX_I64, o->n, NULL));
-  else if (o->kind == 4)
-    empty_launch(o->stream);
-  else if (o->kind == 5)
-    raw_launch(o->stream);
-  else
-    CHECK(kvc_memcpy_d2d(ctx, o->cdst[s], o->csrc[s], o->copy_bytes, NULL));
+    CHECK(kvc_kv_pool_set_kv(o->pool, i % o->layers, o->loc[s], KVC_INDEX_I64, o->n, o->k[s], o->v[s], KVC_DTYPE_BF16,
+                             0, 0, NULL, 1.0f, NULL, 1.0f, o->stream));
+  else if (o->kind == 1) CHECK(kvc_kv_pool_move(o->pool, o->loc2[s], o->loc[s], KVC_INDEX_I64, o->n, NULL));
+  else if (o->kind == 3) CHECK(kvc_kv_pool_move(o->pool, o->loc3[s], o->loc[s], KVC_INDEX_I64, o->n, NULL));
+  else if (o->kind == 4) empty_launch(o->stream);
+  else if (o->kind == 5) raw_launch(o->stream);
+  else CHECK(kvc_memcpy_d2d(ctx, o->cdst[s], o->csrc[s], o->copy_bytes, NULL));
 }
 
 /* Median host seconds per call of `calls` back-to-back calls, in microseconds. */
@@ -319,8 +314,8 @@ int main(int argc, char **argv) {
             printf("empty kernel, %d parameter bytes, straight cuLaunchKernel (%s): %.2f us\n",
                    raw_param_bytes[raw_kernel], sname, raw_us);
             if (csv)
-              fprintf(csv, "raw_launch_host_us%s,1,%d,%.3f,0,0,0\n", k ? "_nonblocking" : "", raw_param_bytes[raw_kernel],
-                      raw_us);
+              fprintf(csv, "raw_launch_host_us%s,1,%d,%.3f,0,0,0\n", k ? "_nonblocking" : "",
+                      raw_param_bytes[raw_kernel], raw_us);
           }
           raw_kernel = 0;
         }
@@ -331,7 +326,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "set_kv graph capture or replay failed\n");
             return 1;
           }
-          printf("set_kv host time per call at N=256, captured in a graph of %d and replayed: %.3f us\n", GRAPH_CALLS, g_us);
+          printf("set_kv host time per call at N=256, captured in a graph of %d and replayed: %.3f us\n", GRAPH_CALLS,
+                 g_us);
           if (csv) fprintf(csv, "set_kv_graph_host_us,256,0,%.3f,0,0,0\n", g_us);
         }
         o.stream = NULL;

@@ -19,8 +19,6 @@
 #include <string.h>
 #include <time.h>
 
-
-
 #define CHECK(call) KVB_CHECK(ctx, call)
 
 typedef enum { OP_ZERO, OP_COPY, OP_COPY_OVERLAP, OP_D2D } op_kind;
@@ -40,7 +38,6 @@ static void run_op(op_kind op, size_t n) {
   case OP_D2D: CHECK(kvc_memcpy_d2d(ctx, d2d_b, d2d_a, d2d_bytes, NULL)); break;
   }
 }
-
 
 static double time_op(op_kind op, size_t n, int reps) {
   run_op(op, n);

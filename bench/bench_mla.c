@@ -26,10 +26,8 @@ static kvc_context *ctx;
 static FILE *csv;
 static int reps = 9, quick;
 
-
 #define CHECK(call) KVB_CHECK(ctx, call)
 #define ROT 4
-
 
 static int cmpd(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -129,7 +127,8 @@ static void report(const char *op, size_t n, double op_s, double op_bytes, doubl
   printf("%-12s %8zu %12.2f %10.1f %12.2f %10.1f %8.1f%%\n", op, n, op_s * 1e6, gbs, copy_s * 1e6, cgbs,
          100.0 * copy_s / op_s);
   if (csv)
-    fprintf(csv, "%s,%zu,%.4f,%.2f,%.4f,%.2f,%.2f\n", op, n, op_s * 1e6, gbs, copy_s * 1e6, cgbs, 100.0 * copy_s / op_s);
+    fprintf(csv, "%s,%zu,%.4f,%.2f,%.4f,%.2f,%.2f\n", op, n, op_s * 1e6, gbs, copy_s * 1e6, cgbs,
+            100.0 * copy_s / op_s);
 }
 
 static kvc_kv_pool *make_pool(kvc_kv_pool_kind kind, kvc_dtype dtype, int64_t size) {

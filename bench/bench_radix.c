@@ -228,7 +228,6 @@ static void bench_lock(int64_t tree) {
   kvc_radix_cache_destroy(rc);
 }
 
-
 /* cache_finished_req of a 4096-token request (present tokens matched from the tree first)
  * through a flow whose allocator holds every cached slot; the row is freed untimed. */
 static kvc_radix_req *req_of(void *user, const kvc_req_state *r);

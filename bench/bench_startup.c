@@ -15,7 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 static int run(const char *dir, const char *label, FILE *csv) {
   kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
   cfg.cache_dir = dir;

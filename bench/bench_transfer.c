@@ -229,8 +229,9 @@ static void report(FILE *csv, const opts *o, const char *path, const kvc_transfe
   const double gb = (double)kvc_transfer_plan_total_bytes(plan) / 1e9;
   printf("%-6s plan build %9.1f us | runs %7zu copies %8zu | plan %8.3f ms %7.1f GB/s | %-22s %8.3f ms %7.1f GB/s "
          "| ratio %.3f | check %s\n",
-         path, plan_us, kvc_transfer_plan_num_runs(plan), kvc_transfer_plan_num_copies(plan), plan_ms, gb / (plan_ms * 1e-3),
-         baseline, base_ms, gb / (base_ms * 1e-3), base_ms / plan_ms, bad ? "FAILED" : "bit-exact");
+         path, plan_us, kvc_transfer_plan_num_runs(plan), kvc_transfer_plan_num_copies(plan), plan_ms,
+         gb / (plan_ms * 1e-3), baseline, base_ms, gb / (base_ms * 1e-3), base_ms / plan_ms,
+         bad ? "FAILED" : "bit-exact");
   if (csv)
     fprintf(csv, "%s,%d,%d,%d,%.1f,%zu,%zu,%.4f,%.2f,\"%s\",%.4f,%.2f,%.4f,%d\n", path, o->requests, o->tokens, o->ps,
             plan_us, kvc_transfer_plan_num_runs(plan), kvc_transfer_plan_num_copies(plan), plan_ms,
@@ -285,9 +286,9 @@ static void peer_base_op(void *a) {
   kvc_transfer_region_info s, d;
   KVB_CHECK(p->src->ctx, kvc_transfer_layout_region(p->src->layout, 0, &s));
   KVB_CHECK(p->dst->ctx, kvc_transfer_layout_region(p->dst->layout, 0, &d));
-  KVB_CHECK(p->dst->ctx, kvc__dev_copy_peer(p->dst->ctx, (void *)(uintptr_t)d.base, p->src->ctx,
-                                            (const void *)(uintptr_t)s.base,
-                                            (size_t)kvc_transfer_plan_total_bytes(p->plan), p->stream));
+  KVB_CHECK(p->dst->ctx,
+            kvc__dev_copy_peer(p->dst->ctx, (void *)(uintptr_t)d.base, p->src->ctx, (const void *)(uintptr_t)s.base,
+                               (size_t)kvc_transfer_plan_total_bytes(p->plan), p->stream));
 }
 
 static int run_peer(const opts *o, pools *src, pools *dst, FILE *csv) {
@@ -375,9 +376,9 @@ static void nccl_base_op(void *a) {
   kvc_transfer_region_info r;
   KVB_CHECK(p->me->ctx, kvc_transfer_layout_region(p->me->layout, 0, &r));
   const size_t bytes = (size_t)kvc_transfer_plan_total_bytes(p->plan);
-  kvc__nccl_result res = p->rank == 0
-                             ? p->nccl->send((const void *)(uintptr_t)r.base, bytes, KVC__NCCL_INT8, 1, p->comm, p->stream)
-                             : p->nccl->recv((void *)(uintptr_t)r.base, bytes, KVC__NCCL_INT8, 0, p->comm, p->stream);
+  kvc__nccl_result res =
+      p->rank == 0 ? p->nccl->send((const void *)(uintptr_t)r.base, bytes, KVC__NCCL_INT8, 1, p->comm, p->stream)
+                   : p->nccl->recv((void *)(uintptr_t)r.base, bytes, KVC__NCCL_INT8, 0, p->comm, p->stream);
   if (res != KVC__NCCL_SUCCESS) die(p->nccl->get_error_string(res));
 }
 
@@ -504,7 +505,8 @@ int main(int argc, char **argv) {
   if (o.gpus == 2) {
     bad = run_two_gpus(&o, csv);
   } else {
-    if (!use_host && !kvb_cuda_load(&cu)) die("libcuda.so.1 not usable (the benchmark needs a GPU; --host for a CPU check)");
+    if (!use_host && !kvb_cuda_load(&cu))
+      die("libcuda.so.1 not usable (the benchmark needs a GPU; --host for a CPU check)");
     pools a, b;
     side_open(&a, 0, &o);
     side_open(&b, 0, &o);

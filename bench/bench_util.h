@@ -14,14 +14,13 @@
 
 #include "kvcache.h"
 
-#define KVB_CHECK(ctx, call)                                                                \
-  do {                                                                                      \
-    kvc_status st_ = (call);                                                                \
-    if (st_ != KVC_OK) {                                                                    \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, kvc_status_name(st_), \
-              kvc_last_error(ctx));                                                         \
-      exit(1);                                                                              \
-    }                                                                                       \
+#define KVB_CHECK(ctx, call)                                                                                          \
+  do {                                                                                                                \
+    kvc_status st_ = (call);                                                                                          \
+    if (st_ != KVC_OK) {                                                                                              \
+      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, kvc_status_name(st_), kvc_last_error(ctx)); \
+      exit(1);                                                                                                        \
+    }                                                                                                                 \
   } while (0)
 
 static inline double kvb_now_us(void) {
@@ -103,9 +102,8 @@ static inline int kvb_cuda_load(kvb_cuda *c) {
   *(void **)&c->module_get_function = dlsym(lib, "cuModuleGetFunction");
   *(void **)&c->launch_kernel = dlsym(lib, "cuLaunchKernel");
   return c->stream_create && c->begin_capture && c->end_capture && c->instantiate && c->graph_launch &&
-         c->event_create && c->event_record && c->event_sync && c->elapsed && c->event_destroy &&
-         c->stream_destroy && c->graph_destroy && c->exec_destroy && c->module_load_data &&
-         c->module_get_function && c->launch_kernel;
+         c->event_create && c->event_record && c->event_sync && c->elapsed && c->event_destroy && c->stream_destroy &&
+         c->graph_destroy && c->exec_destroy && c->module_load_data && c->module_get_function && c->launch_kernel;
 }
 
 #endif

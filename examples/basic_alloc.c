@@ -12,14 +12,13 @@
 
 #include "kvcache.h"
 
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    kvc_status st_ = (call);                                                                \
-    if (st_ != KVC_OK) {                                                                    \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, kvc_status_name(st_), \
-              kvc_last_error(ctx));                                                         \
-      exit(1);                                                                              \
-    }                                                                                       \
+#define CHECK(call)                                                                                                   \
+  do {                                                                                                                \
+    kvc_status st_ = (call);                                                                                          \
+    if (st_ != KVC_OK) {                                                                                              \
+      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, kvc_status_name(st_), kvc_last_error(ctx)); \
+      exit(1);                                                                                                        \
+    }                                                                                                                 \
   } while (0)
 
 #define NREQ 4
@@ -29,11 +28,10 @@ static void args(int argc, char **argv) {
   if (argc < 2) return;
   const int help = !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h");
   if (!help) fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], argv[1]);
-  fprintf(help ? stdout : stderr,
-          "usage: kvc_example_basic\n"
-          "  a request-to-token pool and a paged allocator serving a few requests\n"
-          "  through prefill, decode and release; checks everything is free at the end.\n"
-          "Backend: KVC_BACKEND=auto|host|cuda (auto: CUDA when a GPU is usable).\n");
+  fprintf(help ? stdout : stderr, "usage: kvc_example_basic\n"
+                                  "  a request-to-token pool and a paged allocator serving a few requests\n"
+                                  "  through prefill, decode and release; checks everything is free at the end.\n"
+                                  "Backend: KVC_BACKEND=auto|host|cuda (auto: CUDA when a GPU is usable).\n");
   exit(help ? 0 : 2);
 }
 

@@ -20,14 +20,13 @@
 
 #include "kvcache.h"
 
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    kvc_status st_ = (call);                                                                \
-    if (st_ != KVC_OK) {                                                                    \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, kvc_status_name(st_), \
-              kvc_last_error(ctx));                                                         \
-      exit(1);                                                                              \
-    }                                                                                       \
+#define CHECK(call)                                                                                                   \
+  do {                                                                                                                \
+    kvc_status st_ = (call);                                                                                          \
+    if (st_ != KVC_OK) {                                                                                              \
+      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, kvc_status_name(st_), kvc_last_error(ctx)); \
+      exit(1);                                                                                                        \
+    }                                                                                                                 \
   } while (0)
 
 #define NREQ 4
@@ -60,11 +59,10 @@ static void args(int argc, char **argv) {
   if (argc < 2) return;
   const int help = !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h");
   if (!help) fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], argv[1]);
-  fprintf(help ? stdout : stderr,
-          "usage: kvc_example_graph_decode\n"
-          "  decode steps through the decode channel, its kernel captured in a CUDA\n"
-          "  graph on a GPU (enqueued directly on the host backend); checks the device rows.\n"
-          "Backend: KVC_BACKEND=auto|host|cuda (auto: CUDA when a GPU is usable).\n");
+  fprintf(help ? stdout : stderr, "usage: kvc_example_graph_decode\n"
+                                  "  decode steps through the decode channel, its kernel captured in a CUDA\n"
+                                  "  graph on a GPU (enqueued directly on the host backend); checks the device rows.\n"
+                                  "Backend: KVC_BACKEND=auto|host|cuda (auto: CUDA when a GPU is usable).\n");
   exit(help ? 0 : 2);
 }
 
@@ -164,8 +162,8 @@ int main(int argc, char **argv) {
     CHECK(kvc_req_to_token_pool_free(pool, rows[i]));
   }
   CHECK(kvc_allocator_free_group_end(alloc));
-  const int ok = published == STEPS && applied == STEPS &&
-                 kvc_allocator_available_size(alloc) == kvc_allocator_size(alloc);
+  const int ok =
+      published == STEPS && applied == STEPS && kvc_allocator_available_size(alloc) == kvc_allocator_size(alloc);
   kvc_memory_free(ctx, out_dev);
   kvc_allocator_destroy(alloc);
   kvc_req_to_token_pool_destroy(pool);

@@ -103,9 +103,9 @@ static int64_t lognormal(rng *r, double median, double sigma, int64_t lo, int64_
 typedef enum { R_PENDING, R_WAITING, R_RUNNING, R_DONE } rstate;
 
 typedef struct request {
-  kvc_req_state kv; /* first: the radix cache's req_of finds rr from it */
-  kvc_radix_req rr; /* --radix: token ids (system prompt + random), kept for every turn */
-  int sys;          /* --radix: its system prompt */
+  kvc_req_state kv;  /* first: the radix cache's req_of finds rr from it */
+  kvc_radix_req rr;  /* --radix: token ids (system prompt + random), kept for every turn */
+  int sys;           /* --radix: its system prompt */
   int64_t radix_hit; /* --radix: tokens matched at its admission, counted once it is extended */
   bool radix_pending;
   int64_t arrival;   /* step at which it becomes visible */
@@ -149,14 +149,14 @@ static int32_t *request_tokens(request *q, int64_t width, rng *r) {
   return t;
 }
 
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    kvc_status st_ = (call);                                                                \
-    if (st_ != KVC_OK) {                                                                    \
+#define CHECK(call)                                                                               \
+  do {                                                                                            \
+    kvc_status st_ = (call);                                                                      \
+    if (st_ != KVC_OK) {                                                                          \
       fprintf(stderr, "%s:%d: %s -> %s\n  %s\n", __FILE__, __LINE__, #call, kvc_status_name(st_), \
-              kvc_last_error(ctx));                                                         \
-      exit(1);                                                                              \
-    }                                                                                       \
+              kvc_last_error(ctx));                                                               \
+      exit(1);                                                                                    \
+    }                                                                                             \
   } while (0)
 
 int main(int argc, char **argv) {
@@ -177,7 +177,8 @@ int main(int argc, char **argv) {
       continue;
     }
     if (strncmp(a, "--", 2) || i + 1 >= argc) {
-      fprintf(stderr, "kvc_example_serve: %s '%s'\n", i + 1 >= argc && !strncmp(a, "--", 2) ? "missing value for" : "unknown argument", a);
+      fprintf(stderr, "kvc_example_serve: %s '%s'\n",
+              i + 1 >= argc && !strncmp(a, "--", 2) ? "missing value for" : "unknown argument", a);
       usage(stderr, 2);
     }
     const char *v = argv[++i];
@@ -298,7 +299,7 @@ int main(int argc, char **argv) {
     q->state = R_PENDING;
   }
 
-  request **live = calloc((size_t)o.requests, sizeof *live);       /* waiting + running */
+  request **live = calloc((size_t)o.requests, sizeof *live); /* waiting + running */
   kvc_req_state **batch = calloc((size_t)max_step_tokens + (size_t)o.requests, sizeof *batch);
   request **batch_req = calloc((size_t)max_step_tokens + (size_t)o.requests, sizeof *batch_req);
   kvc_req_state **live_kv = calloc((size_t)o.requests, sizeof *live_kv);
@@ -520,8 +521,8 @@ int main(int argc, char **argv) {
     }
     if (!o.quiet && step % 500 == 0)
       printf("step %6lld  running %4zu  served %5lld/%d  KV used %6.1f%%  alloc %6.1f us  step %7.1f us\n",
-             (long long)step, nlive, (long long)served, o.requests, 100.0 * (double)used / (double)capacity,
-             t_alloc, t1 - t0);
+             (long long)step, nlive, (long long)served, o.requests, 100.0 * (double)used / (double)capacity, t_alloc,
+             t1 - t0);
   }
   CHECK(kvc_stream_synchronize(ctx, NULL));
   double wall = (now_us() - t_start) * 1e-6;
@@ -538,18 +539,17 @@ int main(int argc, char **argv) {
     printf("radix cache: hit rate %.3f (%lld of %lld prompt tokens of new requests reused), prefill tokens saved "
            "%lld; %lld tokens cached at the end\n",
            radix_prompt_tokens ? (double)radix_hit_tokens / (double)radix_prompt_tokens : 0.0,
-           (long long)radix_hit_tokens, (long long)radix_prompt_tokens, (long long)radix_hit_tokens,
-           (long long)cached);
+           (long long)radix_hit_tokens, (long long)radix_prompt_tokens, (long long)radix_hit_tokens, (long long)cached);
     if (cached) CHECK(kvc_radix_cache_evict(radix, flow, cached, NULL));
   }
   int64_t avail = kvc_allocator_available_size(alloc);
   int all_free = avail == capacity && kvc_req_to_token_pool_available(rows) == rc.size && held == 0;
   CHECK(kvc_flow_check(flow, NULL, 0));
-  printf("served %lld requests (%lld turns), %lld prefill + %lld decode tokens, %lld retractions\n",
-         (long long)served, (long long)turns, (long long)prefill_tokens, (long long)decode_tokens,
-         (long long)retractions);
+  printf("served %lld requests (%lld turns), %lld prefill + %lld decode tokens, %lld retractions\n", (long long)served,
+         (long long)turns, (long long)prefill_tokens, (long long)decode_tokens, (long long)retractions);
   printf("steps %zu in %.2f s: %.0f steps/s; peak KV use %lld / %lld tokens (%.1f%%)\n", nsteps, wall,
-         (double)nsteps / wall, (long long)peak_used, (long long)capacity, 100.0 * (double)peak_used / (double)capacity);
+         (double)nsteps / wall, (long long)peak_used, (long long)capacity,
+         100.0 * (double)peak_used / (double)capacity);
   printf("host us per step, allocation calls (flows): median %.2f  p99 %.2f\n", alloc_us[nsteps / 2],
          alloc_us[nsteps * 99 / 100]);
   printf("host us per step, whole step incl. %d-layer set_kv launches: median %.2f  p99 %.2f\n", o.layers,

@@ -162,20 +162,20 @@ KVC_API const char *kvc_version_string(void);
 
 /* One list, from which the enum and both string tables are generated.
  * Only values < 100 are stable; experimental values are >= 1000. */
-#define KVC_STATUS_MAP(XX)                                                                  \
-  XX(OK, 0, "success")                                                                      \
-  XX(ERR_INVALID_ARGUMENT, 1, "invalid argument (see kvc_last_error())")                    \
-  XX(ERR_OUT_OF_SLOTS, 2, "capacity exhausted: not enough free slots, pages or rows")       \
-  XX(ERR_HOST_OOM, 3, "host memory allocation failed")                                      \
-  XX(ERR_DEVICE_OOM, 4, "device memory allocation failed")                                  \
-  XX(ERR_CUDA, 5, "CUDA driver error (see kvc_last_error() or KVC_LOG=debug)")              \
-  XX(ERR_NVRTC, 6, "kernel compilation failed (NVRTC log in kvc_last_error())")             \
-  XX(ERR_NO_DEVICE, 7, "no usable CUDA device or driver")                                   \
-  XX(ERR_UNSUPPORTED, 8, "operation not supported by this object, backend or device")       \
-  XX(ERR_MISUSE, 9, "API misuse: call not allowed in the object's current state")           \
-  XX(ERR_VERSION, 10, "struct version or size not understood by this library")              \
-  XX(ERR_INTERNAL, 11, "internal invariant violated (a bug; please report)")                \
-  XX(ERR_IO, 12, "file system error (kernel cache)")                                        \
+#define KVC_STATUS_MAP(XX)                                                            \
+  XX(OK, 0, "success")                                                                \
+  XX(ERR_INVALID_ARGUMENT, 1, "invalid argument (see kvc_last_error())")              \
+  XX(ERR_OUT_OF_SLOTS, 2, "capacity exhausted: not enough free slots, pages or rows") \
+  XX(ERR_HOST_OOM, 3, "host memory allocation failed")                                \
+  XX(ERR_DEVICE_OOM, 4, "device memory allocation failed")                            \
+  XX(ERR_CUDA, 5, "CUDA driver error (see kvc_last_error() or KVC_LOG=debug)")        \
+  XX(ERR_NVRTC, 6, "kernel compilation failed (NVRTC log in kvc_last_error())")       \
+  XX(ERR_NO_DEVICE, 7, "no usable CUDA device or driver")                             \
+  XX(ERR_UNSUPPORTED, 8, "operation not supported by this object, backend or device") \
+  XX(ERR_MISUSE, 9, "API misuse: call not allowed in the object's current state")     \
+  XX(ERR_VERSION, 10, "struct version or size not understood by this library")        \
+  XX(ERR_INTERNAL, 11, "internal invariant violated (a bug; please report)")          \
+  XX(ERR_IO, 12, "file system error (kernel cache)")                                  \
   XX(ERR_BUSY, 13, "the device is too many steps behind the host: retry after it caught up")
 
 /** Status of every call (see "Statuses and errors" above for what each means to a
@@ -184,7 +184,7 @@ typedef enum kvc_status {
 #define KVC_XX_ENUM_(name, value, text) KVC_##name = value,
   KVC_STATUS_MAP(KVC_XX_ENUM_)
 #undef KVC_XX_ENUM_
-  KVC_STATUS_FORCE_INT_ = 0x7fffffff
+      KVC_STATUS_FORCE_INT_ = 0x7fffffff
 } kvc_status;
 
 /** kvc_status_string() : a human sentence for `status`. Static storage; never NULL. */
@@ -270,22 +270,26 @@ typedef struct kvc_context kvc_context;
 
 /** Context flags. */
 /* Other bits are refused (KVC_ERR_INVALID_ARGUMENT). */
+/* clang-format off */
 #define KVC_CONTEXT_CHECK 0x1u /* check mode: verify conservation after every mutating call
                                   (also enabled by env KVC_CHECK=1) */
+/* clang-format on */
 #define KVC_CONTEXT_NO_DISK_CACHE 0x2u /* keep compiled kernels in memory only */
+/* clang-format off */
 #define KVC_CONTEXT_CANARY 0x4u /* canary mode (also env KVC_CANARY=1): every flow created
                                    in the context guards the context's most recently created
                                    KV pool as kvc_flow_set_canary() does (a debug mode: it
                                    synchronizes to check); SWA flows are not covered: call
                                    kvc_flow_set_canary_swa() */
+/* clang-format on */
 
 /** kvc_context_create()'s arguments. Fill with KVC_CONTEXT_CONFIG_INIT. */
 typedef struct kvc_context_config {
-  size_t struct_size;  /* sizeof(kvc_context_config) as the caller compiled it */
-  uint32_t version;    /* KVC_VERSION_NUMBER as the caller compiled it */
-  kvc_backend backend; /* AUTO by default */
-  int device;          /* CUDA device ordinal (default 0) */
-  uint32_t flags;      /* KVC_CONTEXT_* */
+  size_t struct_size;    /* sizeof(kvc_context_config) as the caller compiled it */
+  uint32_t version;      /* KVC_VERSION_NUMBER as the caller compiled it */
+  kvc_backend backend;   /* AUTO by default */
+  int device;            /* CUDA device ordinal (default 0) */
+  uint32_t flags;        /* KVC_CONTEXT_* */
   const char *cache_dir; /* kernel cache directory; NULL = env KVC_CACHE_DIR, else
                             $XDG_CACHE_HOME/kvcache, else ~/.cache/kvcache. Copied. */
   kvc_host_allocator host_allocator;
@@ -295,9 +299,11 @@ typedef struct kvc_context_config {
 
 /** The defaults: AUTO backend, device 0, no flags, the default cache directory, malloc and
  *  cuMemAlloc. */
+/* clang-format off */
 #define KVC_CONTEXT_CONFIG_INIT                                                             \
   { sizeof(kvc_context_config), KVC_VERSION_NUMBER, KVC_BACKEND_AUTO, 0, 0u, NULL,          \
     {NULL, NULL, NULL}, {NULL, NULL, NULL}, {0} }
+/* clang-format on */
 
 /** kvc_context_config_default() : fills `config` with KVC_CONTEXT_CONFIG_INIT. */
 KVC_API void kvc_context_config_default(kvc_context_config *config);
@@ -461,13 +467,13 @@ typedef struct kvc_transfer_plan kvc_transfer_plan;
 /** Per-request state (SGLang Req fields the flows use). Zero-initialise, then set
  *  seq_len / prefix_len / prefix_slots before each step. Lengths are tokens. */
 typedef struct kvc_req_state {
-  int32_t req_row;      /* request-to-token row, 0 = none (SGLang req_pool_idx None) */
-  int32_t mamba_slot;   /* Mamba state slot, 0 = none */
+  int32_t req_row;        /* request-to-token row, 0 = none (SGLang req_pool_idx None) */
+  int32_t mamba_slot;     /* Mamba state slot, 0 = none */
   int32_t mamba_track[2]; /* ping-pong track slots (hybrid pool with tracking), 0 = none */
-  uint32_t flags;       /* KVC_REQ_* */
+  uint32_t flags;         /* KVC_REQ_* */
   int32_t pad_;
-  int64_t seq_len;      /* tokens after the step being allocated */
-  int64_t prefix_len;   /* tokens whose KV exists at the start of an extend step */
+  int64_t seq_len;             /* tokens after the step being allocated */
+  int64_t prefix_len;          /* tokens whose KV exists at the start of an extend step */
   const int64_t *prefix_slots; /* host slots of a prefix-cache match to write into the row,
                                   or NULL when the row already holds the prefix */
   int64_t kv_committed_len;    /* tokens whose KV is final (flows set it = allocated) */
@@ -510,27 +516,29 @@ typedef struct kvc_prefix_cache {
 typedef struct kvc_flow_config {
   size_t struct_size;
   uint32_t version;
-  int32_t page_size;               /* must equal the allocator's */
-  kvc_req_to_token_pool *req_pool; /* required (hybrid models: the hybrid pool's) */
-  kvc_allocator *allocator;        /* the token/paged allocator; NULL with swa_allocator */
-  kvc_swa_allocator *swa_allocator; /* SWA models, instead of allocator: window eviction
+  int32_t page_size;                    /* must equal the allocator's */
+  kvc_req_to_token_pool *req_pool;      /* required (hybrid models: the hybrid pool's) */
+  kvc_allocator *allocator;             /* the token/paged allocator; NULL with swa_allocator */
+  kvc_swa_allocator *swa_allocator;     /* SWA models, instead of allocator: window eviction
                                        (sliding_window > 0) frees SWA pages out of window */
   kvc_hybrid_req_pool *hybrid_req_pool; /* hybrid (Mamba) models: one Mamba slot (and
                                            track slots) per request with its row */
-  kvc_prefix_cache cache;          /* copied; zero = kvc_chunk_cache() */
-  int32_t sliding_window;          /* SWA window in tokens, 0 = no SWA eviction */
-  int32_t swa_drop_page_margin;    /* 1 = SGLang_OPT_SWA_EVICT_DROP_PAGE_MARGIN */
-  int32_t spec_num_steps;          /* speculative decoding: steps (0 = off) */
-  int32_t spec_topk;               /* eagle top-k (0 = 1) */
-  int32_t spec_num_draft_tokens;   /* max draft tokens (0 = none) */
-  int32_t spec_keeps_draft_kv;     /* 1 when the algorithm keeps draft KV */
+  kvc_prefix_cache cache;               /* copied; zero = kvc_chunk_cache() */
+  int32_t sliding_window;               /* SWA window in tokens, 0 = no SWA eviction */
+  int32_t swa_drop_page_margin;         /* 1 = SGLang_OPT_SWA_EVICT_DROP_PAGE_MARGIN */
+  int32_t spec_num_steps;               /* speculative decoding: steps (0 = off) */
+  int32_t spec_topk;                    /* eagle top-k (0 = 1) */
+  int32_t spec_num_draft_tokens;        /* max draft tokens (0 = none) */
+  int32_t spec_keeps_draft_kv;          /* 1 when the algorithm keeps draft KV */
   uint64_t reserved_[6];
 } kvc_flow_config;
 
 /** The defaults: page size 1, no objects (set req_pool and one allocator), the chunk
  *  cache, no sliding window, no speculative decoding. */
+/* clang-format off */
 #define KVC_FLOW_CONFIG_INIT \
   { sizeof(kvc_flow_config), KVC_VERSION_NUMBER, 1, NULL, NULL, NULL, NULL, {0}, 0, 0, 0, 0, 0, 0, {0} }
+/* clang-format on */
 
 /** kvc_flow_create() : binds the objects (not owned: destroy them after the flow), with
  *  KVC_CONTEXT_CANARY canary mode on the context's last KV pool. Host memory only; not
@@ -637,8 +645,8 @@ KVC_API kvc_status kvc_flow_evict(kvc_flow *flow, int64_t num_tokens);
  *  not capturable.
  *  @return KVC_ERR_UNSUPPORTED without an SWA allocator,
  *  KVC_ERR_INVALID_ARGUMENT for a cache_protected_len that is not page-aligned. */
-KVC_API kvc_status kvc_flow_free_swa_out_of_window(kvc_flow *flow, kvc_req_state *req, int64_t pre_len,
-                                                   kvc_stream stream);
+KVC_API kvc_status kvc_flow_free_swa_out_of_window(kvc_flow *flow, kvc_req_state *req,
+                                                   int64_t pre_len, kvc_stream stream);
 
 /** kvc_flow_available() : free tokens of the allocator (SWA: min of both sides);
  *  evictable / protected / cached sizes of the cache (any pointer may be NULL). */
@@ -755,13 +763,13 @@ typedef enum kvc_radix_policy {
 typedef struct kvc_radix_req {
   const int32_t *tokens; /* prompt + output tokens so far (SGLang fill_ids), engine-owned */
   int64_t num_tokens;
-  int64_t prompt_len;    /* prompt tokens: a finished request's prompt is split off so
+  int64_t prompt_len; /* prompt tokens: a finished request's prompt is split off so
                             its outputs can be evicted first (priority + 1) */
-  uint64_t ns;           /* namespace, 0 = none */
-  int32_t priority;      /* SGLang request priority (the priority policy) */
+  uint64_t ns;        /* namespace, 0 = none */
+  int32_t priority;   /* SGLang request priority (the priority policy) */
   int32_t reserved_i32_;
-  int64_t inserted_len;  /* SGLang cache_inserted_len: zero-initialise; the cache updates it */
-  int64_t *prefix_buf;   /* optional, >= num_tokens entries: where a match that cannot be
+  int64_t inserted_len; /* SGLang cache_inserted_len: zero-initialise; the cache updates it */
+  int64_t *prefix_buf;  /* optional, >= num_tokens entries: where a match that cannot be
                             returned without a copy is copied (NULL: the cache's scratch,
                             valid until the next call on the cache) */
   uint64_t reserved_[2];
@@ -778,15 +786,15 @@ typedef enum kvc_radix_event_kind {
  *  valid only during the callback. */
 typedef struct kvc_radix_event {
   kvc_radix_event_kind kind;
-  int32_t block_size;       /* page size */
-  int32_t has_parent;       /* STORED: 0 for the first page of a root child */
+  int32_t block_size; /* page size */
+  int32_t has_parent; /* STORED: 0 for the first page of a root child */
   int32_t reserved_i32_;
-  uint64_t parent_hash;     /* STORED: hash of the previous page */
-  uint64_t block_hash;      /* STORED: hash of this page */
-  const int32_t *token_ids; /* STORED: the page's tokens (block_size of them) */
+  uint64_t parent_hash;         /* STORED: hash of the previous page */
+  uint64_t block_hash;          /* STORED: hash of this page */
+  const int32_t *token_ids;     /* STORED: the page's tokens (block_size of them) */
   const uint64_t *block_hashes; /* REMOVED: every page hash of the evicted node */
   size_t num_hashes;
-  uint64_t ns;              /* namespace of the node */
+  uint64_t ns; /* namespace of the node */
 } kvc_radix_event;
 
 /** Receives each event during the call that causes it; the pointers are valid only then.
@@ -807,17 +815,17 @@ typedef kvc_status (*kvc_radix_free_fn)(void *user, const int64_t *slots, size_t
 typedef struct kvc_radix_cache_config {
   size_t struct_size;
   uint32_t version;
-  int32_t page_size;          /* >= 1; the flow's */
-  kvc_radix_policy policy;    /* default LRU */
-  int32_t slru_threshold;     /* SLRU protected hit count, 0 = 2 (SGLang's default) */
-  int64_t num_slots;          /* the allocator's size (kvc_allocator_size): slot ids are in
+  int32_t page_size;       /* >= 1; the flow's */
+  kvc_radix_policy policy; /* default LRU */
+  int32_t slru_threshold;  /* SLRU protected hit count, 0 = 2 (SGLang's default) */
+  int64_t num_slots;       /* the allocator's size (kvc_allocator_size): slot ids are in
                                  [1, num_slots + page_size - 1] (a paged allocator's pages
                                  1 .. num_slots / page_size) */
-  kvc_radix_req_fn req_of;    /* required for the request-level calls */
+  kvc_radix_req_fn req_of; /* required for the request-level calls */
   void *req_user;
   kvc_radix_free_fn free_slots; /* optional, see above */
   void *free_user;
-  kvc_radix_event_fn on_event;  /* optional; NULL = no events, no hashing, no cost */
+  kvc_radix_event_fn on_event; /* optional; NULL = no events, no hashing, no cost */
   void *event_user;
   kvc_radix_hash_fn block_hash; /* optional; NULL = kvc_radix_block_hash_xxh3 */
   void *hash_user;
@@ -825,8 +833,10 @@ typedef struct kvc_radix_cache_config {
 } kvc_radix_cache_config;
 
 /** The defaults: page size 1, LRU, no callbacks, no events. */
+/* clang-format off */
 #define KVC_RADIX_CACHE_CONFIG_INIT \
   { sizeof(kvc_radix_cache_config), KVC_VERSION_NUMBER, 1, KVC_RADIX_LRU, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {0} }
+/* clang-format on */
 
 /** kvc_radix_cache_create() : an empty tree. Copies the config.
  *  @return KVC_ERR_INVALID_ARGUMENT (page_size < 1, num_slots < 1, unknown policy),
@@ -857,15 +867,17 @@ typedef struct kvc_radix_match {
  *  pages; apply SGLang's len - 1 limit before calling) in namespace ns: splits a node the
  *  match ends inside and stamps the access time of the root and every node entered. No
  *  lock is taken. Copies (when needed) go to the cache's scratch. */
-KVC_API kvc_status kvc_radix_cache_match_prefix(kvc_radix_cache *cache, uint64_t ns, const int32_t *tokens,
-                                                int64_t n, kvc_radix_match *out);
+KVC_API kvc_status kvc_radix_cache_match_prefix(kvc_radix_cache *cache, uint64_t ns,
+                                                const int32_t *tokens, int64_t n,
+                                                kvc_radix_match *out);
 /** kvc_radix_cache_match_req() : the scheduler's match + admission for a new request (no
  *  row yet, cache_node NULL): matches the request's tokens with SGLang's limit
  *  (num_tokens - 1, floored to pages), then sets req->prefix_len = cache_protected_len =
  *  the match, req->prefix_slots (NULL for 0; copies go to rreq->prefix_buf when set),
  *  req->cache_node, and locks that node (SGLang inc_lock_ref at admission).
  *  @return KVC_ERR_MISUSE for a request already holding a row or a node. */
-KVC_API kvc_status kvc_radix_cache_match_req(kvc_radix_cache *cache, kvc_req_state *req, kvc_radix_req *rreq);
+KVC_API kvc_status kvc_radix_cache_match_req(kvc_radix_cache *cache, kvc_req_state *req,
+                                             kvc_radix_req *rreq);
 
 /** kvc_radix_cache_insert() : SGLang insert of tokens[0:n) -> slots[0:n) (floored to whole
  *  pages) with `priority` (raised to on every node of the key's path; a node split by
@@ -889,8 +901,8 @@ KVC_API kvc_status kvc_radix_cache_insert(kvc_radix_cache *cache, kvc_flow *flow
  *  [aligned, committed) is freed; without is_insert (abort) [cache_protected_len,
  *  committed) is freed. Then the request's lock is dropped and cache_node cleared. The row
  *  itself and the over-allocated tail are the flow's (kvc_flow_release). */
-KVC_API kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *cache, kvc_flow *flow, kvc_req_state *req,
-                                                      int is_insert);
+KVC_API kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *cache, kvc_flow *flow,
+                                                      kvc_req_state *req, int is_insert);
 /** kvc_radix_cache_cache_unfinished_req() : SGLang cache_unfinished_req (chunked prefill):
  *  inserts the committed tokens floored to pages, frees the request's duplicates and
  *  writes the tree's slots into the row instead (kvc_req_to_token_pool_write on the
@@ -921,15 +933,15 @@ KVC_API kvc_status kvc_radix_cache_reset(kvc_radix_cache *cache);
 
 /** kvc_radix_cache_sizes() : evictable, protected (locked) and cached tokens (any pointer
  *  may be NULL); evictable + protected == cached. */
-KVC_API kvc_status kvc_radix_cache_sizes(const kvc_radix_cache *cache, int64_t *evictable, int64_t *protected_size,
-                                         int64_t *cached);
+KVC_API kvc_status kvc_radix_cache_sizes(const kvc_radix_cache *cache, int64_t *evictable,
+                                         int64_t *protected_size, int64_t *cached);
 
 /** Counters of kvc_radix_cache_stats(). */
 typedef struct kvc_radix_stats {
-  int64_t nodes;         /* excluding the root */
-  int64_t leaves;        /* evictable leaves (unlocked, childless) */
+  int64_t nodes;  /* excluding the root */
+  int64_t leaves; /* evictable leaves (unlocked, childless) */
   int64_t cached_tokens;
-  int64_t bytes;         /* host bytes held by the tree (every array at its capacity) */
+  int64_t bytes; /* host bytes held by the tree (every array at its capacity) */
   int64_t reserved_[4];
 } kvc_radix_stats;
 /** kvc_radix_cache_stats() : node count and host bytes. */
@@ -938,13 +950,15 @@ KVC_API kvc_status kvc_radix_cache_stats(const kvc_radix_cache *cache, kvc_radix
 /** kvc_radix_cache_dump() : SGLang pretty_print: one line per node, indented by depth
  *  (length, lock, hits, priority, first tokens), into buf (NUL-terminated, truncated to
  *  cap). *needed (may be NULL) gets the full length + 1. */
-KVC_API kvc_status kvc_radix_cache_dump(const kvc_radix_cache *cache, char *buf, size_t cap, size_t *needed);
+KVC_API kvc_status kvc_radix_cache_dump(const kvc_radix_cache *cache, char *buf, size_t cap,
+                                        size_t *needed);
 
 /** kvc_radix_block_hash_xxh3() : the default block hash: XXH3-64 of the page's tokens
  *  seeded with the parent hash (or the namespace for a root child's first page).
  *  @return KVC_ERR_UNSUPPORTED when the library was built without xxhash.h. */
-KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int has_parent, uint64_t ns,
-                                             const int32_t *tokens, int64_t n, uint64_t *out);
+KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int has_parent,
+                                             uint64_t ns, const int32_t *tokens, int64_t n,
+                                             uint64_t *out);
 
 /** @} */ /* end of kvc_radix_cache */
 
@@ -984,8 +998,10 @@ typedef struct kvc_req_to_token_pool_config {
 } kvc_req_to_token_pool_config;
 
 /** This header's size and version; both sizes 0 (they must be set). */
+/* clang-format off */
 #define KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT \
   { sizeof(kvc_req_to_token_pool_config), KVC_VERSION_NUMBER, 0, 0, {0} }
+/* clang-format on */
 
 /** kvc_req_to_token_pool_create() : a zero-filled device int32 table of (size + 1) rows x
  *  max_context_len (row 0 is padding) and its host mirror; free rows 1..size (FIFO).
@@ -1050,8 +1066,10 @@ typedef enum kvc_allocator_kind {
                               go to the front (LIFO), each free sorted-unique */
 } kvc_allocator_kind;
 
+/* clang-format off */
 #define KVC_ALLOCATOR_NEED_SORT 0x1u /* frees go to a side list; merged and sorted
                                         ascending when an allocation may run short */
+/* clang-format on */
 
 /** kvc_allocator_create()'s arguments. Fill with KVC_ALLOCATOR_CONFIG_INIT. */
 typedef struct kvc_allocator_config {
@@ -1065,8 +1083,10 @@ typedef struct kvc_allocator_config {
 } kvc_allocator_config;
 
 /** The defaults: TOKEN kind, page size 1, no flags; size 0 (it must be set). */
+/* clang-format off */
 #define KVC_ALLOCATOR_CONFIG_INIT \
   { sizeof(kvc_allocator_config), KVC_VERSION_NUMBER, KVC_ALLOCATOR_TOKEN, 0, 1, 0u, {0} }
+/* clang-format on */
 
 /** kvc_allocator_create() : all pages 1..size/page_size free, in ascending order.
  *  @return KVC_ERR_INVALID_ARGUMENT for a bad kind/size/page size. Host memory only. */
@@ -1125,14 +1145,10 @@ KVC_API kvc_status kvc_allocator_alloc(kvc_allocator *alloc, int64_t n, int64_t 
  *  KVC_ERR_INVALID_ARGUMENT for seq < prefix, lengths past the row width, or a last_loc
  *  whose in-page offset contradicts its prefix length; KVC_ERR_MISUSE for a row that is
  *  not held or listed twice, or a last_loc in a page that is not held. */
-KVC_API kvc_status kvc_allocator_alloc_extend(kvc_allocator *alloc, size_t batch_size,
-                                              const int64_t *prefix_lens, const int64_t *seq_lens,
-                                              const int64_t *last_locs,
-                                              kvc_req_to_token_pool *req_pool,
-                                              const int32_t *req_rows,
-                                              const int64_t *const *prefix_slots,
-                                              int64_t *out_host, int64_t *out_device,
-                                              kvc_stream stream);
+KVC_API kvc_status kvc_allocator_alloc_extend(
+    kvc_allocator *alloc, size_t batch_size, const int64_t *prefix_lens, const int64_t *seq_lens,
+    const int64_t *last_locs, kvc_req_to_token_pool *req_pool, const int32_t *req_rows,
+    const int64_t *const *prefix_slots, int64_t *out_host, int64_t *out_device, kvc_stream stream);
 
 /** kvc_allocator_alloc_decode() : one new token per request (SGLang alloc_decode).
  *  seq_lens[i] is the length after the new token; last_locs[i] the slot of token
@@ -1162,8 +1178,8 @@ KVC_API kvc_status kvc_allocator_free(kvc_allocator *alloc, const int64_t *slots
  *  request (start_pos page-aligned): pages are slots[0], slots[ps], ... (no dedup, no
  *  sort), a trailing partial page released whole. @return as kvc_allocator_free, and
  *  KVC_ERR_INVALID_ARGUMENT for a misaligned start_pos. */
-KVC_API kvc_status kvc_allocator_free_segment(kvc_allocator *alloc, const int64_t *slots,
-                                              size_t n, int64_t start_pos);
+KVC_API kvc_status kvc_allocator_free_segment(kvc_allocator *alloc, const int64_t *slots, size_t n,
+                                              int64_t start_pos);
 
 /** kvc_allocator_free_group_begin() / _end() : batch the frees in between into one
  *  release (paged: deduplicated and sorted across the group; segment frees released
@@ -1218,22 +1234,24 @@ KVC_API kvc_status kvc_allocator_clear(kvc_allocator *alloc);
  * @{ */
 
 #define KVC_SWA_NEED_SORT 0x1u /* both sub-allocators get KVC_ALLOCATOR_NEED_SORT */
+/* clang-format off */
 #define KVC_SWA_PURE 0x2u      /* PureSWATokenToKVPoolAllocator : every layer is
                                   SWA; page_size must be 1; ONE token allocator of size_swa
                                   serves both sides; the mapping is the identity
                                   [0, 1, ..., size_swa + ps - 1, -1] and never written;
                                   free/free_swa skip slots <= 0; free_full is a no-op;
                                   alloc_extend/alloc_decode/tail -> KVC_ERR_UNSUPPORTED */
+/* clang-format on */
 
 /** kvc_swa_allocator_create()'s arguments. Fill with KVC_SWA_ALLOCATOR_CONFIG_INIT. */
 typedef struct kvc_swa_allocator_config {
   size_t struct_size;
   uint32_t version;
-  uint32_t flags;     /* KVC_SWA_* */
-  int64_t size_full;  /* full-attention token slots (ignored with KVC_SWA_PURE) */
-  int64_t size_swa;   /* SWA token slots (ignored in ring mode) */
-  int32_t page_size;  /* >= 1; size + page_size must stay below 2^31 */
-  int32_t ring_size;  /* > 0: per-request SWA ring mode: SWA capacity is
+  uint32_t flags;                  /* KVC_SWA_* */
+  int64_t size_full;               /* full-attention token slots (ignored with KVC_SWA_PURE) */
+  int64_t size_swa;                /* SWA token slots (ignored in ring mode) */
+  int32_t page_size;               /* >= 1; size + page_size must stay below 2^31 */
+  int32_t ring_size;               /* > 0: per-request SWA ring mode: SWA capacity is
                          req rows x ring_cost (ring_cost = ring_size rounded up to pages),
                          no SWA allocation, the mapping is never written. 0 = off */
   kvc_req_to_token_pool *req_pool; /* ring mode: its free rows give the SWA capacity
@@ -1242,15 +1260,18 @@ typedef struct kvc_swa_allocator_config {
 } kvc_swa_allocator_config;
 
 /** The defaults: no flags, page size 1, ring mode off; both sizes 0 (set them). */
+/* clang-format off */
 #define KVC_SWA_ALLOCATOR_CONFIG_INIT \
   { sizeof(kvc_swa_allocator_config), KVC_VERSION_NUMBER, 0u, 0, 0, 1, 0, NULL, {0} }
+/* clang-format on */
 
 /** kvc_swa_allocator_create() : the two sub-allocators (all pages free, ascending), the
  *  host mapping (zeros, last -1) and its device copy, written once with a synchronous
  *  upload. @return KVC_ERR_INVALID_ARGUMENT for bad sizes/page size/flags (PURE with
  *  page_size > 1, ring mode without req_pool), KVC_ERR_HOST_OOM, KVC_ERR_DEVICE_OOM.
  *  Not capturable. */
-KVC_API kvc_status kvc_swa_allocator_create(kvc_context *ctx, const kvc_swa_allocator_config *config,
+KVC_API kvc_status kvc_swa_allocator_create(kvc_context *ctx,
+                                            const kvc_swa_allocator_config *config,
                                             kvc_swa_allocator **out);
 /** kvc_swa_allocator_destroy() : frees both sub-allocators and the mappings. No work
  *  reading the device mapping may be pending. NULL is a no-op. */
@@ -1288,14 +1309,15 @@ KVC_API int64_t kvc_swa_allocator_mapping_length(const kvc_swa_allocator *alloc)
 /** kvc_swa_allocator_translate_host() : out[i] = mapping[full[i]] from the host mapping
  *  (-1 -> -1; PURE: identity). No device work. @return KVC_ERR_INVALID_ARGUMENT for an
  *  entry outside [-1, size_full + page_size] (out untouched). */
-KVC_API kvc_status kvc_swa_allocator_translate_host(const kvc_swa_allocator *alloc, const int64_t *full,
-                                                    size_t n, int64_t *out);
+KVC_API kvc_status kvc_swa_allocator_translate_host(const kvc_swa_allocator *alloc,
+                                                    const int64_t *full, size_t n, int64_t *out);
 
 /** kvc_swa_allocator_translate() : kvc_swa_translate through the allocator's mapping.
  *  Graph-capturable, as kvc_swa_translate. */
 KVC_API kvc_status kvc_swa_allocator_translate(const kvc_swa_allocator *alloc, const void *loc,
                                                kvc_index_type loc_type, void *out,
-                                               kvc_index_type out_type, size_t n, kvc_stream stream);
+                                               kvc_index_type out_type, size_t n,
+                                               kvc_stream stream);
 
 /** kvc_swa_allocator_alloc() : SGLang alloc(n), page_size 1 only: n full slots (FIFO
  *  front) and n SWA slots, mapping[f[i]] = w[i] (one launch). out_host (may be NULL):
@@ -1317,14 +1339,11 @@ KVC_API kvc_status kvc_swa_allocator_alloc(kvc_swa_allocator *alloc, int64_t n, 
  *  peer (SGLang would write into SWA padding page 0), and the errors of
  *  kvc_allocator_alloc_extend. Any full-side failure (including the launch) rolls the
  *  SWA side back; nothing is changed. */
-KVC_API kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *alloc, size_t batch_size,
-                                                  const int64_t *prefix_lens, const int64_t *seq_lens,
-                                                  const int64_t *last_locs,
-                                                  kvc_req_to_token_pool *req_pool,
-                                                  const int32_t *req_rows,
-                                                  const int64_t *const *prefix_slots,
-                                                  int64_t *out_host, int64_t *out_device,
-                                                  kvc_stream stream);
+KVC_API kvc_status kvc_swa_allocator_alloc_extend(
+    kvc_swa_allocator *alloc, size_t batch_size, const int64_t *prefix_lens,
+    const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *req_pool,
+    const int32_t *req_rows, const int64_t *const *prefix_slots, int64_t *out_host,
+    int64_t *out_device, kvc_stream stream);
 /** kvc_swa_allocator_alloc_decode() : SGLang alloc_decode, both sides or none (see
  *  kvc_allocator_alloc_decode for the arguments). One launch on `stream` writes
  *  out_cache_loc, the req_to_token entries and the full->SWA mapping of the new slots.
@@ -1427,8 +1446,8 @@ KVC_API kvc_status kvc_swa_allocator_clear(kvc_swa_allocator *alloc, kvc_stream 
  *  @return KVC_ERR_INVALID_ARGUMENT for bad handles or sizes (max_batch in [1, 2^20]),
  *  KVC_ERR_HOST_OOM / KVC_ERR_DEVICE_OOM, KVC_ERR_NVRTC, KVC_ERR_CUDA. */
 KVC_API kvc_status kvc_decode_channel_create(kvc_allocator *alloc, kvc_req_to_token_pool *req_pool,
-                                             size_t max_batch, unsigned depth,
-                                             int64_t *out_device, kvc_decode_channel **out);
+                                             size_t max_batch, unsigned depth, int64_t *out_device,
+                                             kvc_decode_channel **out);
 /** kvc_decode_channel_destroy() : frees the channel. The caller must make sure no
  *  execution of its kernel is pending (synchronize the stream) and that no graph holding
  *  it is launched again. NULL is a no-op. */
@@ -1455,8 +1474,8 @@ KVC_API kvc_status kvc_decode_channel_alloc(kvc_decode_channel *channel, size_t 
  *  far (either pointer may be NULL). Reads host memory only; never waits; allowed during a
  *  capture.
  *  @return KVC_ERR_MISUSE naming the step when an execution found its step unpublished. */
-KVC_API kvc_status kvc_decode_channel_check(const kvc_decode_channel *channel,
-                                            uint64_t *published, uint64_t *applied);
+KVC_API kvc_status kvc_decode_channel_check(const kvc_decode_channel *channel, uint64_t *published,
+                                            uint64_t *applied);
 
 /** kvc_decode_channel_create_swa() : a decode channel (kvc_decode_channel_create()) over
  *  an SWA allocator: kvc_decode_channel_alloc() does kvc_swa_allocator_alloc_decode's host
@@ -1466,8 +1485,9 @@ KVC_API kvc_status kvc_decode_channel_check(const kvc_decode_channel *channel,
  *  Pure-SWA allocators have no alloc_decode. Not capturable (enqueue is).
  *  @return KVC_ERR_INVALID_ARGUMENT for a pure-SWA or dead allocator and as
  *  kvc_decode_channel_create otherwise. */
-KVC_API kvc_status kvc_decode_channel_create_swa(kvc_swa_allocator *alloc, kvc_req_to_token_pool *req_pool,
-                                                 size_t max_batch, unsigned depth, int64_t *out_device,
+KVC_API kvc_status kvc_decode_channel_create_swa(kvc_swa_allocator *alloc,
+                                                 kvc_req_to_token_pool *req_pool, size_t max_batch,
+                                                 unsigned depth, int64_t *out_device,
                                                  kvc_decode_channel **out);
 
 /** @} */ /* end of kvc_decode_channel */
@@ -1501,18 +1521,18 @@ typedef struct kvc_kv_pool_config {
   size_t struct_size;
   uint32_t version;
   kvc_kv_pool_kind kind;
-  int64_t size;          /* token slots (>= 1); buffers hold size + page_size rows */
-  int32_t page_size;     /* >= 1 (NSA: 64) */
-  kvc_dtype dtype;       /* element type seen by attention: F32/F16/BF16/FP8_E4M3/FP8_E5M2;
+  int64_t size;             /* token slots (>= 1); buffers hold size + page_size rows */
+  int32_t page_size;        /* >= 1 (NSA: 64) */
+  kvc_dtype dtype;          /* element type seen by attention: F32/F16/BF16/FP8_E4M3/FP8_E5M2;
                             FP4 kinds: the dtype of written/read values (BF16/F16/F32);
                             NSA: FP8_E4M3 selects the 656-byte quantized rows */
-  int32_t layer_num;     /* layers owned by this pool, in [1, 1024]; start_layer +
+  int32_t layer_num;        /* layers owned by this pool, in [1, 1024]; start_layer +
                             layer_num must not pass INT32_MAX */
-  int32_t start_layer;   /* global id of the first owned layer (default 0) */
-  int32_t head_num;      /* MHA kinds */
-  int32_t head_dim;      /* MHA kinds */
-  int32_t v_head_dim;    /* MHA: 0 = head_dim */
-  int32_t kv_lora_rank;  /* MLA kinds (e.g. 512) */
+  int32_t start_layer;      /* global id of the first owned layer (default 0) */
+  int32_t head_num;         /* MHA kinds */
+  int32_t head_dim;         /* MHA kinds */
+  int32_t v_head_dim;       /* MHA: 0 = head_dim */
+  int32_t kv_lora_rank;     /* MLA kinds (e.g. 512) */
   int32_t qk_rope_head_dim; /* MLA kinds (e.g. 64) */
   int32_t index_head_dim;   /* NSA: must be 128 (0 = 128) */
   int64_t index_buf_size;   /* NSA: tokens of index-K storage (0 = size) */
@@ -1522,9 +1542,11 @@ typedef struct kvc_kv_pool_config {
 } kvc_kv_pool_config;
 
 /** The defaults: MHA, page size 1, BF16, start layer 0; sizes and dims 0 (set them). */
+/* clang-format off */
 #define KVC_KV_POOL_CONFIG_INIT \
   { sizeof(kvc_kv_pool_config), KVC_VERSION_NUMBER, KVC_KV_MHA, 0, 1, KVC_DTYPE_BF16, 0, 0, \
     0, 0, 0, 0, 0, 0, 0, 0u, 0, {0} }
+/* clang-format on */
 
 /** kvc_kv_pool_create() : allocates and zero-fills every buffer (one device allocation),
  *  then synchronizes once. Kernels are compiled (NVRTC, cached in memory and on disk) at
@@ -1546,7 +1568,8 @@ KVC_API kvc_status kvc_kv_pool_clear(kvc_kv_pool *pool, kvc_stream stream);
 
 /** kvc_kv_pool_size_bytes() : bytes of K-side and V-side storage (MLA/NSA: all in k,
  *  index pages included; NoOp: 0, 0), as SGLang's get_kv_size_bytes. */
-KVC_API kvc_status kvc_kv_pool_size_bytes(const kvc_kv_pool *pool, size_t *k_bytes, size_t *v_bytes);
+KVC_API kvc_status kvc_kv_pool_size_bytes(const kvc_kv_pool *pool, size_t *k_bytes,
+                                          size_t *v_bytes);
 
 /** kvc_kv_pool_config_for_tp_rank() : the KV pool config of rank tp_rank of tp_size
  *  tensor-parallel ranks, from the model's whole config `model`: MHA kinds shard KV
@@ -1577,8 +1600,8 @@ KVC_API kvc_status kvc_kv_pool_config_for_tp_rank(const kvc_kv_pool_config *mode
 KVC_API kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc,
                                       kvc_index_type loc_type, size_t n, const void *k,
                                       const void *v, kvc_dtype src_dtype, int64_t k_stride,
-                                      int64_t v_stride, const float *k_scale_device,
-                                      float k_scale, const float *v_scale_device, float v_scale,
+                                      int64_t v_stride, const float *k_scale_device, float k_scale,
+                                      const float *v_scale_device, float v_scale,
                                       kvc_stream stream);
 
 /** kvc_kv_pool_move() : SGLang move_kv_cache: for every layer and every region of the
@@ -1658,13 +1681,13 @@ KVC_API kvc_status kvc_nsa_get_index_k_batch(kvc_kv_pool *pool, int32_t layer_id
 
 /** Which buffer of a pool a descriptor, a DLPack export or a transfer region names. */
 typedef enum kvc_region_kind {
-  KVC_REGION_K = 0,        /* MHA keys (FP4: packed data) */
-  KVC_REGION_V = 1,        /* MHA values */
-  KVC_REGION_K_SCALE = 2,  /* FP4 scale bytes of K */
-  KVC_REGION_V_SCALE = 3,  /* FP4 scale bytes of V */
-  KVC_REGION_KV = 4,       /* MLA/NSA latent rows (FP4: packed data) */
-  KVC_REGION_KV_SCALE = 5, /* MLA FP4 scale bytes */
-  KVC_REGION_INDEX_K = 6,  /* NSA index-K pages */
+  KVC_REGION_K = 0,                       /* MHA keys (FP4: packed data) */
+  KVC_REGION_V = 1,                       /* MHA values */
+  KVC_REGION_K_SCALE = 2,                 /* FP4 scale bytes of K */
+  KVC_REGION_V_SCALE = 3,                 /* FP4 scale bytes of V */
+  KVC_REGION_KV = 4,                      /* MLA/NSA latent rows (FP4: packed data) */
+  KVC_REGION_KV_SCALE = 5,                /* MLA FP4 scale bytes */
+  KVC_REGION_INDEX_K = 6,                 /* NSA index-K pages */
   KVC_REGION_MAMBA_CONV = 7,              /* Mamba conv state tensor (kvc_mamba_pool) */
   KVC_REGION_MAMBA_TEMPORAL = 8,          /* Mamba temporal (SSM) state tensor */
   KVC_REGION_MAMBA_INTERMEDIATE_SSM = 9,  /* speculative per-draft-token SSM states */
@@ -1679,7 +1702,7 @@ typedef struct kvc_buffer_desc {
   int32_t layer_id; /* global layer id */
   kvc_dtype dtype;  /* real element type (fp8 reported as fp8; FP4 packed as FP4_E2M1) */
   int32_t ndim;
-  int32_t device;   /* CUDA ordinal, -1 for host memory */
+  int32_t device; /* CUDA ordinal, -1 for host memory */
   void *data;
   int64_t shape[4];
   int64_t strides[4];
@@ -1693,7 +1716,8 @@ typedef struct kvc_buffer_desc {
 KVC_API int32_t kvc_kv_pool_num_buffers(const kvc_kv_pool *pool);
 /** kvc_kv_pool_describe() : buffer `index` (0 .. num_buffers-1; order: for each region
  *  kind in enum order, layers ascending). `out->struct_size` must be set by the caller. */
-KVC_API kvc_status kvc_kv_pool_describe(const kvc_kv_pool *pool, int32_t index, kvc_buffer_desc *out);
+KVC_API kvc_status kvc_kv_pool_describe(const kvc_kv_pool *pool, int32_t index,
+                                        kvc_buffer_desc *out);
 /** kvc_kv_pool_buffer() : the buffer of `region` for global `layer_id`.
  *  @return KVC_ERR_INVALID_ARGUMENT if the pool has no such buffer. */
 KVC_API kvc_status kvc_kv_pool_buffer(const kvc_kv_pool *pool, kvc_region_kind region,
@@ -1768,8 +1792,8 @@ KVC_API kvc_status kvc_kv_pool_copy_to_host(kvc_kv_pool *pool, const void *loc,
  *  `host` must stay unchanged until the stream passes the launch. Capturable as
  *  kvc_kv_pool_copy_to_host; same errors. */
 KVC_API kvc_status kvc_kv_pool_copy_from_host(kvc_kv_pool *pool, const void *loc,
-                                              kvc_index_type loc_type, size_t n,
-                                              const void *host, kvc_stream stream);
+                                              kvc_index_type loc_type, size_t n, const void *host,
+                                              kvc_stream stream);
 
 /** @} */ /* end of kvc_kv_pool */
 
@@ -1791,11 +1815,11 @@ typedef struct kvc_swa_kv_pool_config {
   size_t struct_size;
   uint32_t version;
   kvc_dtype dtype;
-  int64_t size_full;  /* tokens of the full pool */
-  int64_t size_swa;   /* tokens of the SWA pool */
+  int64_t size_full; /* tokens of the full pool */
+  int64_t size_swa;  /* tokens of the SWA pool */
   int32_t page_size;
-  int32_t num_full_layers, num_swa_layers; /* each >= 0, sum >= 1 */
-  int32_t head_num, head_dim, v_head_dim;  /* full layers (v_head_dim 0 = head_dim) */
+  int32_t num_full_layers, num_swa_layers;            /* each >= 0, sum >= 1 */
+  int32_t head_num, head_dim, v_head_dim;             /* full layers (v_head_dim 0 = head_dim) */
   int32_t swa_head_num, swa_head_dim, swa_v_head_dim; /* SWA layers; 0 = the full value */
   int32_t pad_;
   const int32_t *full_layer_ids; /* num_full_layers distinct global ids (copied) */
@@ -1806,9 +1830,11 @@ typedef struct kvc_swa_kv_pool_config {
 
 /** The defaults: BF16, page size 1, SWA dims = full dims, 65536 tokens per translate;
  *  sizes, layer counts and lists unset. */
+/* clang-format off */
 #define KVC_SWA_KV_POOL_CONFIG_INIT \
   { sizeof(kvc_swa_kv_pool_config), KVC_VERSION_NUMBER, KVC_DTYPE_BF16, 0, 0, 1, 0, 0, 0, 0, 0, \
     0, 0, 0, 0, NULL, NULL, 0, {0} }
+/* clang-format on */
 
 /** kvc_swa_kv_pool_create() : both pools (zero-filled) and the translation scratch.
  *  @return KVC_ERR_INVALID_ARGUMENT for bad geometry or a layer id listed twice (in
@@ -1880,9 +1906,10 @@ KVC_API kvc_status kvc_swa_kv_pool_copy_to_host(kvc_swa_kv_pool *pool, const int
 /** kvc_swa_kv_pool_copy_from_host() : SGLang load_cpu_copy at new slots loc[0:n): full
  *  rows always; SWA row i only where saved_mask[i] and the new slot has an SWA peer now
  *  (host mapping). Not capturable. @return as kvc_swa_kv_pool_copy_to_host. */
-KVC_API kvc_status kvc_swa_kv_pool_copy_from_host(kvc_swa_kv_pool *pool, const int64_t *loc, size_t n,
-                                                  const void *host_full, const void *host_swa,
-                                                  const uint8_t *saved_mask, kvc_stream stream);
+KVC_API kvc_status kvc_swa_kv_pool_copy_from_host(kvc_swa_kv_pool *pool, const int64_t *loc,
+                                                  size_t n, const void *host_full,
+                                                  const void *host_swa, const uint8_t *saved_mask,
+                                                  kvc_stream stream);
 
 /** @} */ /* end of kvc_swa_kv_pool */
 
@@ -1921,37 +1948,41 @@ typedef struct kvc_mamba_shape {
 } kvc_mamba_shape;
 
 /** Pool flags. */
+/* clang-format off */
 #define KVC_MAMBA_POOL_NO_ZERO_ON_ALLOC 0x1u /* alloc/group_begin do not zero the new slots
                                                 (newer SGLang: the engine zeroes them later
                                                 with kvc_mamba_pool_clear_slots) */
+/* clang-format on */
 
 /** kvc_mamba_pool_create()'s arguments. Fill with KVC_MAMBA_POOL_CONFIG_INIT or
  *  kvc_mamba_pool_config_default(). */
 typedef struct kvc_mamba_pool_config {
   size_t struct_size;
   uint32_t version;
-  int32_t size;       /* state slots (>= 1, < 2^31 - 1); tensors hold size + 1 rows */
-  int32_t num_layers; /* L: Mamba layers (>= 1) */
-  int32_t num_conv;   /* conv state shapes, 1..KVC_MAMBA_MAX_CONV */
+  int32_t size;             /* state slots (>= 1, < 2^31 - 1); tensors hold size + 1 rows */
+  int32_t num_layers;       /* L: Mamba layers (>= 1) */
+  int32_t num_conv;         /* conv state shapes, 1..KVC_MAMBA_MAX_CONV */
   const int32_t *layer_ids; /* L distinct global layer ids (>= 0), the Mamba layers in pool
                                order; NULL = 0..L-1. Copied at create. */
   const kvc_mamba_shape *conv_shapes; /* num_conv shapes. Copied at create. */
-  kvc_dtype conv_dtype;     /* F32 / F16 / BF16 (any valid dtype is stored as bytes) */
-  kvc_dtype temporal_dtype; /* SSM state dtype */
-  int64_t temporal_shape[3]; /* heads, head_dim, state_size (each >= 1) */
-  int32_t spec_state_size;   /* intermediate rows = spec_state_size + 1 (>= 0) */
-  int32_t num_draft_tokens;  /* D: 0 = no speculative buffers; > 0 needs every conv shape
+  kvc_dtype conv_dtype;               /* F32 / F16 / BF16 (any valid dtype is stored as bytes) */
+  kvc_dtype temporal_dtype;           /* SSM state dtype */
+  int64_t temporal_shape[3];          /* heads, head_dim, state_size (each >= 1) */
+  int32_t spec_state_size;            /* intermediate rows = spec_state_size + 1 (>= 0) */
+  int32_t num_draft_tokens;           /* D: 0 = no speculative buffers; > 0 needs every conv shape
                                 to have ndim >= 2 (only c[0], c[1] are used, as SGLang) */
-  uint32_t flags;            /* KVC_MAMBA_POOL_* */
+  uint32_t flags;                     /* KVC_MAMBA_POOL_* */
   int32_t pad_;
-  uint64_t reserved_[4];     /* must be zero */
+  uint64_t reserved_[4]; /* must be zero */
 } kvc_mamba_pool_config;
 
 /** The defaults: BF16 conv and F32 temporal states, layers 0..L-1, no speculative
  *  buffers, zero on alloc; sizes and shapes unset. */
+/* clang-format off */
 #define KVC_MAMBA_POOL_CONFIG_INIT                                                         \
   { sizeof(kvc_mamba_pool_config), KVC_VERSION_NUMBER, 0, 0, 0, NULL, NULL,                 \
     KVC_DTYPE_BF16, KVC_DTYPE_F32, {0, 0, 0}, 0, 0, 0u, 0, {0} }
+/* clang-format on */
 
 /** kvc_mamba_pool_config_default() : fills `config` with KVC_MAMBA_POOL_CONFIG_INIT. */
 KVC_API void kvc_mamba_pool_config_default(kvc_mamba_pool_config *config);
@@ -2010,8 +2041,8 @@ KVC_API kvc_status kvc_mamba_pool_clear(kvc_mamba_pool *pool);
  *  not) of every state tensor and layer in ONE launch on `stream` (newer SGLang
  *  clear_slots). Speculative tensors untouched. n == 0: no launch. Not capturable.
  *  @return KVC_ERR_INVALID_ARGUMENT for an id out of range (nothing launched). */
-KVC_API kvc_status kvc_mamba_pool_clear_slots(kvc_mamba_pool *pool, const int32_t *slots,
-                                              size_t n, kvc_stream stream);
+KVC_API kvc_status kvc_mamba_pool_clear_slots(kvc_mamba_pool *pool, const int32_t *slots, size_t n,
+                                              kvc_stream stream);
 /** kvc_mamba_pool_copy_from() : SGLang copy_from: for every state tensor and layer,
  *  row dst[i] = row src[i] (host ids in [0, size]), in ONE launch on `stream`. Overlapping
  *  sets behave as one simultaneous copy (every source read before any target written,
@@ -2099,8 +2130,8 @@ KVC_API kvc_status kvc_mamba_pool_contiguous_infos(const kvc_mamba_pool *pool,
  *  Unlike SGLang, speculative tensors are NOT included, so the list always matches the
  *  contiguous infos one to one (SGLang's longer list does not line up with its own
  *  contiguous infos). Same cap/count rules. */
-KVC_API kvc_status kvc_mamba_pool_state_dims(const kvc_mamba_pool *pool, int64_t *out,
-                                             size_t cap, size_t *count);
+KVC_API kvc_status kvc_mamba_pool_state_dims(const kvc_mamba_pool *pool, int64_t *out, size_t cap,
+                                             size_t *count);
 /** kvc_mamba_pool_memory_bytes() : bytes of the state tensors and of the speculative
  *  tensors (either pointer may be NULL). */
 KVC_API kvc_status kvc_mamba_pool_memory_bytes(const kvc_mamba_pool *pool, size_t *state_bytes,
@@ -2117,14 +2148,13 @@ KVC_API kvc_status kvc_mamba_pool_host_copy_bytes(const kvc_mamba_pool *pool, si
  *  Valid once the stream reaches that point. Layout: for each state tensor (contiguous
  *  infos order), for each layer, n rows of bytes_per_slot. Not capturable.
  *  @return KVC_ERR_INVALID_ARGUMENT for NULL host or ids out of range. */
-KVC_API kvc_status kvc_mamba_pool_copy_to_host(kvc_mamba_pool *pool, const int32_t *slots,
-                                               size_t n, void *host, kvc_stream stream);
+KVC_API kvc_status kvc_mamba_pool_copy_to_host(kvc_mamba_pool *pool, const int32_t *slots, size_t n,
+                                               void *host, kvc_stream stream);
 /** kvc_mamba_pool_copy_from_host() : the inverse scatter (SGLang load_cpu_copy), one
  *  launch. `host` must stay unchanged until the stream passes the launch. Duplicate ids:
  *  one unspecified row wins. Not capturable. */
 KVC_API kvc_status kvc_mamba_pool_copy_from_host(kvc_mamba_pool *pool, const int32_t *slots,
-                                                 size_t n, const void *host,
-                                                 kvc_stream stream);
+                                                 size_t n, const void *host, kvc_stream stream);
 
 /** @} */ /* end of kvc_mamba_pool */
 
@@ -2150,21 +2180,24 @@ KVC_API kvc_status kvc_mamba_pool_copy_from_host(kvc_mamba_pool *pool, const int
 typedef struct kvc_hybrid_req_pool_config {
   size_t struct_size;
   uint32_t version;
-  uint32_t flags;                   /* KVC_HYBRID_* */
-  int32_t pp;                       /* track width: 2 (overlap schedule) or 1 (0 = 2) */
+  uint32_t flags; /* KVC_HYBRID_* */
+  int32_t pp;     /* track width: 2 (overlap schedule) or 1 (0 = 2) */
   int32_t pad_;
-  kvc_req_to_token_pool *req_pool;  /* borrowed */
-  kvc_mamba_pool *mamba_pool;       /* borrowed */
+  kvc_req_to_token_pool *req_pool; /* borrowed */
+  kvc_mamba_pool *mamba_pool;      /* borrowed */
   uint64_t reserved_[4];
 } kvc_hybrid_req_pool_config;
 
 /** The defaults: no flags, pp 2; both pools unset. */
+/* clang-format off */
 #define KVC_HYBRID_REQ_POOL_CONFIG_INIT \
   { sizeof(kvc_hybrid_req_pool_config), KVC_VERSION_NUMBER, 0u, 0, 0, NULL, NULL, {0} }
+/* clang-format on */
 
 /** kvc_hybrid_req_pool_create() : zero-filled device mappings (synchronous upload).
  *  @return KVC_ERR_INVALID_ARGUMENT for NULL pools, pp not 1/2, LAZY without TRACK. */
-KVC_API kvc_status kvc_hybrid_req_pool_create(kvc_context *ctx, const kvc_hybrid_req_pool_config *config,
+KVC_API kvc_status kvc_hybrid_req_pool_create(kvc_context *ctx,
+                                              const kvc_hybrid_req_pool_config *config,
                                               kvc_hybrid_req_pool **out);
 /** kvc_hybrid_req_pool_destroy() : frees the mappings (the borrowed pools stay). NULL is
  *  a no-op. */
@@ -2200,10 +2233,12 @@ KVC_API kvc_status kvc_hybrid_req_pool_free_mamba_cache(kvc_hybrid_req_pool *poo
  *  KVC_ERR_INVALID_ARGUMENT for a row or index out of range, KVC_ERR_MISUSE for slot 0,
  *  below -1 or not held. */
 KVC_API kvc_status kvc_hybrid_req_pool_set_track_slot(kvc_hybrid_req_pool *pool, int32_t row,
-                                                      int32_t index, int32_t slot, kvc_stream stream);
+                                                      int32_t index, int32_t slot,
+                                                      kvc_stream stream);
 /** kvc_hybrid_req_pool_mamba_slot() / _track_slots() : host mirror reads (0 / -1 = none). */
 KVC_API int32_t kvc_hybrid_req_pool_mamba_slot(const kvc_hybrid_req_pool *pool, int32_t row);
-KVC_API const int32_t *kvc_hybrid_req_pool_track_slots(const kvc_hybrid_req_pool *pool, int32_t row);
+KVC_API const int32_t *kvc_hybrid_req_pool_track_slots(const kvc_hybrid_req_pool *pool,
+                                                       int32_t row);
 /** kvc_hybrid_req_pool_mapping() / _track_mapping() : the device mappings (int32; the
  *  track one (size + 1) x pp row-major, NULL without TRACK). */
 KVC_API const int32_t *kvc_hybrid_req_pool_mapping(const kvc_hybrid_req_pool *pool);
@@ -2232,16 +2267,18 @@ typedef struct kvc_hybrid_kv_pool_config {
   size_t struct_size;
   uint32_t version;
   int32_t num_full_layers;
-  const int32_t *full_layer_ids;  /* distinct global ids (copied) */
-  const kvc_kv_pool_config *kv;   /* geometry of the full pool; layer_num/start_layer are
+  const int32_t *full_layer_ids; /* distinct global ids (copied) */
+  const kvc_kv_pool_config *kv;  /* geometry of the full pool; layer_num/start_layer are
                                      overridden (num_full_layers, 0) */
-  kvc_mamba_pool *mamba_pool;     /* borrowed, may be NULL */
+  kvc_mamba_pool *mamba_pool;    /* borrowed, may be NULL */
   uint64_t reserved_[4];
 } kvc_hybrid_kv_pool_config;
 
 /** This header's size and version; layers, geometry and Mamba pool unset. */
+/* clang-format off */
 #define KVC_HYBRID_KV_POOL_CONFIG_INIT \
   { sizeof(kvc_hybrid_kv_pool_config), KVC_VERSION_NUMBER, 0, NULL, NULL, NULL, {0} }
+/* clang-format on */
 
 /** kvc_hybrid_kv_pool_create() : creates the owned full-attention pool from config.kv
  *  (layer_num = num_full_layers, start_layer 0, so the pool's layer i is
@@ -2251,7 +2288,8 @@ typedef struct kvc_hybrid_kv_pool_config {
  *  @return KVC_ERR_INVALID_ARGUMENT for no layers, a NULL list or geometry, a kind other
  *  than MHA / MLA / their FP4 kinds / NoOp, a layer id outside [0, 2^20) or listed twice;
  *  KVC_ERR_VERSION; the errors of kvc_kv_pool_create. */
-KVC_API kvc_status kvc_hybrid_kv_pool_create(kvc_context *ctx, const kvc_hybrid_kv_pool_config *config,
+KVC_API kvc_status kvc_hybrid_kv_pool_create(kvc_context *ctx,
+                                             const kvc_hybrid_kv_pool_config *config,
                                              kvc_hybrid_kv_pool **out);
 /** kvc_hybrid_kv_pool_destroy() : destroys the owned full-attention pool. NULL is a
  *  no-op. */
@@ -2267,12 +2305,13 @@ KVC_API kvc_status kvc_hybrid_kv_pool_layer(const kvc_hybrid_kv_pool *pool, int3
 /** Forwarders with translated layer ids: same contracts as the kvc_kv_pool_* calls.
  *  Plus KVC_ERR_INVALID_ARGUMENT for a layer that is not a full-attention layer of this
  *  pool. */
-KVC_API kvc_status kvc_hybrid_kv_pool_set_kv(kvc_hybrid_kv_pool *pool, int32_t layer_id, const void *loc,
-                                             kvc_index_type loc_type, size_t n, const void *k,
-                                             const void *v, kvc_dtype src_dtype, int64_t k_stride,
-                                             int64_t v_stride, const float *k_scale_device,
-                                             float k_scale, const float *v_scale_device,
-                                             float v_scale, kvc_stream stream);
+KVC_API kvc_status kvc_hybrid_kv_pool_set_kv(kvc_hybrid_kv_pool *pool, int32_t layer_id,
+                                             const void *loc, kvc_index_type loc_type, size_t n,
+                                             const void *k, const void *v, kvc_dtype src_dtype,
+                                             int64_t k_stride, int64_t v_stride,
+                                             const float *k_scale_device, float k_scale,
+                                             const float *v_scale_device, float v_scale,
+                                             kvc_stream stream);
 KVC_API kvc_status kvc_hybrid_kv_pool_set_mla_kv(kvc_hybrid_kv_pool *pool, int32_t layer_id,
                                                  const void *loc, kvc_index_type loc_type, size_t n,
                                                  const void *nope, const void *rope,
@@ -2284,8 +2323,8 @@ KVC_API kvc_status kvc_hybrid_kv_pool_gather_kv(kvc_hybrid_kv_pool *pool, int32_
                                                 kvc_stream stream);
 KVC_API kvc_status kvc_hybrid_kv_pool_get_mla_kv(kvc_hybrid_kv_pool *pool, int32_t layer_id,
                                                  const void *loc, kvc_index_type loc_type, size_t n,
-                                                 void *nope_out, void *rope_out, kvc_dtype out_dtype,
-                                                 kvc_stream stream);
+                                                 void *nope_out, void *rope_out,
+                                                 kvc_dtype out_dtype, kvc_stream stream);
 /** kvc_hybrid_kv_pool_buffer() : kvc_kv_pool_buffer at a global full-attention layer
  *  (the descriptor's layer_id is the global id). */
 KVC_API kvc_status kvc_hybrid_kv_pool_buffer(const kvc_hybrid_kv_pool *pool, kvc_region_kind region,
@@ -2345,7 +2384,8 @@ KVC_API kvc_status kvc_hybrid_kv_pool_move(kvc_hybrid_kv_pool *pool, const void 
  *  caller (kvc_transfer_layout_destroy) and must not outlive the pool's context.
  *  @return KVC_ERR_INVALID_ARGUMENT (NULL, not a live pool), KVC_ERR_UNSUPPORTED for a
  *  NoOp pool (no storage), KVC_ERR_HOST_OOM. Not capturable (no device work at all). */
-KVC_API kvc_status kvc_transfer_layout_from_kv_pool(const kvc_kv_pool *pool, kvc_transfer_layout **out);
+KVC_API kvc_status kvc_transfer_layout_from_kv_pool(const kvc_kv_pool *pool,
+                                                    kvc_transfer_layout **out);
 /** kvc_transfer_layout_from_mamba_pool() : the layout of the Mamba pool's STATE buffers
  *  (conv tensors then temporal, per layer: kvc_mamba_pool_describe() order; speculative
  *  tensors are not transferred). A "page" is one state slot (ids 0 .. size), so plans
@@ -2374,10 +2414,10 @@ KVC_API kvc_status kvc_transfer_layout_deserialize(kvc_context *ctx, const void 
 /** One region of a layout. */
 typedef struct kvc_transfer_region_info {
   kvc_region_kind region;
-  int32_t layer_id;   /* global layer id */
-  int32_t index;      /* Mamba conv tensor index (0 otherwise) */
-  int32_t device;     /* CUDA ordinal of the memory, -1 for host memory */
-  kvc_dtype dtype;    /* element type of the region (kvc_buffer_desc.dtype) */
+  int32_t layer_id; /* global layer id */
+  int32_t index;    /* Mamba conv tensor index (0 otherwise) */
+  int32_t device;   /* CUDA ordinal of the memory, -1 for host memory */
+  kvc_dtype dtype;  /* element type of the region (kvc_buffer_desc.dtype) */
   int32_t pad_;
   uint64_t base;      /* address in the owning process */
   int64_t page_bytes; /* bytes of one page (index-K: one page row; Mamba: one slot) */
@@ -2406,9 +2446,9 @@ KVC_API kvc_status kvc_transfer_layout_region(const kvc_transfer_layout *layout,
  *  n_pages > 0, sizes that overflow; KVC_ERR_HOST_OOM. *out is written only on success;
  *  nothing else changes. Host only, O(n log n). */
 KVC_API kvc_status kvc_transfer_plan_create(kvc_context *ctx, const kvc_transfer_layout *src,
-                                            const kvc_transfer_layout *dst, const int64_t *src_pages,
-                                            const int64_t *dst_pages, size_t n_pages,
-                                            kvc_transfer_plan **out);
+                                            const kvc_transfer_layout *dst,
+                                            const int64_t *src_pages, const int64_t *dst_pages,
+                                            size_t n_pages, kvc_transfer_plan **out);
 /** kvc_transfer_plan_destroy() : frees the plan. No execution of it may be pending on
  *  the host (device work already enqueued does not reference the plan). NULL: no-op. */
 KVC_API void kvc_transfer_plan_destroy(kvc_transfer_plan *plan);
@@ -2491,8 +2531,9 @@ KVC_API kvc_status kvc_transfer_plan_recv(const kvc_transfer_plan *plan, kvc_con
  *  @return KVC_ERR_INVALID_ARGUMENT (nothing written) for NULL arrays, page_size < 1,
  *  cap too small, or a slot that is not where that layout puts it (negative, a page
  *  not starting at offset 0, a token off its page; the message names it). */
-KVC_API kvc_status kvc_transfer_pages_from_slots(const int64_t *slots, size_t n_tokens, int32_t page_size,
-                                                 int64_t *out_pages, size_t cap, size_t *n_pages);
+KVC_API kvc_status kvc_transfer_pages_from_slots(const int64_t *slots, size_t n_tokens,
+                                                 int32_t page_size, int64_t *out_pages, size_t cap,
+                                                 size_t *n_pages);
 
 /** kvc_transfer_nccl_version() : loads NCCL if not yet loaded (once per process) and
  *  writes its version code (e.g. 22105 for 2.21.5) to *version.
@@ -2526,11 +2567,10 @@ KVC_API kvc_status kvc_transfer_nccl_version(kvc_context *ctx, int *version);
  *  @param out_last_loc  device vector of n outputs in `lens_type`
  *  @return KVC_ERR_INVALID_ARGUMENT for NULL pointers with n > 0 or a non-positive
  *  stride. */
-KVC_API kvc_status kvc_get_last_loc(kvc_context *ctx, const int32_t *req_to_token,
-                                    int64_t num_rows, int64_t row_stride, const void *rows,
-                                    kvc_index_type rows_type, const void *prefix_lens,
-                                    kvc_index_type lens_type, void *out_last_loc, size_t n,
-                                    kvc_stream stream);
+KVC_API kvc_status kvc_get_last_loc(kvc_context *ctx, const int32_t *req_to_token, int64_t num_rows,
+                                    int64_t row_stride, const void *rows, kvc_index_type rows_type,
+                                    const void *prefix_lens, kvc_index_type lens_type,
+                                    void *out_last_loc, size_t n, kvc_stream stream);
 
 /** kvc_write_req_to_token() : for each request i (row r = rows[i], p = prefix_lens[i],
  *  s = seq_lens[i]): req_to_token[r, 0:p) = prefix_ptrs[i][0:p) (int64 slots narrowed to
@@ -2540,8 +2580,8 @@ KVC_API kvc_status kvc_get_last_loc(kvc_context *ctx, const int32_t *req_to_toke
  *  @param prefix_ptrs  device vector of n device addresses of int64 prefix-slot vectors
  *                      (may be NULL: no prefix copy at all)
  *  @param out_cache_loc device int64 vector of sum(s - p) slots */
-KVC_API kvc_status kvc_write_req_to_token(kvc_context *ctx, int32_t *req_to_token,
-                                          int64_t num_rows, int64_t row_stride, const void *rows,
+KVC_API kvc_status kvc_write_req_to_token(kvc_context *ctx, int32_t *req_to_token, int64_t num_rows,
+                                          int64_t row_stride, const void *rows,
                                           kvc_index_type rows_type, const uint64_t *prefix_ptrs,
                                           const void *prefix_lens, const void *seq_lens,
                                           kvc_index_type lens_type, const int64_t *out_cache_loc,
@@ -2588,11 +2628,11 @@ KVC_API kvc_status kvc_alloc_decode_fill(kvc_context *ctx, const void *seq_lens,
  *  @return KVC_ERR_INVALID_ARGUMENT for NULL pointers with n > 0, row bytes <= 0,
  *  num_rows <= 0 or a stride smaller than its row. n == 0: no launch. Enqueues on
  *  `stream`, never synchronizes, graph-capturable; inputs are never modified. */
-KVC_API kvc_status kvc_store_kv(kvc_context *ctx, void *k_cache, void *v_cache, int64_t k_cache_stride,
-                                int64_t v_cache_stride, int64_t num_rows, const void *k, const void *v,
-                                int64_t k_stride, int64_t v_stride, int64_t k_row_bytes,
-                                int64_t v_row_bytes, const void *loc, kvc_index_type loc_type,
-                                size_t n, kvc_stream stream);
+KVC_API kvc_status kvc_store_kv(kvc_context *ctx, void *k_cache, void *v_cache,
+                                int64_t k_cache_stride, int64_t v_cache_stride, int64_t num_rows,
+                                const void *k, const void *v, int64_t k_stride, int64_t v_stride,
+                                int64_t k_row_bytes, int64_t v_row_bytes, const void *loc,
+                                kvc_index_type loc_type, size_t n, kvc_stream stream);
 
 /** How an MLA latent-row buffer stores a token's row (SGLang MLATokenToKVPool and its
  *  FP4 / NSA variants). R = kv_lora_rank, Q = qk_rope_head_dim. */
@@ -2609,26 +2649,28 @@ typedef enum kvc_mla_format {
 /** An engine-owned MLA buffer of one layer, for kvc_set_mla_kv / kvc_get_mla_kv. Fill
  *  with KVC_MLA_BUFFER_INIT, then set the fields. */
 typedef struct kvc_mla_buffer {
-  size_t struct_size;     /* sizeof(kvc_mla_buffer) as the caller compiled it */
-  uint32_t version;       /* KVC_VERSION_NUMBER */
+  size_t struct_size; /* sizeof(kvc_mla_buffer) as the caller compiled it */
+  uint32_t version;   /* KVC_VERSION_NUMBER */
   kvc_mla_format format;
-  void *data;             /* device rows (ROWS: elements of dtype; FP4/NSA: bytes) */
-  void *scale;            /* FP4: device scale rows; otherwise unused */
-  int64_t num_rows;       /* rows of the buffer: slots outside [0, num_rows) are skipped */
-  int64_t row_stride;     /* distance between rows of `data`, in its elements (ROWS: of
+  void *data;               /* device rows (ROWS: elements of dtype; FP4/NSA: bytes) */
+  void *scale;              /* FP4: device scale rows; otherwise unused */
+  int64_t num_rows;         /* rows of the buffer: slots outside [0, num_rows) are skipped */
+  int64_t row_stride;       /* distance between rows of `data`, in its elements (ROWS: of
                              dtype; FP4/NSA: bytes). 0 = dense (R+Q, (R+Q)/2, 656) */
-  int64_t scale_stride;   /* FP4: bytes between scale rows; 0 = dense ((R+Q)/16) */
-  kvc_dtype dtype;        /* ROWS: element type (f32, f16, bf16, fp8_e4m3, fp8_e5m2);
+  int64_t scale_stride;     /* FP4: bytes between scale rows; 0 = dense ((R+Q)/16) */
+  kvc_dtype dtype;          /* ROWS: element type (f32, f16, bf16, fp8_e4m3, fp8_e5m2);
                              FP4 / NSA: ignored */
-  int32_t kv_lora_rank;   /* R >= 1 */
+  int32_t kv_lora_rank;     /* R >= 1 */
   int32_t qk_rope_head_dim; /* Q >= 0 */
   int32_t pad_;
-  uint64_t reserved_[4];  /* must be zero */
+  uint64_t reserved_[4]; /* must be zero */
 } kvc_mla_buffer;
 
 /** The defaults: ROWS format, BF16, dense strides; pointers, rows and dims unset. */
+/* clang-format off */
 #define KVC_MLA_BUFFER_INIT \
   { sizeof(kvc_mla_buffer), KVC_VERSION_NUMBER, KVC_MLA_ROWS, NULL, NULL, 0, 0, 0, KVC_DTYPE_BF16, 0, 0, 0, {0} }
+/* clang-format on */
 
 /** kvc_set_mla_kv() : SGLang set_mla_kv_buffer (and the NSA fp8 quantizer, and the FP4
  *  MLA writer) on an engine's own buffer: for i < n with s = loc[i] in [0, num_rows),
@@ -2675,9 +2717,9 @@ KVC_API kvc_status kvc_set_mla_kv(kvc_context *ctx, const kvc_mla_buffer *buf, c
  *  bf16, fp8_e4m3, fp8_e5m2. One launch, never synchronizes, graph-capturable once
  *  compiled; same return values as kvc_set_mla_kv. */
 KVC_API kvc_status kvc_get_mla_kv(kvc_context *ctx, const kvc_mla_buffer *buf, const void *loc,
-                                  kvc_index_type loc_type, size_t n, void *nope_out,
-                                  void *rope_out, kvc_dtype out_dtype, int64_t nope_stride,
-                                  int64_t rope_stride, kvc_stream stream);
+                                  kvc_index_type loc_type, size_t n, void *nope_out, void *rope_out,
+                                  kvc_dtype out_dtype, int64_t nope_stride, int64_t rope_stride,
+                                  kvc_stream stream);
 
 /** kvc_swa_translate() : level-1 op (SGLang translate_loc_from_full_to_swa): out[i] =
  *  mapping[loc[i]] for loc[i] in [0, mapping_len); -1 (and any other out-of-range loc)

@@ -39,7 +39,8 @@ KVC_DEVICE void kvc_st_relaxed_sys(uint32_t *p, uint32_t v) {
 #define KVC_CH_PASS 1024
 #define KVC_CH_STRIDE_MAX 4
 
-extern "C" __global__ void __launch_bounds__(1024) kvc_decode_channel_apply(const __grid_constant__ kvc_p_decode_channel p) {
+extern "C" __global__ void __launch_bounds__(1024)
+    kvc_decode_channel_apply(const __grid_constant__ kvc_p_decode_channel p) {
   __shared__ uint32_t s_step, s_n;
   __shared__ int s_ok;
   __shared__ __align__(16) uint32_t s_words[KVC_CH_STRIDE_MAX * KVC_CH_PASS];
@@ -58,7 +59,8 @@ extern "C" __global__ void __launch_bounds__(1024) kvc_decode_channel_apply(cons
   __syncthreads();
   const int n = (int)s_n;
   /* 16-byte aligned: ring slots are multiples of 16 words after a 16-word state block */
-  const uint32_t *w = ring + (size_t)((s_step - 1) % (uint32_t)p.depth) * (size_t)p.slot_words + KVC_CHANNEL_HEADER_WORDS;
+  const uint32_t *w =
+      ring + (size_t)((s_step - 1) % (uint32_t)p.depth) * (size_t)p.slot_words + KVC_CHANNEL_HEADER_WORDS;
   int64_t *out = p.out ? kvc_ptr<int64_t *>(p.out) : nullptr;
   int32_t *table = p.table ? kvc_ptr<int32_t *>(p.table) : nullptr;
   int64_t *map = p.map ? kvc_ptr<int64_t *>(p.map) : nullptr;

@@ -15,11 +15,11 @@
 #include "common.cuh"
 
 #ifndef KVC_INLINE_WORDS
-#define KVC_INLINE_WORDS 2
+#  define KVC_INLINE_WORDS 2
 #endif
 
 #ifndef KVC_PAGE_SIZE
-#define KVC_PAGE_SIZE p.h.page_size
+#  define KVC_PAGE_SIZE p.h.page_size
 #endif
 
 struct kvc_plan_extend_params {

@@ -11,7 +11,7 @@
 #include "common.cuh"
 
 #ifndef KVC_INLINE_WORDS
-#define KVC_INLINE_WORDS 2
+#  define KVC_INLINE_WORDS 2
 #endif
 
 struct kvc_canary_params {

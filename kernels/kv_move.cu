@@ -25,7 +25,7 @@
 #include "common.cuh"
 
 #ifndef KVC_W
-#define KVC_W 128
+#  define KVC_W 128
 #endif
 
 extern __shared__ __align__(16) uint8_t kvc_move_smem[];
@@ -104,7 +104,8 @@ template <int V> KVC_DEVICE void kvc_mv_load(const kvc_mv_tile &t, int cnt, cons
 
 /* Writes the staged tile bytes to the cnt target rows. */
 template <int V>
-KVC_DEVICE void kvc_mv_store(const kvc_mv_tile &t, int cnt, const int32_t *ssrc, const int32_t *stgt, const uint8_t *buf) {
+KVC_DEVICE void kvc_mv_store(const kvc_mv_tile &t, int cnt, const int32_t *ssrc, const int32_t *stgt,
+                             const uint8_t *buf) {
   typedef typename mv_t<V>::T T;
   constexpr int WV = KVC_W / V;
   const int vlen = t.len / V, total = cnt * WV;
@@ -114,7 +115,8 @@ KVC_DEVICE void kvc_mv_store(const kvc_mv_tile &t, int cnt, const int32_t *ssrc,
     const int row = i / WV, v = i % WV;
     const int32_t src = ssrc[row], tgt = stgt[row];
     if (v >= vlen || src < 0 || tgt < 0 || src >= s.limit || tgt >= s.limit) continue;
-    *reinterpret_cast<T *>(t.base + kvc_seg_offset(s, tgt) + v * V) = *reinterpret_cast<const T *>(buf + row * KVC_W + v * V);
+    *reinterpret_cast<T *>(t.base + kvc_seg_offset(s, tgt) + v * V) =
+        *reinterpret_cast<const T *>(buf + row * KVC_W + v * V);
   }
 }
 

@@ -25,7 +25,7 @@
 #include "kvc_numeric.h"
 
 #ifndef KVC_GATHER
-#define KVC_GATHER 0
+#  define KVC_GATHER 0
 #endif
 #define KVC_DT_RAW 0
 #define KVC_DT_FP4 10
@@ -52,9 +52,7 @@ template <> struct acc_t<4> { typedef uint32_t T; };
 template <> struct acc_t<2> { typedef uint16_t T; };
 template <> struct acc_t<1> { typedef uint8_t T; };
 
-template <int NB> struct alignas(16) bytes_t {
-  uint8_t b[NB];
-};
+template <int NB> struct alignas(16) bytes_t { uint8_t b[NB]; };
 
 template <int NB, int A> KVC_DEVICE void load_chunk(bytes_t<NB> &r, const uint8_t *p) {
   typedef typename acc_t<A>::T T;
@@ -134,13 +132,16 @@ extern "C" __global__ void __launch_bounds__(KVC_KV_ROWS_BLOCK) kvc_kv_rows(cons
     const int32_t r = is_v ? chunk[j] - kKCH : chunk[j];
     if constexpr (kGather) {
       if (slot[j] < 0) continue;
-      const uint8_t *src = kvc_ptr<const uint8_t *>(is_v ? p.v_pool : p.k_pool) + slot[j] * (is_v ? p.v_pool_stride : p.k_pool_stride);
+      const uint8_t *src =
+          kvc_ptr<const uint8_t *>(is_v ? p.v_pool : p.k_pool) + slot[j] * (is_v ? p.v_pool_stride : p.k_pool_stride);
       load_chunk<kSB, kSA>(in[j], src + (int64_t)r * kSB);
       if constexpr (kSrc == KVC_DT_FP4)
-        in_scale[j] = kvc_ptr<const uint8_t *>(is_v ? p.v_pool_scale : p.k_pool_scale)[slot[j] * (is_v ? p.v_scale_stride : p.k_scale_stride) + r];
+        in_scale[j] = kvc_ptr<const uint8_t *>(
+            is_v ? p.v_pool_scale : p.k_pool_scale)[slot[j] * (is_v ? p.v_scale_stride : p.k_scale_stride) + r];
     } else {
       if (slot[j] < 0) continue;
-      const uint8_t *src = kvc_ptr<const uint8_t *>(is_v ? p.v_dense : p.k_dense) + item[j] * (is_v ? p.v_dense_stride : p.k_dense_stride);
+      const uint8_t *src = kvc_ptr<const uint8_t *>(is_v ? p.v_dense : p.k_dense) +
+                           item[j] * (is_v ? p.v_dense_stride : p.k_dense_stride);
       load_chunk<kSB, kSA>(in[j], src + (int64_t)r * kSB);
     }
   }
@@ -151,7 +152,8 @@ extern "C" __global__ void __launch_bounds__(KVC_KV_ROWS_BLOCK) kvc_kv_rows(cons
     const int32_t r = is_v ? chunk[j] - kKCH : chunk[j];
     bytes_t<kDB> out;
     if constexpr (kGather) {
-      uint8_t *dst = kvc_ptr<uint8_t *>(is_v ? p.v_dense : p.k_dense) + item[j] * (is_v ? p.v_dense_stride : p.k_dense_stride);
+      uint8_t *dst =
+          kvc_ptr<uint8_t *>(is_v ? p.v_dense : p.k_dense) + item[j] * (is_v ? p.v_dense_stride : p.k_dense_stride);
       if (slot[j] < 0) {
 #pragma unroll
         for (int k = 0; k < kDB; k++) out.b[k] = 0;
@@ -161,12 +163,14 @@ extern "C" __global__ void __launch_bounds__(KVC_KV_ROWS_BLOCK) kvc_kv_rows(cons
       store_chunk<kDB, kDA>(dst + (int64_t)r * kDB, out);
     } else {
       if (slot[j] < 0) continue;
-      uint8_t *dst = kvc_ptr<uint8_t *>(is_v ? p.v_pool : p.k_pool) + slot[j] * (is_v ? p.v_pool_stride : p.k_pool_stride);
+      uint8_t *dst =
+          kvc_ptr<uint8_t *>(is_v ? p.v_pool : p.k_pool) + slot[j] * (is_v ? p.v_pool_stride : p.k_pool_stride);
       uint8_t sb = 0;
       convert_chunk(in[j], 0, is_v ? vdiv : kdiv, out, &sb);
       store_chunk<kDB, kDA>(dst + (int64_t)r * kDB, out);
       if constexpr (kDst == KVC_DT_FP4)
-        kvc_ptr<uint8_t *>(is_v ? p.v_pool_scale : p.k_pool_scale)[slot[j] * (is_v ? p.v_scale_stride : p.k_scale_stride) + r] = sb;
+        kvc_ptr<uint8_t *>(is_v ? p.v_pool_scale
+                                : p.k_pool_scale)[slot[j] * (is_v ? p.v_scale_stride : p.k_scale_stride) + r] = sb;
     }
   }
 }

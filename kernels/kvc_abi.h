@@ -20,15 +20,15 @@ typedef unsigned int uint32_t;
 typedef long long int64_t;
 typedef unsigned long long uint64_t;
 #else
-#include <stdint.h>
+#  include <stdint.h>
 #endif
 
 /* A function body shared by a kernel and its C twin (kvc_numeric.h, kvc_index.h):
  * inlined device code under NVRTC, a static inline function in C. */
 #ifdef __CUDACC_RTC__
-#define KVC_HD __device__ __forceinline__
+#  define KVC_HD __device__ __forceinline__
 #else
-#define KVC_HD static inline
+#  define KVC_HD static inline
 #endif
 
 /* --- req_to_token.cu --------------------------------------------------------------- */
@@ -79,13 +79,13 @@ typedef struct kvc_p_decode_fill {
  * compile-time variant) or, when larger, in a staged device buffer at `staged`. */
 #define KVC_PLAN_EXTEND_DESC_WORDS 8
 typedef struct kvc_plan_extend_desc {
-  int32_t row;         /* req_to_token row, or -1 when no table write */
-  int32_t prefix_len;  /* p */
-  int32_t seq_len;     /* s */
-  int32_t last_loc;    /* slot of token p-1, or -1 */
-  int32_t out_offset;  /* O_i into out */
-  int32_t page_begin;  /* index of the request's first new page in the page list */
-  int32_t prefix_src;  /* index of its prefix slots in the payload, or -1 */
+  int32_t row;        /* req_to_token row, or -1 when no table write */
+  int32_t prefix_len; /* p */
+  int32_t seq_len;    /* s */
+  int32_t last_loc;   /* slot of token p-1, or -1 */
+  int32_t out_offset; /* O_i into out */
+  int32_t page_begin; /* index of the request's first new page in the page list */
+  int32_t prefix_src; /* index of its prefix slots in the payload, or -1 */
   int32_t pad_;
 } kvc_plan_extend_desc;
 
@@ -94,10 +94,10 @@ typedef struct kvc_p_plan_extend {
   uint64_t out;    /* int64 [total], or 0 */
   uint64_t staged; /* uint32 payload in device memory, or 0 = inline */
   int64_t row_stride;
-  int32_t n;          /* requests */
+  int32_t n; /* requests */
   int32_t page_size;
-  int32_t pages_at;   /* payload word index of the page list */
-  int32_t prefix_at;  /* payload word index of prefix slots */
+  int32_t pages_at;  /* payload word index of the page list */
+  int32_t prefix_at; /* payload word index of prefix slots */
   int32_t tokens_per_block;
   int32_t swa_pages_at; /* with a map: payload word index of the SWA page list, parallel
                            to the page list (descriptor word 7: the SWA last_loc) */
@@ -111,7 +111,7 @@ typedef struct kvc_p_plan_decode {
   uint64_t out;    /* int64 [n], or 0 */
   uint64_t staged; /* payload in device memory, or 0 = inline */
   int64_t row_stride;
-  uint64_t map;    /* int64 [map_len] full->SWA mapping, or 0 (SWA allocators) */
+  uint64_t map; /* int64 [map_len] full->SWA mapping, or 0 (SWA allocators) */
   int64_t map_len;
   int32_t n;
   int32_t pad_;
@@ -129,7 +129,7 @@ typedef struct kvc_p_decode_channel {
   uint64_t table;      /* int32 req_to_token table, or 0 */
   uint64_t out;        /* int64 [max_batch] out_cache_loc, or 0 */
   int64_t row_stride;
-  uint64_t map;        /* int64 [map_len] full->SWA mapping (SWA allocators), or 0 */
+  uint64_t map; /* int64 [map_len] full->SWA mapping (SWA allocators), or 0 */
   int64_t map_len;
   int32_t depth, slot_words;
   int32_t max_batch, pad_;
@@ -188,8 +188,8 @@ typedef struct kvc_p_kv_rows {
 typedef struct kvc_kv_seg {
   uint64_t base;
   int64_t layer_pitch, row_bytes, slot_pitch, page_pitch, page_off, limit;
-  uint64_t host_off; /* offload: byte offset of this segment's rows in the host buffer */
-  int64_t count;     /* offload: rows per layer in the host buffer (n, or pages) */
+  uint64_t host_off;     /* offload: byte offset of this segment's rows in the host buffer */
+  int64_t count;         /* offload: rows per layer in the host buffer (n, or pages) */
   int32_t layers, tiles; /* move: tiles = ceil(row_bytes / KVC_W) */
   int32_t page_size, vec;
   int32_t by_page, pad_; /* offload: rows are pages (loc[j * page_size] / page_size) */
@@ -327,7 +327,7 @@ typedef struct kvc_p_swa_map_write {
 } kvc_p_swa_map_write; /* followed by the inline payload words */
 
 typedef struct kvc_p_swa_gather {
-  uint64_t map, in, out; /* map: int32/int64 [map_len]; in, out: int32/int64 [n] */
+  uint64_t map, in, out;   /* map: int32/int64 [map_len]; in, out: int32/int64 [n] */
   int64_t n, map_len, oob; /* oob: value for in[i] outside [0, map_len) */
   int32_t map_i64, in_i64, out_i64, pad_;
 } kvc_p_swa_gather;

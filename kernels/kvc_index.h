@@ -32,9 +32,9 @@
 #include "kvc_abi.h" /* KVC_HD */
 
 #ifdef __CUDACC_RTC__
-#define KVC_IPTR(type, addr) reinterpret_cast<type>(addr)
+#  define KVC_IPTR(type, addr) reinterpret_cast<type>(addr)
 #else
-#define KVC_IPTR(type, addr) ((type)(uintptr_t)(addr))
+#  define KVC_IPTR(type, addr) ((type)(uintptr_t)(addr))
 #endif
 
 /* Element i of an int32 or int64 vector at device address base, as int64. */
@@ -51,10 +51,10 @@ KVC_HD int64_t kvc_load_index(uint64_t base, int64_t i, int is64) {
 #define KVC_EXTEND_LEN(pre, seq) ((seq) - (pre) > 0 ? (seq) - (pre) : 0)
 
 /* First position of the request's new pages: the prefix rounded up to a page. */
-#define KVC_EXTEND_CEIL_PRE(pre, ps) (((pre) + (ps) - 1) / (ps) * (ps))
+#define KVC_EXTEND_CEIL_PRE(pre, ps) (((pre) + (ps)-1) / (ps) * (ps))
 
 /* Pages an extend from pre to seq takes: ceil(seq / ps) - ceil(pre / ps). */
-#define KVC_EXTEND_NEW_PAGES(pre, seq, ps) (((seq) + (ps) - 1) / (ps) - ((pre) + (ps) - 1) / (ps))
+#define KVC_EXTEND_NEW_PAGES(pre, seq, ps) (((seq) + (ps)-1) / (ps) - ((pre) + (ps)-1) / (ps))
 
 /* The slot of the token at position pos (>= pre) of an extend, in two cases:
  *   KVC_EXTEND_IN_PREFIX_PAGE(pos, ceil_pre): it continues the prefix's partial page, at
@@ -70,7 +70,7 @@ KVC_HD int64_t kvc_load_index(uint64_t base, int64_t i, int is64) {
 
 /* Whether the step to length seq starts a page (ps == 1: every step does); its slot is
  * then page * ps, else KVC_SLOT_AFTER(last, 0). */
-#define KVC_DECODE_NEW_PAGE(seq, ps) ((seq) >= 1 && ((seq) - 1) % (ps) == 0)
+#define KVC_DECODE_NEW_PAGE(seq, ps) ((seq) >= 1 && ((seq)-1) % (ps) == 0)
 
 /* Words of one planned decode entry: (row, position, slot), plus the slot's full->SWA
  * mapping value when the allocator fuses its mapping write in (map non-zero). */
@@ -79,8 +79,8 @@ KVC_HD int64_t kvc_load_index(uint64_t base, int64_t i, int is64) {
 /* Request i's writes of one planned decode step from its entry e: out_cache_loc, the
  * req_to_token table (row < 0: none) and, when map is given, the full->SWA mapping
  * (entries outside [0, map_len) skipped). Any of out, table, map may be NULL. */
-KVC_HD void kvc_decode_write(const uint32_t *e, int i, int64_t *out, int32_t *table, int64_t row_stride,
-                             int64_t *map, int64_t map_len) {
+KVC_HD void kvc_decode_write(const uint32_t *e, int i, int64_t *out, int32_t *table, int64_t row_stride, int64_t *map,
+                             int64_t map_len) {
   const int32_t row = (int32_t)e[0], pos = (int32_t)e[1], slot = (int32_t)e[2];
   if (out) out[i] = slot;
   if (table && row >= 0) table[(int64_t)row * row_stride + pos] = slot;

@@ -144,8 +144,8 @@ KVC_HD float kvc_pow2f(int32_t e) { return kvc_u2f((uint32_t)(e + 127) << 23); }
  * number of thresholds {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5} that |v| reaches. */
 KVC_HD uint8_t kvc_fp4_encode(float v) {
   const float a = v < 0 ? -v : v;
-  uint8_t code = (uint8_t)((a >= 0.25f) + (a >= 0.75f) + (a >= 1.25f) + (a >= 1.75f) + (a >= 2.5f) +
-                           (a >= 3.5f) + (a >= 5.0f));
+  uint8_t code =
+      (uint8_t)((a >= 0.25f) + (a >= 0.75f) + (a >= 1.25f) + (a >= 1.75f) + (a >= 2.5f) + (a >= 3.5f) + (a >= 5.0f));
   return (uint8_t)(code | (v < 0 ? 8u : 0u));
 }
 

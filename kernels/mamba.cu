@@ -23,7 +23,7 @@
  * used), because a run-time switch over all widths makes ptxas keep the worst case's
  * registers and spill. Must equal the `vec` field. */
 #ifndef KVC_MAMBA_VEC
-#define KVC_MAMBA_VEC 16
+#  define KVC_MAMBA_VEC 16
 #endif
 
 struct kvc_mamba_params {

@@ -27,25 +27,25 @@
 #include "kvc_mla.h"
 
 #ifndef KVC_DIR
-#define KVC_DIR 0
+#  define KVC_DIR 0
 #endif
 #ifndef KVC_MODE
-#define KVC_MODE KVC_MLA_MODE_ROWS
+#  define KVC_MODE KVC_MLA_MODE_ROWS
 #endif
 #ifndef KVC_SRC
-#define KVC_SRC KVC_DT_BF16
+#  define KVC_SRC KVC_DT_BF16
 #endif
 #ifndef KVC_DST
-#define KVC_DST KVC_DT_BF16
+#  define KVC_DST KVC_DT_BF16
 #endif
 #ifndef KVC_R
-#define KVC_R 512
+#  define KVC_R 512
 #endif
 #ifndef KVC_Q
-#define KVC_Q 64
+#  define KVC_Q 64
 #endif
 #ifndef KVC_G
-#define KVC_G 8
+#  define KVC_G 8
 #endif
 
 static_assert(KVC_G == 1 || KVC_G == 2 || KVC_G == 4 || KVC_G == 8, "KVC_G");
@@ -53,9 +53,7 @@ static_assert(KVC_R % KVC_G == 0 && KVC_Q % KVC_G == 0, "G must divide R and Q")
 
 /* --- Vector access of BYTES bytes (1..32) held as 32-bit words ---------------------- */
 
-template <int BYTES> struct kvc_words {
-  uint32_t w[BYTES >= 4 ? BYTES / 4 : 1];
-};
+template <int BYTES> struct kvc_words { uint32_t w[BYTES >= 4 ? BYTES / 4 : 1]; };
 
 template <int BYTES> KVC_DEVICE void kvc_ld(kvc_words<BYTES> &c, const unsigned char *p) {
   if constexpr (BYTES % 16 == 0) {
@@ -128,7 +126,7 @@ template <int DT, int COUNT> KVC_DEVICE void kvc_store_f32(unsigned char *p, con
   constexpr int ES = KVC_DT_BYTES(DT);
 #pragma unroll
   for (int c = 0; c < COUNT / KVC_G; c++) {
-    kvc_words<KVC_G * ES> a = {};
+    kvc_words<KVC_G *ES> a = {};
 #pragma unroll
     for (int k = 0; k < KVC_G; k++) kvc_put<ES>(a, k, kvc_f32_to_raw(v[c * KVC_G + k], DT));
     kvc_st(p + c * KVC_G * ES, a);
@@ -140,7 +138,7 @@ template <int DT, int COUNT> KVC_DEVICE void kvc_store_zero(unsigned char *p) {
   constexpr int ES = KVC_DT_BYTES(DT);
 #pragma unroll
   for (int c = 0; c < COUNT / KVC_G; c++) {
-    kvc_words<KVC_G * ES> a = {};
+    kvc_words<KVC_G *ES> a = {};
     kvc_st(p + c * KVC_G * ES, a);
   }
 }
@@ -153,7 +151,7 @@ template <typename T> KVC_DEVICE unsigned char *kvc_b(T a) { return reinterpret_
 #if KVC_MODE == KVC_MLA_MODE_ROWS
 /* --- ROWS ---------------------------------------------------------------------------- */
 
-#if KVC_DIR == 0
+#  if KVC_DIR == 0
 extern "C" __global__ void __launch_bounds__(256) kvc_mla_set(const __grid_constant__ kvc_p_mla p) {
   constexpr int SS = KVC_DT_BYTES(KVC_SRC), DS = KVC_DT_BYTES(KVC_DST);
   constexpr int64_t GPR = KVC_T / KVC_G;
@@ -167,13 +165,13 @@ extern "C" __global__ void __launch_bounds__(256) kvc_mla_set(const __grid_const
                                          : kvc_cb(p.rope) + (i * p.rope_stride + (e - KVC_R)) * SS;
     kvc_words<KVC_G * SS> a;
     kvc_ld(a, src);
-    kvc_words<KVC_G * DS> b = {};
-#pragma unroll
+    kvc_words<KVC_G *DS> b = {};
+#    pragma unroll
     for (int k = 0; k < KVC_G; k++) kvc_put<DS>(b, k, kvc_cvt<KVC_SRC, KVC_DST>(kvc_get<SS>(a, k)));
     kvc_st(kvc_b(p.kv) + (loc * p.kv_stride + e) * DS, b);
   }
 }
-#else
+#  else
 extern "C" __global__ void __launch_bounds__(256) kvc_mla_get(const __grid_constant__ kvc_p_mla p) {
   constexpr int SS = KVC_DT_BYTES(KVC_SRC), DS = KVC_DT_BYTES(KVC_DST);
   constexpr int64_t GPR = KVC_T / KVC_G;
@@ -185,17 +183,17 @@ extern "C" __global__ void __launch_bounds__(256) kvc_mla_get(const __grid_const
                                    : (p.rope ? kvc_b(p.rope) + (i * p.rope_stride + (e - KVC_R)) * DS : nullptr);
     if (!dst) continue;
     const int64_t loc = kvc_load_index(p.loc, i, p.loc_i64);
-    kvc_words<KVC_G * DS> b = {};
+    kvc_words<KVC_G *DS> b = {};
     if (loc >= 0 && loc < p.num_rows) {
       kvc_words<KVC_G * SS> a;
       kvc_ld(a, kvc_cb(p.kv) + (loc * p.kv_stride + e) * SS);
-#pragma unroll
+#    pragma unroll
       for (int k = 0; k < KVC_G; k++) kvc_put<DS>(b, k, kvc_cvt<KVC_SRC, KVC_DST>(kvc_get<SS>(a, k)));
     }
     kvc_st(dst, b);
   }
 }
-#endif
+#  endif
 
 #elif KVC_MODE == KVC_MLA_MODE_FP4
 /* --- FP4 ----------------------------------------------------------------------------- */
@@ -207,7 +205,7 @@ template <int ES> KVC_DEVICE uint64_t kvc_part_addr(const kvc_p_mla &p, int64_t 
                    : (p.rope ? p.rope + (uint64_t)((i * p.rope_stride + (e - KVC_R)) * ES) : 0);
 }
 
-#if KVC_DIR == 0
+#  if KVC_DIR == 0
 extern "C" __global__ void __launch_bounds__(256) kvc_mla_set(const __grid_constant__ kvc_p_mla p) {
   constexpr int SS = KVC_DT_BYTES(KVC_SRC);
   constexpr int64_t NB = KVC_T / 16;
@@ -218,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(256) kvc_mla_set(const __grid_const
     const int64_t loc = kvc_load_index(p.loc, i, p.loc_i64);
     if (loc < 0 || loc >= p.num_rows) continue;
     float v[16];
-#pragma unroll
+#    pragma unroll
     for (int c = 0; c < 16 / KVC_G; c++)
       kvc_load_f32<KVC_SRC, KVC_G>(v + c * KVC_G, kvc_cb(kvc_part_addr<SS>(p, i, 16 * b + c * KVC_G)));
     kvc_words<8> packed;
@@ -230,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(256) kvc_mla_set(const __grid_const
     kvc_b(p.kv_scale)[loc * p.scale_stride + b] = sb;
   }
 }
-#else
+#  else
 extern "C" __global__ void __launch_bounds__(256) kvc_mla_get(const __grid_constant__ kvc_p_mla p) {
   constexpr int DS = KVC_DT_BYTES(KVC_DST);
   constexpr int64_t NB = KVC_T / 16;
@@ -244,26 +242,26 @@ extern "C" __global__ void __launch_bounds__(256) kvc_mla_get(const __grid_const
       kvc_words<8> packed;
       kvc_ld(packed, kvc_cb(p.kv) + loc * p.kv_stride + 8 * b);
       const float s = kvc_fp4_scale_value(kvc_cb(p.kv_scale)[loc * p.scale_stride + b]);
-#pragma unroll
+#    pragma unroll
       for (int k = 0; k < 16; k++) v[k] = kvc_fp4_decode((uint8_t)((packed.w[k >> 3] >> ((k & 7) * 4)) & 0xfu)) * s;
     } else {
-#pragma unroll
+#    pragma unroll
       for (int k = 0; k < 16; k++) v[k] = 0.0f;
     }
-#pragma unroll
+#    pragma unroll
     for (int c = 0; c < 16 / KVC_G; c++) {
       const uint64_t a = kvc_part_addr<DS>(p, i, 16 * b + c * KVC_G);
       if (a) kvc_store_f32<KVC_DST, KVC_G>(kvc_b(a), v + c * KVC_G);
     }
   }
 }
-#endif
+#  endif
 
 #elif KVC_MODE == KVC_MLA_MODE_NSA
 /* --- NSA 656-byte fp8 rows ------------------------------------------------------------ */
 static_assert(KVC_R == KVC_NSA_NOPE && KVC_Q == KVC_NSA_ROPE, "NSA fp8 rows need R = 512, Q = 64");
 
-#if KVC_DIR == 0
+#  if KVC_DIR == 0
 extern "C" __global__ void __launch_bounds__(256) kvc_mla_set(const __grid_constant__ kvc_p_mla p) {
   constexpr int SS = KVC_DT_BYTES(KVC_SRC);
   const unsigned lane = threadIdx.x & 31u;
@@ -275,7 +273,7 @@ extern "C" __global__ void __launch_bounds__(256) kvc_mla_set(const __grid_const
   kvc_words<KVC_G * RS> ra[8 / KVC_G]; /* rope values of lanes 0..7 */
   if (lane < 8) {
     const unsigned char *src = kvc_cb(p.rope) + (i * p.rope_stride + 8 * lane) * RS;
-#pragma unroll
+#    pragma unroll
     for (int c = 0; c < 8 / KVC_G; c++) kvc_ld(ra[c], src + c * KVC_G * RS);
   }
   float y[16];
@@ -284,13 +282,13 @@ extern "C" __global__ void __launch_bounds__(256) kvc_mla_set(const __grid_const
   if (loc < 0 || loc >= p.num_rows) return;
   unsigned char *row = kvc_b(p.kv) + loc * p.kv_stride;
   float amax = 0.0f;
-#pragma unroll
+#    pragma unroll
   for (int k = 0; k < 16; k++) amax = kvc_amax_step(amax, y[k]);
-#pragma unroll
+#    pragma unroll
   for (int d = 1; d < 8; d <<= 1) amax = kvc_amax_step(amax, __shfl_xor_sync(0xffffffffu, amax, d));
   const float s = kvc_nsa_scale(amax), inv = kvc_nsa_inv(s);
   kvc_words<16> q;
-#pragma unroll
+#    pragma unroll
   for (int k = 0; k < 4; k++)
     q.w[k] = kvc_nsa_code2(y[4 * k], y[4 * k + 1], inv) | kvc_nsa_code2(y[4 * k + 2], y[4 * k + 3], inv) << 16;
   kvc_st(row + 16 * lane, q);
@@ -298,16 +296,16 @@ extern "C" __global__ void __launch_bounds__(256) kvc_mla_set(const __grid_const
 
   if (lane < 8) {
     kvc_words<16> r = {};
-#pragma unroll
+#    pragma unroll
     for (int c = 0; c < 8 / KVC_G; c++) {
-#pragma unroll
+#    pragma unroll
       for (int k = 0; k < KVC_G; k++)
         kvc_put<2>(r, c * KVC_G + k, kvc_cvt<KVC_SRC, KVC_DT_BF16>(kvc_get<RS>(ra[c], k)));
     }
     kvc_st(row + KVC_NSA_ROPE_AT + 16 * lane, r);
   }
 }
-#else
+#  else
 extern "C" __global__ void __launch_bounds__(256) kvc_mla_get(const __grid_constant__ kvc_p_mla p) {
   constexpr int DS = KVC_DT_BYTES(KVC_DST);
   const unsigned lane = threadIdx.x & 31u;
@@ -322,10 +320,10 @@ extern "C" __global__ void __launch_bounds__(256) kvc_mla_get(const __grid_const
       kvc_words<16> q;
       kvc_ld(q, row + 16 * lane);
       const float s = reinterpret_cast<const float *>(row + KVC_NSA_SCALE_AT)[lane >> 3];
-#pragma unroll
+#    pragma unroll
       for (int k = 0; k < 16; k++) v[k] = kvc_nsa_decode((uint8_t)kvc_get<1>(q, k), s);
     } else {
-#pragma unroll
+#    pragma unroll
       for (int k = 0; k < 16; k++) v[k] = 0.0f;
     }
     kvc_store_f32<KVC_DST, 16>(kvc_b(p.nope) + (i * p.nope_stride + 16 * lane) * DS, v);
@@ -335,17 +333,17 @@ extern "C" __global__ void __launch_bounds__(256) kvc_mla_get(const __grid_const
     if (ok) {
       kvc_words<16> r;
       kvc_ld(r, row + KVC_NSA_ROPE_AT + 16 * lane);
-#pragma unroll
+#    pragma unroll
       for (int k = 0; k < 8; k++) v[k] = kvc_bf16_to_f32((uint16_t)kvc_get<2>(r, k));
     } else {
-#pragma unroll
+#    pragma unroll
       for (int k = 0; k < 8; k++) v[k] = 0.0f;
     }
     kvc_store_f32<KVC_DST, 8>(kvc_b(p.rope) + (i * p.rope_stride + 8 * lane) * DS, v);
   }
 }
-#endif
+#  endif
 
 #else
-#error "unknown KVC_MODE"
+#  error "unknown KVC_MODE"
 #endif

@@ -65,9 +65,9 @@ extern "C" __global__ void __launch_bounds__(256) kvc_nsa_index_set(const __grid
   if (loc < 0 || loc >= p.pages * p.page_size) return;
   const int64_t page = loc / p.page_size, off = loc - page * p.page_size;
   unsigned char *pg = kvc_ptr<unsigned char *>(p.buf) + page * p.page_size * (KVC_IDX_DIM + 4);
-  kvc_copy16(pg + off * KVC_IDX_DIM + 16 * j, kvc_ptr<const unsigned char *>(p.index_k) + g * KVC_IDX_DIM + 16 * j, p.vec);
-  if (j == 0)
-    reinterpret_cast<float *>(pg + p.page_size * KVC_IDX_DIM)[off] = kvc_ptr<const float *>(p.scale)[g];
+  kvc_copy16(pg + off * KVC_IDX_DIM + 16 * j, kvc_ptr<const unsigned char *>(p.index_k) + g * KVC_IDX_DIM + 16 * j,
+             p.vec);
+  if (j == 0) reinterpret_cast<float *>(pg + p.page_size * KVC_IDX_DIM)[off] = kvc_ptr<const float *>(p.scale)[g];
 }
 
 extern "C" __global__ void __launch_bounds__(256) kvc_nsa_index_get(const __grid_constant__ kvc_p_nsa_index_get p) {

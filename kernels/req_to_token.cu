@@ -13,7 +13,7 @@
 
 /* Modules built for the other kernels of this file need no inline payload. */
 #ifndef KVC_INLINE_WORDS
-#define KVC_INLINE_WORDS 2
+#  define KVC_INLINE_WORDS 2
 #endif
 
 extern "C" __global__ void __launch_bounds__(256) kvc_get_last_loc(const __grid_constant__ kvc_p_get_last_loc p) {
@@ -26,7 +26,8 @@ extern "C" __global__ void __launch_bounds__(256) kvc_get_last_loc(const __grid_
   else kvc_ptr<int32_t *>(p.out)[i] = (int32_t)v;
 }
 
-extern "C" __global__ void __launch_bounds__(256) kvc_write_req_to_token(const __grid_constant__ kvc_p_write_req_to_token p) {
+extern "C" __global__ void __launch_bounds__(256)
+    kvc_write_req_to_token(const __grid_constant__ kvc_p_write_req_to_token p) {
   __shared__ int64_t warp_sums[32];
   __shared__ int64_t offsets[256];
   int32_t *table = kvc_ptr<int32_t *>(p.table);

@@ -14,7 +14,7 @@
 #include "common.cuh"
 
 #ifndef KVC_INLINE_WORDS
-#define KVC_INLINE_WORDS 2
+#  define KVC_INLINE_WORDS 2
 #endif
 
 struct kvc_swa_map_write_params {
@@ -22,18 +22,28 @@ struct kvc_swa_map_write_params {
   uint32_t words[KVC_INLINE_WORDS];
 };
 
-extern "C" __global__ void __launch_bounds__(256) kvc_swa_map_write(const __grid_constant__ kvc_swa_map_write_params p) {
+extern "C" __global__ void __launch_bounds__(256)
+    kvc_swa_map_write(const __grid_constant__ kvc_swa_map_write_params p) {
   const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const unsigned lane = threadIdx.x & 31u;
   if (item >= p.h.count) return;
   const uint32_t *w = p.h.staged ? kvc_ptr<const uint32_t *>(p.h.staged) : p.words;
   int64_t idx, val, len, step;
   if (p.h.mode == KVC_SWA_MAP_PAIRS) {
-    idx = w[2 * item]; val = (int64_t)(int32_t)w[2 * item + 1]; len = 1; step = 0;
+    idx = w[2 * item];
+    val = (int64_t)(int32_t)w[2 * item + 1];
+    len = 1;
+    step = 0;
   } else if (p.h.mode == KVC_SWA_MAP_RUNS) {
-    idx = w[3 * item]; val = (int64_t)(int32_t)w[3 * item + 1]; len = w[3 * item + 2]; step = 1;
+    idx = w[3 * item];
+    val = (int64_t)(int32_t)w[3 * item + 1];
+    len = w[3 * item + 2];
+    step = 1;
   } else {
-    idx = w[2 * item]; val = 0; len = w[2 * item + 1]; step = 0;
+    idx = w[2 * item];
+    val = 0;
+    len = w[2 * item + 1];
+    step = 0;
   }
   for (int64_t j = lane; j < len; j += 32) {
     const int64_t d = idx + j;

@@ -68,7 +68,8 @@ void kvt_poison(void *dev, size_t bytes) {
 void kvt_digest_tables(const kvc_req_to_token_pool *pool, const kvc_swa_allocator *swa) {
   if (!kvt_digest_on) return;
   const int32_t rows = kvc_req_to_token_pool_size(pool), width = kvc_req_to_token_pool_max_context_len(pool);
-  for (int32_t r = 1; r <= rows; r++) kvt_digest_fold(kvc_req_to_token_pool_row(pool, r), sizeof(int32_t) * (size_t)width);
+  for (int32_t r = 1; r <= rows; r++)
+    kvt_digest_fold(kvc_req_to_token_pool_row(pool, r), sizeof(int32_t) * (size_t)width);
   if (!swa) return;
   kvt_digest_fold(kvc_swa_allocator_mapping_host(swa), sizeof(int32_t) * (size_t)kvc_swa_allocator_mapping_length(swa));
   kvt_digest_i64(kvc_swa_allocator_full_available_size(swa));
@@ -102,8 +103,7 @@ int kvt_main(int argc, char **argv, const char *suite, const struct CMUnitTest *
   }
   kvc_status st = kvc_context_create(&cfg, &kvt_ctx);
   if (st == KVC_ERR_NO_DEVICE) {
-    printf("[  SKIPPED ] %s/cuda: %zu tests skipped: no usable CUDA device (%s)\n", suite, n,
-           kvc_last_error(NULL));
+    printf("[  SKIPPED ] %s/cuda: %zu tests skipped: no usable CUDA device (%s)\n", suite, n, kvc_last_error(NULL));
     return KVT_SKIP;
   }
   if (st != KVC_OK) {

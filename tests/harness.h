@@ -37,29 +37,26 @@ int kvt_main(int argc, char **argv, const char *suite, const struct CMUnitTest *
  * backend, the binary skips (exit 77) instead of running host-only assumptions there. */
 int kvt_main_host_only(int argc, char **argv, const char *suite, const struct CMUnitTest *tests, size_t n);
 #ifdef KVT_HOST_ONLY
-#define kvt_main kvt_main_host_only
+#  define kvt_main kvt_main_host_only
 #endif
-#define KVT_MAIN(suite, tests)                                                             \
-  int main(int argc, char **argv) {                                                         \
-    return kvt_main(argc, argv, suite, tests, sizeof(tests) / sizeof((tests)[0]));          \
-  }
+#define KVT_MAIN(suite, tests) \
+  int main(int argc, char **argv) { return kvt_main(argc, argv, suite, tests, sizeof(tests) / sizeof((tests)[0])); }
 
 /* Skips the current test unless the backend is CUDA (differential tests). */
 void kvt_require_cuda(void);
 
-#define KVT_OK(expr)                                                                        \
-  do {                                                                                      \
-    kvc_status kvt_st_ = (expr);                                                            \
-    if (kvt_st_ != KVC_OK)                                                                  \
-      fail_msg("%s -> %s: %s", #expr, kvc_status_name(kvt_st_), kvc_last_error(kvt_ctx));   \
+#define KVT_OK(expr)                                                                                           \
+  do {                                                                                                         \
+    kvc_status kvt_st_ = (expr);                                                                               \
+    if (kvt_st_ != KVC_OK) fail_msg("%s -> %s: %s", #expr, kvc_status_name(kvt_st_), kvc_last_error(kvt_ctx)); \
   } while (0)
 
-#define KVT_STATUS(expr, want)                                                              \
-  do {                                                                                      \
-    kvc_status kvt_st_ = (expr);                                                            \
-    if (kvt_st_ != (want))                                                                  \
-      fail_msg("%s -> %s, expected %s (%s)", #expr, kvc_status_name(kvt_st_),              \
-               kvc_status_name(want), kvc_last_error(kvt_ctx));                             \
+#define KVT_STATUS(expr, want)                                                                       \
+  do {                                                                                               \
+    kvc_status kvt_st_ = (expr);                                                                     \
+    if (kvt_st_ != (want))                                                                           \
+      fail_msg("%s -> %s, expected %s (%s)", #expr, kvc_status_name(kvt_st_), kvc_status_name(want), \
+               kvc_last_error(kvt_ctx));                                                             \
   } while (0)
 
 /* Device buffers of the running backend (fail the test on error). */

@@ -17,8 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef int (*kvcf_decode_fn)(void *flow, void *reqs, size_t n, int32_t token_per_req,
-                              void *out, void *stream);
+typedef int (*kvcf_decode_fn)(void *flow, void *reqs, size_t n, int32_t token_per_req, void *out, void *stream);
 typedef int (*kvcf_extend_fn)(void *flow, void *reqs, size_t n, void *out, void *stream);
 typedef int (*kvcf_release_fn)(void *flow, void *reqs, size_t n, int is_insert, void *stream);
 
@@ -49,8 +48,7 @@ static int kvcf_nargs(Py_ssize_t got, Py_ssize_t want, const char *name) {
 static PyObject *kvcf_bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   void *d, *e, *r;
   (void)self;
-  if (kvcf_nargs(nargs, 3, "bind") || kvcf_ptr(args[0], &d) || kvcf_ptr(args[1], &e) ||
-      kvcf_ptr(args[2], &r))
+  if (kvcf_nargs(nargs, 3, "bind") || kvcf_ptr(args[0], &d) || kvcf_ptr(args[1], &e) || kvcf_ptr(args[2], &r))
     return NULL;
   if (!d || !e || !r) {
     PyErr_SetString(PyExc_ValueError, "bind() needs three function addresses");
@@ -75,9 +73,8 @@ static PyObject *kvcf_flow_decode(PyObject *self, PyObject *const *args, Py_ssiz
   size_t n;
   long tpr;
   (void)self;
-  if (kvcf_nargs(nargs, 6, "flow_decode") || kvcf_bound() || kvcf_ptr(args[0], &flow) ||
-      kvcf_ptr(args[1], &reqs) || kvcf_size(args[2], &n) || kvcf_ptr(args[4], &out) ||
-      kvcf_ptr(args[5], &stream))
+  if (kvcf_nargs(nargs, 6, "flow_decode") || kvcf_bound() || kvcf_ptr(args[0], &flow) || kvcf_ptr(args[1], &reqs) ||
+      kvcf_size(args[2], &n) || kvcf_ptr(args[4], &out) || kvcf_ptr(args[5], &stream))
     return NULL;
   tpr = PyLong_AsLong(args[3]);
   if (tpr == -1 && PyErr_Occurred()) return NULL;
@@ -93,9 +90,8 @@ static PyObject *kvcf_flow_extend(PyObject *self, PyObject *const *args, Py_ssiz
   void *flow, *reqs, *out, *stream;
   size_t n;
   (void)self;
-  if (kvcf_nargs(nargs, 5, "flow_extend") || kvcf_bound() || kvcf_ptr(args[0], &flow) ||
-      kvcf_ptr(args[1], &reqs) || kvcf_size(args[2], &n) || kvcf_ptr(args[3], &out) ||
-      kvcf_ptr(args[4], &stream))
+  if (kvcf_nargs(nargs, 5, "flow_extend") || kvcf_bound() || kvcf_ptr(args[0], &flow) || kvcf_ptr(args[1], &reqs) ||
+      kvcf_size(args[2], &n) || kvcf_ptr(args[3], &out) || kvcf_ptr(args[4], &stream))
     return NULL;
   return PyLong_FromLong(kvcf_extend(flow, reqs, n, out, stream));
 }
@@ -106,28 +102,33 @@ static PyObject *kvcf_flow_release(PyObject *self, PyObject *const *args, Py_ssi
   size_t n;
   int ins;
   (void)self;
-  if (kvcf_nargs(nargs, 5, "flow_release") || kvcf_bound() || kvcf_ptr(args[0], &flow) ||
-      kvcf_ptr(args[1], &reqs) || kvcf_size(args[2], &n) || kvcf_ptr(args[4], &stream))
+  if (kvcf_nargs(nargs, 5, "flow_release") || kvcf_bound() || kvcf_ptr(args[0], &flow) || kvcf_ptr(args[1], &reqs) ||
+      kvcf_size(args[2], &n) || kvcf_ptr(args[4], &stream))
     return NULL;
   ins = PyObject_IsTrue(args[3]);
   if (ins < 0) return NULL;
   return PyLong_FromLong(kvcf_release(flow, reqs, n, ins, stream));
 }
 
-static PyMethodDef kvcf_methods[] = {
-    {"bind", (PyCFunction)(void (*)(void))kvcf_bind, METH_FASTCALL,
-     "bind(decode, extend, release): the library's function addresses"},
-    {"flow_decode", (PyCFunction)(void (*)(void))kvcf_flow_decode, METH_FASTCALL,
-     "kvc_flow_alloc_for_decode(flow, reqs, n, token_per_req, out, stream)"},
-    {"flow_extend", (PyCFunction)(void (*)(void))kvcf_flow_extend, METH_FASTCALL,
-     "kvc_flow_alloc_for_extend(flow, reqs, n, out, stream)"},
-    {"flow_release", (PyCFunction)(void (*)(void))kvcf_flow_release, METH_FASTCALL,
-     "kvc_flow_release(flow, reqs, n, is_insert, stream)"},
-    {NULL, NULL, 0, NULL}};
+static PyMethodDef kvcf_methods[] = {{"bind", (PyCFunction)(void (*)(void))kvcf_bind, METH_FASTCALL,
+                                      "bind(decode, extend, release): the library's function addresses"},
+                                     {"flow_decode", (PyCFunction)(void (*)(void))kvcf_flow_decode, METH_FASTCALL,
+                                      "kvc_flow_alloc_for_decode(flow, reqs, n, token_per_req, out, stream)"},
+                                     {"flow_extend", (PyCFunction)(void (*)(void))kvcf_flow_extend, METH_FASTCALL,
+                                      "kvc_flow_alloc_for_extend(flow, reqs, n, out, stream)"},
+                                     {"flow_release", (PyCFunction)(void (*)(void))kvcf_flow_release, METH_FASTCALL,
+                                      "kvc_flow_release(flow, reqs, n, is_insert, stream)"},
+                                     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef kvcf_module = {PyModuleDef_HEAD_INIT, "_kvcfast",
-                                         "Fast per-step calls for kvcache (optional).", -1,
-                                         kvcf_methods, NULL, NULL, NULL, NULL};
+static struct PyModuleDef kvcf_module = {PyModuleDef_HEAD_INIT,
+                                         "_kvcfast",
+                                         "Fast per-step calls for kvcache (optional).",
+                                         -1,
+                                         kvcf_methods,
+                                         NULL,
+                                         NULL,
+                                         NULL,
+                                         NULL};
 
 PyMODINIT_FUNC PyInit__kvcfast(void);
 PyMODINIT_FUNC PyInit__kvcfast(void) { return PyModule_Create(&kvcf_module); }

@@ -28,20 +28,19 @@
 struct kvc_req_to_token_pool {
   uint64_t magic;
   kvc_context *ctx;
-  int32_t size;  /* usable rows 1..size */
-  int32_t width; /* max_context_len = row stride */
-  int32_t *table;  /* device (size + 1) x width */
-  int32_t *mirror; /* host copy of every entry the library wrote */
-  kvc__ring free_rows; /* FIFO: pop at the front, free at the back (id_ring.h) */
-  uint8_t *rowflag; /* size + 1 */
-  int32_t *row_buf; /* width int32: narrowed slots for kvc_req_to_token_pool_write */
+  int32_t size;           /* usable rows 1..size */
+  int32_t width;          /* max_context_len = row stride */
+  int32_t *table;         /* device (size + 1) x width */
+  int32_t *mirror;        /* host copy of every entry the library wrote */
+  kvc__ring free_rows;    /* FIFO: pop at the front, free at the back (id_ring.h) */
+  uint8_t *rowflag;       /* size + 1 */
+  int32_t *row_buf;       /* width int32: narrowed slots for kvc_req_to_token_pool_write */
   unsigned char *scratch; /* KVC__PARAM_SCRATCH_BYTES parameter block */
   const kvc__kfunc *k_row[KVC__PLAN_INLINE_VARIANTS];
 };
 
 /** Validates a pool handle passed to another object's function `fn`. */
-kvc_status kvc__req_pool_check_handle(const kvc_context *ctx, const char *fn,
-                                      const kvc_req_to_token_pool *pool);
+kvc_status kvc__req_pool_check_handle(const kvc_context *ctx, const char *fn, const kvc_req_to_token_pool *pool);
 
 /** Undoes the row grants of one kvc_req_to_token_pool_alloc call whose later step failed:
  *  `rows` are the n rows that call handed out, in the order it handed them out. They go

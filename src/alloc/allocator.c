@@ -77,10 +77,10 @@ kvc_status kvc_allocator_create(kvc_context *ctx, const kvc_allocator_config *co
   KVC_RETURN_IF(c.page_size < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "page_size %d must be >= 1", c.page_size);
   KVC_RETURN_IF(c.kind == KVC_ALLOCATOR_TOKEN && c.page_size != 1, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "page_size %d: the TOKEN kind has page_size 1", c.page_size);
-  KVC_RETURN_IF(c.flags & ~(uint32_t)KVC_ALLOCATOR_NEED_SORT, ctx, KVC_ERR_INVALID_ARGUMENT,
-                "unknown flags 0x%x", c.flags);
-  KVC_RETURN_IF(c.size < c.page_size, ctx, KVC_ERR_INVALID_ARGUMENT,
-                "size %lld must hold at least one page of %d", (long long)c.size, c.page_size);
+  KVC_RETURN_IF(c.flags & ~(uint32_t)KVC_ALLOCATOR_NEED_SORT, ctx, KVC_ERR_INVALID_ARGUMENT, "unknown flags 0x%x",
+                c.flags);
+  KVC_RETURN_IF(c.size < c.page_size, ctx, KVC_ERR_INVALID_ARGUMENT, "size %lld must hold at least one page of %d",
+                (long long)c.size, c.page_size);
   /* Slot ids (page 0 included) must fit the int32 req_to_token table. */
   KVC_RETURN_IF(c.size > (int64_t)INT32_MAX - c.page_size, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "size %lld + page_size %d must be < 2^31", (long long)c.size, c.page_size);
@@ -137,9 +137,7 @@ int64_t kvc_allocator_size(const kvc_allocator *a) {
   return (a && a->magic == KVC__ALLOCATOR_MAGIC) ? a->num_pages * a->ps : 0;
 }
 
-int32_t kvc_allocator_page_size(const kvc_allocator *a) {
-  return (a && a->magic == KVC__ALLOCATOR_MAGIC) ? a->ps : 0;
-}
+int32_t kvc_allocator_page_size(const kvc_allocator *a) { return (a && a->magic == KVC__ALLOCATOR_MAGIC) ? a->ps : 0; }
 
 kvc_status kvc_allocator_get_stats(const kvc_allocator *a, kvc_allocator_stats *out) {
   KVC_API_ENTRY();
@@ -376,9 +374,9 @@ kvc_status kvc_allocator_free_segment(kvc_allocator *a, const int64_t *slots, si
     uint8_t s = a->state[p];
     if ((s & KVC__PG_MARK) || (s & KVC__PG_STATE) != KVC__PG_HELD || (s & (KVC__PG_GFREE | KVC__PG_GSEG))) {
       st = kvc__error(a->ctx, KVC_ERR_MISUSE, __func__, "slots[%zu] = %lld: page %u is %s", c, (long long)slots[c], p,
-                      (s & KVC__PG_MARK) ? "listed twice in this segment"
+                      (s & KVC__PG_MARK)                     ? "listed twice in this segment"
                       : (s & (KVC__PG_GFREE | KVC__PG_GSEG)) ? "already freed in this group"
-                                                              : "not held (double free?)");
+                                                             : "not held (double free?)");
       break;
     }
     a->state[p] = (uint8_t)(s | KVC__PG_MARK);

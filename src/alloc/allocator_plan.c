@@ -137,8 +137,8 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
     if (pre) {
       for (int64_t t = 0; t < p; t++)
         if (pre[t] < 0 || pre[t] > INT32_MAX) {
-          st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "prefix_slots[%zu][%lld] = %lld is out of [0, 2^31)",
-                          i, (long long)t, (long long)pre[t]);
+          st = kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "prefix_slots[%zu][%lld] = %lld is out of [0, 2^31)", i,
+                          (long long)t, (long long)pre[t]);
           break;
         }
       if (st != KVC_OK) break;
@@ -200,7 +200,8 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
       d[7] = m ? (int32_t)m->swa_last[i] : 0;
       if (m) { /* SWA page of new page k: that of its first token */
         const int64_t first = KVC__MIN(s, ceil_div(p, ps) * ps) - p;
-        for (int64_t k = 0; k < a->b_pages[i]; k++) swa_pages[pb + k] = (uint32_t)(m->swa_slots[o + first + k * ps] / ps);
+        for (int64_t k = 0; k < a->b_pages[i]; k++)
+          swa_pages[pb + k] = (uint32_t)(m->swa_slots[o + first + k * ps] / ps);
       }
       if (pre) {
         for (int64_t t = 0; t < p; t++) pre_area[pw + t] = (int32_t)pre[t];
@@ -227,8 +228,8 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
       h.map_len = m->map_len;
     }
     unsigned tiles = (unsigned)ceil_div(max_len, TOKENS_PER_BLOCK);
-    KVC_FORWARD(kvc__plan_launch(ctx, &plan, &kvc__k_plan_extend, &extra, a->k_extend,
-                                 kvc__dim((unsigned)bs, tiles, 1), kvc__dim(256, 1, 1), stream, &h));
+    KVC_FORWARD(kvc__plan_launch(ctx, &plan, &kvc__k_plan_extend, &extra, a->k_extend, kvc__dim((unsigned)bs, tiles, 1),
+                                 kvc__dim(256, 1, 1), stream, &h));
   }
 
   /* Commit: the same slots the kernel computes, for out_host and the mirror. */
@@ -262,11 +263,10 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
   return kvc__alloc_finish(a, fn, KVC_OK);
 }
 
-kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t *prefix_lens,
-                                      const int64_t *seq_lens, const int64_t *last_locs,
-                                      kvc_req_to_token_pool *rp, const int32_t *req_rows,
-                                      const int64_t *const *prefix_slots, int64_t *out_host,
-                                      int64_t *out_device, kvc_stream stream) {
+kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t *prefix_lens, const int64_t *seq_lens,
+                                      const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                      const int64_t *const *prefix_slots, int64_t *out_host, int64_t *out_device,
+                                      kvc_stream stream) {
   KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   if (bs == 0) return KVC_OK;
@@ -287,8 +287,8 @@ kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, const kvc_
  * listed earlier (marked), and, when the token continues a page, its last_loc. Sets
  * *fresh (the token opens a page) and *last. */
 static inline kvc_status decode_check_one(kvc_allocator *a, const char *fn, size_t i, const int64_t *seq_lens,
-                                          const int64_t *last_locs, kvc_req_to_token_pool *rp,
-                                          const int32_t *req_rows, int64_t width, bool *fresh, int64_t *last) {
+                                          const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                          int64_t width, bool *fresh, int64_t *last) {
   const int64_t s = seq_lens[i];
   if (s < 1 || s > width)
     return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "request %zu: seq_len %lld is out of [1, %lld]", i,
@@ -348,8 +348,8 @@ enum { AHEAD = 8 };
  * fire and capacity cannot run out): one pass validates each request, takes its slot
  * and applies it; a failure at request i undoes requests [0, i). */
 static kvc_status decode_plan_one_pass(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                       const int64_t *last_locs, kvc_req_to_token_pool *rp,
-                                       const int32_t *req_rows, uint32_t *w, size_t stride, int64_t *need_out) {
+                                       const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                       uint32_t *w, size_t stride, int64_t *need_out) {
   const kvc__ring *r = &a->ring;
   const int64_t ps = a->ps, width = rp ? rp->width : INT32_MAX;
   const bool pf = rp != NULL;
@@ -473,10 +473,9 @@ static kvc_status alloc_decode_impl(kvc_allocator *a, const char *fn, size_t bs,
   return kvc__alloc_decode_finish(a, fn, bs, out_host, need);
 }
 
-kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t *seq_lens,
-                                      const int64_t *last_locs, kvc_req_to_token_pool *rp,
-                                      const int32_t *req_rows, int64_t *out_host, int64_t *out_device,
-                                      kvc_stream stream) {
+kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t *seq_lens, const int64_t *last_locs,
+                                      kvc_req_to_token_pool *rp, const int32_t *req_rows, int64_t *out_host,
+                                      int64_t *out_device, kvc_stream stream) {
   KVC_API_ENTRY();
   ALLOC_ENTRY(a);
   if (bs == 0) return KVC_OK;

@@ -39,7 +39,8 @@ struct kvc_decode_channel {
 #define STATE_WORDS 16 /* [0] applied, [1] first missed step; padded to 64 bytes */
 
 static uint32_t *ring_slot(const kvc_decode_channel *ch, uint32_t step) {
-  return ch->host + STATE_WORDS + (size_t)((step - 1) & ((uint32_t)ch->params.depth - 1)) * (size_t)ch->params.slot_words;
+  return ch->host + STATE_WORDS +
+         (size_t)((step - 1) & ((uint32_t)ch->params.depth - 1)) * (size_t)ch->params.slot_words;
 }
 
 static kvc_status check_channel(const kvc_decode_channel *ch, const char *fn) {
@@ -130,9 +131,8 @@ kvc_status kvc_decode_channel_create(kvc_allocator *alloc, kvc_req_to_token_pool
   return channel_create(__func__, kvc__slot_allocator_plain(alloc), req_pool, max_batch, depth, out_device, out);
 }
 
-kvc_status kvc_decode_channel_create_swa(kvc_swa_allocator *alloc, kvc_req_to_token_pool *req_pool,
-                                         size_t max_batch, unsigned depth, int64_t *out_device,
-                                         kvc_decode_channel **out) {
+kvc_status kvc_decode_channel_create_swa(kvc_swa_allocator *alloc, kvc_req_to_token_pool *req_pool, size_t max_batch,
+                                         unsigned depth, int64_t *out_device, kvc_decode_channel **out) {
   KVC_API_ENTRY();
   if (!out) return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__, "out is NULL");
   if (!kvc__swa_allocator_live(alloc))
@@ -205,6 +205,4 @@ bool kvc__decode_channel_binds(const kvc_decode_channel *ch, const kvc__slot_all
   return ch && ch->magic == KVC__CHANNEL_MAGIC && ch->req_pool == rp && kvc__slot_same(&ch->sa, sa);
 }
 
-int64_t *kvc__decode_channel_out(const kvc_decode_channel *ch) {
-  return (int64_t *)(uintptr_t)ch->params.out;
-}
+int64_t *kvc__decode_channel_out(const kvc_decode_channel *ch) { return (int64_t *)(uintptr_t)ch->params.out; }

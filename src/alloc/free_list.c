@@ -207,8 +207,7 @@ kvc_status kvc__fl_audit(const kvc_allocator *a, const char *fn) {
   const kvc__ring *r = &a->ring;
   if (a->state[0] != KVC__PG_RESERVED)
     return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: page 0 has state %u", a->state[0]);
-  if (r->count < 0 || r->count > a->num_pages || a->deferred_count < 0 ||
-      r->count + a->deferred_count > a->num_pages)
+  if (r->count < 0 || r->count > a->num_pages || a->deferred_count < 0 || r->count + a->deferred_count > a->num_pages)
     return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: counts free %lld deferred %lld of %lld pages",
                       (long long)r->count, (long long)a->deferred_count, (long long)a->num_pages);
   int64_t n_free = 0, n_def = 0, n_gfree = 0, n_gseg = 0;
@@ -230,8 +229,7 @@ kvc_status kvc__fl_audit(const kvc_allocator *a, const char *fn) {
   if (a->kind == KVC_ALLOCATOR_PAGED ? (n_gfree != a->group_free_n || n_gseg != a->group_seg_n)
                                      : (n_gfree != a->group_free_n || n_gseg != 0))
     return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: group marks %lld/%lld vs records %lld/%lld",
-                      (long long)n_gfree, (long long)n_gseg, (long long)a->group_free_n,
-                      (long long)a->group_seg_n);
+                      (long long)n_gfree, (long long)n_gseg, (long long)a->group_free_n, (long long)a->group_seg_n);
   /* Every entry FREE and listed once (the ring's audit), so with as many FREE pages as
    * entries the ring holds exactly the FREE pages; the same for the side list. A page in
    * both lists would have two states, so the two audits need not see each other. */

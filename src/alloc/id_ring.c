@@ -64,11 +64,11 @@ kvc_status kvc__ring_audit(const kvc_context *ctx, const char *fn, const kvc__ri
     if (state[id] != free_state) {
       /* The mark bit is set only by this loop, so a marked free id was seen before. */
       if (state[id] == (uint8_t)(free_state | mark))
-        st = kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: %s entry %lld = %s %u is repeated", ids->list,
-                        (long long)i, ids->noun, id);
+        st = kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: %s entry %lld = %s %u is repeated", ids->list, (long long)i,
+                        ids->noun, id);
       else
-        st = kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: %s entry %lld = %s %u is not free (state 0x%x)",
-                        ids->list, (long long)i, ids->noun, id, state[id]);
+        st = kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: %s entry %lld = %s %u is not free (state 0x%x)", ids->list,
+                        (long long)i, ids->noun, id, state[id]);
       break;
     }
     state[id] = (uint8_t)(free_state | mark);

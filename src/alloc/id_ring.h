@@ -61,9 +61,7 @@ static inline kvc__ring kvc__ring_view(uint32_t *ids, int64_t n) {
   return r;
 }
 
-static inline uint32_t kvc__ring_at(const kvc__ring *r, int64_t i) {
-  return r->buf[(r->head + (uint64_t)i) & r->mask];
-}
+static inline uint32_t kvc__ring_at(const kvc__ring *r, int64_t i) { return r->buf[(r->head + (uint64_t)i) & r->mask]; }
 
 /* The loops below copy the ring's fields into locals: the state stores are bytes, which
  * may alias anything, so the compiler would otherwise reload (and for head re-store) the

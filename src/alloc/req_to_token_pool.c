@@ -22,8 +22,7 @@
 
 /* --- Handle checks ----------------------------------------------------------------- */
 
-kvc_status kvc__req_pool_check_handle(const kvc_context *ctx, const char *fn,
-                                      const kvc_req_to_token_pool *pool) {
+kvc_status kvc__req_pool_check_handle(const kvc_context *ctx, const char *fn, const kvc_req_to_token_pool *pool) {
   if (!pool) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "req_pool is NULL");
   if (pool->magic != KVC__REQ_POOL_MAGIC)
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "req_pool is not a live kvc_req_to_token_pool");
@@ -129,8 +128,8 @@ kvc_status kvc_req_to_token_pool_create(kvc_context *ctx, const kvc_req_to_token
   p->row_buf = kvc__malloc(ctx, (size_t)c.max_context_len * sizeof(int32_t));
   p->scratch = kvc__malloc(ctx, KVC__PARAM_SCRATCH_BYTES);
   p->mirror = kvc__calloc(ctx, entries, sizeof(int32_t));
-  KVC_FAIL_GOTO(!p->rowflag || !p->row_buf || !p->scratch || !p->mirror, ctx, st, KVC_ERR_HOST_OOM,
-                fail, "host metadata for %d rows x %d", c.size, c.max_context_len);
+  KVC_FAIL_GOTO(!p->rowflag || !p->row_buf || !p->scratch || !p->mirror, ctx, st, KVC_ERR_HOST_OOM, fail,
+                "host metadata for %d rows x %d", c.size, c.max_context_len);
   void *table = NULL;
   KVC_CHECK_GOTO(kvc__dev_alloc(ctx, bytes, &table), st, fail);
   p->table = table;
@@ -215,8 +214,7 @@ kvc_status kvc_req_to_token_pool_free(kvc_req_to_token_pool *p, int32_t row) {
   POOL_ENTRY(p);
   KVC_RETURN_IF(row == 0, p->ctx, KVC_ERR_MISUSE, "row 0 is the padding row");
   KVC_RETURN_IF(row < 0 || row > p->size, p->ctx, KVC_ERR_MISUSE, "row %d is out of range [1, %d]", row, p->size);
-  KVC_RETURN_IF(!(p->rowflag[row] & KVC__ROW_HELD), p->ctx, KVC_ERR_MISUSE, "row %d is not held (double free?)",
-                row);
+  KVC_RETURN_IF(!(p->rowflag[row] & KVC__ROW_HELD), p->ctx, KVC_ERR_MISUSE, "row %d is not held (double free?)", row);
   const uint32_t id = (uint32_t)row;
   kvc__ring_push_back(&p->free_rows, &id, 1, p->rowflag, 0);
   return pool_finish(p, __func__, KVC_OK);
@@ -254,8 +252,8 @@ const int32_t *kvc_req_to_token_pool_row(const kvc_req_to_token_pool *p, int32_t
   return kvc__req_pool_mirror_row(p, row);
 }
 
-kvc_status kvc_req_to_token_pool_write(kvc_req_to_token_pool *p, int32_t row, int32_t start,
-                                       const int64_t *slots, size_t n, kvc_stream stream) {
+kvc_status kvc_req_to_token_pool_write(kvc_req_to_token_pool *p, int32_t row, int32_t start, const int64_t *slots,
+                                       size_t n, kvc_stream stream) {
   KVC_API_ENTRY();
   POOL_ENTRY(p);
   KVC_RETURN_IF(row < 0 || row > p->size, p->ctx, KVC_ERR_INVALID_ARGUMENT, "row %d is out of range [1, %d]", row,

@@ -105,8 +105,8 @@ typedef struct kvc__slot_ops {
 
 struct kvc__slot_allocator {
   const kvc__slot_ops *ops;
-  void *impl;                     /* kvc_allocator or kvc_swa_allocator */
-  const kvc__slot_observer *obs;  /* NULL: nobody listens */
+  void *impl;                    /* kvc_allocator or kvc_swa_allocator */
+  const kvc__slot_observer *obs; /* NULL: nobody listens */
 };
 
 /** The interface over a plain allocator (slot_token.c) and over an SWA allocator

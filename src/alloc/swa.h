@@ -70,16 +70,14 @@ kvc_status kvc__swa_ensure_bs(kvc_swa_allocator *a, const char *fn, size_t n);
 /* Writes the new pairs mapping[f[i]] = w[i] to the device (one launch), then the host. */
 kvc_status kvc__swa_map_set(kvc_swa_allocator *a, const int64_t *f, const int64_t *w, size_t n, kvc_stream stream);
 /* Out device vector: out_device[i] = f[i] (one launch). */
-kvc_status kvc__swa_write_out(kvc_swa_allocator *a, int64_t *out_device, const int64_t *f, size_t n,
-                              kvc_stream stream);
+kvc_status kvc__swa_write_out(kvc_swa_allocator *a, int64_t *out_device, const int64_t *f, size_t n, kvc_stream stream);
 
 /** kvc_swa_allocator_alloc_decode in two halves for the decode channel (swa_batch.c):
  *  plan validates, takes the SWA side and plans the full side into payload, 4 words per
  *  request (row, position, slot, the slot's SWA peer; 3 in ring mode, which has no
  *  mapping), changing nothing on failure; commit makes the full side's plan state, sets
  *  the host mapping and returns the check-mode audit's verdict. */
-kvc_status kvc__swa_decode_plan(kvc_swa_allocator *a, const char *fn, const kvc__decode_args *x,
-                                kvc__decode_plan *p);
+kvc_status kvc__swa_decode_plan(kvc_swa_allocator *a, const char *fn, const kvc__decode_args *x, kvc__decode_plan *p);
 kvc_status kvc__swa_decode_commit(kvc_swa_allocator *a, const char *fn, const kvc__decode_args *x,
                                   const kvc__decode_plan *p);
 

@@ -36,8 +36,7 @@ void kvc_swa_allocator_destroy(kvc_swa_allocator *a) {
   kvc__free(ctx, a);
 }
 
-kvc_status kvc_swa_allocator_create(kvc_context *ctx, const kvc_swa_allocator_config *config,
-                                    kvc_swa_allocator **out) {
+kvc_status kvc_swa_allocator_create(kvc_context *ctx, const kvc_swa_allocator_config *config, kvc_swa_allocator **out) {
   KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_ARG_NOT_NULL(ctx, config);
@@ -147,7 +146,6 @@ int64_t kvc_swa_allocator_size_full(const kvc_swa_allocator *a) { return live(a)
 int64_t kvc_swa_allocator_size_swa(const kvc_swa_allocator *a) { return live(a) ? a->size_swa : -1; }
 int32_t kvc_swa_allocator_page_size(const kvc_swa_allocator *a) { return live(a) ? a->ps : -1; }
 
-
 int kvc_swa_allocator_new_pages_available(const kvc_swa_allocator *a, int64_t nf, int64_t ns) {
   if (!live(a)) return 0;
   return nf <= kvc__swa_full_free(a) && (a->ring || ns <= kvc__swa_swa_free(a));
@@ -157,8 +155,7 @@ const int64_t *kvc_swa_allocator_mapping_device(const kvc_swa_allocator *a) { re
 const int32_t *kvc_swa_allocator_mapping_host(const kvc_swa_allocator *a) { return live(a) ? a->map : NULL; }
 int64_t kvc_swa_allocator_mapping_length(const kvc_swa_allocator *a) { return live(a) ? a->map_len : 0; }
 
-kvc_status kvc_swa_allocator_translate_host(const kvc_swa_allocator *a, const int64_t *full, size_t n,
-                                            int64_t *out) {
+kvc_status kvc_swa_allocator_translate_host(const kvc_swa_allocator *a, const int64_t *full, size_t n, int64_t *out) {
   KVC_API_ENTRY();
   SWA_ENTRY(a);
   if (!n) return KVC_OK;
@@ -170,8 +167,8 @@ kvc_status kvc_swa_allocator_translate_host(const kvc_swa_allocator *a, const in
   return KVC_OK;
 }
 
-kvc_status kvc_swa_allocator_translate(const kvc_swa_allocator *ac, const void *loc, kvc_index_type loc_type,
-                                       void *out, kvc_index_type out_type, size_t n, kvc_stream stream) {
+kvc_status kvc_swa_allocator_translate(const kvc_swa_allocator *ac, const void *loc, kvc_index_type loc_type, void *out,
+                                       kvc_index_type out_type, size_t n, kvc_stream stream) {
   KVC_API_ENTRY();
   SWA_ENTRY(ac);
   kvc_swa_allocator *a = (kvc_swa_allocator *)ac; /* memoised kernel lookup only */
@@ -213,7 +210,6 @@ kvc_status kvc__swa_ensure_bs(kvc_swa_allocator *a, const char *fn, size_t n) {
   return KVC_OK;
 }
 
-
 /* Writes the new pairs mapping[f[i]] = w[i] to the device (one launch), then the host. */
 kvc_status kvc__swa_map_set(kvc_swa_allocator *a, const int64_t *f, const int64_t *w, size_t n, kvc_stream stream) {
   if (!n) return KVC_OK;
@@ -228,7 +224,7 @@ kvc_status kvc__swa_map_set(kvc_swa_allocator *a, const int64_t *f, const int64_
 
 /* Out device vector: out_device[i] = f[i] (one launch). */
 kvc_status kvc__swa_write_out(kvc_swa_allocator *a, int64_t *out_device, const int64_t *f, size_t n,
-                            kvc_stream stream) {
+                              kvc_stream stream) {
   if (!out_device || !n) return KVC_OK;
   int mode;
   size_t nwords;
@@ -339,10 +335,8 @@ kvc_status kvc_swa_allocator_check(const kvc_swa_allocator *a) {
     else if (!kvc__alloc_page_held(a->swa, w / ps))
       st = kvc__error(a->ctx, KVC_ERR_INTERNAL, __func__, "mapping[%lld] = %d but that SWA slot is not held",
                       (long long)f, w);
-    else if (seen[w])
-      st = kvc__error(a->ctx, KVC_ERR_INTERNAL, __func__, "SWA slot %d is mapped twice", w);
-    else
-      seen[w] = 1;
+    else if (seen[w]) st = kvc__error(a->ctx, KVC_ERR_INTERNAL, __func__, "SWA slot %d is mapped twice", w);
+    else seen[w] = 1;
   }
   kvc__free(a->ctx, seen);
   return st;

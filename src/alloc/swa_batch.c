@@ -67,9 +67,8 @@ static kvc_status two_sided(kvc_swa_allocator *a, side_fn fn, void *args, const 
 }
 
 kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const int64_t *prefix_lens,
-                                          const int64_t *seq_lens, const int64_t *last_locs,
-                                          kvc_req_to_token_pool *rp, const int32_t *rows,
-                                          const int64_t *const *prefix_slots, int64_t *out_host,
+                                          const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *rp,
+                                          const int32_t *rows, const int64_t *const *prefix_slots, int64_t *out_host,
                                           int64_t *out_device, kvc_stream stream) {
   KVC_API_ENTRY();
   SWA_ENTRY(a);
@@ -90,8 +89,8 @@ kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const
                 "%lld pages needed on each side; %lld full and %lld SWA free", (long long)need,
                 (long long)kvc__swa_full_free(a), (long long)(a->ring ? -1 : kvc__swa_swa_free(a)));
   if (a->ring)
-    return kvc__swa_finish(a, kvc_allocator_alloc_extend(a->full, bs, prefix_lens, seq_lens, last_locs, rp, rows, prefix_slots,
-                                                out_host, out_device, stream));
+    return kvc__swa_finish(a, kvc_allocator_alloc_extend(a->full, bs, prefix_lens, seq_lens, last_locs, rp, rows,
+                                                         prefix_slots, out_host, out_device, stream));
   KVC_FORWARD(kvc__swa_ensure_tok(a, __func__, (size_t)tokens));
   KVC_FORWARD(kvc__swa_ensure_bs(a, __func__, bs));
   for (size_t i = 0; i < bs; i++) {
@@ -113,7 +112,8 @@ kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const
   KVC_FORWARD(kvc_allocator_alloc_extend(a->swa, bs, prefix_lens, seq_lens, a->lastw, NULL, NULL, NULL, a->w_buf, NULL,
                                          stream));
   const kvc__extend_map m = {a->dmap, a->map_len - 1, a->w_buf, a->lastw};
-  const kvc__extend_args x = {bs, prefix_lens, seq_lens, last_locs, rp, rows, prefix_slots, a->f_buf, out_device, stream};
+  const kvc__extend_args x = {bs,   prefix_lens,  seq_lens, last_locs,  rp,
+                              rows, prefix_slots, a->f_buf, out_device, stream};
   kvc_status st = kvc__alloc_extend_mapped(a->full, "kvc_allocator_alloc_extend", &x, &m);
   if (st != KVC_OK) {
     kvc_allocator_restore_state(a->swa, &bsw);
@@ -139,7 +139,8 @@ static kvc_status decode_prepare(kvc_swa_allocator *a, const char *fn, size_t bs
   }
   if (need > kvc__swa_full_free(a) || (!a->ring && need > kvc__swa_swa_free(a)))
     return kvc__error(ctx, KVC_ERR_OUT_OF_SLOTS, fn, "%lld new pages needed on each side; %lld full and %lld SWA free",
-                      (long long)need, (long long)kvc__swa_full_free(a), (long long)(a->ring ? -1 : kvc__swa_swa_free(a)));
+                      (long long)need, (long long)kvc__swa_full_free(a),
+                      (long long)(a->ring ? -1 : kvc__swa_swa_free(a)));
   if (a->ring) return KVC_OK;
   KVC_FORWARD(kvc__swa_ensure_tok(a, fn, bs));
   KVC_FORWARD(kvc__swa_ensure_bs(a, fn, bs));
@@ -163,8 +164,8 @@ kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *a, size_t bs, const
   if (bs == 0) return KVC_OK;
   KVC_FORWARD(decode_prepare(a, __func__, bs, seq_lens, last_locs, rp, rows));
   if (a->ring)
-    return kvc__swa_finish(a, kvc_allocator_alloc_decode(a->full, bs, seq_lens, last_locs, rp, rows, out_host, out_device,
-                                                stream));
+    return kvc__swa_finish(
+        a, kvc_allocator_alloc_decode(a->full, bs, seq_lens, last_locs, rp, rows, out_host, out_device, stream));
   /* The SWA side first (host only: no table, no out_cache_loc), then the full side's one
    * launch, which also writes the full->SWA mapping of the new slots: one launch per step
    * where two_sided() takes two (the plan, then the mapping). */
@@ -185,8 +186,7 @@ kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *a, size_t bs, const
   return kvc__swa_finish(a, KVC_OK);
 }
 
-kvc_status kvc__swa_decode_plan(kvc_swa_allocator *a, const char *fn, const kvc__decode_args *x,
-                                kvc__decode_plan *p) {
+kvc_status kvc__swa_decode_plan(kvc_swa_allocator *a, const char *fn, const kvc__decode_args *x, kvc__decode_plan *p) {
   const size_t bs = x->bs;
   uint32_t *payload = p->payload;
   p->need = 0;
@@ -243,8 +243,8 @@ static kvc_status tail_side(kvc_swa_allocator *a, void *vargs, bool full_side) {
 
 kvc_status kvc_swa_allocator_alloc_extend_swa_tail(kvc_swa_allocator *a, int64_t p, int64_t s, int64_t last_loc,
                                                    int64_t tail, kvc_req_to_token_pool *rp, int32_t row,
-                                                   const int64_t *prefix_slots, int64_t *out_host,
-                                                   int64_t *out_device, kvc_stream stream) {
+                                                   const int64_t *prefix_slots, int64_t *out_host, int64_t *out_device,
+                                                   kvc_stream stream) {
   KVC_API_ENTRY();
   SWA_ENTRY(a);
   kvc_context *ctx = a->ctx;
@@ -261,7 +261,7 @@ kvc_status kvc_swa_allocator_alloc_extend_swa_tail(kvc_swa_allocator *a, int64_t
   if (a->ring) {
     const int64_t *const pre[1] = {prefix_slots};
     return kvc__swa_finish(a, kvc_allocator_alloc_extend(a->full, 1, &p, &s, last_loc >= 0 ? &last_loc : NULL, rp, rows,
-                                                prefix_slots ? pre : NULL, out_host, out_device, stream));
+                                                         prefix_slots ? pre : NULL, out_host, out_device, stream));
   }
   KVC_FORWARD(kvc__swa_ensure_tok(a, __func__, (size_t)(s - p)));
   tail_args t = {p, s, last_loc, tail, rp, row, prefix_slots, out_device, stream};

@@ -43,8 +43,8 @@ static kvc_status check_full_slots(kvc_swa_allocator *a, const char *fn, const i
  * slots (ps 1) whose entries are zeroed. Fails (nothing changed) on a peer that is not
  * held, and with ps 1 on a missing peer unless `unmapped_ok` (the flows' release after
  * window eviction: those slots release only their full side). */
-static kvc_status plan_swa_free(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n,
-                                bool unmapped_ok, int64_t *nw, int64_t *np) {
+static kvc_status plan_swa_free(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n, bool unmapped_ok,
+                                int64_t *nw, int64_t *np) {
   const int64_t ps = a->ps;
   int64_t w_n = 0, p_n = 0;
   kvc_status st = KVC_OK;
@@ -112,8 +112,8 @@ static kvc_status zero_entries(kvc_swa_allocator *a, int64_t np, kvc_stream stre
 }
 
 /* free_swa of validated slots (not pure, not ring). */
-static kvc_status do_free_swa(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n,
-                              bool unmapped_ok, kvc_stream stream) {
+static kvc_status do_free_swa(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n, bool unmapped_ok,
+                              kvc_stream stream) {
   int64_t nw, np;
   size_t tokens;
   KVC_RETURN_IF(!kvc__mul_size(n, (size_t)a->ps, &tokens), a->ctx, KVC_ERR_INVALID_ARGUMENT,
@@ -165,8 +165,7 @@ kvc_status kvc_swa_allocator_free_full(kvc_swa_allocator *a, const int64_t *slot
 }
 
 /* Both sides of n > 0 slots of a live allocator; `unmapped_ok`: see free_evicted (swa.h). */
-static kvc_status free_both(kvc_swa_allocator *a, const int64_t *slots, size_t n, bool unmapped_ok,
-                            kvc_stream stream) {
+static kvc_status free_both(kvc_swa_allocator *a, const int64_t *slots, size_t n, bool unmapped_ok, kvc_stream stream) {
   const char *fn = "kvc_swa_allocator_free";
   if (a->pure) return pure_free(a, fn, slots, n);
   KVC_FORWARD(check_full_slots(a, fn, slots, n));

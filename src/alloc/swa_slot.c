@@ -92,8 +92,8 @@ static kvc_status swa_extend(const kvc__slot_allocator *sa, const kvc__extend_ar
 }
 
 static kvc_status swa_decode(const kvc__slot_allocator *sa, const kvc__decode_args *x) {
-  return kvc_swa_allocator_alloc_decode(impl(sa), x->bs, x->seq_lens, x->last_locs, x->req_pool, x->rows,
-                                        x->out_host, x->out_device, x->stream);
+  return kvc_swa_allocator_alloc_decode(impl(sa), x->bs, x->seq_lens, x->last_locs, x->req_pool, x->rows, x->out_host,
+                                        x->out_device, x->stream);
 }
 
 static kvc_status swa_decode_plan(const kvc__slot_allocator *sa, const char *fn, const kvc__decode_args *x,

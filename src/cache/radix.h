@@ -45,14 +45,14 @@ typedef struct rx_hot {
 } rx_hot;
 
 typedef struct rx_node {
-  int32_t heap_pos;   /* index in the eviction heap, RX_NONE when not an evictable leaf */
-  int32_t off;        /* [off, off + len) of the segment */
-  int64_t run_first;  /* the values are run_first, run_first + 1, ... (one run of slots, as
+  int32_t heap_pos;  /* index in the eviction heap, RX_NONE when not an evictable leaf */
+  int32_t off;       /* [off, off + len) of the segment */
+  int64_t run_first; /* the values are run_first, run_first + 1, ... (one run of slots, as
                          allocators mostly hand them out), or -1: eviction then clears the
                          held bits without reading the (cold) values */
-  rx_seg *seg;        /* NULL for the root and for free nodes */
-  uint64_t access;    /* logical clock of the last access (SGLang last_access_time) */
-  uint64_t creation;  /* logical clock at creation (SGLang creation_time) */
+  rx_seg *seg;       /* NULL for the root and for free nodes */
+  uint64_t access;   /* logical clock of the last access (SGLang last_access_time) */
+  uint64_t creation; /* logical clock at creation (SGLang creation_time) */
   int32_t hit_count, priority;
   int32_t first_child, next_sib, prev_sib;
   uint32_t serial;    /* generation: part of the public handle, new on every reuse */
@@ -76,7 +76,7 @@ struct kvc_radix_cache {
   int64_t top_slot; /* largest valid slot id: num_slots + ps - 1 (a paged allocator's last page) */
   /* nodes */
   rx_node *nodes;
-  rx_hot *hot; /* parallel to nodes */
+  rx_hot *hot;                   /* parallel to nodes */
   int32_t nodes_cap, nodes_used; /* used = high-water mark of ids handed out */
   int32_t free_head;             /* free node ids chained through next_sib */
   int32_t live_nodes;            /* root included */
@@ -126,9 +126,7 @@ static inline bool rx_slot_held(const kvc_radix_cache *rc, int64_t s) {
   const int64_t u = rx_page(rc, s);
   return (rc->held[u >> 6] >> (u & 63)) & 1u;
 }
-static inline size_t rx_held_words(const kvc_radix_cache *rc) {
-  return (size_t)(rc->top_slot / rc->ps >> 6) + 1;
-}
+static inline size_t rx_held_words(const kvc_radix_cache *rc) { return (size_t)(rc->top_slot / rc->ps >> 6) + 1; }
 
 /** Marks the pages of slots[0:n) (n a multiple of the page size) held, a bitmap word at a
  *  time along runs of consecutive slots. With page_size > 1 every page must be one
@@ -188,9 +186,9 @@ void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys,
                           int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *node, size_t *depth);
 /** kvc__rx_apply_insert along the path kvc__rx_probe_path left in rc->path[0:depth)
  *  (prefix tokens present; the tree unchanged since), without walking the keys again. */
-void kvc__rx_apply_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t prefix,
-                        size_t depth, int32_t priority, int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run,
-                        int32_t *node, size_t *out_depth);
+void kvc__rx_apply_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t prefix, size_t depth,
+                        int32_t priority, int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *node,
+                        size_t *out_depth);
 /** SGLang's re-match after an insert of the same key: stamps the root and rc->path[0:depth)
  *  (the insert's path, ending on a node boundary, so the walk would split nothing) with
  *  one new tick, without walking the keys again. */

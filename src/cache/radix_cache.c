@@ -131,8 +131,8 @@ static kvc_radix_req *req_of(kvc_radix_cache *rc, const kvc_req_state *req, cons
   *st = KVC_OK;
   if (!r) *st = kvc__error(rc->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "no kvc_radix_req for the request (config.req_of)");
   else if (r->num_tokens < 0 || (r->num_tokens > 0 && !r->tokens))
-    *st = kvc__error(rc->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "kvc_radix_req: %lld tokens at %p", (long long)r->num_tokens,
-                     (const void *)r->tokens);
+    *st = kvc__error(rc->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "kvc_radix_req: %lld tokens at %p",
+                     (long long)r->num_tokens, (const void *)r->tokens);
   return *st == KVC_OK ? r : NULL;
 }
 
@@ -185,7 +185,8 @@ static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, ui
   const int64_t p = *prefix, top = rc->top_slot;
   KVC_RETURN_IF(p < from, rc->ctx, KVC_ERR_MISUSE,
                 "%s: the request's first %lld tokens (cache_protected_len) are not in the tree, only %lld (was its "
-                "node locked?)", fn, (long long)from, (long long)p);
+                "node locked?)",
+                fn, (long long)from, (long long)p);
   if (src && n > p) KVC_FORWARD(kvc_flow_row_slots(src->flow, src->row, p, n, rc->vec + p));
   int64_t bad = 0, run = -1;
   kvc_status st = n > p ? kvc__rx_mark(rc, vals + p, n - p, &bad, &run) : KVC_OK;
@@ -197,8 +198,7 @@ static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, ui
                         "allocator pages (a page-aligned slot followed by its consecutive slots)",
                         (long long)s, (long long)(p + bad), (long long)top, (long long)rc->ps);
     return kvc__error(rc->ctx, st, fn, "slots from %lld at position %lld: one is already cached (given twice?)",
-                      (long long)s,
-                      (long long)(p + bad));
+                      (long long)s, (long long)(p + bad));
   }
   if (nd && (st = kvc__rx_check_free(rc, rc->dups, (int64_t)nd, &bad)) != KVC_OK)
     st = kvc__error(rc->ctx, st, fn, "duplicate slot %lld: outside [1, %lld] or held by the tree elsewhere",
@@ -268,8 +268,7 @@ static kvc_status req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_s
 
 /* Checks the request's key tokens[0:key_len) and reserves scratch for it (its row slots
  * are read by insert(), where they are needed). */
-static kvc_status req_key(kvc_radix_cache *rc, const kvc_radix_req *rr, int32_t old, int64_t key_len,
-                          const char *fn) {
+static kvc_status req_key(kvc_radix_cache *rc, const kvc_radix_req *rr, int32_t old, int64_t key_len, const char *fn) {
   KVC_RETURN_IF(rr->num_tokens < key_len, rc->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "%s: the request has KV for %lld tokens but only %lld token ids", fn, (long long)key_len,
                 (long long)rr->num_tokens);
@@ -280,8 +279,7 @@ static kvc_status req_key(kvc_radix_cache *rc, const kvc_radix_req *rr, int32_t 
   return kvc__rx_reserve(rc, fn, (size_t)key_len);
 }
 
-kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flow, kvc_req_state *req,
-                                              int is_insert) {
+kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flow, kvc_req_state *req, int is_insert) {
   KVC_FORWARD(live(rc, __func__));
   int32_t old;
   KVC_FORWARD(req_check(rc, flow, req, __func__, &old));
@@ -323,8 +321,8 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
     const int64_t pf = KVC__MIN(rr->prompt_len, rr->num_tokens) / rc->ps * rc->ps;
     if (pf > 0 && pf < key_len) {
       int32_t unused;
-      kvc__rx_apply_insert(rc, rr->ns, rr->tokens, pf, rr->priority + 1, KVC__MAX(rr->inserted_len, key_len), NULL,
-                           -1, &unused, NULL);
+      kvc__rx_apply_insert(rc, rr->ns, rr->tokens, pf, rr->priority + 1, KVC__MAX(rr->inserted_len, key_len), NULL, -1,
+                           &unused, NULL);
     }
     rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
   }
@@ -477,8 +475,8 @@ kvc_status kvc_radix_cache_dump(const kvc_radix_cache *rc, char *buf, size_t cap
     if (x == RX_NONE) break;
     const rx_node *n = &rc->nodes[x];
     const int32_t *k = rx_keys(n);
-    w = snprintf(line, sizeof line, "%*s[%d] len=%d lock=%d hits=%d prio=%d ns=%llu tokens=%d,%d%s\n", 2 * depth, "",
-                 x, rc->hot[x].len, rc->hot[x].lock_ref, n->hit_count, n->priority, (unsigned long long)n->ns, k[0],
+    w = snprintf(line, sizeof line, "%*s[%d] len=%d lock=%d hits=%d prio=%d ns=%llu tokens=%d,%d%s\n", 2 * depth, "", x,
+                 rc->hot[x].len, rc->hot[x].lock_ref, n->hit_count, n->priority, (unsigned long long)n->ns, k[0],
                  rc->hot[x].len > 1 ? k[1] : k[0], rc->hot[x].len > 2 ? ",..." : "");
     if (n->first_child != RX_NONE) {
       x = n->first_child;

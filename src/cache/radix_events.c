@@ -16,8 +16,8 @@
 #include <string.h>
 
 #ifdef KVC_HAVE_XXHASH
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#  define XXH_INLINE_ALL
+#  include <xxhash.h>
 #endif
 
 kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int has_parent, uint64_t ns, const int32_t *tokens,

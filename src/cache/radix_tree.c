@@ -471,7 +471,7 @@ kvc_status kvc__rx_match(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, 
   int32_t cur = 0;
   int64_t pos = 0;
   size_t d = 0;
-  bool copy = false; /* the values will be copied: fetch them ahead */
+  bool copy = false;                                    /* the values will be copied: fetch them ahead */
   uint64_t h = n > 0 ? child_hash(0, ns, keys, ps) : 0; /* n is whole pages */
   while (pos < n) {
     int32_t c = lookup_h(rc, cur, ns, keys + pos, h);
@@ -481,8 +481,7 @@ kvc_status kvc__rx_match(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, 
     const int64_t span = KVC__MIN((int64_t)rc->hot[c].len, n - pos);
     if (d > 0 && !copy && !adjacent(rc, rc->path[d - 1], c)) {
       copy = true;
-      for (size_t i = 0; i < d; i++)
-        prefetch(rx_vals(&rc->nodes[rc->path[i]]), (int64_t)rc->hot[rc->path[i]].len * 8);
+      for (size_t i = 0; i < d; i++) prefetch(rx_vals(&rc->nodes[rc->path[i]]), (int64_t)rc->hot[rc->path[i]].len * 8);
     }
     if (copy) prefetch(rx_vals(C), span * 8);
     prefetch(rx_keys(C), span * 4);
@@ -588,9 +587,9 @@ static int32_t insert_visit(kvc_radix_cache *rc, int32_t c, int64_t pl, int64_t 
 static void insert_leaf(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t pos, int32_t priority,
                         int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *cur, size_t *d);
 
-void kvc__rx_apply_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t prefix,
-                        size_t depth, int32_t priority, int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run,
-                        int32_t *node, size_t *out_depth) {
+void kvc__rx_apply_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t prefix, size_t depth,
+                        int32_t priority, int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *node,
+                        size_t *out_depth) {
   const uint64_t t = ++rc->clock;
   rc->nodes[0].access = t;
   int32_t cur = 0;
@@ -764,8 +763,7 @@ kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn) {
     leaves += leaf;
     if (leaf != (n->heap_pos != RX_NONE) || (leaf && rc->heap[n->heap_pos] != i))
       return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d eviction heap membership", i);
-    if (lookup(rc, h->parent, n->ns, rx_keys(n)) != i ||
-        n->child_h != child_hash(h->parent, n->ns, rx_keys(n), rc->ps))
+    if (lookup(rc, h->parent, n->ns, rx_keys(n)) != i || n->child_h != child_hash(h->parent, n->ns, rx_keys(n), rc->ps))
       return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d not found in the child index", i);
     const int64_t *v = rx_vals(n);
     for (int32_t k = 0; k < h->len; k++)
@@ -781,8 +779,9 @@ kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn) {
   }
   int64_t bits = 0;
   for (size_t w = 0; w < rx_held_words(rc); w++) bits += __builtin_popcountll(rc->held[w]);
-  if (bits != held) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "%lld held bits for %lld pages (a page twice?)",
-                                      (long long)bits, (long long)held);
+  if (bits != held)
+    return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "%lld held bits for %lld pages (a page twice?)", (long long)bits,
+                      (long long)held);
   if (ev != rc->evictable || pr != rc->protected_ || live != rc->live_nodes || leaves != rc->heap_len ||
       (size_t)(live - 1) != rc->table_used)
     return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn,

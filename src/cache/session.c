@@ -271,7 +271,8 @@ kvc_prefix_cache kvc_session_cache_as_prefix_cache(kvc_session_cache *s) {
 }
 
 static kvc_status check(const kvc_session_cache *s, const char *fn) {
-  if (!s || s->magic != KVC__SESSION_MAGIC) return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, fn, "not a live session cache");
+  if (!s || s->magic != KVC__SESSION_MAGIC)
+    return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, fn, "not a live session cache");
   return KVC_OK;
 }
 
@@ -315,8 +316,7 @@ kvc_status kvc_session_cache_release(kvc_session_cache *s, kvc_flow *f, uint64_t
      * request state naming it): misuse, not an internal error. */
     KVC_RETURN_IF(!kvc_req_to_token_pool_is_held(f->cfg.req_pool, x->req_row), s->ctx, KVC_ERR_MISUSE,
                   "session %llu holds row %d which the pool does not hold (freed behind the session?)",
-                  (unsigned long long)session_id,
-                  x->req_row);
+                  (unsigned long long)session_id, x->req_row);
     int64_t start = x->cache_protected_len, end = x->allocated;
     if (start < end) {
       KVC_FORWARD(kvc_flow_row_slots(f, x->req_row, start, end, f->row_slots));

@@ -19,26 +19,21 @@
 
 /* --- Options (read once per context, from the environment) ------------------------- */
 
-typedef enum kvc__log_level {
-  KVC_LOG_ERROR = 0,
-  KVC_LOG_WARN = 1,
-  KVC_LOG_INFO = 2,
-  KVC_LOG_DEBUG = 3
-} kvc__log_level;
+typedef enum kvc__log_level { KVC_LOG_ERROR = 0, KVC_LOG_WARN = 1, KVC_LOG_INFO = 2, KVC_LOG_DEBUG = 3 } kvc__log_level;
 
 typedef struct kvc__options {
-  int log_level;          /* KVC_LOG: error|warn|info|debug (default warn) */
-  bool check;             /* KVC_CHECK: check mode */
-  bool canary;            /* KVC_CANARY: flows guard the context's KV pool with canaries */
-  bool dump_kernels;      /* KVC_DUMP_KERNELS: dump numbered source on compile failure */
-  bool no_disk_cache;     /* KVC_NO_DISK_CACHE */
-  int backend;            /* KVC_BACKEND: auto|host|cuda, -1 = not set */
-  int64_t staging_bytes;  /* KVC_STAGING_BYTES (default 8M) */
+  int log_level;            /* KVC_LOG: error|warn|info|debug (default warn) */
+  bool check;               /* KVC_CHECK: check mode */
+  bool canary;              /* KVC_CANARY: flows guard the context's KV pool with canaries */
+  bool dump_kernels;        /* KVC_DUMP_KERNELS: dump numbered source on compile failure */
+  bool no_disk_cache;       /* KVC_NO_DISK_CACHE */
+  int backend;              /* KVC_BACKEND: auto|host|cuda, -1 = not set */
+  int64_t staging_bytes;    /* KVC_STAGING_BYTES (default 8M) */
   int64_t inline_max_words; /* KVC_INLINE_MAX_WORDS: largest payload carried in kernel
                                parameters (default 8000 = 32 KB; smaller goes staged) */
-  char cache_dir[512];    /* KVC_CACHE_DIR or derived default */
-  char nvrtc_lib[256];    /* KVC_NVRTC_LIB */
-  char cuda_lib[256];     /* KVC_CUDA_LIB */
+  char cache_dir[512];      /* KVC_CACHE_DIR or derived default */
+  char nvrtc_lib[256];      /* KVC_NVRTC_LIB */
+  char cuda_lib[256];       /* KVC_CUDA_LIB */
 } kvc__options;
 
 /** Fills `o` from the environment (then defaults). Warns on bad values. */
@@ -59,9 +54,7 @@ static inline int64_t kvc__counter_add(kvc__counter *c, int64_t delta) {
 static inline int64_t kvc__counter_get(const kvc__counter *c) {
   return atomic_load_explicit((kvc__counter *)c, memory_order_relaxed);
 }
-static inline void kvc__counter_set(kvc__counter *c, int64_t v) {
-  atomic_store_explicit(c, v, memory_order_relaxed);
-}
+static inline void kvc__counter_set(kvc__counter *c, int64_t v) { atomic_store_explicit(c, v, memory_order_relaxed); }
 
 typedef struct kvc__fault {
   /* Fault injection (tests): the Nth call of a kind fails; -1 = never. */
@@ -120,17 +113,16 @@ typedef struct kvc__api_scope {
 kvc__api_scope kvc__api_enter(const char *func);
 void kvc__api_leave(const kvc__api_scope *scope);
 #if defined(__GNUC__)
-#define KVC_API_ENTRY()                                                                     \
-  const kvc__api_scope kvc_api_scope_ __attribute__((cleanup(kvc__api_leave), unused)) =  \
-      kvc__api_enter(__func__)
+#  define KVC_API_ENTRY() \
+    const kvc__api_scope kvc_api_scope_ __attribute__((cleanup(kvc__api_leave), unused)) = kvc__api_enter(__func__)
 #else
-#define KVC_API_ENTRY() ((void)0) /* errors then name the helper that found them */
+#  define KVC_API_ENTRY() ((void)0) /* errors then name the helper that found them */
 #endif
 
 /** Records "func: message" as the calling thread's last error on ctx (ctx may be NULL)
  *  and returns `status`. Allocates only the first time a thread fails on ctx, outside
  *  the context's accounting (the text is lost, not the status, if that fails). */
-kvc_status (kvc__error)(const kvc_context *ctx, kvc_status status, const char *func, const char *fmt, ...)
+kvc_status(kvc__error)(const kvc_context *ctx, kvc_status status, const char *func, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
 #endif
@@ -140,15 +132,14 @@ kvc_status (kvc__error)(const kvc_context *ctx, kvc_status status, const char *f
  * once): the static analyzer does not look into error.c, so it would otherwise assume
  * that `return kvc__error(...)` may return KVC_OK, i.e. that a failed check falls through
  * to callers with its out-parameters unset. */
-#define kvc__error(ctx, status, ...)                                                        \
-  __extension__({                                                                           \
-    const kvc_status kvc_err_st_ = (status);                                                \
-    (void)(kvc__error)((ctx), kvc_err_st_, __VA_ARGS__);                                    \
-    kvc_err_st_;                                                                            \
-  })
+#  define kvc__error(ctx, status, ...)                     \
+    __extension__({                                        \
+      const kvc_status kvc_err_st_ = (status);             \
+      (void)(kvc__error)((ctx), kvc_err_st_, __VA_ARGS__); \
+      kvc_err_st_;                                         \
+    })
 #endif
-kvc_status kvc__verror(const kvc_context *ctx, kvc_status status, const char *func,
-                       const char *fmt, va_list ap);
+kvc_status kvc__verror(const kvc_context *ctx, kvc_status status, const char *func, const char *fmt, va_list ap);
 /** Appends text to the thread's last error on ctx (for NVRTC logs). */
 void kvc__error_append(const kvc_context *ctx, const char *text);
 /** Copies the thread's last error on ctx, as is, to the context-less slot (a create that
@@ -158,9 +149,9 @@ kvc_status kvc__error_to_null(const kvc_context *ctx, kvc_status status);
 /* --- Check macros ------------------------------------------------------------------ */
 
 /* Before any resource is held: return directly. */
-#define KVC_RETURN_IF(cond, ctx, status, ...)                                               \
-  do {                                                                                      \
-    if (cond) return kvc__error((ctx), (status), __func__, __VA_ARGS__);                   \
+#define KVC_RETURN_IF(cond, ctx, status, ...)                            \
+  do {                                                                   \
+    if (cond) return kvc__error((ctx), (status), __func__, __VA_ARGS__); \
   } while (0)
 
 /** The handle check of every entry point: `h` must be a live object of its type (its
@@ -168,43 +159,42 @@ kvc_status kvc__error_to_null(const kvc_context *ctx, kvc_status status);
  *  KVC_ERR_INVALID_ARGUMENT with "<arg> is NULL or not a live <type>". The context is not
  *  known yet (it lives in the handle), so the text goes to the calling thread's
  *  context-free slot. */
-#define KVC_CHECK_HANDLE(h, magic_value, arg, type)                                         \
-  do {                                                                                      \
-    if (!(h) || (h)->magic != (magic_value))                                                \
-      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__,                           \
-                        arg " is NULL or not a live " type);                                \
+#define KVC_CHECK_HANDLE(h, magic_value, arg, type)                                                    \
+  do {                                                                                                 \
+    if (!(h) || (h)->magic != (magic_value))                                                           \
+      return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, __func__, arg " is NULL or not a live " type); \
   } while (0)
 
-#define KVC_FORWARD(expr)                                                                   \
-  do {                                                                                      \
-    kvc_status kvc_st_ = (expr);                                                            \
-    if (kvc_st_ != KVC_OK) return kvc_st_;                                                  \
+#define KVC_FORWARD(expr)                  \
+  do {                                     \
+    kvc_status kvc_st_ = (expr);           \
+    if (kvc_st_ != KVC_OK) return kvc_st_; \
   } while (0)
 
 /* After the first acquisition: only these, with one cleanup label. */
-#define KVC_CHECK_GOTO(expr, st, label)                                                     \
-  do {                                                                                      \
-    (st) = (expr);                                                                          \
-    if ((st) != KVC_OK) goto label;                                                         \
+#define KVC_CHECK_GOTO(expr, st, label) \
+  do {                                  \
+    (st) = (expr);                      \
+    if ((st) != KVC_OK) goto label;     \
   } while (0)
 
-#define KVC_FAIL_GOTO(cond, ctx, st, status, label, ...)                                    \
-  do {                                                                                      \
-    if (cond) {                                                                             \
-      (st) = kvc__error((ctx), (status), __func__, __VA_ARGS__);                           \
-      goto label;                                                                           \
-    }                                                                                       \
+#define KVC_FAIL_GOTO(cond, ctx, st, status, label, ...)         \
+  do {                                                           \
+    if (cond) {                                                  \
+      (st) = kvc__error((ctx), (status), __func__, __VA_ARGS__); \
+      goto label;                                                \
+    }                                                            \
   } while (0)
 
 /* Keep the first failure while cleaning up. */
-#define KVC_CLEANUP_KEEP_FIRST(expr, st)                                                    \
-  do {                                                                                      \
-    kvc_status kvc_st2_ = (expr);                                                           \
-    if ((st) == KVC_OK) (st) = kvc_st2_;                                                    \
+#define KVC_CLEANUP_KEEP_FIRST(expr, st) \
+  do {                                   \
+    kvc_status kvc_st2_ = (expr);        \
+    if ((st) == KVC_OK) (st) = kvc_st2_; \
   } while (0)
 
 /* A kvc_index_type argument: anything but I32 / I64 is refused (never read as int32). */
-#define KVC_CHECK_INDEX_TYPE(ctx, t)                                                        \
+#define KVC_CHECK_INDEX_TYPE(ctx, t)                                                         \
   KVC_RETURN_IF((t) != KVC_INDEX_I32 && (t) != KVC_INDEX_I64, ctx, KVC_ERR_INVALID_ARGUMENT, \
                 #t " %d is not KVC_INDEX_I32 or KVC_INDEX_I64", (int)(t))
 
@@ -226,21 +216,11 @@ void kvc__raw_free(kvc__core *core, void *p);
  * Sizes and counts from callers are hostile: every a + b and a * b on them goes through
  * these (true = fits, *out written), never a check after the fact. */
 
-static inline bool kvc__mul_size(size_t a, size_t b, size_t *out) {
-  return !__builtin_mul_overflow(a, b, out);
-}
-static inline bool kvc__add_size(size_t a, size_t b, size_t *out) {
-  return !__builtin_add_overflow(a, b, out);
-}
-static inline bool kvc__mul_i64(int64_t a, int64_t b, int64_t *out) {
-  return !__builtin_mul_overflow(a, b, out);
-}
-static inline bool kvc__add_i64(int64_t a, int64_t b, int64_t *out) {
-  return !__builtin_add_overflow(a, b, out);
-}
-static inline bool kvc__add_i32(int32_t a, int32_t b, int32_t *out) {
-  return !__builtin_add_overflow(a, b, out);
-}
+static inline bool kvc__mul_size(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
+static inline bool kvc__add_size(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
+static inline bool kvc__mul_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+static inline bool kvc__add_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_add_overflow(a, b, out); }
+static inline bool kvc__add_i32(int32_t a, int32_t b, int32_t *out) { return !__builtin_add_overflow(a, b, out); }
 /** True when [start, start + n) lies inside [0, limit), computed without wrapping. */
 static inline bool kvc__range_fits(uint64_t start, uint64_t n, uint64_t limit) {
   return start <= limit && n <= limit - start;
@@ -254,9 +234,9 @@ static inline bool kvc__range_fits(uint64_t start, uint64_t n, uint64_t limit) {
  *  and the major version matches; KVC_ERR_INVALID_ARGUMENT when a reserved_ word the
  *  caller passed is not zero. `what` names the argument ("config"). dst is unchanged on
  *  failure. Every create's config goes through this one function. */
-kvc_status kvc__config_copy(const kvc_context *ctx, const char *what, void *dst, size_t dst_bytes,
-                            const void *src, size_t fixed_bytes);
-#define KVC__CONFIG_COPY(ctx, what, dst, src, type)                                         \
+kvc_status kvc__config_copy(const kvc_context *ctx, const char *what, void *dst, size_t dst_bytes, const void *src,
+                            size_t fixed_bytes);
+#define KVC__CONFIG_COPY(ctx, what, dst, src, type) \
   kvc__config_copy((ctx), (what), (dst), sizeof(type), (src), offsetof(type, reserved_))
 
 /* --- Logging ----------------------------------------------------------------------- */

@@ -109,8 +109,7 @@ void kvc__api_leave(const kvc__api_scope *scope) { tls_api_func = scope->outer; 
 
 /* --- Recording --------------------------------------------------------------------- */
 
-kvc_status kvc__verror(const kvc_context *ctx, kvc_status status, const char *func,
-                       const char *fmt, va_list ap) {
+kvc_status kvc__verror(const kvc_context *ctx, kvc_status status, const char *func, const char *fmt, va_list ap) {
   bool lost;
   char *msg = message_buffer(ctx, &lost);
   const char *name = tls_api_func ? tls_api_func : func ? func : "kvcache";
@@ -125,7 +124,7 @@ kvc_status kvc__verror(const kvc_context *ctx, kvc_status status, const char *fu
   return status;
 }
 
-kvc_status (kvc__error)(const kvc_context *ctx, kvc_status status, const char *func, const char *fmt, ...) {
+kvc_status(kvc__error)(const kvc_context *ctx, kvc_status status, const char *func, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   kvc_status st = kvc__verror(ctx, status, func, fmt, ap);

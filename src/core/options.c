@@ -19,7 +19,8 @@ typedef struct opt_desc {
   size_t cap; /* for strings */
 } opt_desc;
 
-#define OPT(name, kind, field, cap) {name, kind, offsetof(kvc__options, field), cap}
+#define OPT(name, kind, field, cap) \
+  { name, kind, offsetof(kvc__options, field), cap }
 static const opt_desc options[] = {
     OPT("LOG", OPT_LOG, log_level, 0),
     OPT("CHECK", OPT_BOOL, check, 0),
@@ -48,9 +49,18 @@ static int parse_size(const char *v, int64_t *out) {
   long long n = strtoll(v, &end, 10);
   if (end == v || n < 0) return -1;
   switch (toupper((unsigned char)*end)) {
-  case 'K': n <<= 10; end++; break;
-  case 'M': n <<= 20; end++; break;
-  case 'G': n <<= 30; end++; break;
+  case 'K':
+    n <<= 10;
+    end++;
+    break;
+  case 'M':
+    n <<= 20;
+    end++;
+    break;
+  case 'G':
+    n <<= 30;
+    end++;
+    break;
   default: break;
   }
   if (*end == 'B' || *end == 'b') end++;
@@ -110,6 +120,6 @@ void kvc__options_print(const kvc__options *o, int level) {
   fprintf(stderr,
           "kvcache: options: log=%d check=%d dump_kernels=%d no_disk_cache=%d backend=%d "
           "staging_bytes=%lld inline_max_words=%lld cache_dir='%s' nvrtc_lib='%s' cuda_lib='%s'\n",
-          o->log_level, o->check, o->dump_kernels, o->no_disk_cache, o->backend,
-          (long long)o->staging_bytes, (long long)o->inline_max_words, o->cache_dir, o->nvrtc_lib, o->cuda_lib);
+          o->log_level, o->check, o->dump_kernels, o->no_disk_cache, o->backend, (long long)o->staging_bytes,
+          (long long)o->inline_max_words, o->cache_dir, o->nvrtc_lib, o->cuda_lib);
 }

@@ -10,34 +10,35 @@ const char *kvc_version_string(void) { return KVC_VERSION_STRING; }
 const char *kvc_status_string(kvc_status status) {
   switch (status) {
 #define KVC_XX_STR_(name, value, text) \
-  case KVC_##name:                     \
-    return text;
+  case KVC_##name: return text;
     KVC_STATUS_MAP(KVC_XX_STR_)
 #undef KVC_XX_STR_
-  default:
-    return "unknown status";
+  default: return "unknown status";
   }
 }
 
 const char *kvc_status_name(kvc_status status) {
   switch (status) {
 #define KVC_XX_NAME_(name, value, text) \
-  case KVC_##name:                      \
-    return #name;
+  case KVC_##name: return #name;
     KVC_STATUS_MAP(KVC_XX_NAME_)
 #undef KVC_XX_NAME_
-  default:
-    return "UNKNOWN";
+  default: return "UNKNOWN";
   }
 }
 
 size_t kvc_dtype_size(kvc_dtype dtype) {
   switch (dtype) {
-  case KVC_DTYPE_F32: case KVC_DTYPE_I32: return 4;
-  case KVC_DTYPE_F16: case KVC_DTYPE_BF16: return 2;
-  case KVC_DTYPE_FP8_E4M3: case KVC_DTYPE_FP8_E5M2: case KVC_DTYPE_U8:
+  case KVC_DTYPE_F32:
+  case KVC_DTYPE_I32: return 4;
+  case KVC_DTYPE_F16:
+  case KVC_DTYPE_BF16: return 2;
+  case KVC_DTYPE_FP8_E4M3:
+  case KVC_DTYPE_FP8_E5M2:
+  case KVC_DTYPE_U8:
   case KVC_DTYPE_FP4_E2M1: return 1;
-  case KVC_DTYPE_I64: case KVC_DTYPE_U64: return 8;
+  case KVC_DTYPE_I64:
+  case KVC_DTYPE_U64: return 8;
   default: return 0;
   }
 }

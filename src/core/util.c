@@ -69,17 +69,17 @@ typedef struct versioned_head {
   uint32_t version;
 } versioned_head;
 
-kvc_status kvc__config_copy(const kvc_context *ctx, const char *what, void *dst, size_t dst_bytes,
-                            const void *src, size_t fixed_bytes) {
+kvc_status kvc__config_copy(const kvc_context *ctx, const char *what, void *dst, size_t dst_bytes, const void *src,
+                            size_t fixed_bytes) {
   versioned_head head;
   memcpy(&head, src, sizeof head);
   if (head.struct_size < fixed_bytes || head.struct_size > dst_bytes)
     return kvc__error(ctx, KVC_ERR_VERSION, __func__,
-                      "%s->struct_size %zu not understood (expected %zu; use the *_INIT macro)", what,
-                      head.struct_size, dst_bytes);
+                      "%s->struct_size %zu not understood (expected %zu; use the *_INIT macro)", what, head.struct_size,
+                      dst_bytes);
   if (head.version / 10000 != KVC_VERSION_MAJOR)
-    return kvc__error(ctx, KVC_ERR_VERSION, __func__, "%s->version %u is from another major version (library %u)",
-                      what, head.version, KVC_VERSION_NUMBER);
+    return kvc__error(ctx, KVC_ERR_VERSION, __func__, "%s->version %u is from another major version (library %u)", what,
+                      head.version, KVC_VERSION_NUMBER);
   /* reserved_ words are where later minors add fields: a non-zero one is a field this
    * library does not know, so honouring the call would silently ignore it. */
   const unsigned char *bytes = src;

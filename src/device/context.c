@@ -17,7 +17,6 @@ void kvc_context_config_default(kvc_context_config *config) {
   *config = init;
 }
 
-
 #define KNOWN_CONTEXT_FLAGS (KVC_CONTEXT_CHECK | KVC_CONTEXT_NO_DISK_CACHE | KVC_CONTEXT_CANARY)
 
 kvc_status kvc_context_create(const kvc_context_config *config, kvc_context **out) {
@@ -26,8 +25,8 @@ kvc_status kvc_context_create(const kvc_context_config *config, kvc_context **ou
   kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
   if (config) {
     KVC_FORWARD(KVC__CONFIG_COPY(NULL, "config", &cfg, config, kvc_context_config));
-    KVC_RETURN_IF(cfg.backend < KVC_BACKEND_AUTO || cfg.backend > KVC_BACKEND_CUDA, NULL,
-                  KVC_ERR_INVALID_ARGUMENT, "config.backend %d unknown", (int)cfg.backend);
+    KVC_RETURN_IF(cfg.backend < KVC_BACKEND_AUTO || cfg.backend > KVC_BACKEND_CUDA, NULL, KVC_ERR_INVALID_ARGUMENT,
+                  "config.backend %d unknown", (int)cfg.backend);
     KVC_RETURN_IF(cfg.flags & ~KNOWN_CONTEXT_FLAGS, NULL, KVC_ERR_INVALID_ARGUMENT,
                   "config.flags 0x%x has unknown bits 0x%x", cfg.flags, cfg.flags & ~KNOWN_CONTEXT_FLAGS);
     KVC_RETURN_IF((cfg.host_allocator.alloc == NULL) != (cfg.host_allocator.free == NULL), NULL,
@@ -99,9 +98,7 @@ void kvc_context_destroy(kvc_context *ctx) {
 }
 
 kvc_backend kvc_context_backend(const kvc_context *ctx) { return ctx ? ctx->backend : KVC_BACKEND_HOST; }
-int kvc_context_device(const kvc_context *ctx) {
-  return ctx && ctx->backend == KVC_BACKEND_CUDA ? ctx->device : -1;
-}
+int kvc_context_device(const kvc_context *ctx) { return ctx && ctx->backend == KVC_BACKEND_CUDA ? ctx->device : -1; }
 int kvc_context_check_mode(const kvc_context *ctx) { return ctx ? ctx->core.options.check : 0; }
 
 kvc_status kvc_context_device_info(kvc_context *ctx, kvc_device_info *out) {

@@ -15,7 +15,7 @@ typedef struct kvc__cuda_ctx kvc__cuda_ctx;
 /* A region of the staging ring still in use by queued GPU work. */
 typedef struct kvc__staging_fence_rec {
   size_t begin, end; /* ring offsets of the region */
-  void *event; /* CUevent recorded after the consumer */
+  void *event;       /* CUevent recorded after the consumer */
 } kvc__staging_fence_rec;
 
 typedef struct kvc__staging {
@@ -27,7 +27,7 @@ typedef struct kvc__staging {
   size_t reserved_bytes;
   kvc__staging_fence_rec fences[64];
   int fence_first, fence_count;
-  uint64_t waits;        /* back-pressure waits */
+  uint64_t waits; /* back-pressure waits */
 } kvc__staging;
 
 struct kvc_context {
@@ -52,8 +52,7 @@ struct kvc_context {
 kvc_status kvc__cuda_context_init(kvc_context *ctx, bool explicit_request);
 void kvc__cuda_context_fini(kvc_context *ctx);
 kvc_status kvc__cuda_device_info(kvc_context *ctx, kvc_device_info *out);
-kvc_status kvc__cuda_module_load(kvc_context *ctx, const void *image, const char *name,
-                                 void **module, void **function);
+kvc_status kvc__cuda_module_load(kvc_context *ctx, const void *image, const char *name, void **module, void **function);
 void kvc__cuda_module_unload(kvc_context *ctx, void *module);
 kvc_status kvc__cuda_staging_init(kvc_context *ctx, size_t bytes);
 void kvc__cuda_staging_fini(kvc_context *ctx);
@@ -62,16 +61,16 @@ kvc_status kvc__cuda_alloc(kvc_context *ctx, size_t bytes, void **out);
 void kvc__cuda_free(kvc_context *ctx, void *p);
 kvc_status kvc__cuda_pinned_alloc(kvc_context *ctx, size_t bytes, void **out);
 void kvc__cuda_pinned_free(kvc_context *ctx, void *p);
-kvc_status kvc__cuda_copy(kvc_context *ctx, int kind, void *dst, const void *src, size_t bytes,
-                          uint8_t value, kvc_stream s);
-kvc_status kvc__cuda_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src,
-                               size_t bytes, kvc_stream s);
+kvc_status kvc__cuda_copy(kvc_context *ctx, int kind, void *dst, const void *src, size_t bytes, uint8_t value,
+                          kvc_stream s);
+kvc_status kvc__cuda_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src, size_t bytes,
+                               kvc_stream s);
 kvc_status kvc__cuda_enable_peer_access(kvc_context *dst_ctx, kvc_context *src_ctx);
 kvc_status kvc__cuda_copy_2d_peer(kvc_context *dst_ctx, void *dst, size_t dst_pitch, kvc_context *src_ctx,
                                   const void *src, size_t src_pitch, size_t width, size_t height, kvc_stream s);
 size_t kvc__cuda_max_pitch(kvc_context *ctx);
-kvc_status kvc__cuda_launch(kvc_context *ctx, void *function, unsigned *smem_set, kvc__dim3 grid,
-                            kvc__dim3 block, unsigned smem, kvc_stream stream, const void *params);
+kvc_status kvc__cuda_launch(kvc_context *ctx, void *function, unsigned *smem_set, kvc__dim3 grid, kvc__dim3 block,
+                            unsigned smem, kvc_stream stream, const void *params);
 kvc_status kvc__cuda_staging_reserve(kvc_context *ctx, size_t bytes, void **host, void **dev);
 kvc_status kvc__cuda_staging_upload(kvc_context *ctx, kvc_stream stream);
 kvc_status kvc__cuda_staging_fence(kvc_context *ctx, kvc_stream stream);

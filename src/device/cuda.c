@@ -59,19 +59,19 @@ static void cu_load_once(void) {
     cu_teardown();
     return;
   }
-#define KVC_CU_SYM(req, name, ver)                                                          \
-  {                                                                                         \
-    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;            \
+#define KVC_CU_SYM(req, name, ver)                                                               \
+  {                                                                                              \
+    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;                 \
     CUresult r = get_proc(#name, (void **)&cu.name, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &found); \
-    if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS) {                        \
-      cu.name = NULL;                                                                       \
-      if (req) {                                                                            \
-        cu.status = KVC_ERR_NO_DEVICE;                                                      \
-        snprintf(cu.error, sizeof cu.error, "driver entry point %s not found", #name);      \
-        cu_teardown();                                                                      \
-        return;                                                                             \
-      }                                                                                     \
-    }                                                                                       \
+    if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS) {                             \
+      cu.name = NULL;                                                                            \
+      if (req) {                                                                                 \
+        cu.status = KVC_ERR_NO_DEVICE;                                                           \
+        snprintf(cu.error, sizeof cu.error, "driver entry point %s not found", #name);           \
+        cu_teardown();                                                                           \
+        return;                                                                                  \
+      }                                                                                          \
+    }                                                                                            \
   }
 #include "cuda_syms.inc"
 #undef KVC_CU_SYM
@@ -104,13 +104,13 @@ static kvc_status cu_fail(const kvc_context *ctx, CUresult r, const char *func, 
   return kvc__error(ctx, st, func, "%s failed: %s (%s)", what, name ? name : "?", text ? text : "");
 }
 
-#define CU_CALL(ctx, call, label)                                                           \
-  do {                                                                                      \
-    CUresult r_ = (call);                                                                   \
-    if (r_ != CUDA_SUCCESS) {                                                               \
-      st = cu_fail((ctx), r_, __func__, #call);                                             \
-      goto label;                                                                           \
-    }                                                                                       \
+#define CU_CALL(ctx, call, label)               \
+  do {                                          \
+    CUresult r_ = (call);                       \
+    if (r_ != CUDA_SUCCESS) {                   \
+      st = cu_fail((ctx), r_, __func__, #call); \
+      goto label;                               \
+    }                                           \
   } while (0)
 
 /* --- Per-context state ------------------------------------------------------------- */
@@ -157,8 +157,8 @@ kvc_status kvc__cuda_context_init(kvc_context *ctx, bool explicit_request) {
   if (r != CUDA_SUCCESS || count == 0)
     return kvc__error(ctx, KVC_ERR_NO_DEVICE, "kvc_context_create", "no CUDA device (count %d)", count);
   if (ctx->device < 0 || ctx->device >= count)
-    return kvc__error(ctx, explicit_request ? KVC_ERR_INVALID_ARGUMENT : KVC_ERR_NO_DEVICE,
-                      "kvc_context_create", "device %d out of range (%d devices)", ctx->device, count);
+    return kvc__error(ctx, explicit_request ? KVC_ERR_INVALID_ARGUMENT : KVC_ERR_NO_DEVICE, "kvc_context_create",
+                      "device %d out of range (%d devices)", ctx->device, count);
   kvc__cuda_ctx *c = kvc__calloc(ctx, 1, sizeof *c);
   if (!c) return kvc__error(ctx, KVC_ERR_HOST_OOM, "kvc_context_create", "context state");
   CU_CALL(ctx, cu.cuDeviceGet(&c->dev, ctx->device), fail);
@@ -209,7 +209,8 @@ kvc_status kvc__cuda_alloc(kvc_context *ctx, size_t bytes, void **out) {
   KVC_FORWARD(cu_enter(ctx, &pushed, "kvc__dev_alloc"));
   if (ctx->device_allocator.alloc) {
     void *p = ctx->device_allocator.alloc(ctx->device_allocator.opaque, bytes, ctx->device, NULL);
-    if (!p) st = kvc__error(ctx, KVC_ERR_DEVICE_OOM, "kvc__dev_alloc", "engine allocator returned NULL for %zu bytes", bytes);
+    if (!p)
+      st = kvc__error(ctx, KVC_ERR_DEVICE_OOM, "kvc__dev_alloc", "engine allocator returned NULL for %zu bytes", bytes);
     else *out = p;
   } else {
     CUdeviceptr d = 0;
@@ -249,8 +250,8 @@ void kvc__cuda_pinned_free(kvc_context *ctx, void *p) {
 
 typedef enum { COPY_H2D, COPY_D2H, COPY_D2D, COPY_MEMSET, COPY_SYNC } copy_kind;
 
-kvc_status kvc__cuda_copy(kvc_context *ctx, int kind, void *dst, const void *src, size_t bytes,
-                          uint8_t value, kvc_stream s) {
+kvc_status kvc__cuda_copy(kvc_context *ctx, int kind, void *dst, const void *src, size_t bytes, uint8_t value,
+                          kvc_stream s) {
   kvc_status st = KVC_OK;
   bool pushed;
   KVC_FORWARD(cu_enter(ctx, &pushed, "kvc__dev_copy"));
@@ -271,15 +272,17 @@ done:
 
 /* --- Copies between two devices (transfer plans) ---------------------------------- */
 
-kvc_status kvc__cuda_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src,
-                               size_t bytes, kvc_stream s) {
+kvc_status kvc__cuda_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src, size_t bytes,
+                               kvc_stream s) {
   if (!cu.cuMemcpyPeerAsync)
     return kvc__error(dst_ctx, KVC_ERR_UNSUPPORTED, "kvc__dev_copy_peer", "driver has no cuMemcpyPeerAsync");
   kvc_status st = KVC_OK;
   bool pushed;
   KVC_FORWARD(cu_enter(dst_ctx, &pushed, "kvc__dev_copy_peer"));
-  CU_CALL(dst_ctx, cu.cuMemcpyPeerAsync((CUdeviceptr)(uintptr_t)dst, dst_ctx->cuda->pctx,
-                                        (CUdeviceptr)(uintptr_t)src, src_ctx->cuda->pctx, bytes, (CUstream)s), done);
+  CU_CALL(dst_ctx,
+          cu.cuMemcpyPeerAsync((CUdeviceptr)(uintptr_t)dst, dst_ctx->cuda->pctx, (CUdeviceptr)(uintptr_t)src,
+                               src_ctx->cuda->pctx, bytes, (CUstream)s),
+          done);
 done:
   cu_leave(pushed);
   return st;
@@ -351,8 +354,8 @@ size_t kvc__cuda_max_pitch(kvc_context *ctx) {
 
 /* --- Modules and launches ---------------------------------------------------------- */
 
-kvc_status kvc__cuda_module_load(kvc_context *ctx, const void *image, const char *name,
-                                 void **module, void **function) {
+kvc_status kvc__cuda_module_load(kvc_context *ctx, const void *image, const char *name, void **module,
+                                 void **function) {
   kvc_status st = KVC_OK;
   bool pushed;
   KVC_FORWARD(cu_enter(ctx, &pushed, "kvc__kernel_get"));
@@ -379,8 +382,8 @@ void kvc__cuda_module_unload(kvc_context *ctx, void *module) {
   cu_leave(pushed);
 }
 
-kvc_status kvc__cuda_launch(kvc_context *ctx, void *function, unsigned *smem_set, kvc__dim3 grid,
-                            kvc__dim3 block, unsigned smem, kvc_stream stream, const void *params) {
+kvc_status kvc__cuda_launch(kvc_context *ctx, void *function, unsigned *smem_set, kvc__dim3 grid, kvc__dim3 block,
+                            unsigned smem, kvc_stream stream, const void *params) {
   kvc_status st = KVC_OK;
   bool pushed;
   KVC_FORWARD(cu_enter(ctx, &pushed, "kvc__kernel_launch"));
@@ -390,7 +393,9 @@ kvc_status kvc__cuda_launch(kvc_context *ctx, void *function, unsigned *smem_set
     *smem_set = smem;
   }
   void *args[1] = {(void *)params};
-  CU_CALL(ctx, cu.cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem, (CUstream)stream, args, NULL), done);
+  CU_CALL(ctx,
+          cu.cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem, (CUstream)stream, args, NULL),
+          done);
 done:
   cu_leave(pushed);
   return st;
@@ -489,8 +494,8 @@ kvc_status kvc__cuda_staging_reserve(kvc_context *ctx, size_t bytes, void **host
 
 kvc_status kvc__cuda_staging_upload(kvc_context *ctx, kvc_stream stream) {
   kvc__staging *sg = &ctx->staging;
-  return kvc__cuda_copy(ctx, COPY_H2D, sg->dev + sg->reserved_begin, sg->host + sg->reserved_begin,
-                        sg->reserved_bytes, 0, stream);
+  return kvc__cuda_copy(ctx, COPY_H2D, sg->dev + sg->reserved_begin, sg->host + sg->reserved_begin, sg->reserved_bytes,
+                        0, stream);
 }
 
 kvc_status kvc__cuda_staging_fence(kvc_context *ctx, kvc_stream stream) {

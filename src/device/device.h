@@ -35,8 +35,8 @@ kvc_status kvc__dev_sync(kvc_context *ctx, kvc_stream s);
  *  Host: memmove. CUDA, same device: a device-to-device copy; different devices: a peer
  *  copy (cuMemcpyPeerAsync); call kvc__dev_enable_peer_access once first so it goes
  *  over the direct link. KVC_ERR_UNSUPPORTED for mixed backends. */
-kvc_status kvc__dev_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src,
-                              size_t bytes, kvc_stream s);
+kvc_status kvc__dev_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src, size_t bytes,
+                              kvc_stream s);
 /** Lets dst_ctx's device access src_ctx's memory directly when the devices allow it
  *  (cuDeviceCanAccessPeer); a no-op on the host backend, for one device, when peer access
  *  is impossible (copies are then staged by the driver) or already enabled. */
@@ -81,16 +81,14 @@ typedef struct kvc__dim3 {
 
 /** Looks up (compiling or loading from disk on first use) the kernel for `spec`.
  *  Thread-safe. May take ~100 ms the first time (NVRTC); microseconds after. */
-kvc_status kvc__kernel_get(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *spec,
-                           const kvc__kfunc **out);
+kvc_status kvc__kernel_get(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *spec, const kvc__kfunc **out);
 
 /** Launches `f` with one by-value parameter struct (the kernel's only argument).
  *  params_bytes <= kvc__max_param_bytes(ctx). Host backend: runs the twin now, on the
  *  same parameter block (and, for twins that need them, `f`'s specialisation values,
  *  which the CUDA kernel has as compile-time constants). */
-kvc_status kvc__kernel_launch(kvc_context *ctx, const kvc__kfunc *f, kvc__dim3 grid,
-                              kvc__dim3 block, unsigned smem_bytes, kvc_stream stream,
-                              const void *params, size_t params_bytes);
+kvc_status kvc__kernel_launch(kvc_context *ctx, const kvc__kfunc *f, kvc__dim3 grid, kvc__dim3 block,
+                              unsigned smem_bytes, kvc_stream stream, const void *params, size_t params_bytes);
 
 /** Memory a kernel's host twin needs beyond its parameter block for one launch (the move
  *  twin buffers a chunk of rows where the kernel has shared memory): on the host backend
@@ -146,9 +144,8 @@ int kvc__nvrtc_version(void);
 
 /** Compiles kernels/<file> (all headers of kernels/ available) with `options` for `sm`.
  *  *image is a cubin (or PTX when *is_ptx), malloc'd; free with free(). */
-kvc_status kvc__nvrtc_compile(const kvc_context *ctx, const char *file, const char *const *options,
-                              int num_options, int sm, bool dump_on_error, void **image,
-                              size_t *image_bytes, bool *is_ptx);
+kvc_status kvc__nvrtc_compile(const kvc_context *ctx, const char *file, const char *const *options, int num_options,
+                              int sm, bool dump_on_error, void **image, size_t *image_bytes, bool *is_ptx);
 
 /** Formats spec as -D options into buf; returns the number of options (pointers into buf). */
 int kvc__spec_options(const kvc__spec *spec, char *buf, size_t cap, const char **opts, int max_opts);

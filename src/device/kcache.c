@@ -23,7 +23,7 @@ struct kvc__kfunc {
   uint64_t hash;
   const kvc__kernel_def *def; /* lookup identity: (def, spec) */
   kvc__spec spec;
-  char *key;                  /* "name -DA=1 ..." (logs, disk-cache key) */
+  char *key; /* "name -DA=1 ..." (logs, disk-cache key) */
   void *module;
   void *function;
   const kvc__host_twin *twin; /* host backend: the kernel's C twin */
@@ -118,12 +118,11 @@ static void *disk_load(kvc_context *ctx, const char *path, uint64_t key, size_t 
   if (!fp) return NULL;
   disk_header h;
   void *buf = NULL;
-  bool ok = fread(&h, sizeof h, 1, fp) == 1 && !memcmp(h.magic, "KVCBIN01", 8) && h.key == key &&
-            h.bytes > 0 && h.bytes < (1u << 30);
+  bool ok = fread(&h, sizeof h, 1, fp) == 1 && !memcmp(h.magic, "KVCBIN01", 8) && h.key == key && h.bytes > 0 &&
+            h.bytes < (1u << 30);
   if (ok) {
     buf = malloc(h.bytes + 1);
-    ok = buf && fread(buf, 1, h.bytes, fp) == h.bytes &&
-         kvc__hash(KVC__HASH_SEED, buf, h.bytes) == h.payload_hash;
+    ok = buf && fread(buf, 1, h.bytes, fp) == h.bytes && kvc__hash(KVC__HASH_SEED, buf, h.bytes) == h.payload_hash;
     if (ok) ((char *)buf)[h.bytes] = '\0';
   }
   fclose(fp);
@@ -137,8 +136,8 @@ static void *disk_load(kvc_context *ctx, const char *path, uint64_t key, size_t 
   return buf;
 }
 
-static void disk_store(kvc_context *ctx, const char *dir, const char *path, uint64_t key,
-                       const void *image, size_t bytes, bool is_ptx) {
+static void disk_store(kvc_context *ctx, const char *dir, const char *path, uint64_t key, const void *image,
+                       size_t bytes, bool is_ptx) {
   mkdir_p(dir);
   char tmp[1024];
   static _Thread_local unsigned counter;
@@ -177,8 +176,7 @@ static uint64_t headers_hash(void) {
 
 /* --- Lookup ------------------------------------------------------------------------ */
 
-static kvc_status build(kvc_context *ctx, const kvc__kernel_def *def, const char **opts, int nopts,
-                        kvc__kfunc *f) {
+static kvc_status build(kvc_context *ctx, const kvc__kernel_def *def, const char **opts, int nopts, kvc__kfunc *f) {
   kvc__kcache *kc = ctx->kcache;
   const kvc__options *o = &kvc__core_of(ctx)->options;
   KVC_FORWARD(kvc__nvrtc_load(ctx, o->nvrtc_lib));
@@ -274,8 +272,7 @@ kvc_status kvc__kernel_get(kvc_context *ctx, const kvc__kernel_def *def, const k
   int nopts = kvc__spec_options(spec, optbuf, sizeof optbuf, opts, 8);
   char key[640];
   size_t at = (size_t)snprintf(key, sizeof key, "%s", def->name);
-  for (int i = 0; i < nopts && at < sizeof key; i++)
-    at += (size_t)snprintf(key + at, sizeof key - at, " %s", opts[i]);
+  for (int i = 0; i < nopts && at < sizeof key; i++) at += (size_t)snprintf(key + at, sizeof key - at, " %s", opts[i]);
   if (at >= sizeof key) return kvc__error(ctx, KVC_ERR_INTERNAL, "kvc__kernel_get", "spec too long for %s", def->name);
 
   kvc_status st = KVC_OK;
@@ -318,7 +315,6 @@ kvc_status kvc__kernel_get(kvc_context *ctx, const kvc__kernel_def *def, const k
   return st;
 }
 
-
 kvc_status kvc__kernel_twin_scratch(kvc_context *ctx, const char *fn, const char *what, size_t count, size_t size,
                                     void **out) {
   *out = NULL;
@@ -332,8 +328,7 @@ kvc_status kvc__kernel_twin_scratch(kvc_context *ctx, const char *fn, const char
 }
 
 kvc_status kvc__kernel_launch(kvc_context *ctx, const kvc__kfunc *f, kvc__dim3 grid, kvc__dim3 block,
-                              unsigned smem_bytes, kvc_stream stream, const void *params,
-                              size_t params_bytes) {
+                              unsigned smem_bytes, kvc_stream stream, const void *params, size_t params_bytes) {
   kvc__core *core = kvc__core_of(ctx);
   if (kvc__fault_hit(&core->fault.launches, &core->fault.launch_fail_at))
     return kvc__error(ctx, KVC_ERR_CUDA, "kvc__kernel_launch", "injected launch failure (%s)", f->key);

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 enum { COPY_H2D, COPY_D2H, COPY_D2D, COPY_MEMSET, COPY_SYNC };
 
 static bool on_cuda(const kvc_context *ctx) { return ctx->backend == KVC_BACKEND_CUDA; }
@@ -86,8 +85,8 @@ kvc_status kvc__dev_sync(kvc_context *ctx, kvc_stream s) {
   return KVC_OK;
 }
 
-kvc_status kvc__dev_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src,
-                              size_t bytes, kvc_stream s) {
+kvc_status kvc__dev_copy_peer(kvc_context *dst_ctx, void *dst, kvc_context *src_ctx, const void *src, size_t bytes,
+                              kvc_stream s) {
   if (dst_ctx->backend != src_ctx->backend)
     return kvc__error(dst_ctx, KVC_ERR_UNSUPPORTED, "kvc__dev_copy_peer", "copy between a host and a CUDA context");
   if (!bytes) return KVC_OK;
@@ -104,7 +103,8 @@ kvc_status kvc__dev_copy_2d_peer(kvc_context *dst_ctx, void *dst, size_t dst_pit
   if (dst_ctx->backend != src_ctx->backend)
     return kvc__error(dst_ctx, KVC_ERR_UNSUPPORTED, "kvc__dev_copy_2d_peer", "copy between a host and a CUDA context");
   if (!width || !height) return KVC_OK;
-  if (on_cuda(dst_ctx)) return kvc__cuda_copy_2d_peer(dst_ctx, dst, dst_pitch, src_ctx, src, src_pitch, width, height, s);
+  if (on_cuda(dst_ctx))
+    return kvc__cuda_copy_2d_peer(dst_ctx, dst, dst_pitch, src_ctx, src, src_pitch, width, height, s);
   for (size_t i = 0; i < height; i++)
     memmove((unsigned char *)dst + i * dst_pitch, (const unsigned char *)src + i * src_pitch, width);
   return KVC_OK;
@@ -191,8 +191,8 @@ void kvc_host_pinned_free(kvc_context *ctx, void *ptr) {
   if (ctx && ptr) kvc__dev_pinned_free(ctx, ptr);
 }
 
-#define COPY_ARGS_CHECK()                                                                   \
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");                       \
+#define COPY_ARGS_CHECK()                                             \
+  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL"); \
   KVC_RETURN_IF(bytes && (!dst || !src), ctx, KVC_ERR_INVALID_ARGUMENT, "NULL pointer for %zu bytes", bytes)
 
 kvc_status kvc_memcpy_h2d(kvc_context *ctx, void *dst, const void *src, size_t bytes, kvc_stream stream) {

@@ -16,19 +16,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NVRTC_SYMS(X)                                                                       \
-  X(1, nvrtcVersion)                                                                        \
-  X(1, nvrtcCreateProgram)                                                                  \
-  X(1, nvrtcCompileProgram)                                                                 \
-  X(1, nvrtcGetProgramLogSize)                                                              \
-  X(1, nvrtcGetProgramLog)                                                                  \
-  X(1, nvrtcGetPTXSize)                                                                     \
-  X(1, nvrtcGetPTX)                                                                         \
-  X(1, nvrtcDestroyProgram)                                                                 \
-  X(1, nvrtcGetErrorString)                                                                 \
-  X(0, nvrtcGetCUBINSize)                                                                   \
-  X(0, nvrtcGetCUBIN)                                                                       \
-  X(0, nvrtcGetNumSupportedArchs)                                                           \
+#define NVRTC_SYMS(X)             \
+  X(1, nvrtcVersion)              \
+  X(1, nvrtcCreateProgram)        \
+  X(1, nvrtcCompileProgram)       \
+  X(1, nvrtcGetProgramLogSize)    \
+  X(1, nvrtcGetProgramLog)        \
+  X(1, nvrtcGetPTXSize)           \
+  X(1, nvrtcGetPTX)               \
+  X(1, nvrtcDestroyProgram)       \
+  X(1, nvrtcGetErrorString)       \
+  X(0, nvrtcGetCUBINSize)         \
+  X(0, nvrtcGetCUBIN)             \
+  X(0, nvrtcGetNumSupportedArchs) \
   X(0, nvrtcGetSupportedArchs)
 
 static struct {
@@ -47,8 +47,8 @@ static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
 static char nv_path[256];
 
 static bool nv_resolve(void *handle) {
-#define X(req, name)                                                                        \
-  nv.name = (__typeof__(name) *)dlsym(handle, #name);                                       \
+#define X(req, name)                                  \
+  nv.name = (__typeof__(name) *)dlsym(handle, #name); \
   if ((req) && !nv.name) return false;
   NVRTC_SYMS(X)
 #undef X
@@ -56,7 +56,9 @@ static bool nv_resolve(void *handle) {
 }
 
 static void nv_load_once(void) {
-  static const char *candidates[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
+  static const char *candidates[] = {"libnvrtc.so.13",
+                                     "libnvrtc.so.12",
+                                     "libnvrtc.so",
                                      "/usr/local/cuda/lib64/libnvrtc.so.13",
                                      "/usr/local/cuda/lib64/libnvrtc.so.12",
                                      "/usr/local/cuda/lib64/libnvrtc.so"};
@@ -96,8 +98,7 @@ static void nv_load_once(void) {
 }
 
 kvc_status kvc__nvrtc_load(const kvc_context *ctx, const char *override_path) {
-  if (override_path && override_path[0] && !nv_path[0])
-    snprintf(nv_path, sizeof nv_path, "%s", override_path);
+  if (override_path && override_path[0] && !nv_path[0]) snprintf(nv_path, sizeof nv_path, "%s", override_path);
   pthread_once(&nv_once, nv_load_once);
   if (nv.status != KVC_OK) return kvc__error(ctx, nv.status, "kvc__nvrtc_load", "%s", nv.error);
   return KVC_OK;
@@ -132,9 +133,8 @@ static void dump_source(const char *file, const char *src, const char *const *op
   }
 }
 
-kvc_status kvc__nvrtc_compile(const kvc_context *ctx, const char *file, const char *const *options,
-                              int num_options, int sm, bool dump_on_error, void **image,
-                              size_t *image_bytes, bool *is_ptx) {
+kvc_status kvc__nvrtc_compile(const kvc_context *ctx, const char *file, const char *const *options, int num_options,
+                              int sm, bool dump_on_error, void **image, size_t *image_bytes, bool *is_ptx) {
   KVC_FORWARD(kvc__nvrtc_load(ctx, NULL));
   if (ctx) {
     kvc__core *core = kvc__core_of(ctx);
@@ -170,7 +170,8 @@ kvc_status kvc__nvrtc_compile(const kvc_context *ctx, const char *file, const ch
   char *log = NULL;
   nvrtcResult r = nv.nvrtcCreateProgram(&prog, src, file, nh, hdr_src, hdr_name);
   if (r != NVRTC_SUCCESS) {
-    st = kvc__error(ctx, KVC_ERR_NVRTC, "kvc__nvrtc_compile", "nvrtcCreateProgram(%s): %s", file, nv.nvrtcGetErrorString(r));
+    st = kvc__error(ctx, KVC_ERR_NVRTC, "kvc__nvrtc_compile", "nvrtcCreateProgram(%s): %s", file,
+                    nv.nvrtcGetErrorString(r));
     goto cleanup;
   }
   nvrtcResult cr = nv.nvrtcCompileProgram(prog, no, opts);
@@ -181,7 +182,8 @@ kvc_status kvc__nvrtc_compile(const kvc_context *ctx, const char *file, const ch
     if (log) nv.nvrtcGetProgramLog(prog, log);
   }
   if (cr != NVRTC_SUCCESS) {
-    st = kvc__error(ctx, KVC_ERR_NVRTC, "kvc__nvrtc_compile", "%s for %s failed: %s\n", file, arch_opt, nv.nvrtcGetErrorString(cr));
+    st = kvc__error(ctx, KVC_ERR_NVRTC, "kvc__nvrtc_compile", "%s for %s failed: %s\n", file, arch_opt,
+                    nv.nvrtcGetErrorString(cr));
     if (log) kvc__error_append(ctx, log);
     if (dump_on_error) dump_source(file, src, opts, no);
     goto cleanup;

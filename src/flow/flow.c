@@ -102,8 +102,7 @@ kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_
   f->row_slots = kvc__calloc(ctx, (size_t)f->width + 1, sizeof *f->row_slots);
   f->row_seen = kvc__calloc(ctx, (size_t)kvc_req_to_token_pool_size(cfg.req_pool) + 1, sizeof *f->row_seen);
   f->row_cached = kvc__calloc(ctx, (size_t)kvc_req_to_token_pool_size(cfg.req_pool) + 1, 1);
-  kvc_status st =
-      f->row_slots && f->row_seen && f->row_cached ? kvc__flow_reserve(f, __func__, 64) : KVC_ERR_HOST_OOM;
+  kvc_status st = f->row_slots && f->row_seen && f->row_cached ? kvc__flow_reserve(f, __func__, 64) : KVC_ERR_HOST_OOM;
   if (st != KVC_OK) {
     kvc_flow_destroy(f);
     return st == KVC_ERR_HOST_OOM ? kvc__error(ctx, st, __func__, "flow scratch") : st;
@@ -135,8 +134,8 @@ void kvc_flow_destroy(kvc_flow *f) {
 
 /* out_host: the new slots on the host too (canary mode only; else NULL). */
 static kvc_status alloc_extend(kvc_flow *f, size_t n, const int64_t *pre, const int64_t *seq, const int64_t *last,
-                               const int32_t *rows, const int64_t *const *prefix_slots, int64_t *out_host,
-                               int64_t *out, kvc_stream stream) {
+                               const int32_t *rows, const int64_t *const *prefix_slots, int64_t *out_host, int64_t *out,
+                               kvc_stream stream) {
   const kvc__extend_args x = {n, pre, seq, last, f->cfg.req_pool, rows, prefix_slots, out_host, out, stream};
   return kvc__slot_extend(&f->sa, &x);
 }
@@ -152,9 +151,8 @@ static kvc_status alloc_decode(kvc_flow *f, size_t n, const int64_t *seq, const 
 kvc_status kvc_flow_row_slots(const kvc_flow *f, int32_t row, int64_t start, int64_t end, int64_t *out) {
   KVC_API_ENTRY();
   KVC_FORWARD(kvc__flow_check_handle(f, __func__));
-  KVC_RETURN_IF(start < 0 || end < start || end > f->width || (end > start && !out), f->ctx,
-                KVC_ERR_INVALID_ARGUMENT, "range [%lld, %lld) outside the row width %d",
-                (long long)start, (long long)end, f->width);
+  KVC_RETURN_IF(start < 0 || end < start || end > f->width || (end > start && !out), f->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "range [%lld, %lld) outside the row width %d", (long long)start, (long long)end, f->width);
   const int32_t *m = kvc_req_to_token_pool_row(f->cfg.req_pool, row);
   KVC_RETURN_IF(!m, f->ctx, KVC_ERR_INVALID_ARGUMENT, "row %d out of range", row);
   for (int64_t i = start; i < end; i++) out[i - start] = m[i];
@@ -362,8 +360,8 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
     else if (r->prefix_slots) f->last_locs[i] = r->prefix_slots[p - 1];
     else f->last_locs[i] = kvc_req_to_token_pool_row(pool, f->rows[i])[p - 1];
   }
-  kvc_status st = alloc_extend(f, n, f->prefix_lens, f->seq_lens, f->last_locs, f->rows, f->prefix_slots,
-                               told, out_cache_loc, stream);
+  kvc_status st = alloc_extend(f, n, f->prefix_lens, f->seq_lens, f->last_locs, f->rows, f->prefix_slots, told,
+                               out_cache_loc, stream);
   if (st != KVC_OK) {
     /* Give back what this call took (SGLang leaves the rows allocated, spec 15.14). */
     char msg[1024];
@@ -376,7 +374,7 @@ kvc_status kvc_flow_alloc_for_extend(kvc_flow *f, kvc_req_state *const *reqs, si
     kvc_req_state *r = reqs[i];
     r->req_row = f->rows[i];
     f->row_cached[r->req_row] = 0; /* a live request's row (a mark left by a row freed elsewhere) */
-    if (f->hybrid) { /* track slots packed with a stride of pp (alloc_rows) */
+    if (f->hybrid) {               /* track slots packed with a stride of pp (alloc_rows) */
       const size_t pp = (size_t)kvc_hybrid_req_pool_pp(f->hybrid);
       r->mamba_slot = f->mamba_slots[i];
       r->mamba_track[0] = f->track_slots[pp * i];
@@ -445,8 +443,8 @@ int64_t kvc_flow_alloc_len_per_decode(const kvc_flow *f) {
   int64_t steps = f->cfg.spec_num_steps ? f->cfg.spec_num_steps : 1;
   int64_t topk = f->cfg.spec_topk ? f->cfg.spec_topk : 1;
   int64_t T = f->cfg.spec_num_draft_tokens, ps = f->ps;
-  int64_t v = (ps == 1 || topk == 1 || !f->cfg.spec_keeps_draft_kv) ? steps * topk
-                                                                      : (ps - 1 + steps + ps - 1) / ps * ps * topk;
+  int64_t v =
+      (ps == 1 || topk == 1 || !f->cfg.spec_keeps_draft_kv) ? steps * topk : (ps - 1 + steps + ps - 1) / ps * ps * topk;
   return v > T ? v : T;
 }
 
@@ -469,8 +467,7 @@ kvc_status kvc_flow_set_decode_channel(kvc_flow *f, kvc_decode_channel *channel)
     f->channel = NULL;
     return KVC_OK;
   }
-  KVC_RETURN_IF(!kvc__decode_channel_binds(channel, &f->sa, f->cfg.req_pool), f->ctx,
-                KVC_ERR_INVALID_ARGUMENT,
+  KVC_RETURN_IF(!kvc__decode_channel_binds(channel, &f->sa, f->cfg.req_pool), f->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "the channel is not a live kvc_decode_channel over this flow's allocator and req_pool");
   f->channel = channel;
   return KVC_OK;

@@ -18,12 +18,12 @@ struct kvc_flow {
   kvc_prefix_cache cache;
   int32_t width; /* req_to_token row width */
   int64_t ps;
-  kvc_allocator *alloc;       /* exactly one of alloc / swa (what the config named) */
+  kvc_allocator *alloc; /* exactly one of alloc / swa (what the config named) */
   kvc_swa_allocator *swa;
-  kvc__slot_allocator sa;     /* the interface over it; sa.obs is the canary when on */
+  kvc__slot_allocator sa;      /* the interface over it; sa.obs is the canary when on */
   kvc_hybrid_req_pool *hybrid; /* NULL without Mamba */
   kvc_mamba_pool *mamba;
-  kvc_stream stream;          /* stream of the flow call in progress (for callbacks) */
+  kvc_stream stream; /* stream of the flow call in progress (for callbacks) */
   /* Per-call scratch, grown on demand (never on a steady-state step). */
   size_t cap;
   int32_t *rows;
@@ -31,8 +31,8 @@ struct kvc_flow {
   int64_t *prefix_lens, *seq_lens, *last_locs;
   const int64_t **prefix_slots;
   int32_t *mamba_slots, *track_slots; /* hybrid: n and 2n */
-  int64_t *row_slots; /* width int64: a mirror row widened for frees */
-  int32_t *row_seen;  /* req pool size + 1: index + 1 of a row's request within one call */
+  int64_t *row_slots;                 /* width int64: a mirror row widened for frees */
+  int32_t *row_seen;                  /* req pool size + 1: index + 1 of a row's request within one call */
   /* req pool size + 1: 1 while the request holding the row is part-released, its cache's
    * cache_finished_req having taken [0, committed) before a later step of its release
    * failed (release.c); the next release continues after the callback. Cleared when the

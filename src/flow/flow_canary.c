@@ -46,8 +46,8 @@ static int cmp_i64(const void *a, const void *b) {
 /* Refills every slot of every page touched by `slots` in `pool`. owner (may be NULL):
  * the allocator of those pages; pages it still holds (or that lie outside it) are left
  * alone. */
-static kvc_status fill_pages(kvc_flow *f, kvc_kv_pool *pool, const kvc_allocator *owner, const int64_t *slots,
-                             size_t n, kvc_stream stream) {
+static kvc_status fill_pages(kvc_flow *f, kvc_kv_pool *pool, const kvc_allocator *owner, const int64_t *slots, size_t n,
+                             kvc_stream stream) {
   const int64_t ps = f->ps;
   /* Unique pages (sorted), then every slot of each page. */
   KVC_FORWARD(grow(f, __func__, &f->canary_pages, &f->canary_pages_cap, n));
@@ -94,11 +94,12 @@ static kvc_status obs_allocated(void *self, const kvc__slot_event *ev) {
   kvc_flow *f = self;
   kvc_status st = kvc_kv_pool_canary_check(guarded(f, ev->side), ev->slots, ev->n, ev->stream);
   if (st == KVC_ERR_INTERNAL && ev->side == KVC__SIDE_SWA)
-    kvc__error_append(f->ctx, ev->n == ev->of ? " [SWA layers: the slot is an SWA slot, the peer of the step's new full "
-                                                "slot at that request position; the layer is the SWA pool's local index]"
-                                              : " [SWA layers: the slot is an SWA slot; the request position counts only "
-                                                "the new full slots that have a peer; the layer is the SWA pool's local "
-                                                "index]");
+    kvc__error_append(f->ctx, ev->n == ev->of
+                                  ? " [SWA layers: the slot is an SWA slot, the peer of the step's new full "
+                                    "slot at that request position; the layer is the SWA pool's local index]"
+                                  : " [SWA layers: the slot is an SWA slot; the request position counts only "
+                                    "the new full slots that have a peer; the layer is the SWA pool's local "
+                                    "index]");
   return st;
 }
 
@@ -181,8 +182,8 @@ kvc_status kvc_flow_set_canary_swa(kvc_flow *f, kvc_swa_kv_pool *pool) {
   const kvc_allocator *afull = kvc_swa_allocator_full(f->swa), *aswa = kvc_swa_allocator_swa(f->swa);
   /* Pure: the flows cannot allocate (no alloc_extend / alloc_decode). Ring: the allocator
    * neither hands out nor frees SWA slots and never writes the mapping. */
-  KVC_RETURN_IF(aswa == afull || !aswa, f->ctx, KVC_ERR_UNSUPPORTED,
-                "canary mode does not cover %s SWA allocators", aswa ? "pure" : "ring-mode");
+  KVC_RETURN_IF(aswa == afull || !aswa, f->ctx, KVC_ERR_UNSUPPORTED, "canary mode does not cover %s SWA allocators",
+                aswa ? "pure" : "ring-mode");
   if (full)
     KVC_FORWARD(pool_fits(f, __func__, full, kvc_swa_allocator_size_full(f->swa), "full-layer pool", "'s full side"));
   if (swa)

@@ -38,8 +38,7 @@ kvc_status kvc_flow_free_swa_out_of_window(kvc_flow *f, kvc_req_state *r, int64_
   return st;
 }
 
-kvc_status kvc__flow_evict_windows(kvc_flow *f, kvc_req_state *const *reqs, size_t n, bool decode,
-                                   kvc_stream stream) {
+kvc_status kvc__flow_evict_windows(kvc_flow *f, kvc_req_state *const *reqs, size_t n, bool decode, kvc_stream stream) {
   if (!f->sa.ops->free_window || f->cfg.sliding_window <= 0) return KVC_OK;
   for (size_t i = 0; i < n; i++) {
     kvc_req_state *r = reqs[i];

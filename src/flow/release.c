@@ -195,8 +195,8 @@ kvc_status kvc_flow_check(const kvc_flow *f, kvc_req_state *const *live, size_t 
     const int32_t row = live[i]->req_row;
     const bool cached = row > 0 && row <= kvc_req_to_token_pool_size(f->cfg.req_pool) && f->row_cached[row];
     /* [0, cache_protected_len) of a live row is the prefix cache's (a radix match). */
-    const int64_t from = cached ? tail_start(f, live[i]->kv_committed_len)
-                                : KVC__MAX(0, live[i]->cache_protected_len) / f->ps * f->ps;
+    const int64_t from =
+        cached ? tail_start(f, live[i]->kv_committed_len) : KVC__MAX(0, live[i]->cache_protected_len) / f->ps * f->ps;
     held += KVC__MAX(0, kvc__ceil_align(live[i]->kv_allocated_len, f->ps) - from) / f->ps;
   }
   int64_t cached = f->cache.cached_size ? f->cache.cached_size(f->cache.self) : 0;
@@ -205,7 +205,7 @@ kvc_status kvc_flow_check(const kvc_flow *f, kvc_req_state *const *live, size_t 
     return kvc__error(f->ctx, KVC_ERR_INTERNAL, __func__,
                       "conservation: allocator holds %lld pages, live requests + cache account for %lld "
                       "(free %lld, deferred %lld, total %lld)",
-                      (long long)s.held_pages, (long long)held, (long long)s.free_pages,
-                      (long long)s.deferred_pages, (long long)s.num_pages);
+                      (long long)s.held_pages, (long long)held, (long long)s.free_pages, (long long)s.deferred_pages,
+                      (long long)s.num_pages);
   return KVC_OK;
 }

@@ -7,10 +7,15 @@
 
 #include <stdint.h>
 
-enum { KVC_DL_CPU = 1, KVC_DL_CUDA = 2 };                     /* DLDeviceType */
+enum { KVC_DL_CPU = 1, KVC_DL_CUDA = 2 }; /* DLDeviceType */
 enum {
-  KVC_DL_INT = 0, KVC_DL_UINT = 1, KVC_DL_FLOAT = 2, KVC_DL_BFLOAT = 4,
-  KVC_DL_FLOAT8_E4M3FN = 10, KVC_DL_FLOAT8_E5M2 = 12, KVC_DL_FLOAT4_E2M1FN = 17
+  KVC_DL_INT = 0,
+  KVC_DL_UINT = 1,
+  KVC_DL_FLOAT = 2,
+  KVC_DL_BFLOAT = 4,
+  KVC_DL_FLOAT8_E4M3FN = 10,
+  KVC_DL_FLOAT8_E5M2 = 12,
+  KVC_DL_FLOAT4_E2M1FN = 17
 }; /* DLDataTypeCode (the float8/float4 codes are DLPack >= 1.1) */
 
 typedef struct kvc_dl_device {

@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #if !defined(_WIN32)
-#include <dlfcn.h>
+#  include <dlfcn.h>
 #endif
 
 typedef int (*kvc__capsule_is_valid_fn)(void *capsule, const char *name);

@@ -48,7 +48,8 @@ kvc_status kvc_kv_pool_export_dlpack(const kvc_kv_pool *pool, kvc_region_kind re
   KVC_FORWARD(kvc__kv_pool_layer(pool, __func__, layer_id, &l));
   KVC_RETURN_IF(!out_tensor, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out_tensor is NULL");
   const kvc__kv_buffer *b = kvc__kv_buffer_at(pool, region, l);
-  KVC_RETURN_IF(!b, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "pool kind %d has no region %d", (int)pool->cfg.kind, (int)region);
+  KVC_RETURN_IF(!b, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "pool kind %d has no region %d", (int)pool->cfg.kind,
+                (int)region);
   dl_block *blk = calloc(1, sizeof *blk);
   KVC_RETURN_IF(!blk, pool->ctx, KVC_ERR_HOST_OOM, "DLPack wrapper");
   int32_t ndim;

@@ -80,10 +80,10 @@ static bool pool_side(const kvc_kv_pool *pool, int32_t l, kvc__kv_rows_req *req,
   return true;
 }
 
-kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc, kvc_index_type loc_type,
-                              size_t n, const void *k, const void *v, kvc_dtype src_dtype, int64_t k_stride,
-                              int64_t v_stride, const float *k_scale_device, float k_scale,
-                              const float *v_scale_device, float v_scale, kvc_stream stream) {
+kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *loc, kvc_index_type loc_type, size_t n,
+                              const void *k, const void *v, kvc_dtype src_dtype, int64_t k_stride, int64_t v_stride,
+                              const float *k_scale_device, float k_scale, const float *v_scale_device, float v_scale,
+                              kvc_stream stream) {
   KVC_API_ENTRY();
   int32_t l;
   KVC_FORWARD(kvc__kv_pool_layer(pool, __func__, layer_id, &l));
@@ -104,8 +104,8 @@ kvc_status kvc_kv_pool_set_kv(kvc_kv_pool *pool, int32_t layer_id, const void *l
   bool has_v = false;
   KVC_RETURN_IF(!pool_side(pool, l, &req, &pool_dt, &has_v), ctx, KVC_ERR_UNSUPPORTED, "pool kind %d has no row path",
                 (int)pool->cfg.kind);
-  KVC_RETURN_IF(!loc || !k || (has_v && !v), ctx, KVC_ERR_INVALID_ARGUMENT,
-                "loc, k%s must be non-NULL for n = %zu", has_v ? " and v" : "", n);
+  KVC_RETURN_IF(!loc || !k || (has_v && !v), ctx, KVC_ERR_INVALID_ARGUMENT, "loc, k%s must be non-NULL for n = %zu",
+                has_v ? " and v" : "", n);
   const bool convert = (int)src_dtype != pool_dt;
   if (convert) {
     KVC_RETURN_IF(!k_scale_device && !(k_scale != 0.0f && k_scale == k_scale), ctx, KVC_ERR_INVALID_ARGUMENT,

@@ -59,8 +59,12 @@ int kvc__kv_pool_segments(const kvc_kv_pool *pool, const char *fn, bool by_page,
     }
   }
   for (int i = 0; i < ns; i++) {
-    uint64_t v[6] = {segs[i].base, (uint64_t)segs[i].layer_pitch, (uint64_t)segs[i].row_bytes,
-                     (uint64_t)segs[i].slot_pitch, (uint64_t)segs[i].page_pitch, (uint64_t)segs[i].page_off};
+    uint64_t v[6] = {segs[i].base,
+                     (uint64_t)segs[i].layer_pitch,
+                     (uint64_t)segs[i].row_bytes,
+                     (uint64_t)segs[i].slot_pitch,
+                     (uint64_t)segs[i].page_pitch,
+                     (uint64_t)segs[i].page_off};
     segs[i].vec = kvc__align16(v, 6);
   }
   return ns;
@@ -73,7 +77,8 @@ kvc_status kvc_kv_pool_move(kvc_kv_pool *pool, const void *tgt_loc, const void *
   kvc_context *ctx = pool->ctx;
   KVC_CHECK_INDEX_TYPE(ctx, loc_type);
   if (n == 0) return KVC_OK;
-  KVC_RETURN_IF(!tgt_loc || !src_loc, ctx, KVC_ERR_INVALID_ARGUMENT, "tgt_loc and src_loc must be non-NULL for n = %zu", n);
+  KVC_RETURN_IF(!tgt_loc || !src_loc, ctx, KVC_ERR_INVALID_ARGUMENT, "tgt_loc and src_loc must be non-NULL for n = %zu",
+                n);
   KVC_RETURN_IF(n > (size_t)INT32_MAX, ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu too large", n);
   /* NoOp: SGLang's move is a no-op, but the arguments are checked as for any pool. */
   if (pool->cfg.kind == KVC_KV_MHA_NOOP) return KVC_OK;

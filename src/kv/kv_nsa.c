@@ -19,14 +19,15 @@ static kvc_status index_buffer(kvc_kv_pool *pool, const char *fn, int32_t layer_
   int32_t l;
   KVC_FORWARD(kvc__kv_pool_layer(pool, fn, layer_id, &l));
   if (pool->cfg.kind != KVC_KV_NSA)
-    return kvc__error(pool->ctx, KVC_ERR_UNSUPPORTED, fn, "pool kind %d has no index-K pages (NSA only)", (int)pool->cfg.kind);
+    return kvc__error(pool->ctx, KVC_ERR_UNSUPPORTED, fn, "pool kind %d has no index-K pages (NSA only)",
+                      (int)pool->cfg.kind);
   *out = kvc__kv_buffer_at(pool, KVC_REGION_INDEX_K, l);
   if (!*out) return kvc__error(pool->ctx, KVC_ERR_INTERNAL, fn, "no index-K region for layer %d", layer_id);
   return KVC_OK;
 }
 
-kvc_status kvc_nsa_set_index_k(kvc_kv_pool *pool, int32_t layer_id, const void *loc, kvc_index_type loc_type,
-                               size_t n, const uint8_t *index_k, const float *scale, kvc_stream stream) {
+kvc_status kvc_nsa_set_index_k(kvc_kv_pool *pool, int32_t layer_id, const void *loc, kvc_index_type loc_type, size_t n,
+                               const uint8_t *index_k, const float *scale, kvc_stream stream) {
   KVC_API_ENTRY();
   const kvc__kv_buffer *b;
   KVC_FORWARD(index_buffer(pool, __func__, layer_id, &b));
@@ -36,8 +37,9 @@ kvc_status kvc_nsa_set_index_k(kvc_kv_pool *pool, int32_t layer_id, const void *
                 "loc, index_k and scale must be non-NULL for n = %zu", n);
   KVC_RETURN_IF(n > (size_t)INT32_MAX * 32, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu too large", n);
   const int64_t ps = pool->cfg.page_size;
-  kvc_p_nsa_index_set p = {ADDR(loc), ADDR(index_k), ADDR(scale), ADDR(b->base), (int64_t)n, b->rows, ps,
-                           loc_type == KVC_INDEX_I64, 0 /* vec: the launcher's */};
+  kvc_p_nsa_index_set p = {ADDR(loc),  ADDR(index_k), ADDR(scale), ADDR(b->base),
+                           (int64_t)n, b->rows,       ps,          loc_type == KVC_INDEX_I64,
+                           0 /* vec: the launcher's */};
   return kvc__nsa_index_set_launch(pool->ctx, &p, b->row_bytes, stream);
 }
 
@@ -53,13 +55,25 @@ kvc_status kvc_nsa_get_index_k(kvc_kv_pool *pool, int32_t layer_id, int64_t seq_
   KVC_API_ENTRY();
   const kvc__kv_buffer *b;
   KVC_FORWARD(index_buffer(pool, __func__, layer_id, &b));
-  KVC_RETURN_IF(seq_len < 0 || seq_len > INT32_MAX, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "seq_len %lld outside [0, 2^31)",
-                (long long)seq_len);
+  KVC_RETURN_IF(seq_len < 0 || seq_len > INT32_MAX, pool->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "seq_len %lld outside [0, 2^31)", (long long)seq_len);
   if (seq_len == 0 || (!out_k && !out_scale)) return KVC_OK;
   KVC_RETURN_IF(!page_indices, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "page_indices is NULL");
   const int64_t ps = pool->cfg.page_size;
-  kvc_p_nsa_index_get p = {ADDR(page_indices), 0, ADDR(out_k), ADDR(out_scale), 0,
-                           1, (seq_len + ps - 1) / ps, seq_len, seq_len, seq_len, 0, 0, 0, 0};
+  kvc_p_nsa_index_get p = {ADDR(page_indices),
+                           0,
+                           ADDR(out_k),
+                           ADDR(out_scale),
+                           0,
+                           1,
+                           (seq_len + ps - 1) / ps,
+                           seq_len,
+                           seq_len,
+                           seq_len,
+                           0,
+                           0,
+                           0,
+                           0};
   return launch_get(pool, b, &p, stream);
 }
 
@@ -75,7 +89,19 @@ kvc_status kvc_nsa_get_index_k_batch(kvc_kv_pool *pool, int32_t layer_id, size_t
   if (batch == 0 || seq_len_sum == 0 || max_seq_len == 0 || (!out_k && !out_scale)) return KVC_OK;
   KVC_RETURN_IF(!seq_lens || (table_width > 0 && !page_table), pool->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "seq_lens and page_table must be non-NULL");
-  kvc_p_nsa_index_get p = {ADDR(page_table), ADDR(seq_lens), ADDR(out_k), ADDR(out_scale), 0,
-                           (int64_t)batch, table_width, 0, seq_len_sum, max_seq_len, 0, 0, 0, 0};
+  kvc_p_nsa_index_get p = {ADDR(page_table),
+                           ADDR(seq_lens),
+                           ADDR(out_k),
+                           ADDR(out_scale),
+                           0,
+                           (int64_t)batch,
+                           table_width,
+                           0,
+                           seq_len_sum,
+                           max_seq_len,
+                           0,
+                           0,
+                           0,
+                           0};
   return launch_get(pool, b, &p, stream);
 }

@@ -24,7 +24,8 @@
 
 #include <string.h>
 
-static kvc_status build(kvc_kv_pool *pool, const char *fn, size_t n, uint64_t host, kvc_p_kv_offload *p, size_t *bytes) {
+static kvc_status build(kvc_kv_pool *pool, const char *fn, size_t n, uint64_t host, kvc_p_kv_offload *p,
+                        size_t *bytes) {
   memset(p, 0, sizeof *p);
   const int ns = kvc__kv_pool_segments(pool, fn, true, p->seg);
   if (ns < 0) return KVC_ERR_INTERNAL;

@@ -43,14 +43,15 @@ typedef struct region_spec {
 
 static kvc_status validate(kvc_context *ctx, kvc_kv_pool_config *c) {
   const char *fn = "kvc_kv_pool_create";
-  KVC_RETURN_IF(c->kind < KVC_KV_MHA || c->kind > KVC_KV_NSA, ctx, KVC_ERR_INVALID_ARGUMENT, "kind %d unknown", (int)c->kind);
+  KVC_RETURN_IF(c->kind < KVC_KV_MHA || c->kind > KVC_KV_NSA, ctx, KVC_ERR_INVALID_ARGUMENT, "kind %d unknown",
+                (int)c->kind);
   KVC_RETURN_IF(c->size < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "size %lld < 1", (long long)c->size);
   KVC_RETURN_IF(c->page_size < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "page_size %d < 1", c->page_size);
   KVC_RETURN_IF(c->size >= ((int64_t)1 << 31) - c->page_size, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "size %lld + page_size %d must stay below 2^31 (slot ids are int32 in req_to_token)",
                 (long long)c->size, c->page_size);
-  KVC_RETURN_IF(c->layer_num < 1 || c->start_layer < 0, ctx, KVC_ERR_INVALID_ARGUMENT,
-                "layer_num %d / start_layer %d", c->layer_num, c->start_layer);
+  KVC_RETURN_IF(c->layer_num < 1 || c->start_layer < 0, ctx, KVC_ERR_INVALID_ARGUMENT, "layer_num %d / start_layer %d",
+                c->layer_num, c->start_layer);
   int32_t layer_end;
   KVC_RETURN_IF(!kvc__add_i32(c->start_layer, c->layer_num, &layer_end), ctx, KVC_ERR_INVALID_ARGUMENT,
                 "start_layer %d + layer_num %d passes INT32_MAX", c->start_layer, c->layer_num);
@@ -100,7 +101,8 @@ static kvc_status validate(kvc_context *ctx, kvc_kv_pool_config *c) {
     KVC_RETURN_IF(c->dtype == KVC_DTYPE_FP8_E4M3 && (c->kv_lora_rank != 512 || c->qk_rope_head_dim != 64), ctx,
                   KVC_ERR_INVALID_ARGUMENT, "NSA fp8 rows need kv_lora_rank 512 and qk_rope_head_dim 64");
     if (c->index_head_dim == 0) c->index_head_dim = 128;
-    KVC_RETURN_IF(c->index_head_dim != 128, ctx, KVC_ERR_INVALID_ARGUMENT, "index_head_dim %d must be 128", c->index_head_dim);
+    KVC_RETURN_IF(c->index_head_dim != 128, ctx, KVC_ERR_INVALID_ARGUMENT, "index_head_dim %d must be 128",
+                  c->index_head_dim);
     if (c->index_buf_size == 0) c->index_buf_size = c->size;
     KVC_RETURN_IF(c->index_buf_size < 0 || c->index_buf_size >= ((int64_t)1 << 31), ctx, KVC_ERR_INVALID_ARGUMENT,
                   "index_buf_size %lld outside [0, 2^31)", (long long)c->index_buf_size);
@@ -301,30 +303,29 @@ kvc_status kvc_kv_pool_describe(const kvc_kv_pool *pool, int32_t index, kvc_buff
   KVC_API_ENTRY();
   KVC_FORWARD(kvc__kv_pool_check(pool, __func__));
   KVC_RETURN_IF(!out, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
-  KVC_RETURN_IF(out->struct_size < offsetof(kvc_buffer_desc, reserved_) || out->struct_size > sizeof *out,
-                pool->ctx, KVC_ERR_VERSION, "out->struct_size %zu not understood", out->struct_size);
+  KVC_RETURN_IF(out->struct_size < offsetof(kvc_buffer_desc, reserved_) || out->struct_size > sizeof *out, pool->ctx,
+                KVC_ERR_VERSION, "out->struct_size %zu not understood", out->struct_size);
   KVC_RETURN_IF(index < 0 || index >= pool->num_buffers, pool->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "index %d outside [0, %d)", index, pool->num_buffers);
   fill_desc(pool, &pool->buffers[index], out);
   return KVC_OK;
 }
 
-kvc_status kvc_kv_pool_buffer(const kvc_kv_pool *pool, kvc_region_kind region, int32_t layer_id,
-                              kvc_buffer_desc *out) {
+kvc_status kvc_kv_pool_buffer(const kvc_kv_pool *pool, kvc_region_kind region, int32_t layer_id, kvc_buffer_desc *out) {
   KVC_API_ENTRY();
   int32_t l = 0;
   KVC_FORWARD(kvc__kv_pool_layer(pool, __func__, layer_id, &l));
   KVC_RETURN_IF(!out, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
-  KVC_RETURN_IF(out->struct_size < offsetof(kvc_buffer_desc, reserved_) || out->struct_size > sizeof *out,
-                pool->ctx, KVC_ERR_VERSION, "out->struct_size %zu not understood", out->struct_size);
+  KVC_RETURN_IF(out->struct_size < offsetof(kvc_buffer_desc, reserved_) || out->struct_size > sizeof *out, pool->ctx,
+                KVC_ERR_VERSION, "out->struct_size %zu not understood", out->struct_size);
   const kvc__kv_buffer *b = kvc__kv_buffer_at(pool, region, l);
-  KVC_RETURN_IF(!b, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "pool kind %d has no region %d", (int)pool->cfg.kind, (int)region);
+  KVC_RETURN_IF(!b, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "pool kind %d has no region %d", (int)pool->cfg.kind,
+                (int)region);
   fill_desc(pool, b, out);
   return KVC_OK;
 }
 
-kvc_status kvc_kv_pool_contiguous_infos(const kvc_kv_pool *pool, kvc_contiguous_info *out, size_t cap,
-                                        size_t *count) {
+kvc_status kvc_kv_pool_contiguous_infos(const kvc_kv_pool *pool, kvc_contiguous_info *out, size_t cap, size_t *count) {
   KVC_API_ENTRY();
   KVC_FORWARD(kvc__kv_pool_check(pool, __func__));
   KVC_RETURN_IF(!count || (cap && !out), pool->ctx, KVC_ERR_INVALID_ARGUMENT, "count or out is NULL");

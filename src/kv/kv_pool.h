@@ -23,11 +23,11 @@
  * the common launch of each operation does no hashing. The MLA and NSA launches look
  * their kernels up each time and have none. */
 enum {
-  KVC__KV_MEMO_SET_KV = 0,                                       /* kv_mha.c: per source dtype 1..5 */
-  KVC__KV_MEMO_GATHER = KVC__KV_MEMO_SET_KV + 5,                 /* kv_mha.c: per output dtype 1..5 */
-  KVC__KV_MEMO_MOVE = KVC__KV_MEMO_GATHER + 5,                   /* kv_move.c: per tile width */
+  KVC__KV_MEMO_SET_KV = 0,                                        /* kv_mha.c: per source dtype 1..5 */
+  KVC__KV_MEMO_GATHER = KVC__KV_MEMO_SET_KV + 5,                  /* kv_mha.c: per output dtype 1..5 */
+  KVC__KV_MEMO_MOVE = KVC__KV_MEMO_GATHER + 5,                    /* kv_move.c: per tile width */
   KVC__KV_MEMO_OFFLOAD = KVC__KV_MEMO_MOVE + KVC__KV_MOVE_WIDTHS, /* kv_offload.c */
-  KVC__KV_MEMO_CANARY_FILL,                                      /* kv_canary.c: the plan variants */
+  KVC__KV_MEMO_CANARY_FILL,                                       /* kv_canary.c: the plan variants */
   KVC__KV_MEMO_CANARY_CHECK = KVC__KV_MEMO_CANARY_FILL + KVC__PLAN_INLINE_VARIANTS,
   KVC__KV_MEMO_COUNT = KVC__KV_MEMO_CANARY_CHECK + KVC__PLAN_INLINE_VARIANTS
 };
@@ -38,9 +38,9 @@ typedef struct kvc__kv_buffer {
   unsigned char *base; /* device address */
   int64_t rows;
   int64_t row_bytes;
-  kvc_dtype dtype;     /* element type reported in descriptors */
+  kvc_dtype dtype; /* element type reported in descriptors */
   int32_t ndim;
-  int64_t shape[4];    /* elements; shape[0] == rows */
+  int64_t shape[4]; /* elements; shape[0] == rows */
 } kvc__kv_buffer;
 
 struct kvc_kv_pool {
@@ -56,15 +56,14 @@ struct kvc_kv_pool {
   /* Row geometry, bytes (0 when the kind has no such region). */
   int64_t k_row_bytes, v_row_bytes, k_scale_row_bytes, v_scale_row_bytes;
   int64_t kv_row_bytes, kv_scale_row_bytes, index_page_bytes, index_pages;
-  kvc_dtype store_dtype; /* element type of K/V/KV storage (FP4: U8) */
+  kvc_dtype store_dtype;                       /* element type of K/V/KV storage (FP4: U8) */
   const kvc__kfunc *kfunc[KVC__KV_MEMO_COUNT]; /* by KVC__KV_MEMO_* */
-  unsigned char *scratch; /* KVC__PARAM_SCRATCH_BYTES for parameter blocks */
-  void *canary_result;    /* kv_canary.c: device uint64[2], allocated at the first check */
+  unsigned char *scratch;                      /* KVC__PARAM_SCRATCH_BYTES for parameter blocks */
+  void *canary_result;                         /* kv_canary.c: device uint64[2], allocated at the first check */
 };
 
 /** The buffer of `region` for local layer `layer`, or NULL. */
-static inline const kvc__kv_buffer *kvc__kv_buffer_at(const kvc_kv_pool *pool, kvc_region_kind region,
-                                                     int32_t layer) {
+static inline const kvc__kv_buffer *kvc__kv_buffer_at(const kvc_kv_pool *pool, kvc_region_kind region, int32_t layer) {
   if ((int)region < 0 || (int)region >= KVC__REGION_KINDS || pool->first[region] < 0) return NULL;
   if (layer < 0 || layer >= pool->cfg.layer_num) return NULL;
   return &pool->buffers[pool->first[region] + layer];

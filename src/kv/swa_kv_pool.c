@@ -23,7 +23,7 @@ struct kvc_swa_kv_pool {
   int64_t size_full, size_swa;
   int32_t ps;
   int32_t max_id;
-  int32_t *route; /* max_id + 1 */
+  int32_t *route;               /* max_id + 1 */
   int32_t swa_row_k, swa_row_v; /* SWA input row widths in elements (contiguous) */
   int64_t cap;
   int64_t *scratch_dev; /* 2 * cap */
@@ -127,7 +127,9 @@ fail:
   return st;
 }
 
-kvc_kv_pool *kvc_swa_kv_pool_full(const kvc_swa_kv_pool *p) { return p && p->magic == KVC__SWAKV_MAGIC ? p->full : NULL; }
+kvc_kv_pool *kvc_swa_kv_pool_full(const kvc_swa_kv_pool *p) {
+  return p && p->magic == KVC__SWAKV_MAGIC ? p->full : NULL;
+}
 kvc_kv_pool *kvc_swa_kv_pool_swa(const kvc_swa_kv_pool *p) { return p && p->magic == KVC__SWAKV_MAGIC ? p->swa : NULL; }
 
 kvc_status kvc_swa_kv_pool_layer(const kvc_swa_kv_pool *p, int32_t layer_id, int *is_swa, int32_t *index) {
@@ -147,7 +149,8 @@ kvc_status kvc_swa_kv_pool_register_allocator(kvc_swa_kv_pool *p, const kvc_swa_
   const int64_t len = kvc_swa_allocator_mapping_length(a);
   KVC_RETURN_IF(!len, p->ctx, KVC_ERR_INVALID_ARGUMENT, "alloc is not a live kvc_swa_allocator");
   KVC_RETURN_IF(kvc_swa_allocator_page_size(a) != p->ps || len > p->size_full + p->ps + 1, p->ctx,
-                KVC_ERR_INVALID_ARGUMENT, "allocator geometry (page %d, mapping %lld) does not fit the pool (page %d, %lld tokens)",
+                KVC_ERR_INVALID_ARGUMENT,
+                "allocator geometry (page %d, mapping %lld) does not fit the pool (page %d, %lld tokens)",
                 kvc_swa_allocator_page_size(a), (long long)len, p->ps, (long long)p->size_full);
   p->dmap = kvc_swa_allocator_mapping_device(a);
   p->hmap = kvc_swa_allocator_mapping_host(a);
@@ -190,14 +193,14 @@ kvc_status kvc_swa_kv_pool_set_kv(kvc_swa_kv_pool *p, int32_t layer_id, const vo
                                 loc_type == KVC_INDEX_I64, p->scratch_dev, 1, -1, m, stream));
     KVC_FORWARD(kvc_kv_pool_set_kv(p->swa, idx, p->scratch_dev, KVC_INDEX_I64, m, (const char *)k + off * kb,
                                    (const char *)v + off * vb, src_dtype, k_stride ? k_stride : p->swa_row_k,
-                                   v_stride ? v_stride : p->swa_row_v, k_scale_device, k_scale, v_scale_device,
-                                   v_scale, stream));
+                                   v_stride ? v_stride : p->swa_row_v, k_scale_device, k_scale, v_scale_device, v_scale,
+                                   stream));
   }
   return KVC_OK;
 }
 
-kvc_status kvc_swa_kv_pool_move(kvc_swa_kv_pool *p, const void *tgt, const void *src, kvc_index_type loc_type,
-                                size_t n, kvc_stream stream) {
+kvc_status kvc_swa_kv_pool_move(kvc_swa_kv_pool *p, const void *tgt, const void *src, kvc_index_type loc_type, size_t n,
+                                kvc_stream stream) {
   KVC_API_ENTRY();
   SKV_ENTRY(p);
   KVC_CHECK_INDEX_TYPE(p->ctx, loc_type);

@@ -25,7 +25,8 @@ static void move_tune(int *w, int *s, int *t, int *one) {
   if (!done) {
     const char *e = getenv("KVC_MOVE_TUNE");
     int a = 0, b = 0, c = 0, d = 0;
-    if (e && sscanf(e, "%d,%d,%d,%d", &a, &b, &c, &d) >= 2 && (a == 16 || a == 32 || a == 64 || a == 128 || a == 256 || a == 512) && b >= 1 && b <= 4) {
+    if (e && sscanf(e, "%d,%d,%d,%d", &a, &b, &c, &d) >= 2 &&
+        (a == 16 || a == 32 || a == 64 || a == 128 || a == 256 || a == 512) && b >= 1 && b <= 4) {
       tw = a;
       ts = b;
       tt = (c == 256 || c == 512) ? c : 0;
@@ -108,6 +109,5 @@ kvc_status kvc__kv_offload_launch(kvc_context *ctx, const kvc_p_kv_offload *p, c
   const int64_t warps_per_block = 8;
   int64_t blocks = (p->total_rows + warps_per_block - 1) / warps_per_block;
   blocks = KVC__MIN(blocks, (int64_t)kvc__num_sms(ctx) * 16);
-  return kvc__kernel_launch(ctx, *memo, kvc__dim((unsigned)blocks, 1, 1), kvc__dim(256, 1, 1), 0, stream, p,
-                            sizeof *p);
+  return kvc__kernel_launch(ctx, *memo, kvc__dim((unsigned)blocks, 1, 1), kvc__dim(256, 1, 1), 0, stream, p, sizeof *p);
 }

@@ -43,8 +43,10 @@ kvc_status kvc__kv_rows_launch(kvc_context *ctx, const char *fn, kvc__kv_rows_re
   const int dense_dt = req->gather ? req->dst_dt : req->src_dt, pool_dt = req->gather ? req->src_dt : req->dst_dt;
   const int dense_cb = chunk_bytes(dense_dt, g), pool_cb = chunk_bytes(pool_dt, g);
   const bool has_v = vch > 0;
-  uint64_t dv[4] = {p->k_dense, (uint64_t)p->k_dense_stride, has_v ? p->v_dense : 0, has_v ? (uint64_t)p->v_dense_stride : 0};
-  uint64_t pv[4] = {p->k_pool, (uint64_t)p->k_pool_stride, has_v ? p->v_pool : 0, has_v ? (uint64_t)p->v_pool_stride : 0};
+  uint64_t dv[4] = {p->k_dense, (uint64_t)p->k_dense_stride, has_v ? p->v_dense : 0,
+                    has_v ? (uint64_t)p->v_dense_stride : 0};
+  uint64_t pv[4] = {p->k_pool, (uint64_t)p->k_pool_stride, has_v ? p->v_pool : 0,
+                    has_v ? (uint64_t)p->v_pool_stride : 0};
   const int ad = KVC__MIN(dense_cb, kvc__align16(dv, 4));
   const int ap = KVC__MIN(pool_cb, kvc__align16(pv, 4));
   const bool full = ad == KVC__MIN(dense_cb, 16);
@@ -71,23 +73,25 @@ kvc_status kvc__kv_rows_launch(kvc_context *ctx, const char *fn, kvc__kv_rows_re
   const int64_t blocks = (units + per_block - 1) / per_block;
   KVC_RETURN_IF(blocks > 0x7fffffff, ctx, KVC_ERR_INVALID_ARGUMENT, "n = %lld rows is too large for one launch",
                 (long long)p->n);
-  return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)blocks, 1, 1), kvc__dim(KVC_KV_ROWS_BLOCK, 1, 1), 0, stream,
-                            p, sizeof *p);
+  return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)blocks, 1, 1), kvc__dim(KVC_KV_ROWS_BLOCK, 1, 1), 0, stream, p,
+                            sizeof *p);
 }
 
-kvc_status kvc_store_kv(kvc_context *ctx, void *k_cache, void *v_cache, int64_t k_cache_stride,
-                        int64_t v_cache_stride, int64_t num_rows, const void *k, const void *v, int64_t k_stride,
-                        int64_t v_stride, int64_t k_row_bytes, int64_t v_row_bytes, const void *loc,
-                        kvc_index_type loc_type, size_t n, kvc_stream stream) {
+kvc_status kvc_store_kv(kvc_context *ctx, void *k_cache, void *v_cache, int64_t k_cache_stride, int64_t v_cache_stride,
+                        int64_t num_rows, const void *k, const void *v, int64_t k_stride, int64_t v_stride,
+                        int64_t k_row_bytes, int64_t v_row_bytes, const void *loc, kvc_index_type loc_type, size_t n,
+                        kvc_stream stream) {
   KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_CHECK_INDEX_TYPE(ctx, loc_type);
   if (n == 0) return KVC_OK;
-  KVC_RETURN_IF(!k_cache || !k || !loc, ctx, KVC_ERR_INVALID_ARGUMENT, "k_cache, k and loc must be non-NULL for n = %zu", n);
+  KVC_RETURN_IF(!k_cache || !k || !loc, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "k_cache, k and loc must be non-NULL for n = %zu", n);
   KVC_RETURN_IF(k_row_bytes <= 0 || v_row_bytes < 0 || num_rows <= 0, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "k_row_bytes %lld / v_row_bytes %lld / num_rows %lld", (long long)k_row_bytes, (long long)v_row_bytes,
                 (long long)num_rows);
-  KVC_RETURN_IF(v_row_bytes > 0 && (!v_cache || !v), ctx, KVC_ERR_INVALID_ARGUMENT, "v_cache and v must be non-NULL when v_row_bytes > 0");
+  KVC_RETURN_IF(v_row_bytes > 0 && (!v_cache || !v), ctx, KVC_ERR_INVALID_ARGUMENT,
+                "v_cache and v must be non-NULL when v_row_bytes > 0");
   if (k_stride == 0) k_stride = k_row_bytes;
   if (v_stride == 0) v_stride = v_row_bytes;
   if (k_cache_stride == 0) k_cache_stride = k_row_bytes;

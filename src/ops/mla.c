@@ -44,8 +44,9 @@ kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "kv_lora_rank %d must be >= 1 and qk_rope_head_dim %d >= 0",
                       a->R, a->Q);
   if (!value_dtype_ok(a->val_dtype))
-    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "%s dtype %s not supported (f32, f16, bf16, fp8_e4m3, fp8_e5m2)",
-                      a->get ? "out" : "src", kvc_dtype_name(a->val_dtype));
+    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn,
+                      "%s dtype %s not supported (f32, f16, bf16, fp8_e4m3, fp8_e5m2)", a->get ? "out" : "src",
+                      kvc_dtype_name(a->val_dtype));
   if (a->nope_stride < 0 || a->rope_stride < 0 || a->row_stride < 0 || a->scale_stride < 0)
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "negative stride");
   const int64_t nope_stride = a->nope_stride ? a->nope_stride : R;
@@ -59,14 +60,17 @@ kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a
   case KVC_MLA_ROWS:
     mode = KVC_MLA_MODE_ROWS;
     if (!value_dtype_ok(a->row_dtype))
-      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "buffer dtype %s not supported", kvc_dtype_name(a->row_dtype));
+      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "buffer dtype %s not supported",
+                        kvc_dtype_name(a->row_dtype));
     if (!row_stride) row_stride = T;
     if (row_stride < T)
-      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "row_stride %lld < R + Q = %lld", (long long)row_stride, (long long)T);
+      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "row_stride %lld < R + Q = %lld", (long long)row_stride,
+                        (long long)T);
     break;
   case KVC_MLA_FP4:
     mode = KVC_MLA_MODE_FP4;
-    if (T % 16) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "FP4 rows need (R + Q) %% 16 == 0, got %lld", (long long)T);
+    if (T % 16)
+      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "FP4 rows need (R + Q) %% 16 == 0, got %lld", (long long)T);
     if (!row_stride) row_stride = T / 2;
     scale_stride = a->scale_stride ? a->scale_stride : T / 16;
     if (row_stride < T / 2 || row_stride % 8 || scale_stride < T / 16)
@@ -77,7 +81,8 @@ kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a
   case KVC_MLA_NSA_FP8:
     mode = KVC_MLA_MODE_NSA;
     if (R != 512 || Q != 64)
-      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "NSA fp8 rows need R = 512 and Q = 64, got %d and %d", a->R, a->Q);
+      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "NSA fp8 rows need R = 512 and Q = 64, got %d and %d", a->R,
+                        a->Q);
     if (!row_stride) row_stride = 656;
     if (row_stride < 656 || row_stride % 16)
       return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "NSA row_stride %lld must be >= 656 and a multiple of 16",
@@ -85,7 +90,8 @@ kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a
     break;
   default: return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "format %d unknown", (int)a->format);
   }
-  if (a->num_rows < 0) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "num_rows %lld < 0", (long long)a->num_rows);
+  if (a->num_rows < 0)
+    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "num_rows %lld < 0", (long long)a->num_rows);
   if (a->n == 0) return KVC_OK;
   if (a->n > (size_t)INT64_MAX / (size_t)(T > 0 ? T : 1))
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "n = %zu too large", a->n);
@@ -93,7 +99,8 @@ kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "loc, data%s must be non-NULL for n = %zu",
                       mode == KVC_MLA_MODE_FP4 ? " and scale" : "", a->n);
   if (!a->get && (!a->nope || (Q > 0 && !a->rope)))
-    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "nope%s must be non-NULL for n = %zu", Q > 0 ? " and rope" : "", a->n);
+    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "nope%s must be non-NULL for n = %zu",
+                      Q > 0 ? " and rope" : "", a->n);
   if (a->get && !a->nope && (!a->rope || Q == 0)) return KVC_OK; /* nothing wanted */
   if (mode == KVC_MLA_MODE_FP4 && ADDR(a->data) % 8)
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "FP4 data must be 8-byte aligned");
@@ -102,10 +109,25 @@ kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a
 
   const int g = pick_group(a, nope_stride, rope_stride, row_stride);
   const int val = (int)a->val_dtype, row = mode == KVC_MLA_MODE_ROWS ? (int)a->row_dtype : (int)KVC_DTYPE_BF16;
-  kvc_p_mla p = {ADDR(a->loc), ADDR(a->nope), Q > 0 ? ADDR(a->rope) : 0, ADDR(a->data),
-                 mode == KVC_MLA_MODE_FP4 ? ADDR(a->scale) : 0, (int64_t)a->n, a->num_rows, nope_stride,
-                 rope_stride, row_stride, scale_stride, a->loc_type == KVC_INDEX_I64, mode,
-                 a->get ? row : val, a->get ? val : row, a->R, a->Q, g, 0};
+  kvc_p_mla p = {ADDR(a->loc),
+                 ADDR(a->nope),
+                 Q > 0 ? ADDR(a->rope) : 0,
+                 ADDR(a->data),
+                 mode == KVC_MLA_MODE_FP4 ? ADDR(a->scale) : 0,
+                 (int64_t)a->n,
+                 a->num_rows,
+                 nope_stride,
+                 rope_stride,
+                 row_stride,
+                 scale_stride,
+                 a->loc_type == KVC_INDEX_I64,
+                 mode,
+                 a->get ? row : val,
+                 a->get ? val : row,
+                 a->R,
+                 a->Q,
+                 g,
+                 0};
   kvc__spec spec = {7,
                     {{"KVC_DIR", a->get},
                      {"KVC_MODE", mode},

@@ -15,8 +15,7 @@ static int32_t access_width(uint64_t bits) {
   return 1;
 }
 
-kvc_status kvc__nsa_index_set_launch(kvc_context *ctx, kvc_p_nsa_index_set *p, int64_t page_bytes,
-                                     kvc_stream stream) {
+kvc_status kvc__nsa_index_set_launch(kvc_context *ctx, kvc_p_nsa_index_set *p, int64_t page_bytes, kvc_stream stream) {
   p->vec = access_width(p->index_k | p->buf | (uint64_t)page_bytes);
   const kvc__kfunc *f;
   KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_nsa_index_set, NULL, &f));
@@ -24,8 +23,7 @@ kvc_status kvc__nsa_index_set_launch(kvc_context *ctx, kvc_p_nsa_index_set *p, i
   return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)blocks, 1, 1), kvc__dim(256, 1, 1), 0, stream, p, sizeof *p);
 }
 
-kvc_status kvc__nsa_index_get_launch(kvc_context *ctx, kvc_p_nsa_index_get *p, int64_t page_bytes,
-                                     kvc_stream stream) {
+kvc_status kvc__nsa_index_get_launch(kvc_context *ctx, kvc_p_nsa_index_get *p, int64_t page_bytes, kvc_stream stream) {
   uint64_t bits = p->out_k | p->buf | (uint64_t)page_bytes;
   if (p->out_s && p->out_s % 4) bits |= 1;
   p->vec = access_width(bits);

@@ -60,27 +60,27 @@ typedef struct kvc__plan {
   unsigned char *scratch; /* object-owned, KVC__PARAM_SCRATCH_BYTES, 8-aligned */
   size_t header_bytes;
   size_t words;
-  int variant;          /* 0 small, 1 medium, 2 large inline; KVC__PLAN_STAGED */
-  uint32_t *payload;    /* where the caller writes the payload */
-  uint64_t staged_dev;  /* device address of the payload when staged, else 0 */
+  int variant;         /* 0 small, 1 medium, 2 large inline; KVC__PLAN_STAGED */
+  uint32_t *payload;   /* where the caller writes the payload */
+  uint64_t staged_dev; /* device address of the payload when staged, else 0 */
 } kvc__plan;
 
 /** Chooses inline (small/large) or staged for `words` payload words after a header of
  *  `header_bytes` (a multiple of 8) and returns where to write the payload. When staged,
  *  the context's staging lock is held until kvc__plan_launch or kvc__plan_cancel. */
-kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch,
-                           size_t header_bytes, size_t words);
+kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch, size_t header_bytes,
+                           size_t words);
 /** Copies `header` (its `staged` field already set from plan->staged_dev) in front of the
  *  payload and launches `def` with the variant's spec (plus extra defines), then fences
  *  the staging region. `kcache` (3 entries per extra-spec value, may be NULL) memoises
  *  the kernel lookups. */
-kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def,
-                            const kvc__spec *extra, const kvc__kfunc **kcache, kvc__dim3 grid,
-                            kvc__dim3 block, kvc_stream stream, const void *header);
+kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def, const kvc__spec *extra,
+                            const kvc__kfunc **kcache, kvc__dim3 grid, kvc__dim3 block, kvc_stream stream,
+                            const void *header);
 /** kvc__plan_launch with `smem_bytes` of dynamic shared memory. */
-kvc_status kvc__plan_launch_smem(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def,
-                                 const kvc__spec *extra, const kvc__kfunc **kcache, kvc__dim3 grid,
-                                 kvc__dim3 block, unsigned smem_bytes, kvc_stream stream, const void *header);
+kvc_status kvc__plan_launch_smem(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def, const kvc__spec *extra,
+                                 const kvc__kfunc **kcache, kvc__dim3 grid, kvc__dim3 block, unsigned smem_bytes,
+                                 kvc_stream stream, const void *header);
 void kvc__plan_cancel(kvc_context *ctx, kvc__plan *plan);
 
 /** The kernel of inline variant `variant` (0 small, 1 medium, 2 large; staged plans use 0) for `def`
@@ -102,8 +102,8 @@ kvc_status kvc__plan_prefetch(kvc_context *ctx, const kvc__kernel_def *def, cons
 typedef struct kvc__kv_rows_req {
   kvc_p_kv_rows p;
   int gather;
-  int src_dt, dst_dt;        /* element codes */
-  int64_t k_elems, v_elems;  /* elements per K / V row (raw: bytes); v_elems 0 = no V */
+  int src_dt, dst_dt;       /* element codes */
+  int64_t k_elems, v_elems; /* elements per K / V row (raw: bytes); v_elems 0 = no V */
 } kvc__kv_rows_req;
 
 /** Launches kvc_kv_rows for `req` (n = req->p.n > 0): the level-1 kvc_store_kv and the
@@ -125,19 +125,19 @@ static inline int kvc__align16(const uint64_t *v, int count) {
 /** A validated-on-use description of one MLA launch (either direction), shared by the
  *  level-1 ops (kvc_set_mla_kv, kvc_get_mla_kv) and the KV pools (set_mla_kv / get_mla_kv). */
 typedef struct kvc__mla_args {
-  int get;                  /* 0: set (values -> rows), 1: get (rows -> values) */
+  int get; /* 0: set (values -> rows), 1: get (rows -> values) */
   kvc_mla_format format;
-  void *data, *scale;       /* rows; FP4 scale rows */
+  void *data, *scale; /* rows; FP4 scale rows */
   int64_t num_rows;
-  int64_t row_stride;       /* 0 = dense; ROWS: elements of row_dtype; FP4/NSA: bytes */
-  int64_t scale_stride;     /* FP4, bytes; 0 = dense */
-  kvc_dtype row_dtype;      /* ROWS only */
+  int64_t row_stride;   /* 0 = dense; ROWS: elements of row_dtype; FP4/NSA: bytes */
+  int64_t scale_stride; /* FP4, bytes; 0 = dense */
+  kvc_dtype row_dtype;  /* ROWS only */
   int32_t R, Q;
   const void *loc;
   kvc_index_type loc_type;
   size_t n;
-  void *nope, *rope;        /* set: sources; get: outputs (either may be NULL) */
-  kvc_dtype val_dtype;      /* dtype of nope/rope */
+  void *nope, *rope;                /* set: sources; get: outputs (either may be NULL) */
+  kvc_dtype val_dtype;              /* dtype of nope/rope */
   int64_t nope_stride, rope_stride; /* elements of val_dtype; 0 = dense */
 } kvc__mla_args;
 
@@ -156,11 +156,9 @@ kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a
 
 /** Launches kvc_nsa_index_set for `p` (n > 0; every field but `vec` set; pages of
  *  `page_bytes`): picks the widest key access every address allows. */
-kvc_status kvc__nsa_index_set_launch(kvc_context *ctx, kvc_p_nsa_index_set *p, int64_t page_bytes,
-                                     kvc_stream stream);
+kvc_status kvc__nsa_index_set_launch(kvc_context *ctx, kvc_p_nsa_index_set *p, int64_t page_bytes, kvc_stream stream);
 /** Launches kvc_nsa_index_get for `p` (every field but `vec` set), likewise. */
-kvc_status kvc__nsa_index_get_launch(kvc_context *ctx, kvc_p_nsa_index_get *p, int64_t page_bytes,
-                                     kvc_stream stream);
+kvc_status kvc__nsa_index_get_launch(kvc_context *ctx, kvc_p_nsa_index_get *p, int64_t page_bytes, kvc_stream stream);
 
 /* --- Whole-pool segment kernels (kv_segments.c) ------------------------------------- */
 
@@ -179,9 +177,8 @@ kvc_status kvc__kv_offload_launch(kvc_context *ctx, const kvc_p_kv_offload *p, c
 
 /** Writes n host slots (int32) into table[offset ...] with one launch: the row write used
  *  by kvc_req_to_token_pool_write. */
-kvc_status kvc__row_write(kvc_context *ctx, unsigned char *scratch, const kvc__kfunc **kcache,
-                          int32_t *table, int64_t offset, const int32_t *slots, size_t n,
-                          kvc_stream stream);
+kvc_status kvc__row_write(kvc_context *ctx, unsigned char *scratch, const kvc__kfunc **kcache, int32_t *table,
+                          int64_t offset, const int32_t *slots, size_t n, kvc_stream stream);
 
 static inline kvc__dim3 kvc__dim(unsigned x, unsigned y, unsigned z) {
   kvc__dim3 d = {x, y, z};

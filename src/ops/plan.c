@@ -14,11 +14,10 @@
 
 #include <string.h>
 
-static const size_t variant_words[KVC__PLAN_INLINE_VARIANTS] = {KVC_INLINE_SMALL, KVC_INLINE_MEDIUM,
-                                                                 KVC_INLINE_LARGE};
+static const size_t variant_words[KVC__PLAN_INLINE_VARIANTS] = {KVC_INLINE_SMALL, KVC_INLINE_MEDIUM, KVC_INLINE_LARGE};
 
-kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch,
-                           size_t header_bytes, size_t words) {
+kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch, size_t header_bytes,
+                           size_t words) {
   memset(plan, 0, sizeof *plan);
   plan->scratch = scratch;
   plan->header_bytes = header_bytes;
@@ -68,15 +67,15 @@ kvc_status kvc__plan_prefetch(kvc_context *ctx, const kvc__kernel_def *def, cons
   return KVC_OK;
 }
 
-kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def,
-                            const kvc__spec *extra, const kvc__kfunc **kcache, kvc__dim3 grid,
-                            kvc__dim3 block, kvc_stream stream, const void *header) {
+kvc_status kvc__plan_launch(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def, const kvc__spec *extra,
+                            const kvc__kfunc **kcache, kvc__dim3 grid, kvc__dim3 block, kvc_stream stream,
+                            const void *header) {
   return kvc__plan_launch_smem(ctx, plan, def, extra, kcache, grid, block, 0, stream, header);
 }
 
-kvc_status kvc__plan_launch_smem(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def,
-                                 const kvc__spec *extra, const kvc__kfunc **kcache, kvc__dim3 grid,
-                                 kvc__dim3 block, unsigned smem_bytes, kvc_stream stream, const void *header) {
+kvc_status kvc__plan_launch_smem(kvc_context *ctx, kvc__plan *plan, const kvc__kernel_def *def, const kvc__spec *extra,
+                                 const kvc__kfunc **kcache, kvc__dim3 grid, kvc__dim3 block, unsigned smem_bytes,
+                                 kvc_stream stream, const void *header) {
   const int v = plan->variant == KVC__PLAN_STAGED ? 0 : plan->variant; /* staged uses the small block */
   kvc_status st = KVC_OK;
   const kvc__kfunc *f = kcache ? kcache[v] : NULL;
@@ -95,14 +94,13 @@ done:
   return st;
 }
 
-kvc_status kvc__row_write(kvc_context *ctx, unsigned char *scratch, const kvc__kfunc **kcache,
-                          int32_t *table, int64_t offset, const int32_t *slots, size_t n,
-                          kvc_stream stream) {
+kvc_status kvc__row_write(kvc_context *ctx, unsigned char *scratch, const kvc__kfunc **kcache, int32_t *table,
+                          int64_t offset, const int32_t *slots, size_t n, kvc_stream stream) {
   if (!n) return KVC_OK;
   kvc__plan plan;
   KVC_FORWARD(kvc__plan_begin(ctx, &plan, scratch, sizeof(kvc_p_row_write), n));
   memcpy(plan.payload, slots, n * 4);
   kvc_p_row_write h = {(uint64_t)(uintptr_t)table, plan.staged_dev, offset, (int32_t)n, 0};
-  return kvc__plan_launch(ctx, &plan, &kvc__k_row_write, NULL, kcache,
-                          kvc__dim((unsigned)((n + 255) / 256), 1, 1), kvc__dim(256, 1, 1), stream, &h);
+  return kvc__plan_launch(ctx, &plan, &kvc__k_row_write, NULL, kcache, kvc__dim((unsigned)((n + 255) / 256), 1, 1),
+                          kvc__dim(256, 1, 1), stream, &h);
 }

@@ -9,8 +9,8 @@
 
 #define ADDR(p) ((uint64_t)(uintptr_t)(p))
 
-static kvc_status check_table(const kvc_context *ctx, const char *fn, const int32_t *table,
-                              int64_t num_rows, int64_t row_stride) {
+static kvc_status check_table(const kvc_context *ctx, const char *fn, const int32_t *table, int64_t num_rows,
+                              int64_t row_stride) {
   if (!table) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "req_to_token is NULL");
   if (num_rows <= 0 || row_stride <= 0)
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "num_rows %lld / row_stride %lld must be positive",
@@ -25,10 +25,9 @@ static kvc_status check_table(const kvc_context *ctx, const char *fn, const int3
   return KVC_OK;
 }
 
-kvc_status kvc_get_last_loc(kvc_context *ctx, const int32_t *req_to_token, int64_t num_rows,
-                            int64_t row_stride, const void *rows, kvc_index_type rows_type,
-                            const void *prefix_lens, kvc_index_type lens_type, void *out_last_loc,
-                            size_t n, kvc_stream stream) {
+kvc_status kvc_get_last_loc(kvc_context *ctx, const int32_t *req_to_token, int64_t num_rows, int64_t row_stride,
+                            const void *rows, kvc_index_type rows_type, const void *prefix_lens,
+                            kvc_index_type lens_type, void *out_last_loc, size_t n, kvc_stream stream) {
   KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_CHECK_INDEX_TYPE(ctx, rows_type);
@@ -37,19 +36,18 @@ kvc_status kvc_get_last_loc(kvc_context *ctx, const int32_t *req_to_token, int64
   KVC_FORWARD(check_table(ctx, __func__, req_to_token, num_rows, row_stride));
   KVC_RETURN_IF(!rows || !prefix_lens || !out_last_loc, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "rows, prefix_lens and out_last_loc must be non-NULL for n = %zu", n);
-  kvc_p_get_last_loc p = {ADDR(req_to_token), ADDR(rows), ADDR(prefix_lens), ADDR(out_last_loc),
-                          num_rows, row_stride, (int64_t)n, rows_type == KVC_INDEX_I64,
-                          lens_type == KVC_INDEX_I64};
+  kvc_p_get_last_loc p = {
+      ADDR(req_to_token), ADDR(rows), ADDR(prefix_lens),          ADDR(out_last_loc),        num_rows,
+      row_stride,         (int64_t)n, rows_type == KVC_INDEX_I64, lens_type == KVC_INDEX_I64};
   const kvc__kfunc *f;
   KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_get_last_loc, NULL, &f));
-  return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)((n + 255) / 256), 1, 1), kvc__dim(256, 1, 1), 0,
-                            stream, &p, sizeof p);
+  return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)((n + 255) / 256), 1, 1), kvc__dim(256, 1, 1), 0, stream, &p,
+                            sizeof p);
 }
 
-kvc_status kvc_write_req_to_token(kvc_context *ctx, int32_t *req_to_token, int64_t num_rows,
-                                  int64_t row_stride, const void *rows, kvc_index_type rows_type,
-                                  const uint64_t *prefix_ptrs, const void *prefix_lens,
-                                  const void *seq_lens, kvc_index_type lens_type,
+kvc_status kvc_write_req_to_token(kvc_context *ctx, int32_t *req_to_token, int64_t num_rows, int64_t row_stride,
+                                  const void *rows, kvc_index_type rows_type, const uint64_t *prefix_ptrs,
+                                  const void *prefix_lens, const void *seq_lens, kvc_index_type lens_type,
                                   const int64_t *out_cache_loc, size_t n, kvc_stream stream) {
   KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
@@ -59,9 +57,10 @@ kvc_status kvc_write_req_to_token(kvc_context *ctx, int32_t *req_to_token, int64
   KVC_FORWARD(check_table(ctx, __func__, req_to_token, num_rows, row_stride));
   KVC_RETURN_IF(!rows || !prefix_lens || !seq_lens || !out_cache_loc, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "rows, prefix_lens, seq_lens and out_cache_loc must be non-NULL for n = %zu", n);
-  kvc_p_write_req_to_token p = {ADDR(req_to_token), ADDR(rows), ADDR(prefix_ptrs), ADDR(prefix_lens),
-                                ADDR(seq_lens), ADDR(out_cache_loc), num_rows, row_stride, (int64_t)n,
-                                rows_type == KVC_INDEX_I64, lens_type == KVC_INDEX_I64};
+  kvc_p_write_req_to_token p = {
+      ADDR(req_to_token),        ADDR(rows), ADDR(prefix_ptrs), ADDR(prefix_lens), ADDR(seq_lens),
+      ADDR(out_cache_loc),       num_rows,   row_stride,        (int64_t)n,        rows_type == KVC_INDEX_I64,
+      lens_type == KVC_INDEX_I64};
   const kvc__kfunc *f;
   KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_write_req_to_token, NULL, &f));
   /* One block per request up to two waves; each block scans all lengths itself. */

@@ -28,8 +28,8 @@ kvc_status kvc__swa_map_write(kvc_context *ctx, unsigned char *scratch, const kv
   h.count = (int32_t)count;
   h.dst_i64 = dst_i64;
   const unsigned blocks = (unsigned)ceil_div(count, 8); /* one warp per item */
-  return kvc__plan_launch(ctx, &plan, &kvc__k_swa_map_write, NULL, kcache, kvc__dim(blocks, 1, 1),
-                          kvc__dim(256, 1, 1), stream, &h);
+  return kvc__plan_launch(ctx, &plan, &kvc__k_swa_map_write, NULL, kcache, kvc__dim(blocks, 1, 1), kvc__dim(256, 1, 1),
+                          stream, &h);
 }
 
 int64_t kvc__swa_build_pairs(const int64_t *idx, const int64_t *val, size_t n, uint32_t *words, int *mode,
@@ -85,8 +85,7 @@ kvc_status kvc__swa_gather(kvc_context *ctx, const kvc__kfunc **kf, const void *
 }
 
 kvc_status kvc_swa_translate(kvc_context *ctx, const int64_t *mapping, int64_t mapping_len, const void *loc,
-                             kvc_index_type loc_type, void *out, kvc_index_type out_type, size_t n,
-                             kvc_stream stream) {
+                             kvc_index_type loc_type, void *out, kvc_index_type out_type, size_t n, kvc_stream stream) {
   KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_CHECK_INDEX_TYPE(ctx, loc_type);

@@ -78,7 +78,9 @@ fail:
   return st;
 }
 
-kvc_kv_pool *kvc_hybrid_kv_pool_full(const kvc_hybrid_kv_pool *p) { return p && p->magic == KVC__HKV_MAGIC ? p->full : NULL; }
+kvc_kv_pool *kvc_hybrid_kv_pool_full(const kvc_hybrid_kv_pool *p) {
+  return p && p->magic == KVC__HKV_MAGIC ? p->full : NULL;
+}
 kvc_mamba_pool *kvc_hybrid_kv_pool_mamba(const kvc_hybrid_kv_pool *p) {
   return p && p->magic == KVC__HKV_MAGIC ? p->mamba : NULL;
 }

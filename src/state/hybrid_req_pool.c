@@ -25,13 +25,13 @@ struct kvc_hybrid_req_pool {
   kvc_mamba_pool *mp;
   int32_t size, pp;
   bool track, lazy;
-  int64_t len;    /* entries of the combined mapping */
-  int32_t *hmap;  /* host mirror */
-  int32_t *dmap;  /* device */
-  size_t cap;     /* work space, requests */
+  int64_t len;   /* entries of the combined mapping */
+  int32_t *hmap; /* host mirror */
+  int32_t *dmap; /* device */
+  size_t cap;    /* work space, requests */
   int32_t *rows, *ids;
   int64_t *widx, *wval;
-  int32_t *wold;  /* undo log of the last alloc: previous hmap values at widx[0:undo_w) */
+  int32_t *wold; /* undo log of the last alloc: previous hmap values at widx[0:undo_w) */
   size_t undo_w;
   int64_t undo_need; /* Mamba slots that alloc took (ids[0:undo_need)) */
   bool undo_live;
@@ -98,9 +98,7 @@ fail:
   return st;
 }
 
-int32_t kvc_hybrid_req_pool_pp(const kvc_hybrid_req_pool *p) {
-  return p && p->magic == KVC__HYBRID_MAGIC ? p->pp : 0;
-}
+int32_t kvc_hybrid_req_pool_pp(const kvc_hybrid_req_pool *p) { return p && p->magic == KVC__HYBRID_MAGIC ? p->pp : 0; }
 
 static kvc_status reserve(kvc_hybrid_req_pool *p, const char *fn, size_t n) {
   if (n <= p->cap) return KVC_OK;
@@ -164,8 +162,8 @@ kvc_status kvc_hybrid_req_pool_alloc(kvc_hybrid_req_pool *p, size_t n, int32_t *
     }
   }
   /* Capacity first, so a shortage never takes (and re-orders) req rows. */
-  KVC_RETURN_IF(need > kvc_mamba_pool_available(p->mp), ctx, KVC_ERR_OUT_OF_SLOTS,
-                "%lld Mamba slots needed, %d free", (long long)need, kvc_mamba_pool_available(p->mp));
+  KVC_RETURN_IF(need > kvc_mamba_pool_available(p->mp), ctx, KVC_ERR_OUT_OF_SLOTS, "%lld Mamba slots needed, %d free",
+                (long long)need, kvc_mamba_pool_available(p->mp));
   memcpy(p->rows, rows, n * 4);
   KVC_FORWARD(kvc_req_to_token_pool_alloc(p->rp, n, p->rows));
   kvc_status st = KVC_OK;
@@ -204,7 +202,7 @@ kvc_status kvc_hybrid_req_pool_alloc(kvc_hybrid_req_pool *p, size_t n, int32_t *
     if (p->track) memcpy(pp_slots + i * (size_t)p->pp, p->hmap + track_at(p, p->rows[i]), (size_t)p->pp * 4);
   }
   return KVC_OK;
-rollback_rows: {
+rollback_rows : {
   /* Un-grant the rows this call took, in grant order, so the FIFO is as before. */
   size_t taken = 0;
   for (size_t i = 0; i < n; i++)
@@ -309,8 +307,8 @@ kvc_status kvc_hybrid_req_pool_get_mamba_indices(const kvc_hybrid_req_pool *pc, 
   KVC_CHECK_INDEX_TYPE(p->ctx, rows_type);
   if (!n) return KVC_OK;
   KVC_RETURN_IF(!rows || !out, p->ctx, KVC_ERR_INVALID_ARGUMENT, "rows and out must be non-NULL");
-  return kvc__swa_gather(p->ctx, &p->k_gather, p->dmap, 0, p->size + 1, rows, rows_type == KVC_INDEX_I64, out, 0, 0,
-                         n, stream);
+  return kvc__swa_gather(p->ctx, &p->k_gather, p->dmap, 0, p->size + 1, rows, rows_type == KVC_INDEX_I64, out, 0, 0, n,
+                         stream);
 }
 
 kvc_status kvc_hybrid_req_pool_clear(kvc_hybrid_req_pool *p, kvc_stream stream) {

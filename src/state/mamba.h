@@ -23,11 +23,11 @@ typedef struct mamba_tensor {
   kvc_region_kind region;
   int32_t index; /* conv list position */
   kvc_dtype dtype;
-  int32_t ndim;         /* with the L and row dims */
+  int32_t ndim; /* with the L and row dims */
   int64_t shape[6];
-  int64_t rows;         /* size + 1, or spec + 1 */
-  int64_t row_bytes;    /* one slot of one layer */
-  int64_t layer_pitch;  /* rows * row_bytes */
+  int64_t rows;        /* size + 1, or spec + 1 */
+  int64_t row_bytes;   /* one slot of one layer */
+  int64_t layer_pitch; /* rows * row_bytes */
   unsigned char *base;
 } mamba_tensor;
 
@@ -40,7 +40,7 @@ struct kvc_mamba_pool {
   mamba_tensor t[KVC__MAMBA_MAX_TENSORS];
   void *mem;
   size_t mem_bytes;
-  int vec; /* widest access dividing every state row and pitch */
+  int vec;              /* widest access dividing every state row and pitch */
   kvc__ring free_slots; /* FIFO: alloc at the front, free at the back (id_ring.h) */
   uint8_t *flag;        /* size + 1 */
   /* alloc group */

@@ -18,7 +18,8 @@ kvc_status kvc_mamba_pool_layer_index(const kvc_mamba_pool *pool, int32_t layer_
       *index = l;
       return KVC_OK;
     }
-  return kvc__error(pool->ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "layer %d is not a Mamba layer of this pool", layer_id);
+  return kvc__error(pool->ctx, KVC_ERR_INVALID_ARGUMENT, __func__, "layer %d is not a Mamba layer of this pool",
+                    layer_id);
 }
 
 int32_t kvc_mamba_pool_num_layers(const kvc_mamba_pool *pool) { return kvc__mamba_live(pool) ? pool->L : 0; }
@@ -66,8 +67,8 @@ kvc_status kvc_mamba_pool_describe_tensor(const kvc_mamba_pool *pool, int32_t in
 static kvc_status fill_buffer(const kvc_mamba_pool *pool, const char *fn, const mamba_tensor *t, int32_t l,
                               kvc_buffer_desc *out) {
   KVC_RETURN_IF(!out, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
-  KVC_RETURN_IF(out->struct_size < offsetof(kvc_buffer_desc, reserved_) || out->struct_size > sizeof *out,
-                pool->ctx, KVC_ERR_VERSION, "out->struct_size %zu not understood", out->struct_size);
+  KVC_RETURN_IF(out->struct_size < offsetof(kvc_buffer_desc, reserved_) || out->struct_size > sizeof *out, pool->ctx,
+                KVC_ERR_VERSION, "out->struct_size %zu not understood", out->struct_size);
   (void)fn;
   kvc_buffer_desc d;
   memset(&d, 0, sizeof d);

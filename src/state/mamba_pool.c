@@ -31,7 +31,8 @@ static kvc_status audit(const kvc_mamba_pool *p, const char *fn) {
   if (p->flag[0] != 0) return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: slot 0 flagged %u", p->flag[0]);
   for (int32_t s = 1; s <= p->size; s++) {
     uint8_t f = p->flag[s];
-    if (f & (FL_MARK_DST | FL_MARK_SRC)) return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: slot %d left marked", s);
+    if (f & (FL_MARK_DST | FL_MARK_SRC))
+      return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: slot %d left marked", s);
     if (f == FL_HELD) held++;
     else if (f == FL_RESERVED) reserved++;
     else if (f == 0) free_flags++;
@@ -39,8 +40,8 @@ static kvc_status audit(const kvc_mamba_pool *p, const char *fn) {
   }
   const int64_t count = p->free_slots.count;
   if (free_flags != count || held + reserved + count != p->size)
-    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d held + %d reserved + %lld free (flags %d) != %d",
-                      held, reserved, (long long)count, free_flags, p->size);
+    return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d held + %d reserved + %lld free (flags %d) != %d", held,
+                      reserved, (long long)count, free_flags, p->size);
   if (reserved != (p->in_group ? p->group_n - p->group_pos : 0))
     return kvc__error(p->ctx, KVC_ERR_INTERNAL, fn, "check: %d reserved slots, group holds %d", reserved,
                       p->in_group ? p->group_n - p->group_pos : 0);
@@ -64,8 +65,10 @@ kvc_status kvc_mamba_pool_check(const kvc_mamba_pool *pool) {
 /* --- Create / destroy -------------------------------------------------------------- */
 
 static kvc_status validate(kvc_context *ctx, const kvc_mamba_pool_config *c) {
-  KVC_RETURN_IF(c->size < 1 || c->size >= INT32_MAX - 1, ctx, KVC_ERR_INVALID_ARGUMENT, "size %d outside [1, 2^31 - 2)", c->size);
-  KVC_RETURN_IF(c->num_layers < 1 || c->num_layers > 4096, ctx, KVC_ERR_INVALID_ARGUMENT, "num_layers %d outside [1, 4096]", c->num_layers);
+  KVC_RETURN_IF(c->size < 1 || c->size >= INT32_MAX - 1, ctx, KVC_ERR_INVALID_ARGUMENT, "size %d outside [1, 2^31 - 2)",
+                c->size);
+  KVC_RETURN_IF(c->num_layers < 1 || c->num_layers > 4096, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "num_layers %d outside [1, 4096]", c->num_layers);
   KVC_RETURN_IF(c->num_conv < 1 || c->num_conv > KVC_MAMBA_MAX_CONV, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "num_conv %d outside [1, %d]", c->num_conv, KVC_MAMBA_MAX_CONV);
   KVC_RETURN_IF(!c->conv_shapes, ctx, KVC_ERR_INVALID_ARGUMENT, "conv_shapes is NULL");
@@ -79,10 +82,12 @@ static kvc_status validate(kvc_context *ctx, const kvc_mamba_pool_config *c) {
   KVC_RETURN_IF(c->spec_state_size < 0 || c->num_draft_tokens < 0, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "spec_state_size %d / num_draft_tokens %d negative", c->spec_state_size, c->num_draft_tokens);
   KVC_RETURN_IF(c->spec_state_size >= INT32_MAX - 1, ctx, KVC_ERR_INVALID_ARGUMENT, "spec_state_size too large");
-  KVC_RETURN_IF(c->flags & ~KVC_MAMBA_POOL_NO_ZERO_ON_ALLOC, ctx, KVC_ERR_INVALID_ARGUMENT, "unknown flags 0x%x", c->flags);
+  KVC_RETURN_IF(c->flags & ~KVC_MAMBA_POOL_NO_ZERO_ON_ALLOC, ctx, KVC_ERR_INVALID_ARGUMENT, "unknown flags 0x%x",
+                c->flags);
   for (int i = 0; i < c->num_conv; i++) {
     const kvc_mamba_shape *s = &c->conv_shapes[i];
-    KVC_RETURN_IF(s->ndim < 1 || s->ndim > 3, ctx, KVC_ERR_INVALID_ARGUMENT, "conv_shapes[%d].ndim %d outside [1, 3]", i, s->ndim);
+    KVC_RETURN_IF(s->ndim < 1 || s->ndim > 3, ctx, KVC_ERR_INVALID_ARGUMENT, "conv_shapes[%d].ndim %d outside [1, 3]",
+                  i, s->ndim);
     KVC_RETURN_IF(c->num_draft_tokens > 0 && s->ndim < 2, ctx, KVC_ERR_INVALID_ARGUMENT,
                   "conv_shapes[%d] needs ndim >= 2 for the speculative conv windows", i);
     for (int d = 0; d < s->ndim; d++)
@@ -91,7 +96,8 @@ static kvc_status validate(kvc_context *ctx, const kvc_mamba_pool_config *c) {
   }
   if (c->layer_ids) {
     for (int i = 0; i < c->num_layers; i++) {
-      KVC_RETURN_IF(c->layer_ids[i] < 0, ctx, KVC_ERR_INVALID_ARGUMENT, "layer_ids[%d] = %d is negative", i, c->layer_ids[i]);
+      KVC_RETURN_IF(c->layer_ids[i] < 0, ctx, KVC_ERR_INVALID_ARGUMENT, "layer_ids[%d] = %d is negative", i,
+                    c->layer_ids[i]);
       for (int j = 0; j < i; j++)
         KVC_RETURN_IF(c->layer_ids[j] == c->layer_ids[i], ctx, KVC_ERR_INVALID_ARGUMENT,
                       "layer_ids[%d] and [%d] are both %d", j, i, c->layer_ids[i]);
@@ -101,8 +107,8 @@ static kvc_status validate(kvc_context *ctx, const kvc_mamba_pool_config *c) {
 }
 
 /* Fills tensor `t`: (L, rows, dims...) of dtype; false on byte overflow. */
-static bool set_tensor(mamba_tensor *t, kvc_region_kind region, int32_t index, kvc_dtype dtype, int64_t L,
-                       int64_t rows, const int64_t *dims, int nd) {
+static bool set_tensor(mamba_tensor *t, kvc_region_kind region, int32_t index, kvc_dtype dtype, int64_t L, int64_t rows,
+                       const int64_t *dims, int nd) {
   t->region = region;
   t->index = index;
   t->dtype = dtype;
@@ -114,7 +120,8 @@ static bool set_tensor(mamba_tensor *t, kvc_region_kind region, int32_t index, k
     t->shape[2 + d] = dims[d];
     if (!kvc__mul_size(row, (size_t)dims[d], &row)) return false;
   }
-  if (!kvc__mul_size(row, (size_t)rows, &pitch) || !kvc__mul_size(pitch, (size_t)L, &total) || total > (size_t)INT64_MAX / 2)
+  if (!kvc__mul_size(row, (size_t)rows, &pitch) || !kvc__mul_size(pitch, (size_t)L, &total) ||
+      total > (size_t)INT64_MAX / 2)
     return false;
   t->row_bytes = (int64_t)row;
   t->layer_pitch = (int64_t)pitch;
@@ -169,8 +176,8 @@ kvc_status kvc_mamba_pool_create(kvc_context *ctx, const kvc_mamba_pool_config *
   p->group = kvc__malloc(ctx, sizeof(int32_t) * (size_t)c.size);
   p->tmp = kvc__malloc(ctx, sizeof(int32_t) * 2 * ((size_t)c.size + 1));
   p->scratch = kvc__malloc(ctx, KVC__PARAM_SCRATCH_BYTES);
-  KVC_FAIL_GOTO(!p->layer_ids || !p->flag || !p->group || !p->tmp || !p->scratch, ctx, st,
-                KVC_ERR_HOST_OOM, fail, "host metadata for %d slots", c.size);
+  KVC_FAIL_GOTO(!p->layer_ids || !p->flag || !p->group || !p->tmp || !p->scratch, ctx, st, KVC_ERR_HOST_OOM, fail,
+                "host metadata for %d slots", c.size);
   for (int32_t l = 0; l < c.num_layers; l++) p->layer_ids[l] = c.layer_ids ? c.layer_ids[l] : l;
 
   /* Geometry, in SGLang's field order. */
@@ -345,7 +352,8 @@ kvc_status kvc_mamba_pool_fork_from(kvc_mamba_pool *pool, int32_t src, int32_t *
   KVC_API_ENTRY();
   KVC__MAMBA_ENTRY(pool);
   KVC_RETURN_IF(!out_slot, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "out_slot is NULL");
-  KVC_RETURN_IF(src < 0 || src > pool->size, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "src %d outside [0, %d]", src, pool->size);
+  KVC_RETURN_IF(src < 0 || src > pool->size, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "src %d outside [0, %d]", src,
+                pool->size);
   const bool from_group = pool->in_group && pool->group_pos < pool->group_n;
   KVC_RETURN_IF(!from_group && pool->free_slots.count < 1, pool->ctx, KVC_ERR_OUT_OF_SLOTS, "no free slot");
   const int32_t dst = from_group ? pool->group[pool->group_pos] : (int32_t)kvc__ring_at(&pool->free_slots, 0);
@@ -364,6 +372,4 @@ kvc_status kvc_mamba_pool_fork_from(kvc_mamba_pool *pool, int32_t src, int32_t *
   return finish(pool, __func__, KVC_OK);
 }
 
-kvc_context *kvc__mamba_pool_context(const kvc_mamba_pool *p) {
-  return kvc__mamba_live(p) ? p->ctx : NULL;
-}
+kvc_context *kvc__mamba_pool_context(const kvc_mamba_pool *p) { return kvc__mamba_live(p) ? p->ctx : NULL; }

@@ -76,7 +76,8 @@ kvc_status kvc_transfer_plan_copy_local(const kvc_transfer_plan *plan, kvc_conte
       const void *src = (const void *)(uintptr_t)(r->src_base + (uint64_t)run->src_page * r->page_bytes);
       const size_t bytes = (size_t)((uint64_t)run->length * r->page_bytes);
       if (height == 1) KVC_FORWARD(kvc__dev_copy_peer(dst_ctx, dst, src_ctx, src, bytes, stream));
-      else KVC_FORWARD(kvc__dev_copy_2d_peer(dst_ctx, dst, (size_t)dp, src_ctx, src, (size_t)sp, bytes, height, stream));
+      else
+        KVC_FORWARD(kvc__dev_copy_2d_peer(dst_ctx, dst, (size_t)dp, src_ctx, src, (size_t)sp, bytes, height, stream));
     }
   }
   return KVC_OK;

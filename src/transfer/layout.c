@@ -21,8 +21,7 @@ static pthread_once_t origin_once = PTHREAD_ONCE_INIT;
 static void origin_init(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  uint64_t parts[4] = {(uint64_t)getpid(), (uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec,
-                       (uint64_t)(uintptr_t)&origin_tag};
+  uint64_t parts[4] = {(uint64_t)getpid(), (uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec, (uint64_t)(uintptr_t)&origin_tag};
   origin_tag = kvc__hash(KVC__HASH_SEED, parts, sizeof parts);
   if (origin_tag == 0) origin_tag = 1;
 }
@@ -64,8 +63,8 @@ kvc_status kvc__layout_finish(kvc_transfer_layout *l, const char *fn) {
                   (long long)r->pages, (long long)r->page_bytes);
     KVC_RETURN_IF((int)r->region < KVC_REGION_K || (int)r->region > KVC_REGION_MAMBA_INTERMEDIATE_CONV, l->ctx,
                   KVC_ERR_INVALID_ARGUMENT, "%s: region %d has unknown kind %d", fn, i, (int)r->region);
-    KVC_RETURN_IF(kvc_dtype_size(r->dtype) == 0, l->ctx, KVC_ERR_INVALID_ARGUMENT, "%s: region %d has dtype %d",
-                  fn, i, (int)r->dtype);
+    KVC_RETURN_IF(kvc_dtype_size(r->dtype) == 0, l->ctx, KVC_ERR_INVALID_ARGUMENT, "%s: region %d has dtype %d", fn, i,
+                  (int)r->dtype);
     if (r->pages < min_pages) min_pages = r->pages;
   }
   l->min_pages = min_pages;
@@ -171,8 +170,7 @@ int32_t kvc_transfer_layout_num_regions(const kvc_transfer_layout *layout) {
   return layout && layout->magic == KVC__LAYOUT_MAGIC ? layout->num_regions : 0;
 }
 
-kvc_status kvc_transfer_layout_region(const kvc_transfer_layout *layout, int32_t index,
-                                      kvc_transfer_region_info *out) {
+kvc_status kvc_transfer_layout_region(const kvc_transfer_layout *layout, int32_t index, kvc_transfer_region_info *out) {
   KVC_FORWARD(kvc__layout_check(layout, NULL, __func__));
   KVC_ARG_NOT_NULL(layout->ctx, out);
   KVC_RETURN_IF(index < 0 || index >= layout->num_regions, layout->ctx, KVC_ERR_INVALID_ARGUMENT,

@@ -87,8 +87,7 @@ kvc_status kvc_transfer_layout_serialize(const kvc_transfer_layout *layout, void
   return KVC_OK;
 }
 
-kvc_status kvc_transfer_layout_deserialize(kvc_context *ctx, const void *buf, size_t bytes,
-                                           kvc_transfer_layout **out) {
+kvc_status kvc_transfer_layout_deserialize(kvc_context *ctx, const void *buf, size_t bytes, kvc_transfer_layout **out) {
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
   KVC_RETURN_IF(!buf || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "buf or out is NULL");
   const unsigned char *p = buf;

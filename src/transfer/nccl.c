@@ -26,13 +26,13 @@ static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
 
 /* POSIX lets dlsym's object pointer be converted to a function pointer through this
  * store; ISO C has no direct cast between the two. */
-#define NCCL_SYM(field, name, required)                                                    \
-  do {                                                                                      \
-    *(void **)&nccl.api.field = dlsym(nccl.lib, name);                                     \
-    if (!nccl.api.field && (required)) {                                                    \
-      snprintf(nccl.error, sizeof nccl.error, "%s has no %s", path, name);                 \
-      goto fail;                                                                            \
-    }                                                                                       \
+#define NCCL_SYM(field, name, required)                                    \
+  do {                                                                     \
+    *(void **)&nccl.api.field = dlsym(nccl.lib, name);                     \
+    if (!nccl.api.field && (required)) {                                   \
+      snprintf(nccl.error, sizeof nccl.error, "%s has no %s", path, name); \
+      goto fail;                                                           \
+    }                                                                      \
   } while (0)
 
 static void nccl_load_once(void) {
@@ -126,8 +126,8 @@ static kvc_status run_group(const kvc_transfer_plan *plan, kvc_context *ctx, con
     const kvc__xfer_region *reg;
     uint64_t so, dof, bytes;
     kvc__plan_copy_at(plan, i, &reg, &so, &dof, &bytes);
-    if (sending) r = api->send((const void *)(uintptr_t)(reg->src_base + so), (size_t)bytes, KVC__NCCL_INT8, peer,
-                               comm, stream);
+    if (sending)
+      r = api->send((const void *)(uintptr_t)(reg->src_base + so), (size_t)bytes, KVC__NCCL_INT8, peer, comm, stream);
     else r = api->recv((void *)(uintptr_t)(reg->dst_base + dof), (size_t)bytes, KVC__NCCL_INT8, peer, comm, stream);
     if (r != KVC__NCCL_SUCCESS) st = kvc__nccl_fail(ctx, api, r, comm, fn, sending ? "ncclSend" : "ncclRecv");
   }

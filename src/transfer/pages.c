@@ -4,8 +4,8 @@
  */
 #include "../core/core.h"
 
-kvc_status kvc_transfer_pages_from_slots(const int64_t *slots, size_t n_tokens, int32_t page_size,
-                                         int64_t *out_pages, size_t cap, size_t *n_pages) {
+kvc_status kvc_transfer_pages_from_slots(const int64_t *slots, size_t n_tokens, int32_t page_size, int64_t *out_pages,
+                                         size_t cap, size_t *n_pages) {
   KVC_RETURN_IF(!n_pages || (n_tokens && (!slots || !out_pages)), NULL, KVC_ERR_INVALID_ARGUMENT,
                 "slots, out_pages or n_pages is NULL");
   KVC_RETURN_IF(page_size < 1, NULL, KVC_ERR_INVALID_ARGUMENT, "page_size %d < 1", page_size);

@@ -42,8 +42,8 @@ static kvc_status check_compatible(kvc_context *ctx, const kvc_transfer_layout *
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "layouts differ: dtype %s (src) vs %s (dst)",
                       kvc_dtype_name(s->dtype), kvc_dtype_name(d->dtype));
   if (s->page_size != d->page_size)
-    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "layouts differ: page_size %d (src) vs %d (dst)",
-                      s->page_size, d->page_size);
+    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "layouts differ: page_size %d (src) vs %d (dst)", s->page_size,
+                      d->page_size);
   if (s->num_regions != d->num_regions)
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn,
                       "layouts differ: %d regions (src) vs %d (dst): a different layer count or region set",
@@ -56,8 +56,8 @@ static kvc_status check_compatible(kvc_context *ctx, const kvc_transfer_layout *
                         "(dst): a different layer range or region set",
                         i, (int)a->region, a->layer_id, a->index, (int)b->region, b->layer_id, b->index);
     if (a->dtype != b->dtype)
-      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "layouts differ at region %d (layer %d): dtype %s vs %s",
-                        i, a->layer_id, kvc_dtype_name(a->dtype), kvc_dtype_name(b->dtype));
+      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "layouts differ at region %d (layer %d): dtype %s vs %s", i,
+                        a->layer_id, kvc_dtype_name(a->dtype), kvc_dtype_name(b->dtype));
     if (a->page_bytes != b->page_bytes)
       return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn,
                         "layouts differ at region %d (kind %d, layer %d): %lld bytes per page (src) vs %lld (dst): "
@@ -103,8 +103,8 @@ static kvc_status check_pages(kvc_context *ctx, const kvc_transfer_layout *s, co
   qsort(scratch, n, sizeof *scratch, cmp_i64);
   for (size_t i = 1; i < n; i++)
     if (scratch[i] == scratch[i - 1])
-      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn,
-                        "target page %lld listed twice (two sources for one page)", (long long)scratch[i]);
+      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "target page %lld listed twice (two sources for one page)",
+                        (long long)scratch[i]);
   return KVC_OK;
 }
 
@@ -180,9 +180,14 @@ kvc_status kvc_transfer_plan_create(kvc_context *ctx, const kvc_transfer_layout 
   for (int32_t r = 0; r < src->num_regions; r++) {
     const kvc_transfer_region_info *a = &src->regions[r], *b = &dst->regions[r];
     /* pages x page_bytes was checked to fit when each layout was made. */
-    p->regions[r] = (kvc__xfer_region){a->base,          b->base,    (uint64_t)(a->pages * a->page_bytes),
-                                       (uint64_t)(b->pages * b->page_bytes), (uint64_t)a->page_bytes,
-                                       a->region,        a->layer_id, a->index};
+    p->regions[r] = (kvc__xfer_region){a->base,
+                                       b->base,
+                                       (uint64_t)(a->pages * a->page_bytes),
+                                       (uint64_t)(b->pages * b->page_bytes),
+                                       (uint64_t)a->page_bytes,
+                                       a->region,
+                                       a->layer_id,
+                                       a->index};
   }
   for (size_t i = 0; i < n_pages; i++) pairs[i] = (kvc__xfer_run){src_pages[i], dst_pages[i], 1};
   qsort(pairs, n_pages, sizeof *pairs, cmp_pair_by_diff);

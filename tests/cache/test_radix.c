@@ -177,7 +177,8 @@ static void expect_order(kvc_radix_policy policy, int32_t slru_threshold, const 
     got[i] = (char)('A' + log.first[i] / 100 - 1);
     KVT_OK(kvc_radix_cache_check(rc));
   }
-  if (strcmp(got, want)) fail_msg("policy %d (threshold %d): evicted %s, expected %s", policy, slru_threshold, got, want);
+  if (strcmp(got, want))
+    fail_msg("policy %d (threshold %d): evicted %s, expected %s", policy, slru_threshold, got, want);
   KVT_STATUS(kvc_radix_cache_evict(rc, NULL, 1, NULL), KVC_ERR_OUT_OF_SLOTS); /* empty */
   kvc_radix_cache_destroy(rc);
 }
@@ -257,7 +258,7 @@ static void test_handles_are_generation_checked(void **state) {
   KVT_OK(kvc_radix_cache_reset(rc));
   assert_int_equal(radix_cached(rc), 0);
   assert_int_equal(log.calls, 0); /* reset frees nothing (the pools are being cleared) */
-  radix_put(rc, 0, a, 3, 10, 0);   /* same id reused, new generation */
+  radix_put(rc, 0, a, 3, 10, 0);  /* same id reused, new generation */
   KVT_STATUS(kvc_radix_cache_lock(rc, m.node), KVC_ERR_INVALID_ARGUMENT);
   KVT_STATUS(kvc_radix_cache_lock(NULL, m.node), KVC_ERR_INVALID_ARGUMENT);
   kvc_radix_cache_destroy(rc);

@@ -17,9 +17,9 @@
 
 /* KVT_DEBUG=1 prints both victim lists and the tree on an eviction mismatch. */
 #define MAX2(a, b) ((a) > (b) ? (a) : (b))
-#define CAP 2048   /* slots */
-#define MAXK 96    /* key tokens */
-#define MAXP 4096  /* reference page nodes */
+#define CAP 2048  /* slots */
+#define MAXK 96   /* key tokens */
+#define MAXP 4096 /* reference page nodes */
 
 typedef struct pnode {
   int32_t parent, first, next; /* tree of pages */
@@ -54,14 +54,14 @@ static kvc_status model_free(void *user, const int64_t *slots, size_t n) {
   return KVC_OK;
 }
 
-#define EXPECT(cond, ...)                                                                      \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      char msg_[256];                                                                          \
-      snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                \
+#define EXPECT(cond, ...)                                                                                  \
+  do {                                                                                                     \
+    if (!(cond)) {                                                                                         \
+      char msg_[256];                                                                                      \
+      snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                            \
       fail_msg("seed %llu step %ld (page %d, policy %d): %s", (unsigned long long)m->seed, m->step, m->ps, \
-               (int)m->policy, msg_);                                                          \
-    }                                                                                          \
+               (int)m->policy, msg_);                                                                      \
+    }                                                                                                      \
   } while (0)
 
 static int32_t pn_new(model *m, int32_t parent) {
@@ -231,7 +231,8 @@ static void random_key(model *m, int32_t *key, int64_t *n, uint64_t *ns) {
   *ns = kvt_range(&m->rng, 0, 9) == 0 ? 1 : 0;
   *n = kvt_range(&m->rng, 0, MAXK);
   int64_t shared = kvt_range(&m->rng, 0, *n);
-  for (int64_t i = 0; i < *n; i++) key[i] = i < shared ? stem * 7 + (int32_t)(i % 5) : (int32_t)kvt_range(&m->rng, 0, 3);
+  for (int64_t i = 0; i < *n; i++)
+    key[i] = i < shared ? stem * 7 + (int32_t)(i % 5) : (int32_t)kvt_range(&m->rng, 0, 3);
 }
 
 static void run(kvc_radix_policy policy, int ps, long steps, uint64_t seed) {
@@ -284,7 +285,8 @@ static void run(kvc_radix_policy policy, int ps, long steps, uint64_t seed) {
       EXPECT(k == m->nfreed, "insert freed %lld duplicates, reference %lld", (long long)m->nfreed, (long long)k);
       for (int64_t i = 0; i < k; i++) EXPECT(m->freed[i] == want[i], "duplicate %lld", (long long)i);
       int32_t p = last; /* the reference's new pages get the incoming slots */
-      for (int64_t q = pages - 1; q >= rp / ps; q--, p = m->n[p].parent) memcpy(m->n[p].slot, vals + q * ps, (size_t)ps * 8);
+      for (int64_t q = pages - 1; q >= rp / ps; q--, p = m->n[p].parent)
+        memcpy(m->n[p].slot, vals + q * ps, (size_t)ps * 8);
     } else if (op < 70) { /* match, sometimes locking the result */
       kvc_radix_match r;
       KVT_OK(kvc_radix_cache_match_prefix(rc, ns, key, n, &r));
@@ -341,8 +343,8 @@ static void run(kvc_radix_policy policy, int ps, long steps, uint64_t seed) {
     kvt_digest_i64(ev);
     kvt_digest_i64(pr);
     sizes(m, &rev, &rpr);
-    EXPECT(ev == rev && pr == rpr, "sizes %lld/%lld, reference %lld/%lld", (long long)ev, (long long)pr,
-           (long long)rev, (long long)rpr);
+    EXPECT(ev == rev && pr == rpr, "sizes %lld/%lld, reference %lld/%lld", (long long)ev, (long long)pr, (long long)rev,
+           (long long)rpr);
     EXPECT(m->nfree * ps + ev + pr == total_pages * ps, "conservation: free %lld pages + cached %lld != %lld",
            (long long)m->nfree, (long long)(ev + pr), (long long)(total_pages * ps));
     if (m->step % 997 == 0) KVT_OK(kvc_radix_cache_check(rc));

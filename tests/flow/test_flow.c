@@ -91,8 +91,8 @@ static void test_release_skips_released_requests(void **state) {
 static void test_extend_out_of_memory_changes_nothing(void **state) {
   (void)state;
   fixture f;
-  fixture_make(&f, 4, 512, 64, 16, NULL); /* 4 pages */
-  kvc_req_state a = req0(40), b = req0(40);  /* 3 pages each */
+  fixture_make(&f, 4, 512, 64, 16, NULL);   /* 4 pages */
+  kvc_req_state a = req0(40), b = req0(40); /* 3 pages each */
   kvc_req_state *one[] = {&a}, *two[] = {&b};
   KVT_OK(kvc_flow_alloc_for_extend(f.flow, one, 1, f.out, NULL));
   int32_t rows_before = kvc_req_to_token_pool_available(f.pool);
@@ -343,7 +343,8 @@ static void test_decode_through_a_channel(void **state) {
     kvt_d2h(got, c.out, sizeof got);
     kvt_d2h(want, p.out, sizeof want);
     for (int i = 0; i < 3; i++) {
-      if (got[i] != want[i]) fail_msg("step %d request %d: slot %lld, without channel %lld", step, i, (long long)got[i], (long long)want[i]);
+      if (got[i] != want[i])
+        fail_msg("step %d request %d: slot %lld, without channel %lld", step, i, (long long)got[i], (long long)want[i]);
       assert_int_equal(a[i].seq_len, b[i].seq_len);
       assert_int_equal(a[i].kv_allocated_len, b[i].kv_allocated_len);
     }

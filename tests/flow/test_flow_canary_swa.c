@@ -26,8 +26,8 @@ typedef struct world {
   kvc_kv_pool *full, *half; /* the pool's halves (borrowed) */
   kvc_flow *flow;
   kvc_decode_channel *ch;
-  int64_t *out;   /* device out_cache_loc (the channel's out_device when ch) */
-  void *k, *v;    /* device staging rows for set_kv */
+  int64_t *out;        /* device out_cache_loc (the channel's out_device when ch) */
+  void *k, *v;         /* device staging rows for set_kv */
   int32_t nfull, nswa; /* layers per side */
 } world;
 
@@ -108,11 +108,11 @@ static void write_kv(world *w, size_t n, uint8_t b) {
   kvt_h2d(w->v, h, n * ROW_BYTES);
   free(h);
   for (int i = 0; i < w->nfull; i++)
-    KVT_OK(kvc_swa_kv_pool_set_kv(w->kv, g_full_ids[i], w->out, NULL, KVC_INDEX_I64, n, w->k, w->v, KVC_DTYPE_BF16,
-                                  0, 0, NULL, 1.0f, NULL, 1.0f, NULL));
+    KVT_OK(kvc_swa_kv_pool_set_kv(w->kv, g_full_ids[i], w->out, NULL, KVC_INDEX_I64, n, w->k, w->v, KVC_DTYPE_BF16, 0,
+                                  0, NULL, 1.0f, NULL, 1.0f, NULL));
   for (int i = 0; i < w->nswa; i++)
-    KVT_OK(kvc_swa_kv_pool_set_kv(w->kv, g_swa_ids[i], w->out, NULL, KVC_INDEX_I64, n, w->k, w->v, KVC_DTYPE_BF16,
-                                  0, 0, NULL, 1.0f, NULL, 1.0f, NULL));
+    KVT_OK(kvc_swa_kv_pool_set_kv(w->kv, g_swa_ids[i], w->out, NULL, KVC_INDEX_I64, n, w->k, w->v, KVC_DTYPE_BF16, 0, 0,
+                                  NULL, 1.0f, NULL, 1.0f, NULL));
 }
 
 /* A write after free: one row of bytes 0x5A into K and V of local layer `layer` of `half`
@@ -281,14 +281,14 @@ static void window_use_after_free(int32_t ps, bool channel) {
     steps++;
   }
   if (st != KVC_ERR_INTERNAL)
-    fail_msg("ps %d: no step found the write into freed SWA slot %d (%d steps, %s)", ps, s, steps,
-             kvc_status_name(st));
+    fail_msg("ps %d: no step found the write into freed SWA slot %d (%d steps, %s)", ps, s, steps, kvc_status_name(st));
   /* The failed step handed out the full slot whose peer is s, and kept it. */
   assert_int_equal(peer(&w, slot_at(&w, &a, a.seq_len - 1)), s);
   /* The message names the call the scheduler made, not the canary check inside it. */
   char want[160];
-  snprintf(want, sizeof want, "kvc_flow_alloc_for_decode: slot %d (request position 0) layer 1 region 0 byte 0 was "
-                              "written after it was freed (%d bytes differ) [SWA layers",
+  snprintf(want, sizeof want,
+           "kvc_flow_alloc_for_decode: slot %d (request position 0) layer 1 region 0 byte 0 was "
+           "written after it was freed (%d bytes differ) [SWA layers",
            s, 2 * ROW_BYTES);
   if (strncmp(kvc_last_error(kvt_ctx), want, strlen(want)))
     fail_msg("ps %d: message \"%s\", expected it to begin with \"%s\"", ps, kvc_last_error(kvt_ctx), want);
@@ -420,7 +420,8 @@ static void refill_spares_live_rows(int32_t ps) {
   assert_int_equal(a.seq_len, 52);
   assert_int_equal(b.seq_len, 39); /* b's last page is partly used (ps 4) */
   int64_t differ = 0;
-  for (int64_t p = a.swa_evicted_seqlen; p < a.seq_len; p++) differ += slot_at(&w, &a, p) != peer(&w, slot_at(&w, &a, p));
+  for (int64_t p = a.swa_evicted_seqlen; p < a.seq_len; p++)
+    differ += slot_at(&w, &a, p) != peer(&w, slot_at(&w, &a, p));
   assert_true(differ > 0);
   for (int round = 0; round < 2; round++) {
     /* The SWA slots the eviction is to release: a's peers in [evicted, 52 - 8 - ps). */
@@ -520,7 +521,7 @@ static void test_swa_enable_fills_both_halves_and_validates(void **state) {
   KVT_STATUS(kvc_flow_set_canary_swa(w.flow, m.kv), KVC_ERR_INVALID_ARGUMENT);
   world_free(&m);
   KVT_STATUS(all_rows_marked(&w), KVC_ERR_INTERNAL); /* failed calls filled nothing */
-  KVT_OK(kvc_flow_set_canary_swa(w.flow, NULL));      /* off: fine when already off */
+  KVT_OK(kvc_flow_set_canary_swa(w.flow, NULL));     /* off: fine when already off */
   KVT_OK(kvc_flow_set_canary_swa(w.flow, w.kv));
   KVT_OK(all_rows_marked(&w));
   world_free(&w);

@@ -233,8 +233,7 @@ static kvc_mamba_pool *make_mamba(int32_t size) {
 
 /* A hybrid (Mamba) model's pools: a request pool, a Mamba pool and the hybrid pool over
  * both; flags: KVC_HYBRID_*, pp 0 = the pool's default. */
-static void hyb_world_make(flow_world *w, int32_t rows, int32_t width, int32_t mamba_size, uint32_t flags,
-                           int32_t pp) {
+static void hyb_world_make(flow_world *w, int32_t rows, int32_t width, int32_t mamba_size, uint32_t flags, int32_t pp) {
   make_req_pool(w, rows, width);
   w->mp = make_mamba(mamba_size);
   kvc_hybrid_req_pool_config hc = KVC_HYBRID_REQ_POOL_CONFIG_INIT;

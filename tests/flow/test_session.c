@@ -75,7 +75,7 @@ static void test_session_keeps_kv_between_turns(void **state) {
     kvc_req_state *b2[] = {&t2};
     KVT_OK(kvc_flow_alloc_for_extend(f->flow, b2, 1, f->out, NULL));
     const int32_t *m = kvc_req_to_token_pool_row(f->pool, row);
-    assert_memory_equal(m, saved, sizeof saved); /* old KV untouched */
+    assert_memory_equal(m, saved, sizeof saved);               /* old KV untouched */
     if (ps > 1 && 35 % ps) assert_int_equal(m[35], m[34] + 1); /* continues the partial page */
     assert_row_synced(f, row, 47);
     KVT_OK(kvc_flow_release(f->flow, b2, 1, 1, NULL));
@@ -142,7 +142,6 @@ static void test_non_session_requests_pass_through(void **state) {
   kvc_session_cache_reset(s.sc);
   sfix_free(&s);
 }
-
 
 /* Speculative decoding leaves tokens allocated past the committed ones: at the end of a
  * turn, whole pages past the committed page go back, and the next turn continues exactly

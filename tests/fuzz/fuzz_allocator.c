@@ -123,7 +123,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (st == KVC_OK) nheld = 0;
       break;
     }
-    case 8: st = kvc_allocator_clear(a); nheld = 0; break;
+    case 8:
+      st = kvc_allocator_clear(a);
+      nheld = 0;
+      break;
     case 9: { /* req pool alloc with kept / new / bogus rows */
       int32_t rows[4];
       size_t n = fz_u8(&f) % 5;
@@ -206,7 +209,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       /* (free vs deferred may shift: a need_sort alloc short of pages merges first.) */
       if (now.held_pages != s0.held_pages || now.free_pages + now.deferred_pages != s0.free_pages + s0.deferred_pages ||
           kvc_req_to_token_pool_available(rp) != rows0) {
-        fprintf(stderr, "step %d op %d: refused call (%s: %s) changed the pools\n", step, op % 16, kvc_status_name(st), kvc_last_error(g_ctx));
+        fprintf(stderr, "step %d op %d: refused call (%s: %s) changed the pools\n", step, op % 16, kvc_status_name(st),
+                kvc_last_error(g_ctx));
         abort();
       }
     }

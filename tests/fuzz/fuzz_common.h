@@ -126,7 +126,7 @@ static inline void fz_req_pool_reset(kvc_req_to_token_pool *rp, int32_t rows, in
  * until the next full audit, at the latest the one at the end of the input, so the input
  * still fails; it reports a few calls later (FZ_TRACE shows the step). */
 #ifndef FZ_AUDIT_EVERY
-#define FZ_AUDIT_EVERY 8
+#  define FZ_AUDIT_EVERY 8
 #endif
 
 typedef struct fz {
@@ -161,23 +161,22 @@ static inline int64_t fz_int(fz *f, int64_t typical) {
 }
 
 /* Every status must be a known code; an INTERNAL error means an audit failed. */
-#define FZ_STATUS(st)                                                                      \
-  do {                                                                                      \
-    kvc_status fz_st_ = (st);                                                               \
-    if (fz_st_ == KVC_ERR_INTERNAL || !strcmp(kvc_status_name(fz_st_), "invalid")) {        \
-      fprintf(stderr, "%s:%d: status %s: %s\n", __FILE__, __LINE__, kvc_status_name(fz_st_), \
-              kvc_last_error(g_ctx));                                                       \
-      abort();                                                                              \
-    }                                                                                       \
+#define FZ_STATUS(st)                                                                                                \
+  do {                                                                                                               \
+    kvc_status fz_st_ = (st);                                                                                        \
+    if (fz_st_ == KVC_ERR_INTERNAL || !strcmp(kvc_status_name(fz_st_), "invalid")) {                                 \
+      fprintf(stderr, "%s:%d: status %s: %s\n", __FILE__, __LINE__, kvc_status_name(fz_st_), kvc_last_error(g_ctx)); \
+      abort();                                                                                                       \
+    }                                                                                                                \
   } while (0)
 
-#define FZ_AUDIT(expr)                                                                      \
-  do {                                                                                      \
-    kvc_status fz_st_ = (expr);                                                             \
-    if (fz_st_ != KVC_OK) {                                                                 \
+#define FZ_AUDIT(expr)                                                                            \
+  do {                                                                                            \
+    kvc_status fz_st_ = (expr);                                                                   \
+    if (fz_st_ != KVC_OK) {                                                                       \
       fprintf(stderr, "%s:%d: audit %s: %s\n", __FILE__, __LINE__, #expr, kvc_last_error(g_ctx)); \
-      abort();                                                                              \
-    }                                                                                       \
+      abort();                                                                                    \
+    }                                                                                             \
   } while (0)
 
 #endif

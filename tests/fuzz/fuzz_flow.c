@@ -37,7 +37,9 @@ static void audit(kvc_req_to_token_pool *rp, kvc_allocator *a, kvc_swa_allocator
 /* The O(1) fingerprint of the pools, taken around every call: free tokens on each side
  * and free rows (what the sessions hold is in the pools; kvc_session_cache_held walks
  * every session, a third of the time when taken per call). */
-typedef struct fp { int64_t avail, avail_swa, rows; } fp;
+typedef struct fp {
+  int64_t avail, avail_swa, rows;
+} fp;
 static void take(fp *s, kvc_req_to_token_pool *rp, kvc_allocator *a, kvc_swa_allocator *sa) {
   memset(s, 0, sizeof *s);
   if (sa) s->avail = kvc_swa_allocator_full_available_size(sa), s->avail_swa = kvc_swa_allocator_swa_available_size(sa);
@@ -165,8 +167,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 7: { /* misuse: scribble on a request state, or call with junk */
       kvc_req_state *r = &req[fz_u8(&f) % NREQ];
       switch (fz_u8(&f) % 6) {
-      case 0: r->req_row = (int32_t)fz_int(&f, ROWS); corrupted = 1; break;
-      case 1: r->kv_allocated_len = fz_int(&f, WIDTH); corrupted = 1; break;
+      case 0:
+        r->req_row = (int32_t)fz_int(&f, ROWS);
+        corrupted = 1;
+        break;
+      case 1:
+        r->kv_allocated_len = fz_int(&f, WIDTH);
+        corrupted = 1;
+        break;
       case 2: r->prefix_len = fz_int(&f, WIDTH), r->seq_len = fz_int(&f, WIDTH); break;
       case 3: /* a prefix of arbitrary slots for a request without a row */
         if (!r->req_row) {
@@ -201,7 +209,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     FZ_STATUS(st);
     if (trace) {
-      fprintf(stderr, "step %d op %u n %zu -> %s %s\n", step, op, n, kvc_status_name(st), st ? kvc_last_error(g_ctx) : "");
+      fprintf(stderr, "step %d op %u n %zu -> %s %s\n", step, op, n, kvc_status_name(st),
+              st ? kvc_last_error(g_ctx) : "");
       for (int i = 0; i < NREQ; i++)
         if (req[i].req_row || req[i].kv_allocated_len)
           fprintf(stderr, "   req%d row %d alloc %lld committed %lld sess %llu\n", i, req[i].req_row,
@@ -216,8 +225,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* (OUT_OF_SLOTS: SGLang evicts the cache and out-of-window SWA slots before it gives
      * up, and keeps the evictions; a batch release is not all-or-nothing (kvcache.h): the
      * requests before the refused one are released. So then things may only be freed.) */
-    const int oom_ok = (st == KVC_ERR_OUT_OF_SLOTS || (op & 7) == 2) && s1.avail >= s0.avail && s1.avail_swa >= s0.avail_swa &&
-                       s1.rows >= s0.rows;
+    const int oom_ok = (st == KVC_ERR_OUT_OF_SLOTS || (op & 7) == 2) && s1.avail >= s0.avail &&
+                       s1.avail_swa >= s0.avail_swa && s1.rows >= s0.rows;
     if (st != KVC_OK && !was_corrupted && !corrupted && !oom_ok && memcmp(&s0, &s1, sizeof s0)) {
       fprintf(stderr, "step %d: refused call (%s) changed the pools\n", step, kvc_last_error(g_ctx));
       abort();

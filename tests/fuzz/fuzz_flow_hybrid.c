@@ -28,7 +28,12 @@ static int64_t *g_dout;
  * but an inserting finish forks the request's Mamba state into a slot the cache owns and
  * evict(mamba_num) gives such slots back. It drives the flow's supports_mamba paths:
  * Mamba eviction before rows are taken, and release leaving the Mamba state to the cache. */
-typedef struct toy { kvc_hybrid_req_pool *hp; kvc_mamba_pool *mp; int32_t slot[64]; int n; } toy;
+typedef struct toy {
+  kvc_hybrid_req_pool *hp;
+  kvc_mamba_pool *mp;
+  int32_t slot[64];
+  int n;
+} toy;
 static int toy_supports(void *self) { return (void)self, 1; }
 static kvc_status toy_evict(void *self, kvc_flow *f, int64_t n, int64_t swa, int64_t mamba) {
   toy *t = self;
@@ -62,7 +67,9 @@ static kvc_status toy_unfinished(void *self, kvc_flow *f, kvc_req_state *r) {
 }
 
 /* What a failed call must leave unchanged. */
-typedef struct snap { int64_t held_pages, rows, mamba, sess_tokens, sess_reqs; } snap;
+typedef struct snap {
+  int64_t held_pages, rows, mamba, sess_tokens, sess_reqs;
+} snap;
 
 typedef struct world {
   kvc_req_to_token_pool *rp;
@@ -71,7 +78,7 @@ typedef struct world {
   kvc_hybrid_req_pool *hp;
   kvc_session_cache *sc; /* NULL without sessions */
   kvc_flow *flow;
-  toy t; /* the toy cache's state (in use or not) */
+  toy t;                        /* the toy cache's state (in use or not) */
   int32_t msize, pp, track, ps; /* Mamba slots; pp; track slots on; page size */
   kvc_req_state req[NREQ];
   int lent[NREQ]; /* the request runs a session turn (its row is the session's) */
@@ -99,7 +106,7 @@ static void mark(const world *w, uint8_t *seen, int64_t *n, int32_t s, const cha
  * mapped + row-less early slots + the toy's, held rows == live + session - lent. */
 static void check(const world *w, int full) {
   FZ_AUDIT(kvc_req_to_token_pool_audit_device(w->rp, NULL)); /* includes _check */
-  if (!full) FZ_AUDIT(kvc_allocator_check(w->a)); /* else kvc_flow_check below does it */
+  if (!full) FZ_AUDIT(kvc_allocator_check(w->a));            /* else kvc_flow_check below does it */
   FZ_AUDIT(kvc_mamba_pool_check(w->mp));
   const int32_t *dm = kvc_hybrid_req_pool_mapping(w->hp), *dt = kvc_hybrid_req_pool_track_mapping(w->hp);
   for (int32_t row = 0; row <= ROWS; row++) { /* host backend: device memory is host memory */
@@ -139,7 +146,8 @@ static void check(const world *w, int full) {
       if (r->mamba_track[k] != tr[k]) FAIL("req%d: track[%d] = %d, its row maps %d", i, k, r->mamba_track[k], tr[k]);
   }
   for (int i = 0; i < w->t.n; i++) mark(w, seen, &mapped, w->t.slot[i], "the toy cache");
-  const int64_t held_m = w->msize - kvc_mamba_pool_available(w->mp), held_r = ROWS - kvc_req_to_token_pool_available(w->rp);
+  const int64_t held_m = w->msize - kvc_mamba_pool_available(w->mp),
+                held_r = ROWS - kvc_req_to_token_pool_available(w->rp);
   if (held_m != mapped) FAIL("Mamba conservation: %lld held, %lld accounted for", (long long)held_m, (long long)mapped);
   if (w->sc) FZ_AUDIT(kvc_session_cache_held(w->sc, w->ps, NULL, NULL, &sess_rows));
   if (held_r != live_rows + sess_rows - lent)
@@ -218,8 +226,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FZ_STATUS(kvc_session_cache_match(w.sc, q, (b & 2) ? WIDTH : fz_u8(&f) % WIDTH, &matched));
           w.lent[idx] |= matched;
           int32_t m; /* SGLang 12.9: the Mamba slot taken before the row */
-          if ((b & 4) && q->mamba_slot <= 0 && kvc_mamba_pool_alloc(w.mp, 1, &m, NULL) == KVC_OK)
-            q->mamba_slot = m;
+          if ((b & 4) && q->mamba_slot <= 0 && kvc_mamba_pool_alloc(w.mp, 1, &m, NULL) == KVC_OK) q->mamba_slot = m;
         }
         if (q->req_row && !matched) q->prefix_len = q->kv_allocated_len; /* chunked continuation */
         q->seq_len = q->prefix_len < WIDTH ? q->prefix_len + fz_u8(&f) % 24 : q->prefix_len;
@@ -236,7 +243,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     case 3: CALL(kvc_flow_cache_unfinished(w.flow, r)); break;
     case 4: CALL(kvc_flow_evict(w.flow, fz_int(&f, 64))); break;
-    case 5: if (w.sc) CALL(kvc_session_cache_release(w.sc, w.flow, (uint64_t)fz_u8(&f) % (NREQ + 1))); break;
+    case 5:
+      if (w.sc) CALL(kvc_session_cache_release(w.sc, w.flow, (uint64_t)fz_u8(&f) % (NREQ + 1)));
+      break;
     case 6: { /* legit engine writes: flags, and committed rolled back (speculative decoding) */
       const uint8_t b = fz_u8(&f);
       r->flags = b & (KVC_REQ_CHUNKED | KVC_REQ_SKIP_CACHE_INSERT);
@@ -254,9 +263,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
        * can fail half-way through a batch and is only required to give a known status. */
       switch (kind % 6) {
       case 0: v = r->req_row = (int32_t)fz_int(&f, ROWS), atomic = v && !kvc_req_to_token_pool_is_held(w.rp, v); break;
-      case 1: v = r->mamba_slot = (int32_t)fz_int(&f, w.msize), atomic = v > 0 && !kvc_mamba_pool_is_held(w.mp, v); break;
-      case 2: v = r->mamba_track[kind >> 7] = (int32_t)fz_int(&f, w.msize), atomic = v > 0 && !kvc_mamba_pool_is_held(w.mp, v); break;
-      case 3: r->kv_allocated_len = fz_int(&f, WIDTH), atomic = r->kv_allocated_len < 0 || r->kv_allocated_len > WIDTH; break;
+      case 1:
+        v = r->mamba_slot = (int32_t)fz_int(&f, w.msize), atomic = v > 0 && !kvc_mamba_pool_is_held(w.mp, v);
+        break;
+      case 2:
+        v = r->mamba_track[kind >> 7] = (int32_t)fz_int(&f, w.msize),
+        atomic = v > 0 && !kvc_mamba_pool_is_held(w.mp, v);
+        break;
+      case 3:
+        r->kv_allocated_len = fz_int(&f, WIDTH), atomic = r->kv_allocated_len < 0 || r->kv_allocated_len > WIDTH;
+        break;
       case 4: r->kv_committed_len = fz_int(&f, WIDTH); break; /* validated, or legit in [0, allocated] */
       default: /* NULL handles / arguments; the row argument of free_mamba_cache is junk */
         FZ_STATUS(kvc_flow_alloc_for_extend(w.flow, NULL, 1, g_dout, NULL));
@@ -275,7 +291,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           r->seq_len = r->prefix_len >= 0 && r->prefix_len < WIDTH ? r->prefix_len + 4 : r->prefix_len;
           CALL(kvc_flow_alloc_for_extend(w.flow, one, 1, g_dout, NULL));
           break;
-        case 1: r->seq_len = r->kv_allocated_len, CALL(kvc_flow_alloc_for_decode(w.flow, one, 1, 1, g_dout, NULL)); break;
+        case 1:
+          r->seq_len = r->kv_allocated_len, CALL(kvc_flow_alloc_for_decode(w.flow, one, 1, 1, g_dout, NULL));
+          break;
         case 2: batch[0] = r, CALL(kvc_flow_release(w.flow, batch, n ? n : 1, 1, NULL)); break;
         default: CALL(kvc_flow_cache_unfinished(w.flow, r)); break;
         }
@@ -292,7 +310,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                       st ? kvc_last_error(g_ctx) : "")
             : fprintf(stderr, "  req%d row %d mamba %d track %d %d alloc %lld committed %lld sess %d lent %d\n", i,
                       req[i].req_row, req[i].mamba_slot, req[i].mamba_track[0], req[i].mamba_track[1],
-                      (long long)req[i].kv_allocated_len, (long long)req[i].kv_committed_len, (int)req[i].session_id, w.lent[i]);
+                      (long long)req[i].kv_allocated_len, (long long)req[i].kv_committed_len, (int)req[i].session_id,
+                      w.lent[i]);
     if (called && st != KVC_OK && atomic && !was_corrupted && (take(&w, &s1, 0), memcmp(&s0, &s1, sizeof s0)))
       FAIL("failed call (%s) changed pools: held pages %lld->%lld free rows %lld->%lld free Mamba %lld->%lld",
            kvc_last_error(g_ctx), (long long)s0.held_pages, (long long)s1.held_pages, (long long)s0.rows,
@@ -313,7 +332,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (uint64_t id = 1; w.sc && id <= NREQ; id++) {
     kvc_status st = kvc_session_cache_release(w.sc, w.flow, id); /* INVALID_ARGUMENT: no such session */
     FZ_STATUS(st);
-    if (!corrupted && st != KVC_OK && st != KVC_ERR_INVALID_ARGUMENT) FAIL("session %d: %s", (int)id, kvc_last_error(g_ctx));
+    if (!corrupted && st != KVC_OK && st != KVC_ERR_INVALID_ARGUMENT)
+      FAIL("session %d: %s", (int)id, kvc_last_error(g_ctx));
   }
   if (!corrupted) {
     FZ_AUDIT(toy_evict(&w.t, w.flow, 0, 0, w.t.n));

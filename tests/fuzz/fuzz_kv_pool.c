@@ -185,7 +185,7 @@ static void hostile_create(fz *f) {
   /* Keep a valid pool small (a few MB at most: it is really allocated and zero-filled);
    * zero, negative and the INT32_MAX dims still go through. */
   if (c.size > 256) c.size = 256;
-  if (c.layer_num > 4) c.layer_num = 4; /* INT32_MAX: issue 13 #3's own test */
+  if (c.layer_num > 4) c.layer_num = 4;                 /* INT32_MAX: issue 13 #3's own test */
   if (c.start_layer > 1 << 20) c.start_layer = 1 << 20; /* past INT32_MAX: the same */
   if (c.head_num > 4 && c.head_num < INT32_MAX) c.head_num = 4;
   if (c.head_dim > 128 && c.head_dim < INT32_MAX) c.head_dim = 128;
@@ -193,7 +193,7 @@ static void hostile_create(fz *f) {
   if (c.kv_lora_rank > 512 && c.kv_lora_rank < INT32_MAX) c.kv_lora_rank = 512;
   if (c.qk_rope_head_dim > 128 && c.qk_rope_head_dim < INT32_MAX) c.qk_rope_head_dim = 128;
   if (c.page_size > 64 && c.page_size < INT32_MAX) c.page_size = 64;
-  if (c.head_num == INT32_MAX) c.size = 1; /* rejected, or tiny */
+  if (c.head_num == INT32_MAX) c.size = 1;        /* rejected, or tiny */
   kvc_kv_pool *p = (kvc_kv_pool *)(uintptr_t)0x1; /* must stay untouched on failure */
   kvc_status st = kvc_kv_pool_create(g_ctx, &c, &p);
   FZ_STATUS(st);
@@ -244,7 +244,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (arrays) fill_loc(&f, g_loc, n, t);
       const uint8_t m = fz_u8(&f);
       st = kvc_kv_pool_set_kv(p, layer, arrays ? g_loc : NULL, t, n, (arrays && !(m & 1)) ? g_src : NULL,
-                              (arrays && !(m & 2)) ? g_src2 : NULL, dtype(&f), stride(&f, n), stride(&f, n), NULL, (m & 16) ? 0.5f : 1.0f, NULL, 1.0f, NULL);
+                              (arrays && !(m & 2)) ? g_src2 : NULL, dtype(&f), stride(&f, n), stride(&f, n), NULL,
+                              (m & 16) ? 0.5f : 1.0f, NULL, 1.0f, NULL);
       break;
     }
     case 1: { /* gather_kv */
@@ -262,8 +263,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (arrays) fill_loc(&f, g_loc, n, t);
       const uint8_t m = fz_u8(&f);
       st = kvc_kv_pool_set_mla_kv(p, layer, arrays ? g_loc : NULL, t, n, (arrays && !(m & 1)) ? g_src : NULL,
-                                  (arrays && !(m & 2)) ? g_src2 : NULL, dtype(&f), stride(&f, n),
-                                  stride(&f, n), NULL);
+                                  (arrays && !(m & 2)) ? g_src2 : NULL, dtype(&f), stride(&f, n), stride(&f, n), NULL);
       break;
     }
     case 3: { /* get_mla_kv */
@@ -337,8 +337,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 10: hostile_create(&f); break;
     default: { /* NULL pools and NULL outputs */
       size_t bytes;
-      FZ_STATUS(kvc_kv_pool_set_kv(NULL, layer, g_loc, KVC_INDEX_I64, 1, g_src, g_src2, g->dtype, 0, 0, NULL,
-                                   1.0f, NULL, 1.0f, NULL));
+      FZ_STATUS(kvc_kv_pool_set_kv(NULL, layer, g_loc, KVC_INDEX_I64, 1, g_src, g_src2, g->dtype, 0, 0, NULL, 1.0f,
+                                   NULL, 1.0f, NULL));
       FZ_STATUS(kvc_kv_pool_move(NULL, g_loc, g_loc2, KVC_INDEX_I64, 1, NULL));
       FZ_STATUS(kvc_kv_pool_host_copy_bytes(NULL, 1, &bytes));
       FZ_STATUS(kvc_kv_pool_host_copy_bytes(p, 1, NULL));

@@ -116,7 +116,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     case 3: /* decode one token (its id joins the key) */
       if (!e->live || e->st.seq_len >= MAXT || e->st.seq_len < e->rr.num_tokens) break;
-      if (kvc_flow_alloc_for_decode(flow, one, 1, 1, g_out, NULL) == KVC_OK) e->toks[e->rr.num_tokens++] = fz_u8(&f) & 3;
+      if (kvc_flow_alloc_for_decode(flow, one, 1, 1, g_out, NULL) == KVC_OK)
+        e->toks[e->rr.num_tokens++] = fz_u8(&f) & 3;
       break;
     case 4:
     case 5: { /* release: insert, or abort */
@@ -202,9 +203,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (getenv("FZ_TRACE") && reqs[i].live) {
       int64_t pr = 0;
       kvc_radix_cache_sizes(rc, NULL, &pr, NULL);
-      fprintf(stderr, "before final release %d: node %p committed %lld protected_len %lld tokens %lld; protected %lld\n",
-              i, reqs[i].st.cache_node, (long long)reqs[i].st.kv_committed_len,
-              (long long)reqs[i].st.cache_protected_len, (long long)reqs[i].rr.num_tokens, (long long)pr);
+      fprintf(stderr,
+              "before final release %d: node %p committed %lld protected_len %lld tokens %lld; protected %lld\n", i,
+              reqs[i].st.cache_node, (long long)reqs[i].st.kv_committed_len, (long long)reqs[i].st.cache_protected_len,
+              (long long)reqs[i].rr.num_tokens, (long long)pr);
     }
     if (reqs[i].live) FZ_AUDIT(kvc_flow_release(flow, one, 1, 1, NULL));
     if (getenv("FZ_TRACE") && reqs[i].live)

@@ -153,10 +153,11 @@ static void test_hybrid_kv_pool(void **state) {
   int64_t *dl = kvt_dev_alloc(8);
   const int64_t slot = 5;
   kvt_h2d(dk, k, 16), kvt_h2d(dv, v, 16), kvt_h2d(dl, &slot, 8);
-  KVT_OK(kvc_hybrid_kv_pool_set_kv(p, 2, dl, KVC_INDEX_I64, 1, dk, dv, KVC_DTYPE_F32, 0, 0, NULL, 1.f, NULL, 1.f, NULL));
-  KVT_STATUS(kvc_hybrid_kv_pool_set_kv(p, 3, dl, KVC_INDEX_I64, 1, dk, dv, KVC_DTYPE_F32, 0, 0, NULL, 1.f, NULL, 1.f,
-                                       NULL),
-             KVC_ERR_INVALID_ARGUMENT);
+  KVT_OK(
+      kvc_hybrid_kv_pool_set_kv(p, 2, dl, KVC_INDEX_I64, 1, dk, dv, KVC_DTYPE_F32, 0, 0, NULL, 1.f, NULL, 1.f, NULL));
+  KVT_STATUS(
+      kvc_hybrid_kv_pool_set_kv(p, 3, dl, KVC_INDEX_I64, 1, dk, dv, KVC_DTYPE_F32, 0, 0, NULL, 1.f, NULL, 1.f, NULL),
+      KVC_ERR_INVALID_ARGUMENT);
   kvc_buffer_desc d;
   memset(&d, 0, sizeof d);
   d.struct_size = sizeof d;

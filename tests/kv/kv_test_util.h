@@ -17,8 +17,8 @@ static inline kvc_kv_pool *kvt_pool_on(kvc_context *ctx, kvc_kv_pool_config c) {
 }
 
 /* The config of an MHA-family pool: H heads of D (K) and Dv (V) values per token. */
-static inline kvc_kv_pool_config kvt_mha_config(kvc_kv_pool_kind kind, kvc_dtype dt, int H, int D, int Dv,
-                                                int64_t size, int layers, int ps) {
+static inline kvc_kv_pool_config kvt_mha_config(kvc_kv_pool_kind kind, kvc_dtype dt, int H, int D, int Dv, int64_t size,
+                                                int layers, int ps) {
   kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
   c.kind = kind;
   c.dtype = dt;

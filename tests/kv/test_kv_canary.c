@@ -14,8 +14,7 @@ static void stray_write(kvc_kv_pool *p, int layer, int64_t slot, size_t row_byte
   void *k = kvt_dev_alloc(row_bytes), *v = kvt_dev_alloc(row_bytes);
   kvt_h2d(k, h, row_bytes);
   kvt_h2d(v, h, row_bytes);
-  KVT_OK(kvc_kv_pool_set_kv(p, layer, loc, KVC_INDEX_I64, 1, k, v, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f, NULL, 1.0f,
-                            NULL));
+  KVT_OK(kvc_kv_pool_set_kv(p, layer, loc, KVC_INDEX_I64, 1, k, v, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f, NULL, 1.0f, NULL));
   free(h);
   kvt_dev_free(k);
   kvt_dev_free(v);
@@ -145,7 +144,6 @@ static void test_flow_canary_argument_errors(void **state) {
   kvc_kv_pool_destroy(ps2);
   fixture_free(&f);
 }
-
 
 /* KVC_CONTEXT_CANARY (or env KVC_CANARY=1): a flow created after the pool guards it without
  * an explicit kvc_flow_set_canary — the pool's rows hold the marker from then on. */

@@ -21,8 +21,8 @@ static int64_t *make_slots(kvt_rng *r, int64_t rows, size_t n) {
       if (s[j] == s[i]) s[i] = -5; /* duplicate -> out of range */
   if (n > 0) s[0] = 0;
   if (n > 1) s[1] = rows - 1;
-  if (n > 3) s[2] = rows;   /* out of range */
-  if (n > 3) s[3] = -1;     /* out of range */
+  if (n > 3) s[2] = rows; /* out of range */
+  if (n > 3) s[3] = -1;   /* out of range */
   return s;
 }
 
@@ -89,15 +89,23 @@ static void check_copy(const layout *L, size_t n, kvc_index_type lt, int64_t siz
     kvt_dev_free(go);
     kvt_dev_free(gv);
   }
-  free(k0); free(v0); free(k1); free(v1); free(k); free(v); free(slots);
-  kvt_dev_free(dloc); kvt_dev_free(dk); kvt_dev_free(dv);
+  free(k0);
+  free(v0);
+  free(k1);
+  free(v1);
+  free(k);
+  free(v);
+  free(slots);
+  kvt_dev_free(dloc);
+  kvt_dev_free(dk);
+  kvt_dev_free(dv);
   kvc_kv_pool_destroy(p);
 }
 
 static void test_set_kv_copy_every_dtype_and_layout(void **state) {
   (void)state;
   const layout ls[] = {
-      {KVC_DTYPE_BF16, 8, 128, 128}, {KVC_DTYPE_F16, 3, 40, 40},   {KVC_DTYPE_F32, 2, 64, 32},
+      {KVC_DTYPE_BF16, 8, 128, 128},   {KVC_DTYPE_F16, 3, 40, 40},    {KVC_DTYPE_F32, 2, 64, 32},
       {KVC_DTYPE_FP8_E4M3, 4, 64, 96}, {KVC_DTYPE_FP8_E5M2, 1, 1, 1}, {KVC_DTYPE_BF16, 1, 3, 5},
   };
   const size_t ns[] = {0, 1, 7, 300};
@@ -144,8 +152,8 @@ static void check_quant(kvc_dtype src, kvc_dtype dst, float kscale, float vscale
   float *dks = kvt_dev_alloc(8);
   kvt_h2d(dks, &kscale, 4);
   kvt_h2d(dks + 1, &vscale, 4);
-  KVT_OK(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, n, dk, dv, src, 0, 0, by_ptr ? dks : NULL, by_ptr ? 7.0f : kscale,
-                            by_ptr ? dks + 1 : NULL, by_ptr ? 7.0f : vscale, NULL));
+  KVT_OK(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, n, dk, dv, src, 0, 0, by_ptr ? dks : NULL,
+                            by_ptr ? 7.0f : kscale, by_ptr ? dks + 1 : NULL, by_ptr ? 7.0f : vscale, NULL));
   uint8_t *kp = kvt_read_buf(p, KVC_REGION_K, 0, NULL), *vp = kvt_read_buf(p, KVC_REGION_V, 0, NULL);
   const int e4 = dst == KVC_DTYPE_FP8_E4M3;
   for (size_t i = 0; i < n; i++) {
@@ -153,14 +161,24 @@ static void check_quant(kvc_dtype src, kvc_dtype dst, float kscale, float vscale
       if (kp[slots[i] * ke + e] != ref_fp8((double)(kf[i * ke + e] / kscale), e4))
         fail_msg("K item %zu elem %zu: %02x vs ref %02x (x=%g)", i, e, kp[slots[i] * ke + e],
                  ref_fp8((double)(kf[i * ke + e] / kscale), e4), (double)kf[i * ke + e]);
-    for (size_t e = 0; e < ve; e++) assert_int_equal(vp[slots[i] * ve + e], ref_fp8((double)(vf[i * ve + e] / vscale), e4));
+    for (size_t e = 0; e < ve; e++)
+      assert_int_equal(vp[slots[i] * ve + e], ref_fp8((double)(vf[i * ve + e] / vscale), e4));
   }
   /* input unchanged */
   uint8_t *back = malloc(n * ke * es);
   kvt_d2h(back, dk, n * ke * es);
   assert_memory_equal(back, k, n * ke * es);
-  free(back); free(kp); free(vp); free(kf); free(vf); free(k); free(v);
-  kvt_dev_free(dloc); kvt_dev_free(dk); kvt_dev_free(dv); kvt_dev_free(dks);
+  free(back);
+  free(kp);
+  free(vp);
+  free(kf);
+  free(vf);
+  free(k);
+  free(v);
+  kvt_dev_free(dloc);
+  kvt_dev_free(dk);
+  kvt_dev_free(dv);
+  kvt_dev_free(dks);
   kvc_kv_pool_destroy(p);
 }
 
@@ -183,8 +201,8 @@ static void test_fp8_reference_hand_values(void **state) {
   assert_int_equal(ref_fp8(1e6, 1), 0x7e);
   assert_int_equal(ref_fp8(-1e6, 1), 0xfe);
   assert_int_equal(ref_fp8(1.0, 1), 0x38);
-  assert_int_equal(ref_fp8(1.0625, 1), 0x38); /* tie between 1.0 (even) and 1.125 */
-  assert_int_equal(ref_fp8(1.1875, 1), 0x3a); /* tie between 1.125 and 1.25 (even) */
+  assert_int_equal(ref_fp8(1.0625, 1), 0x38);      /* tie between 1.0 (even) and 1.125 */
+  assert_int_equal(ref_fp8(1.1875, 1), 0x3a);      /* tie between 1.125 and 1.25 (even) */
   assert_int_equal(ref_fp8(0.001953125, 1), 0x01); /* 2^-9, smallest subnormal */
   assert_int_equal(ref_fp8(57344.0, 0), 0x7b);
   assert_int_equal(ref_fp8(1.0, 0), 0x3c);
@@ -217,7 +235,8 @@ static void test_fp4_write_and_gather(void **state) {
     void *dloc = upload_loc(slots, n, KVC_INDEX_I64);
     uint8_t *dk = kvt_dev_alloc(2 * n * ne * es);
     kvt_h2d(dk, kin, 2 * n * ne * es);
-    KVT_OK(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, n, dk, dk + n * ne * es, srcs[a], 0, 0, NULL, 1.0f, NULL, 1.0f, NULL));
+    KVT_OK(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, n, dk, dk + n * ne * es, srcs[a], 0, 0, NULL, 1.0f, NULL, 1.0f,
+                              NULL));
     uint8_t *kp = kvt_read_buf(p, KVC_REGION_K, 0, NULL), *vp = kvt_read_buf(p, KVC_REGION_V, 0, NULL);
     uint8_t *ksc = kvt_read_buf(p, KVC_REGION_K_SCALE, 0, NULL), *vsc = kvt_read_buf(p, KVC_REGION_V_SCALE, 0, NULL);
     for (size_t i = 0; i < n - 1; i++)
@@ -244,8 +263,16 @@ static void test_fp4_write_and_gather(void **state) {
         }
         assert_true(hg[i * ne + e] == want);
       }
-    free(hg); free(kp); free(vp); free(ksc); free(vsc); free(kf); free(kin);
-    kvt_dev_free(go); kvt_dev_free(dloc); kvt_dev_free(dk);
+    free(hg);
+    free(kp);
+    free(vp);
+    free(ksc);
+    free(vsc);
+    free(kf);
+    free(kin);
+    kvt_dev_free(go);
+    kvt_dev_free(dloc);
+    kvt_dev_free(dk);
     kvc_kv_pool_destroy(p);
   }
 }
@@ -275,8 +302,10 @@ static void test_gather_converts_fp8_to_bf16(void **state) {
     }
   }
   for (int e = 0; e < 32; e++) assert_int_equal(h[3 * 32 + e], 0);
-  free(kp); free(vp);
-  kvt_dev_free(go); kvt_dev_free(dloc);
+  free(kp);
+  free(vp);
+  kvt_dev_free(go);
+  kvt_dev_free(dloc);
   kvc_kv_pool_destroy(p);
 }
 
@@ -286,17 +315,22 @@ static void test_noop_and_errors(void **state) {
   int64_t one = 1;
   void *dloc = upload_loc(&one, 1, KVC_INDEX_I64);
   void *dk = kvt_dev_alloc(64);
-  KVT_STATUS(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, 1, dk, dk, KVC_DTYPE_BF16, 0, 0, NULL, 1, NULL, 1, NULL), KVC_ERR_UNSUPPORTED);
+  KVT_STATUS(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, 1, dk, dk, KVC_DTYPE_BF16, 0, 0, NULL, 1, NULL, 1, NULL),
+             KVC_ERR_UNSUPPORTED);
   KVT_OK(kvc_kv_pool_move(p, dloc, dloc, KVC_INDEX_I64, 1, NULL)); /* no-op */
   kvc_kv_pool_destroy(p);
   p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_BF16, 2, 8, 0, 100, 2, 1);
   KVT_OK(kvc_kv_pool_set_kv(p, 0, NULL, KVC_INDEX_I64, 0, NULL, NULL, KVC_DTYPE_BF16, 0, 0, NULL, 1, NULL, 1, NULL));
-  KVT_STATUS(kvc_kv_pool_set_kv(p, 5, dloc, KVC_INDEX_I64, 1, dk, dk, KVC_DTYPE_BF16, 0, 0, NULL, 1, NULL, 1, NULL), KVC_ERR_INVALID_ARGUMENT);
-  KVT_STATUS(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, 1, dk, NULL, KVC_DTYPE_BF16, 0, 0, NULL, 1, NULL, 1, NULL), KVC_ERR_INVALID_ARGUMENT);
-  KVT_STATUS(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, 1, dk, dk, KVC_DTYPE_U8, 0, 0, NULL, 1, NULL, 1, NULL), KVC_ERR_UNSUPPORTED);
+  KVT_STATUS(kvc_kv_pool_set_kv(p, 5, dloc, KVC_INDEX_I64, 1, dk, dk, KVC_DTYPE_BF16, 0, 0, NULL, 1, NULL, 1, NULL),
+             KVC_ERR_INVALID_ARGUMENT);
+  KVT_STATUS(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, 1, dk, NULL, KVC_DTYPE_BF16, 0, 0, NULL, 1, NULL, 1, NULL),
+             KVC_ERR_INVALID_ARGUMENT);
+  KVT_STATUS(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, 1, dk, dk, KVC_DTYPE_U8, 0, 0, NULL, 1, NULL, 1, NULL),
+             KVC_ERR_UNSUPPORTED);
   kvc_kv_pool_destroy(p);
   p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_FP8_E4M3, 2, 8, 0, 100, 2, 1);
-  KVT_STATUS(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, 1, dk, dk, KVC_DTYPE_BF16, 0, 0, NULL, 0.0f, NULL, 1, NULL), KVC_ERR_INVALID_ARGUMENT);
+  KVT_STATUS(kvc_kv_pool_set_kv(p, 0, dloc, KVC_INDEX_I64, 1, dk, dk, KVC_DTYPE_BF16, 0, 0, NULL, 0.0f, NULL, 1, NULL),
+             KVC_ERR_INVALID_ARGUMENT);
   kvc_kv_pool_destroy(p);
   kvt_dev_free(dloc);
   kvt_dev_free(dk);
@@ -333,8 +367,18 @@ static void test_store_kv_level1(void **state) {
   }
   assert_memory_equal(ok, ek, (size_t)(rows * cs));
   assert_memory_equal(ov, ev, (size_t)(rows * cs));
-  free(hc); free(hk); free(hv); free(ok); free(ov); free(ek); free(ev);
-  kvt_dev_free(kc); kvt_dev_free(vc); kvt_dev_free(dk); kvt_dev_free(dv); kvt_dev_free(dloc);
+  free(hc);
+  free(hk);
+  free(hv);
+  free(ok);
+  free(ov);
+  free(ek);
+  free(ev);
+  kvt_dev_free(kc);
+  kvt_dev_free(vc);
+  kvt_dev_free(dk);
+  kvt_dev_free(dv);
+  kvt_dev_free(dloc);
 }
 
 /* CUDA only: a pool over 2^31 bytes per buffer; 64-bit offsets at the last slot. */
@@ -419,8 +463,10 @@ static void test_differential_set_kv_vs_host(void **state) {
     free(seen);
     kvt_h2d(dl, slots, n * 4);
     const float ks = 1.7f, vs = 0.3f;
-    KVT_OK(kvc_kv_pool_set_kv(pd, 0, dl, KVC_INDEX_I32, n, dk, (uint8_t *)dk + n * ke * es, src_dt[a], 0, 0, NULL, ks, NULL, vs, NULL));
-    KVT_OK(kvc_kv_pool_set_kv(ph, 0, slots, KVC_INDEX_I32, n, k, k + n * ke * es, src_dt[a], 0, 0, NULL, ks, NULL, vs, NULL));
+    KVT_OK(kvc_kv_pool_set_kv(pd, 0, dl, KVC_INDEX_I32, n, dk, (uint8_t *)dk + n * ke * es, src_dt[a], 0, 0, NULL, ks,
+                              NULL, vs, NULL));
+    KVT_OK(kvc_kv_pool_set_kv(ph, 0, slots, KVC_INDEX_I32, n, k, k + n * ke * es, src_dt[a], 0, 0, NULL, ks, NULL, vs,
+                              NULL));
     uint8_t *got = malloc((size_t)kd.total_bytes);
     kvt_d2h(got, kd.data, (size_t)kd.total_bytes);
     assert_memory_equal(got, kh.data, (size_t)kd.total_bytes);
@@ -429,8 +475,10 @@ static void test_differential_set_kv_vs_host(void **state) {
     kvt_d2h(got, vd.data, (size_t)vd.total_bytes);
     assert_memory_equal(got, vh.data, (size_t)vd.total_bytes);
     free(got);
-    free(k); free(slots);
-    kvt_dev_free(dk); kvt_dev_free(dl);
+    free(k);
+    free(slots);
+    kvt_dev_free(dk);
+    kvt_dev_free(dl);
     kvc_kv_pool_destroy(pd);
     kvc_kv_pool_destroy(ph);
   }
@@ -484,7 +532,7 @@ static void test_rows_without_a_v_side(void **state) {
     KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
     kvt_d2h(out, dout, sizeof out);
     if (!mha && !fp4) assert_memory_equal(out, src, sizeof out); /* bf16 rows: exact */
-    if (mha) { /* K only: the pool's own K rows */
+    if (mha) {                                                   /* K only: the pool's own K rows */
       uint8_t *k0 = kvt_read_buf(p, KVC_REGION_K, 0, NULL);
       for (size_t i = 0; i < n; i++) assert_memory_equal(out + i * row, k0 + slots[i] * (int64_t)row, row);
       free(k0);

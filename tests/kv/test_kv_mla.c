@@ -36,8 +36,8 @@ typedef struct result {
 } result;
 
 typedef struct inputs {
-  int64_t *loc;                   /* n slots as int64 (uploaded in the scenario's width) */
-  uint8_t *nope, *rope;           /* source bytes */
+  int64_t *loc;         /* n slots as int64 (uploaded in the scenario's width) */
+  uint8_t *nope, *rope; /* source bytes */
   size_t nope_bytes, rope_bytes;
   int64_t nope_stride, rope_stride; /* elements */
 } inputs;
@@ -157,7 +157,8 @@ static void run_scen(kvc_context *ctx, const scen *s, const inputs *in, result *
     b.dtype = s->dtype;
     b.kv_lora_rank = s->R;
     b.qk_rope_head_dim = s->Q;
-    KVT_OK(kvc_set_mla_kv(ctx, &b, d_loc, lt, s->n, nope_src, rope_src, s->src, in->nope_stride, in->rope_stride, NULL));
+    KVT_OK(
+        kvc_set_mla_kv(ctx, &b, d_loc, lt, s->n, nope_src, rope_src, s->src, in->nope_stride, in->rope_stride, NULL));
     KVT_OK(kvc_get_mla_kv(ctx, &b, d_loc, lt, s->n, d_no, d_ro, s->out, 0, 0, NULL));
   }
   r->kv_bytes = (size_t)(r->rows * r->row_bytes);
@@ -287,7 +288,8 @@ static void check_scen(const scen *s, const inputs *in, const result *r) {
             fail_msg("row %zu (slot %lld) byte %lld: got 0x%02x want 0x%02x (seed %llu)", i, (long long)l, (long long)b,
                      got[b], want[b], (unsigned long long)kvt_seed());
       }
-      if (r->scale_row_bytes) assert_memory_equal(r->scale + l * r->scale_row_bytes, want_sc, (size_t)r->scale_row_bytes);
+      if (r->scale_row_bytes)
+        assert_memory_equal(r->scale + l * r->scale_row_bytes, want_sc, (size_t)r->scale_row_bytes);
     }
     /* get: stored value converted to out dtype, zeros for out-of-range slots. */
     for (int e = 0; e < T; e++) {
@@ -295,10 +297,8 @@ static void check_scen(const scen *s, const inputs *in, const result *r) {
       if (valid_loc(s, l)) {
         const uint8_t *row = r->kv + l * r->row_bytes;
         const uint8_t *srow = r->scale ? r->scale + l * r->scale_row_bytes : NULL;
-        if (format_of(s) == KVC_MLA_ROWS && s->dtype == s->out)
-          memcpy(w, row + e * oes, oes);
-        else
-          put_elem(w, s->out, decode_row(s, row, srow, e));
+        if (format_of(s) == KVC_MLA_ROWS && s->dtype == s->out) memcpy(w, row + e * oes, oes);
+        else put_elem(w, s->out, decode_row(s, row, srow, e));
       }
       const uint8_t *g = e < s->R ? r->nope_out + (i * s->R + e) * oes : r->rope_out + (i * s->Q + (e - s->R)) * oes;
       if (memcmp(g, w, oes)) fail_msg("get row %zu elem %d mismatch (seed %llu)", i, e, (unsigned long long)kvt_seed());
@@ -332,10 +332,12 @@ static void check_round_trip(const scen *s, const inputs *in, const result *r) {
       const uint8_t *g = e < s->R ? r->nope_out + (i * s->R + e) * oes : r->rope_out + (i * s->Q + (e - s->R)) * oes;
       const float y = get_elem(g, s->out);
       float tol = fabsf(x) * 0.0079f + 1e-6f; /* bf16 */
-      if (format_of(s) == KVC_MLA_NSA_FP8 && e < 512) tol = fabsf(x) * 0.0635f + amax128[e / 128] / 448.0f / 512.0f + 1e-6f;
+      if (format_of(s) == KVC_MLA_NSA_FP8 && e < 512)
+        tol = fabsf(x) * 0.0635f + amax128[e / 128] / 448.0f / 512.0f + 1e-6f;
       if (format_of(s) == KVC_MLA_FP4) tol = amax16[e / 16 % 64] / 3.0f + 1e-6f;
       if (format_of(s) == KVC_MLA_ROWS && kvc_dtype_size(s->dtype) == 1) tol = fabsf(x) / 8 + 0.02f;
-      if (fabsf(x - y) > tol) fail_msg("round trip row %zu elem %d: %g -> %g (seed %llu)", i, e, x, y, (unsigned long long)kvt_seed());
+      if (fabsf(x - y) > tol)
+        fail_msg("round trip row %zu elem %d: %g -> %g (seed %llu)", i, e, x, y, (unsigned long long)kvt_seed());
     }
   }
 }
@@ -372,8 +374,17 @@ static void test_mla_rows_all_dtypes(void **state) {
   const kvc_dtype src_dt[] = {KVC_DTYPE_BF16, KVC_DTYPE_F32, KVC_DTYPE_F16};
   for (size_t a = 0; a < 5; a++)
     for (size_t b = 0; b < 3; b++) {
-      const scen s = {.kind = KVC_KV_MLA, .dtype = pool_dt[a], .R = 64, .Q = 16, .size = 40, .ps = 4,
-                      .src = src_dt[b], .out = src_dt[b], .n = 24, .loc64 = (int)(a + b) % 2, .bad_locs = 1};
+      const scen s = {.kind = KVC_KV_MLA,
+                      .dtype = pool_dt[a],
+                      .R = 64,
+                      .Q = 16,
+                      .size = 40,
+                      .ps = 4,
+                      .src = src_dt[b],
+                      .out = src_dt[b],
+                      .n = 24,
+                      .loc64 = (int)(a + b) % 2,
+                      .bad_locs = 1};
       run_and_check(&s, 1);
     }
 }
@@ -381,14 +392,42 @@ static void test_mla_rows_all_dtypes(void **state) {
 static void test_mla_rows_non_pow2_and_strides(void **state) {
   (void)state;
   const scen cases[] = {
-      {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_BF16, .R = 96, .Q = 32, .size = 50, .ps = 1, .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_F32, .n = 30, .loc64 = 1, .nope_pad = 8, .rope_pad = 3, .bad_locs = 1},
+      {.kind = KVC_KV_MLA,
+       .dtype = KVC_DTYPE_BF16,
+       .R = 96,
+       .Q = 32,
+       .size = 50,
+       .ps = 1,
+       .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_F32,
+       .n = 30,
+       .loc64 = 1,
+       .nope_pad = 8,
+       .rope_pad = 3,
+       .bad_locs = 1},
       /* odd R and Q */
-      {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_F16, .R = 97, .Q = 31, .size = 20, .ps = 2, .src = KVC_DTYPE_F32,
-       .out = KVC_DTYPE_BF16, .n = 17, .nope_pad = 1, .bad_locs = 1},
+      {.kind = KVC_KV_MLA,
+       .dtype = KVC_DTYPE_F16,
+       .R = 97,
+       .Q = 31,
+       .size = 20,
+       .ps = 2,
+       .src = KVC_DTYPE_F32,
+       .out = KVC_DTYPE_BF16,
+       .n = 17,
+       .nope_pad = 1,
+       .bad_locs = 1},
       /* no rope part */
-      {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_BF16, .R = 40, .Q = 0, .size = 20, .ps = 2, .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_BF16, .n = 9, .loc64 = 1},
+      {.kind = KVC_KV_MLA,
+       .dtype = KVC_DTYPE_BF16,
+       .R = 40,
+       .Q = 0,
+       .size = 20,
+       .ps = 2,
+       .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_BF16,
+       .n = 9,
+       .loc64 = 1},
   };
   for (size_t i = 0; i < NCASES(cases); i++) run_and_check(&cases[i], 1);
 }
@@ -396,35 +435,87 @@ static void test_mla_rows_non_pow2_and_strides(void **state) {
 static void test_mla_edge_counts(void **state) {
   (void)state;
   for (size_t n = 0; n <= 2; n++) {
-    const scen s = {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_BF16, .R = 64, .Q = 16, .size = 8, .ps = 1,
-                    .src = KVC_DTYPE_BF16, .out = KVC_DTYPE_BF16, .n = n, .loc64 = 1};
+    const scen s = {.kind = KVC_KV_MLA,
+                    .dtype = KVC_DTYPE_BF16,
+                    .R = 64,
+                    .Q = 16,
+                    .size = 8,
+                    .ps = 1,
+                    .src = KVC_DTYPE_BF16,
+                    .out = KVC_DTYPE_BF16,
+                    .n = n,
+                    .loc64 = 1};
     run_and_check(&s, 1);
   }
   /* Large N on CUDA (differential only); moderate on the host. */
   const size_t big = kvt_host ? 65536 : 1500;
-  const scen s = {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_BF16, .R = 512, .Q = 64, .size = (int64_t)big + 64, .ps = 64,
-                  .src = KVC_DTYPE_BF16, .out = KVC_DTYPE_BF16, .n = big, .loc64 = 1, .bad_locs = 1};
+  const scen s = {.kind = KVC_KV_MLA,
+                  .dtype = KVC_DTYPE_BF16,
+                  .R = 512,
+                  .Q = 64,
+                  .size = (int64_t)big + 64,
+                  .ps = 64,
+                  .src = KVC_DTYPE_BF16,
+                  .out = KVC_DTYPE_BF16,
+                  .n = big,
+                  .loc64 = 1,
+                  .bad_locs = 1};
   run_and_check(&s, 0);
 }
 
 /* The large scenario of a row format, differential only (CUDA against the host twin). */
 static void run_big_differential(kvc_kv_pool_kind kind, kvc_dtype dtype) {
   if (!kvt_host) return;
-  const scen big = {.kind = kind, .dtype = dtype, .R = 512, .Q = 64, .size = 70000, .ps = 64, .src = KVC_DTYPE_BF16,
-                    .out = KVC_DTYPE_BF16, .n = 65536, .loc64 = 1};
+  const scen big = {.kind = kind,
+                    .dtype = dtype,
+                    .R = 512,
+                    .Q = 64,
+                    .size = 70000,
+                    .ps = 64,
+                    .src = KVC_DTYPE_BF16,
+                    .out = KVC_DTYPE_BF16,
+                    .n = 65536,
+                    .loc64 = 1};
   run_and_check(&big, 0);
 }
 
 static void test_mla_fp4(void **state) {
   (void)state;
   const scen cases[] = {
-      {.kind = KVC_KV_MLA_FP4, .dtype = KVC_DTYPE_BF16, .R = 512, .Q = 64, .size = 24, .ps = 4,
-       .src = KVC_DTYPE_BF16, .out = KVC_DTYPE_BF16, .n = 12, .loc64 = 1, .bad_locs = 1},
-      {.kind = KVC_KV_MLA_FP4, .dtype = KVC_DTYPE_F32, .R = 96, .Q = 32, .size = 30, .ps = 1, .src = KVC_DTYPE_F32,
-       .out = KVC_DTYPE_F16, .n = 20, .nope_pad = 2, .rope_pad = 4, .bad_locs = 1},
+      {.kind = KVC_KV_MLA_FP4,
+       .dtype = KVC_DTYPE_BF16,
+       .R = 512,
+       .Q = 64,
+       .size = 24,
+       .ps = 4,
+       .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_BF16,
+       .n = 12,
+       .loc64 = 1,
+       .bad_locs = 1},
+      {.kind = KVC_KV_MLA_FP4,
+       .dtype = KVC_DTYPE_F32,
+       .R = 96,
+       .Q = 32,
+       .size = 30,
+       .ps = 1,
+       .src = KVC_DTYPE_F32,
+       .out = KVC_DTYPE_F16,
+       .n = 20,
+       .nope_pad = 2,
+       .rope_pad = 4,
+       .bad_locs = 1},
       /* a 16-value block straddles nope and rope */
-      {.kind = KVC_KV_MLA_FP4, .dtype = KVC_DTYPE_BF16, .R = 88, .Q = 8, .size = 30, .ps = 1, .src = KVC_DTYPE_F16,
-       .out = KVC_DTYPE_F32, .n = 20, .bad_locs = 1},
+      {.kind = KVC_KV_MLA_FP4,
+       .dtype = KVC_DTYPE_BF16,
+       .R = 88,
+       .Q = 8,
+       .size = 30,
+       .ps = 1,
+       .src = KVC_DTYPE_F16,
+       .out = KVC_DTYPE_F32,
+       .n = 20,
+       .bad_locs = 1},
   };
   for (size_t i = 0; i < NCASES(cases); i++) run_and_check(&cases[i], 1);
   run_big_differential(KVC_KV_MLA_FP4, KVC_DTYPE_BF16);
@@ -433,13 +524,41 @@ static void test_mla_fp4(void **state) {
 static void test_nsa_fp8_rows(void **state) {
   (void)state;
   const scen cases[] = {
-      {.kind = KVC_KV_NSA, .dtype = KVC_DTYPE_FP8_E4M3, .R = 512, .Q = 64, .size = 20, .ps = 4, .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_BF16, .n = 10, .loc64 = 1, .bad_locs = 1, .zero_tile = 1},
-      {.kind = KVC_KV_NSA, .dtype = KVC_DTYPE_FP8_E4M3, .R = 512, .Q = 64, .size = 20, .ps = 4, .src = KVC_DTYPE_F32,
-       .out = KVC_DTYPE_F32, .n = 10, .nope_pad = 4, .rope_pad = 2, .bad_locs = 1},
+      {.kind = KVC_KV_NSA,
+       .dtype = KVC_DTYPE_FP8_E4M3,
+       .R = 512,
+       .Q = 64,
+       .size = 20,
+       .ps = 4,
+       .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_BF16,
+       .n = 10,
+       .loc64 = 1,
+       .bad_locs = 1,
+       .zero_tile = 1},
+      {.kind = KVC_KV_NSA,
+       .dtype = KVC_DTYPE_FP8_E4M3,
+       .R = 512,
+       .Q = 64,
+       .size = 20,
+       .ps = 4,
+       .src = KVC_DTYPE_F32,
+       .out = KVC_DTYPE_F32,
+       .n = 10,
+       .nope_pad = 4,
+       .rope_pad = 2,
+       .bad_locs = 1},
       /* bf16 rows: the plain ROWS format */
-      {.kind = KVC_KV_NSA, .dtype = KVC_DTYPE_BF16, .R = 512, .Q = 64, .size = 20, .ps = 4, .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_F32, .n = 10, .bad_locs = 1},
+      {.kind = KVC_KV_NSA,
+       .dtype = KVC_DTYPE_BF16,
+       .R = 512,
+       .Q = 64,
+       .size = 20,
+       .ps = 4,
+       .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_F32,
+       .n = 10,
+       .bad_locs = 1},
   };
   for (size_t i = 0; i < NCASES(cases); i++) run_and_check(&cases[i], 1);
   run_big_differential(KVC_KV_NSA, KVC_DTYPE_FP8_E4M3);
@@ -502,14 +621,55 @@ static void test_level1_ops(void **state) {
   (void)state;
   const scen cases[] = {
       /* misaligned sources: narrow accesses */
-      {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_BF16, .R = 96, .Q = 32, .size = 30, .ps = 2, .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_BF16, .n = 20, .level1 = 1, .misalign = 1, .bad_locs = 1},
-      {.kind = KVC_KV_MLA, .dtype = KVC_DTYPE_FP8_E4M3, .R = 96, .Q = 32, .size = 30, .ps = 2, .src = KVC_DTYPE_F16,
-       .out = KVC_DTYPE_F32, .n = 20, .loc64 = 1, .nope_pad = 4, .level1 = 1, .bad_locs = 1},
-      {.kind = KVC_KV_MLA_FP4, .dtype = KVC_DTYPE_BF16, .R = 96, .Q = 32, .size = 30, .ps = 2,
-       .src = KVC_DTYPE_BF16, .out = KVC_DTYPE_BF16, .n = 20, .loc64 = 1, .level1 = 1, .bad_locs = 1},
-      {.kind = KVC_KV_NSA, .dtype = KVC_DTYPE_FP8_E4M3, .R = 512, .Q = 64, .size = 10, .ps = 2, .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_BF16, .n = 6, .level1 = 1, .misalign = 1, .bad_locs = 1},
+      {.kind = KVC_KV_MLA,
+       .dtype = KVC_DTYPE_BF16,
+       .R = 96,
+       .Q = 32,
+       .size = 30,
+       .ps = 2,
+       .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_BF16,
+       .n = 20,
+       .level1 = 1,
+       .misalign = 1,
+       .bad_locs = 1},
+      {.kind = KVC_KV_MLA,
+       .dtype = KVC_DTYPE_FP8_E4M3,
+       .R = 96,
+       .Q = 32,
+       .size = 30,
+       .ps = 2,
+       .src = KVC_DTYPE_F16,
+       .out = KVC_DTYPE_F32,
+       .n = 20,
+       .loc64 = 1,
+       .nope_pad = 4,
+       .level1 = 1,
+       .bad_locs = 1},
+      {.kind = KVC_KV_MLA_FP4,
+       .dtype = KVC_DTYPE_BF16,
+       .R = 96,
+       .Q = 32,
+       .size = 30,
+       .ps = 2,
+       .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_BF16,
+       .n = 20,
+       .loc64 = 1,
+       .level1 = 1,
+       .bad_locs = 1},
+      {.kind = KVC_KV_NSA,
+       .dtype = KVC_DTYPE_FP8_E4M3,
+       .R = 512,
+       .Q = 64,
+       .size = 10,
+       .ps = 2,
+       .src = KVC_DTYPE_BF16,
+       .out = KVC_DTYPE_BF16,
+       .n = 6,
+       .level1 = 1,
+       .misalign = 1,
+       .bad_locs = 1},
   };
   for (size_t i = 0; i < NCASES(cases); i++) run_and_check(&cases[i], 1);
 }
@@ -546,14 +706,10 @@ static void test_argument_errors(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_mla_rows_all_dtypes),
-    cmocka_unit_test(test_mla_rows_non_pow2_and_strides),
-    cmocka_unit_test(test_mla_edge_counts),
-    cmocka_unit_test(test_mla_fp4),
-    cmocka_unit_test(test_nsa_fp8_rows),
-    cmocka_unit_test(test_nsa_hand_computed_and_zero_tile),
-    cmocka_unit_test(test_level1_ops),
-    cmocka_unit_test(test_argument_errors),
+    cmocka_unit_test(test_mla_rows_all_dtypes), cmocka_unit_test(test_mla_rows_non_pow2_and_strides),
+    cmocka_unit_test(test_mla_edge_counts),     cmocka_unit_test(test_mla_fp4),
+    cmocka_unit_test(test_nsa_fp8_rows),        cmocka_unit_test(test_nsa_hand_computed_and_zero_tile),
+    cmocka_unit_test(test_level1_ops),          cmocka_unit_test(test_argument_errors),
 };
 
 KVT_MAIN("kv_mla", tests)

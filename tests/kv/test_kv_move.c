@@ -88,10 +88,15 @@ static void run_move(kvc_kv_pool *p, const int64_t *tgt, const int64_t *src, siz
   take(p, &got);
   for (int b = 0; b < got.nb; b++)
     if (memcmp(got.buf[b], want.buf[b], (size_t)got.d[b].total_bytes))
-      fail_msg("buffer %d (region %d layer %d) differs after move of n = %zu", b, got.d[b].region, got.d[b].layer_id, n);
-  drop(&before); drop(&want); drop(&got);
-  free(ht); free(hs);
-  kvt_dev_free(dt); kvt_dev_free(ds);
+      fail_msg("buffer %d (region %d layer %d) differs after move of n = %zu", b, got.d[b].region, got.d[b].layer_id,
+               n);
+  drop(&before);
+  drop(&want);
+  drop(&got);
+  free(ht);
+  free(hs);
+  kvt_dev_free(dt);
+  kvt_dev_free(ds);
 }
 
 static void test_move_permutation_cycle_is_simultaneous(void **state) {
@@ -132,7 +137,8 @@ static void test_move_large_n_swaps(void **state) {
     }
     run_move(p, t, s, n, KVC_INDEX_I32, 1, &r);
   }
-  free(t); free(s);
+  free(t);
+  free(s);
   kvc_kv_pool_destroy(p);
 }
 
@@ -156,7 +162,6 @@ static void test_move_nsa_index_pages(void **state) {
   run_move(p, t, s, 4, KVC_INDEX_I64, 64, &r);
   kvc_kv_pool_destroy(p);
 }
-
 
 /* Many tiles per CTA: 16 layers of 512-byte K and 768-byte V rows, a 1024-cycle plus a
  * reversed overlapping range (4 chunks, each seeing the earlier ones' writes), then
@@ -184,7 +189,8 @@ static void test_move_pipelined_many_tiles(void **state) {
   }
   run_move(p, t, s, 8192, KVC_INDEX_I64, 1, &r);
   kvc_kv_pool_destroy(p);
-  free(t); free(s);
+  free(t);
+  free(s);
 }
 
 /* n pairs of 2n distinct slots from [1, rows) (rows: the pool's row count), with every
@@ -242,7 +248,8 @@ static void test_move_disjoint_sets(void **state) {
   disjoint_pairs(&r, 512 + 64, 200, t, s); /* rows: size + one padding page */
   run_move(p, t, s, 200, KVC_INDEX_I64, 64, &r);
   kvc_kv_pool_destroy(p);
-  free(t); free(s);
+  free(t);
+  free(s);
 }
 
 /* Edges of the device's disjointness verdict (kernels/kv_move.cu, direct path): a
@@ -267,7 +274,8 @@ static void test_move_direct_verdict_edges(void **state) {
   disjoint_pairs(&r, 18101, 9000, t, s);
   run_move(p, t, s, 9000, KVC_INDEX_I32, 1, &r);
   kvc_kv_pool_destroy(p);
-  free(t); free(s);
+  free(t);
+  free(s);
 }
 
 /* Rows of 8192 bytes (32 heads x 128 bf16): SGLang's cap drops to 128 pairs per chunk.

@@ -45,15 +45,15 @@ typedef struct nsa_case {
   int32_t *pages1; /* ceil(seq_len/ps) */
   size_t batch;
   int64_t width;
-  int32_t *table;  /* batch x width */
-  int32_t *lens;   /* batch */
+  int32_t *table; /* batch x width */
+  int32_t *lens;  /* batch */
   int64_t sum, max_len;
 } nsa_case;
 
 typedef struct nsa_out {
-  uint8_t *pages;        /* the whole index buffer after the set */
-  uint8_t *k1, *s1;      /* single: seq_len x 128, seq_len x 4 */
-  uint8_t *kb, *sb;      /* batch: sum x 128, sum x 4 */
+  uint8_t *pages;   /* the whole index buffer after the set */
+  uint8_t *k1, *s1; /* single: seq_len x 128, seq_len x 4 */
+  uint8_t *kb, *sb; /* batch: sum x 128, sum x 4 */
 } nsa_out;
 
 static void run_case(kvc_context *ctx, const nsa_case *c, nsa_out *o) {
@@ -111,8 +111,8 @@ static void free_out(nsa_out *o) {
 }
 
 /* Reference: what token t of page `page` reads as (zeros when the page is invalid). */
-static void ref_token(const nsa_case *c, const uint8_t *pages, int64_t npages, int64_t page, int64_t off, uint8_t key[128],
-                      uint8_t sc[4]) {
+static void ref_token(const nsa_case *c, const uint8_t *pages, int64_t npages, int64_t page, int64_t off,
+                      uint8_t key[128], uint8_t sc[4]) {
   if (page < 0 || page >= npages) {
     memset(key, 0, 128);
     memset(sc, 0, 4);
@@ -256,7 +256,7 @@ static void test_index_k_truncation_and_empty(void **state) {
   kvt_rng r = {kvt_seed() ^ 99};
   nsa_case c;
   make_case(&c, &r, 128, 64, 10, 1, 6, 64);
-  c.max_len = 40;  /* tokens past max_seq_len are not written */
+  c.max_len = 40; /* tokens past max_seq_len are not written */
   run_and_check(&c);
   c.sum = c.sum / 2; /* outputs bounded by seq_len_sum */
   run_and_check(&c);
@@ -291,17 +291,18 @@ static void test_index_k_wrong_pool(void **state) {
   kvc_kv_pool_destroy(p);
 }
 
-
 /* --- NSA fp8 latent rows: device quantizer == host twin, bit for bit ----------------- */
 
 /* Writes rows 1..n of a one-layer NSA fp8 pool on ctx from nope/rope (host arrays of
  * src_dt) and returns the whole KV buffer (malloc'd, *bytes set). */
-static uint8_t *nsa_rows_on(kvc_context *ctx, kvc_dtype src_dt, const void *nope, const void *rope, int64_t n, size_t *bytes) {
+static uint8_t *nsa_rows_on(kvc_context *ctx, kvc_dtype src_dt, const void *nope, const void *rope, int64_t n,
+                            size_t *bytes) {
   kvc_kv_pool *pool = kvt_pool_on(ctx, kvt_latent_config(KVC_KV_NSA, KVC_DTYPE_FP8_E4M3, 512, 64, n + 8, 1, 64));
   const size_t es = kvc_dtype_size(src_dt);
   int64_t *loc = malloc((size_t)n * 8);
   for (int64_t i = 0; i < n; i++) loc[i] = i + 1;
-  void *dl = up(ctx, loc, (size_t)n * 8), *dn = up(ctx, nope, (size_t)n * 512 * es), *dr = up(ctx, rope, (size_t)n * 64 * es);
+  void *dl = up(ctx, loc, (size_t)n * 8), *dn = up(ctx, nope, (size_t)n * 512 * es),
+       *dr = up(ctx, rope, (size_t)n * 64 * es);
   if (kvc_kv_pool_set_mla_kv(pool, 0, dl, KVC_INDEX_I64, (size_t)n, dn, dr, src_dt, 0, 0, NULL) != KVC_OK)
     fail_msg("set_mla_kv: %s", kvc_last_error(ctx));
   KVT_OK(kvc_stream_synchronize(ctx, NULL));
@@ -344,13 +345,16 @@ static void test_nsa_fp8_device_matches_twin(void **state) {
           const uint64_t x = kvt_next(&r);
           if ((x & 63) == 0) bits = 0x7f800001u | (uint32_t)(x >> 8 & 0x807fffffu); /* NaN of either sign */
           else bits = (uint32_t)(x >> 32 & 0x807fffffu) | (uint32_t)((x >> 8) % 136) << 23;
-          if ((bits & 0x7fffffffu) > 0x43e00000u && (bits & 0x7fffffffu) < 0x7f800000u) bits -= 1u << 23; /* 448..512 -> 224..256 */
+          if ((bits & 0x7fffffffu) > 0x43e00000u && (bits & 0x7fffffffu) < 0x7f800000u)
+            bits -= 1u << 23; /* 448..512 -> 224..256 */
           if (e < 512) v++;
         } else {
           bits = (uint32_t)(e < 512 ? v++ : (int64_t)kvt_next(&r)) << 16;
-          if ((bits & 0x7fffffffu) > 0x43e00000u && (bits & 0x7fffffffu) <= 0x7f800000u) bits &= 0x807fffffu; /* keep |y| <= 448 */
+          if ((bits & 0x7fffffffu) > 0x43e00000u && (bits & 0x7fffffffu) <= 0x7f800000u)
+            bits &= 0x807fffffu; /* keep |y| <= 448 */
         }
-        uint8_t *dst = e < 512 ? nope + ((size_t)i * 512 + (size_t)e) * es : rope + ((size_t)i * 64 + (size_t)(e - 512)) * es;
+        uint8_t *dst =
+            e < 512 ? nope + ((size_t)i * 512 + (size_t)e) * es : rope + ((size_t)i * 64 + (size_t)(e - 512)) * es;
         if (f32) memcpy(dst, &bits, 4);
         else {
           const uint16_t h = (uint16_t)(bits >> 16);
@@ -364,9 +368,12 @@ static void test_nsa_fp8_device_matches_twin(void **state) {
     assert_int_equal(bd, bh);
     for (size_t k = 0; k < bd; k++)
       if (gd[k] != gh[k])
-        fail_msg("%s source: byte %zu of row %zu differs: device 0x%02x, host twin 0x%02x", f32 ? "f32" : "bf16", k % 656,
-                 k / 656, gd[k], gh[k]);
-    free(gd); free(gh); free(nope); free(rope);
+        fail_msg("%s source: byte %zu of row %zu differs: device 0x%02x, host twin 0x%02x", f32 ? "f32" : "bf16",
+                 k % 656, k / 656, gd[k], gh[k]);
+    free(gd);
+    free(gh);
+    free(nope);
+    free(rope);
   }
 }
 

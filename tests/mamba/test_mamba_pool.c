@@ -377,7 +377,7 @@ static void test_alloc_groups(void **state) {
   assert_int_equal(s, 1);
   int32_t rsv = 2;
   KVT_STATUS(kvc_mamba_pool_free(p, &rsv, 1), KVC_ERR_MISUSE); /* reserved, not held */
-  KVT_OK(kvc_mamba_pool_alloc(p, 2, two, NULL)); /* n > 1 bypasses the reservation */
+  KVT_OK(kvc_mamba_pool_alloc(p, 2, two, NULL));               /* n > 1 bypasses the reservation */
   assert_int_equal(two[0], 4);
   assert_int_equal(two[1], 5);
   KVT_OK(kvc_mamba_pool_alloc(p, 1, &s, NULL));
@@ -405,7 +405,7 @@ static void test_descriptors_and_layers(void **state) {
   (void)state;
   kvc_mamba_pool *p = make_pool(4, 2);
   assert_int_equal(kvc_mamba_pool_num_tensors(p), 6); /* conv0 conv1 temporal issm iconv0 iconv1 */
-  assert_int_equal(kvc_mamba_pool_num_buffers(p), 6);  /* 3 state tensors x 2 layers */
+  assert_int_equal(kvc_mamba_pool_num_buffers(p), 6); /* 3 state tensors x 2 layers */
   kvc_mamba_tensor_desc t = tensor(p, 0);
   assert_int_equal(t.region, KVC_REGION_MAMBA_CONV);
   assert_int_equal(t.ndim, 4);

@@ -62,7 +62,7 @@ static void test_paged_free_prepends_sorted_unique(void **state) {
   KVT_OK(kvc_allocator_alloc(a, 20, s)); /* pages 1..5 */
   for (int i = 0; i < 20; i++) assert_int_equal(s[i], 4 + i);
   KVT_OK(kvc_allocator_free(a, (int64_t[]){17, 8, 18, 9}, 4)); /* pages {4, 2} -> [2, 4] */
-  KVT_OK(kvc_allocator_free(a, (int64_t[]){5}, 1));             /* page 1 in front */
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){5}, 1));            /* page 1 in front */
   assert_int_equal(kvc_allocator_available_size(a), 40 - 8);
   expect_next_alloc(a, (int64_t[]){4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27}, 16);
   KVT_STATUS(kvc_allocator_alloc(a, 6, s), KVC_ERR_INVALID_ARGUMENT); /* SGLang floors */
@@ -257,8 +257,8 @@ static void test_need_sort_merge_triggers(void **state) {
   a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 6, 1, KVC_ALLOCATOR_NEED_SORT);
   KVT_OK(kvc_allocator_alloc(a, 4, s));
   KVT_OK(kvc_allocator_free(a, (int64_t[]){4, 2}, 2)); /* deferred, free [5, 6] */
-  expect_next_alloc(a, (int64_t[]){5}, 1);           /* no merge */
-  expect_next_alloc(a, (int64_t[]){2, 4}, 2);        /* 2 > 1: merge -> [2, 4, 6] */
+  expect_next_alloc(a, (int64_t[]){5}, 1);             /* no merge */
+  expect_next_alloc(a, (int64_t[]){2, 4}, 2);          /* 2 > 1: merge -> [2, 4, 6] */
   KVT_OK(kvc_allocator_free(a, (int64_t[]){1}, 1));
   KVT_OK(kvc_allocator_merge_and_sort_free(a));
   expect_next_alloc(a, (int64_t[]){1, 6}, 2);
@@ -268,7 +268,7 @@ static void test_need_sort_merge_triggers(void **state) {
    * kept, as SGLang's, the free set and available size are the same, the next call gets
    * SGLang's (sorted) slots. */
   a = kvt_allocator(KVC_ALLOCATOR_PAGED, 12, 2, KVC_ALLOCATOR_NEED_SORT);
-  KVT_OK(kvc_allocator_alloc(a, 10, s));                /* pages 1..5, free [6] */
+  KVT_OK(kvc_allocator_alloc(a, 10, s));                     /* pages 1..5, free [6] */
   KVT_OK(kvc_allocator_free(a, (int64_t[]){8, 9, 2, 3}, 4)); /* deferred [4, 1] */
   kvc_allocator_stats before, after;
   KVT_OK(kvc_allocator_get_stats(a, &before));
@@ -295,12 +295,12 @@ static void test_free_groups_paged(void **state) {
   KVT_STATUS(kvc_allocator_free_group_end(a), KVC_ERR_MISUSE);
   KVT_OK(kvc_allocator_free_group_begin(a));
   KVT_STATUS(kvc_allocator_free_group_begin(a), KVC_ERR_MISUSE);
-  KVT_OK(kvc_allocator_free(a, (int64_t[]){2, 3, 8}, 3)); /* pages 1, 4 */
-  KVT_OK(kvc_allocator_free(a, (int64_t[]){9, 6}, 2));    /* pages 4 (dedup), 3 */
-  KVT_OK(kvc_allocator_free_segment(a, (int64_t[]){14, 15, 10, 11}, 4, 0)); /* reps 7, 5 */
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){2, 3, 8}, 3));                               /* pages 1, 4 */
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){9, 6}, 2));                                  /* pages 4 (dedup), 3 */
+  KVT_OK(kvc_allocator_free_segment(a, (int64_t[]){14, 15, 10, 11}, 4, 0));             /* reps 7, 5 */
   KVT_STATUS(kvc_allocator_free_segment(a, (int64_t[]){10, 11}, 2, 0), KVC_ERR_MISUSE); /* page 5 again */
   KVT_STATUS(kvc_allocator_free_segment(a, (int64_t[]){2}, 1, 0), KVC_ERR_MISUSE);      /* page 1 by free */
-  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){16, 14}, 2), KVC_ERR_MISUSE);          /* page 7 by segment */
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){16, 14}, 2), KVC_ERR_MISUSE);            /* page 7 by segment */
   kvc_allocator_stats st;
   KVT_OK(kvc_allocator_get_stats(a, &st));
   assert_int_equal(st.group_pending, 5);
@@ -372,11 +372,11 @@ static void test_backup_restore(void **state) {
 
   /* Restore across a need_sort merge gives back the exact pre-backup lists. */
   a = kvt_allocator(KVC_ALLOCATOR_PAGED, 32, 4, KVC_ALLOCATOR_NEED_SORT);
-  KVT_OK(kvc_allocator_alloc(a, 24, s));  /* pages 1..6, free [7, 8] */
-  free_page_of(a, 20);                    /* deferred [5] */
-  free_page_of(a, 8);                     /* deferred [5, 2] */
+  KVT_OK(kvc_allocator_alloc(a, 24, s)); /* pages 1..6, free [7, 8] */
+  free_page_of(a, 20);                   /* deferred [5] */
+  free_page_of(a, 8);                    /* deferred [5, 2] */
   KVT_OK(kvc_allocator_backup_state(a, &b));
-  expect_next_alloc(a, (int64_t[]){28, 29, 30, 31}, 4); /* page 7, no merge */
+  expect_next_alloc(a, (int64_t[]){28, 29, 30, 31}, 4);               /* page 7, no merge */
   expect_next_alloc(a, (int64_t[]){8, 9, 10, 11, 20, 21, 22, 23}, 8); /* merge: [2, 5, 8] */
   KVT_OK(kvc_allocator_restore_state(a, &b));
   kvc_allocator_stats st;
@@ -640,8 +640,7 @@ static int64_t make_row(kvt_rng *r, const uint32_t *pg, int n, int32_t ps, int64
       const int64_t again = (int64_t)pg[kvt_range(r, 0, i)] * ps;
       if (kvt_range(r, 0, 1))
         for (int32_t q = 0; q < ps; q++) row[m++] = again + q;
-      else
-        row[m++] = again + ps - 1;
+      else row[m++] = again + ps - 1;
     }
   }
   return m;

@@ -225,7 +225,8 @@ static void test_swa_channel_matches_swa_alloc_decode(void **state) {
     KVT_OK(kvc_decode_channel_alloc(ch, bs, sc, NULL, rc_rows, got));
     KVT_OK(kvc_swa_allocator_alloc_decode(ta, bs, st, NULL, trp, rt_rows, want, NULL, NULL));
     for (size_t i = 0; i < bs; i++)
-      if (got[i] != want[i]) fail_msg("step %d request %zu: slot %lld, alloc_decode %lld", step, i, (long long)got[i], (long long)want[i]);
+      if (got[i] != want[i])
+        fail_msg("step %d request %zu: slot %lld, alloc_decode %lld", step, i, (long long)got[i], (long long)want[i]);
     KVT_OK(kvc_decode_channel_enqueue(ch, NULL));
     KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
     if (step % 10 == 9) {

@@ -112,7 +112,7 @@ static void test_undo(void **st) {
 
   /* Ids no longer held, out of range or the padding id are skipped, never doubled. */
   kvc__ring_take(&r, 2, took, state, HELD_ST); /* 3, 4 */
-  state[4] = FREE_ST;                           /* as if 4 had been returned already */
+  state[4] = FREE_ST;                          /* as if 4 had been returned already */
   const uint32_t bad[5] = {0, 3, 4, 9, UINT32_MAX};
   kvc__ring_push_back(&r, (const uint32_t[]){4}, 1, state, FREE_ST);
   kvc__ring_undo_take(&r, bad, 5, state, HELD_ST, FREE_ST, 8);
@@ -149,7 +149,7 @@ static void test_audit_detects_corruption(void **st) {
   KVT_OK(audit(&r, state, 6));
 
   uint32_t *e = &r.buf[(r.head + 1) & r.mask]; /* the entry holding 4 */
-  *e = 5; /* a repeat: 3 5 5 6 */
+  *e = 5;                                      /* a repeat: 3 5 5 6 */
   expect_audit_fails(&r, state, 6);
   assert_non_null(strstr(kvc_last_error(kvt_ctx), "repeated"));
   *e = 1; /* a held id in the list */

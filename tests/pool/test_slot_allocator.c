@@ -63,8 +63,7 @@ static void extend_both(twin *t, int64_t p, int64_t s, int64_t *slots) {
   KVT_OK(kvc__slot_extend(&t->sa, &x));
   if (t->swa[1])
     KVT_OK(kvc_swa_allocator_alloc_extend(t->swa[1], 1, &p, &s, NULL, t->rp[1], &t->row[1], NULL, other, NULL, NULL));
-  else
-    KVT_OK(kvc_allocator_alloc_extend(t->al[1], 1, &p, &s, NULL, t->rp[1], &t->row[1], NULL, other, NULL, NULL));
+  else KVT_OK(kvc_allocator_alloc_extend(t->al[1], 1, &p, &s, NULL, t->rp[1], &t->row[1], NULL, other, NULL, NULL));
   assert_memory_equal(slots, other, (size_t)(s - p) * sizeof *slots);
 }
 
@@ -78,8 +77,7 @@ static void decode_both(twin *t, int64_t s, int64_t *slot) {
   KVT_OK(t->sa.ops->decode_commit(&t->sa, __func__, &x, &plan));
   if (t->swa[1])
     KVT_OK(kvc_swa_allocator_alloc_decode(t->swa[1], 1, &s, NULL, t->rp[1], &t->row[1], &other, NULL, NULL));
-  else
-    KVT_OK(kvc_allocator_alloc_decode(t->al[1], 1, &s, NULL, t->rp[1], &t->row[1], &other, NULL, NULL));
+  else KVT_OK(kvc_allocator_alloc_decode(t->al[1], 1, &s, NULL, t->rp[1], &t->row[1], &other, NULL, NULL));
   assert_int_equal(*slot, other);
   assert_int_equal(payload[2], (uint32_t)*slot);
 }

@@ -243,10 +243,10 @@ static void world_free(void) {
 
 static uint64_t H;
 static void mix(const void *p, size_t n) { H = kvc__hash(H, p, n); }
-#define MIXV(v)                                                                             \
-  do {                                                                                      \
-    __typeof__(v) v_ = (v);                                                                 \
-    mix(&v_, sizeof v_);                                                                    \
+#define MIXV(v)             \
+  do {                      \
+    __typeof__(v) v_ = (v); \
+    mix(&v_, sizeof v_);    \
   } while (0)
 
 static void fp_dev(const void *dev, size_t bytes) {
@@ -347,14 +347,14 @@ static void destroy_created(void) {
   }
 }
 
-#define CREATE(kind, call)                                                                  \
-  do {                                                                                      \
-    W.created_kind = (kind);                                                                \
-    void *o_ = NULL;                                                                        \
-    kvc_status st_ = (call);                                                                \
-    if (st_ == KVC_OK) W.created = o_;                                                      \
-    else if (o_ != NULL) fail_msg("create wrote *out on failure");                          \
-    return st_;                                                                             \
+#define CREATE(kind, call)                                         \
+  do {                                                             \
+    W.created_kind = (kind);                                       \
+    void *o_ = NULL;                                               \
+    kvc_status st_ = (call);                                       \
+    if (st_ == KVC_OK) W.created = o_;                             \
+    else if (o_ != NULL) fail_msg("create wrote *out on failure"); \
+    return st_;                                                    \
   } while (0)
 
 static kvc_status op_create_chan(void) {
@@ -372,15 +372,40 @@ static kvc_status op_create_alloc(void) {
 }
 static kvc_kv_pool_config g_kvc;
 static kvc_status op_create_kv(void) { CREATE(C_KV, kvc_kv_pool_create(kvt_ctx, &g_kvc, (kvc_kv_pool **)&o_)); }
-static kvc_status op_create_mha(void) { g_kvc = mha_cfg(); return op_create_kv(); }
-static kvc_status op_create_mla(void) { g_kvc = mla_cfg(); return op_create_kv(); }
-static kvc_status op_create_fp8(void) { g_kvc = mha_cfg(); g_kvc.dtype = KVC_DTYPE_FP8_E4M3; return op_create_kv(); }
-static kvc_status op_create_fp4(void) { g_kvc = mha_cfg(); g_kvc.kind = KVC_KV_MHA_FP4; g_kvc.head_dim = 16; return op_create_kv(); }
-static kvc_status op_create_noop(void) { g_kvc = mha_cfg(); g_kvc.kind = KVC_KV_MHA_NOOP; return op_create_kv(); }
-static kvc_status op_create_mla_fp4(void) { g_kvc = mla_cfg(); g_kvc.kind = KVC_KV_MLA_FP4; g_kvc.qk_rope_head_dim = 16; return op_create_kv(); }
+static kvc_status op_create_mha(void) {
+  g_kvc = mha_cfg();
+  return op_create_kv();
+}
+static kvc_status op_create_mla(void) {
+  g_kvc = mla_cfg();
+  return op_create_kv();
+}
+static kvc_status op_create_fp8(void) {
+  g_kvc = mha_cfg();
+  g_kvc.dtype = KVC_DTYPE_FP8_E4M3;
+  return op_create_kv();
+}
+static kvc_status op_create_fp4(void) {
+  g_kvc = mha_cfg();
+  g_kvc.kind = KVC_KV_MHA_FP4;
+  g_kvc.head_dim = 16;
+  return op_create_kv();
+}
+static kvc_status op_create_noop(void) {
+  g_kvc = mha_cfg();
+  g_kvc.kind = KVC_KV_MHA_NOOP;
+  return op_create_kv();
+}
+static kvc_status op_create_mla_fp4(void) {
+  g_kvc = mla_cfg();
+  g_kvc.kind = KVC_KV_MLA_FP4;
+  g_kvc.qk_rope_head_dim = 16;
+  return op_create_kv();
+}
 static kvc_status op_create_nsa(void) {
   g_kvc = mla_cfg();
-  g_kvc.kind = KVC_KV_NSA, g_kvc.page_size = 64, g_kvc.size = 128, g_kvc.kv_lora_rank = 512, g_kvc.qk_rope_head_dim = 64;
+  g_kvc.kind = KVC_KV_NSA, g_kvc.page_size = 64, g_kvc.size = 128, g_kvc.kv_lora_rank = 512,
+  g_kvc.qk_rope_head_dim = 64;
   g_kvc.dtype = KVC_DTYPE_FP8_E4M3;
   return op_create_kv();
 }
@@ -503,15 +528,13 @@ static kvc_status op_swa_free_swa(void) {
   return kvc_swa_allocator_free_swa(W.swa, s, 4, NULL);
 }
 static kvc_status op_kv_set(void) {
-  return kvc_kv_pool_set_kv(W.kv_mha, 1, W.dloc, KVC_INDEX_I64, 20, W.dk, W.dv, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f,
-                            NULL, 1.0f, NULL);
+  return kvc_kv_pool_set_kv(W.kv_mha, 1, W.dloc, KVC_INDEX_I64, 20, W.dk, W.dv, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f, NULL,
+                            1.0f, NULL);
 }
-static kvc_status op_kv_move(void) {
-  return kvc_kv_pool_move(W.kv_mha, W.dloc, W.dloc2, KVC_INDEX_I64, 20, NULL);
-}
+static kvc_status op_kv_move(void) { return kvc_kv_pool_move(W.kv_mha, W.dloc, W.dloc2, KVC_INDEX_I64, 20, NULL); }
 static kvc_status op_swakv_set(void) {
-  return kvc_swa_kv_pool_set_kv(W.swakv, 1, W.dloc, NULL, KVC_INDEX_I64, 6, W.dk, W.dv, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f,
-                                NULL, 1.0f, NULL);
+  return kvc_swa_kv_pool_set_kv(W.swakv, 1, W.dloc, NULL, KVC_INDEX_I64, 6, W.dk, W.dv, KVC_DTYPE_BF16, 0, 0, NULL,
+                                1.0f, NULL, 1.0f, NULL);
 }
 static kvc_status op_hyb_alloc(void) {
   int32_t rows[2] = {0, 0}, ms[2] = {0, 0}, pp[4] = {0, 0, 0, 0};
@@ -604,9 +627,9 @@ static kvc_status op_sess_release(void) { return kvc_session_cache_release(W.ses
 typedef struct scenario {
   const char *name;
   kvc_status (*op)(void);
-  unsigned relaxed; /* kinds (bit per kvc__fault_kind) whose failure may change state:
+  unsigned relaxed;   /* kinds (bit per kvc__fault_kind) whose failure may change state:
                        documented in tests/reliability/README.md */
-  int multi;        /* composite op (several public calls): a failure may leave the earlier
+  int multi;          /* composite op (several public calls): a failure may leave the earlier
                        calls' effects (each call itself is transactional) */
   void (*prep)(void); /* sets the call's inputs (request lengths) before the snapshot */
 } scenario;
@@ -676,12 +699,12 @@ static const kvc_status expected[3] = {KVC_ERR_HOST_OOM, KVC_ERR_DEVICE_OOM, KVC
 static const char *kind_name[3] = {"host alloc", "device alloc", "launch"};
 
 static int g_failures;
-#define REPORT(...)                                                                         \
-  do {                                                                                      \
-    printf("  FAIL %s / %s / N=%lld: ", sc->name, kind_name[kind], (long long)n);           \
-    printf(__VA_ARGS__);                                                                    \
-    printf("\n");                                                                           \
-    g_failures++;                                                                           \
+#define REPORT(...)                                                               \
+  do {                                                                            \
+    printf("  FAIL %s / %s / N=%lld: ", sc->name, kind_name[kind], (long long)n); \
+    printf(__VA_ARGS__);                                                          \
+    printf("\n");                                                                 \
+    g_failures++;                                                                 \
   } while (0)
 
 static void run_scenario(const scenario *sc, int *loops) {
@@ -708,8 +731,9 @@ static void run_scenario(const scenario *sc, int *loops) {
         if (calls > n) REPORT("succeeded although the injected failure was hit (swallowed)");
         if (fingerprint() != ref) REPORT("success differs from the reference run");
       } else {
-        if (st != expected[kind]) REPORT("status %s, expected %s (%s)", kvc_status_name(st),
-                                         kvc_status_name(expected[kind]), kvc_last_error(kvt_ctx));
+        if (st != expected[kind])
+          REPORT("status %s, expected %s (%s)", kvc_status_name(st), kvc_status_name(expected[kind]),
+                 kvc_last_error(kvt_ctx));
         const bool relaxed = (sc->relaxed & R(kind)) || sc->multi;
         if (!relaxed && fingerprint() != before) REPORT("state changed by a failed call");
         else fingerprint(); /* audits still run */
@@ -763,8 +787,8 @@ static void test_compile_failure_is_reported_and_retried(void **state) {
   kvt_h2d_on(ctx, loc, &one, 8);
   void *k = kvt_alloc_on(ctx, 64), *v = kvt_alloc_on(ctx, 64);
   kvc__fault_set(ctx, KVC__FAULT_COMPILE, 0);
-  kvc_status st = kvc_kv_pool_set_kv(p, 0, loc, KVC_INDEX_I64, 1, k, v, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f, NULL, 1.0f,
-                                     NULL);
+  kvc_status st =
+      kvc_kv_pool_set_kv(p, 0, loc, KVC_INDEX_I64, 1, k, v, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f, NULL, 1.0f, NULL);
   kvc__fault_reset(ctx);
   assert_int_equal(st, KVC_ERR_NVRTC);
   assert_non_null(strstr(kvc_last_error(ctx), "compile"));
@@ -868,7 +892,7 @@ static void test_pool_bytes_over_2_31_and_2_32_are_exact(void **state) {
  * slot, row and Mamba slot free once (audits + full availability after the sessions are
  * released). No cache callback sees a request twice. */
 
-#define RN 5 /* requests: 4 with rows, 1 with only a Mamba slot (hybrid) */
+#define RN 5            /* requests: 4 with rows, 1 with only a Mamba slot (hybrid) */
 #define REL_TOKENS 1024 /* allocator (SWA: full side; the SWA side has half) */
 #define REL_WIDTH 512
 
@@ -1080,12 +1104,12 @@ static void test_batch_release_failures_are_per_request_and_retryable(void **sta
       int partial = 0; /* failures that left the request they stopped at part-released */
       for (int64_t n = 0;; n++) {
         if (n > 1024) fail_msg("%s: no success after 1024 injected failures", c->name);
-#define RFAIL(...)                                                                          \
-  do {                                                                                      \
-    printf("  FAIL %s / %s / N=%lld: ", c->name, kind_name[kind], (long long)n);            \
-    printf(__VA_ARGS__);                                                                    \
-    printf("\n");                                                                           \
-    failures++;                                                                             \
+#define RFAIL(...)                                                               \
+  do {                                                                           \
+    printf("  FAIL %s / %s / N=%lld: ", c->name, kind_name[kind], (long long)n); \
+    printf(__VA_ARGS__);                                                         \
+    printf("\n");                                                                \
+    failures++;                                                                  \
   } while (0)
         const kvc__live live0 = kvc__fault_live(kvt_ctx);
         world_make();
@@ -1120,7 +1144,8 @@ static void test_batch_release_failures_are_per_request_and_retryable(void **sta
           if (holds(&RW.r[i]))
             RFAIL("request %d still holds row %d / Mamba %d", i, RW.r[i].req_row, RW.r[i].mamba_slot);
         if ((bad = rel_consistent())) RFAIL("after the release: %s", bad);
-        if (kvc_allocator_available_size(rel_full()) != ref_avail || kvc_req_to_token_pool_available(RW.rp) != ref_rows ||
+        if (kvc_allocator_available_size(rel_full()) != ref_avail ||
+            kvc_req_to_token_pool_available(RW.rp) != ref_rows ||
             (RW.mp && kvc_mamba_pool_available(RW.mp) != ref_mamba))
           RFAIL("free slots / rows / Mamba slots differ from a release that never failed");
         rel_finish_sessions();

@@ -20,14 +20,14 @@ typedef struct worker {
   char failure[256];
 } worker;
 
-#define WORKER_CHECK(w, expr, want)                                                         \
-  do {                                                                                      \
-    kvc_status st_ = (expr);                                                                \
-    if (st_ != (want) && (w)->failed_with == KVC_OK) {                                      \
-      (w)->failed_with = st_ == KVC_OK ? KVC_ERR_INTERNAL : st_;                            \
-      snprintf((w)->failure, sizeof (w)->failure, "thread %d: %s -> %s (%s)", (w)->id, #expr, \
-               kvc_status_name(st_), kvc_last_error(kvt_ctx));                              \
-    }                                                                                       \
+#define WORKER_CHECK(w, expr, want)                                                                                \
+  do {                                                                                                             \
+    kvc_status st_ = (expr);                                                                                       \
+    if (st_ != (want) && (w)->failed_with == KVC_OK) {                                                             \
+      (w)->failed_with = st_ == KVC_OK ? KVC_ERR_INTERNAL : st_;                                                   \
+      snprintf((w)->failure, sizeof(w)->failure, "thread %d: %s -> %s (%s)", (w)->id, #expr, kvc_status_name(st_), \
+               kvc_last_error(kvt_ctx));                                                                           \
+    }                                                                                                              \
   } while (0)
 
 static void *work(void *arg) {
@@ -71,8 +71,8 @@ static void *work(void *arg) {
     snprintf(want, sizeof want, "[%d, %d + 8)", 60 + w->id, 60 + w->id);
     if (!strstr(kvc_last_error(ctx), want) && w->failed_with == KVC_OK) {
       w->failed_with = KVC_ERR_INTERNAL;
-      snprintf(w->failure, sizeof w->failure, "thread %d: error text \"%s\" lacks \"%s\"", w->id,
-               kvc_last_error(ctx), want);
+      snprintf(w->failure, sizeof w->failure, "thread %d: error text \"%s\" lacks \"%s\"", w->id, kvc_last_error(ctx),
+               want);
     }
     WORKER_CHECK(w, kvc_allocator_free(a, slots, 8), KVC_OK);
     WORKER_CHECK(w, kvc_req_to_token_pool_free(rp, row), KVC_OK);

@@ -14,26 +14,25 @@
  */
 #include "harness.h"
 
-#define MAXP 512   /* model pages at most */
-#define MAXREQ 24  /* req pool rows */
-#define MAXB 8     /* batch size */
+#define MAXP 512  /* model pages at most */
+#define MAXREQ 24 /* req pool rows */
+#define MAXB 8    /* batch size */
 
 static uint64_t g_seed;
 static long g_step;
 static long g_oos, g_tokens;
 
-#define CHECKF(cond, ...)                                                                   \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      char m_[512];                                                                         \
-      snprintf(m_, sizeof m_, __VA_ARGS__);                                                 \
-      fail_msg("KVT_SEED=%llu step %ld: %s (%s)", (unsigned long long)g_seed, g_step, m_,    \
-               kvc_last_error(kvt_ctx));                                                    \
-    }                                                                                       \
+#define CHECKF(cond, ...)                                                                                           \
+  do {                                                                                                              \
+    if (!(cond)) {                                                                                                  \
+      char m_[512];                                                                                                 \
+      snprintf(m_, sizeof m_, __VA_ARGS__);                                                                         \
+      fail_msg("KVT_SEED=%llu step %ld: %s (%s)", (unsigned long long)g_seed, g_step, m_, kvc_last_error(kvt_ctx)); \
+    }                                                                                                               \
   } while (0)
-#define EXPECT_ST(expr, want)                                                               \
-  do {                                                                                      \
-    kvc_status s_ = (expr);                                                                 \
+#define EXPECT_ST(expr, want)                                                                     \
+  do {                                                                                            \
+    kvc_status s_ = (expr);                                                                       \
     CHECKF(s_ == (want), "%s -> %s, want %s", #expr, kvc_status_name(s_), kvc_status_name(want)); \
   } while (0)
 
@@ -42,7 +41,7 @@ static long g_oos, g_tokens;
 typedef struct model {
   int paged, need_sort;
   int64_t ps, np;
-  int64_t fl[MAXP + 8], nfl;  /* free list, front first */
+  int64_t fl[MAXP + 8], nfl;   /* free list, front first */
   int64_t def[MAXP + 8], ndef; /* need_sort side list */
   int in_group;
   int64_t gfree[MAXP * 128 + 8], ngfree; /* slots given to free() inside the group */
@@ -621,7 +620,8 @@ static void test_random_sequences_match_model(void **state) {
   }
   printf("[ MODEL    ] %ld steps: extend %ld decode %ld alloc %ld free %ld group %ld backup %ld merge %ld misuse %ld "
          "clear %ld; %ld tokens placed, %ld batches out of slots\n",
-         steps, counts[0], counts[1], counts[2], counts[3], counts[4], counts[5], counts[6], counts[7], counts[8], g_tokens, g_oos);
+         steps, counts[0], counts[1], counts[2], counts[3], counts[4], counts[5], counts[6], counts[7], counts[8],
+         g_tokens, g_oos);
   w_destroy(w);
   free(w);
 }

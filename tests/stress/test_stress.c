@@ -27,19 +27,19 @@ static long g_tokens, g_oos;
 static long g_step;
 static const char *g_kind;
 
-#define CHECK(cond, ...)                                                                    \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      char m_[256];                                                                         \
-      snprintf(m_, sizeof m_, __VA_ARGS__);                                                 \
+#define CHECK(cond, ...)                                                                             \
+  do {                                                                                               \
+    if (!(cond)) {                                                                                   \
+      char m_[256];                                                                                  \
+      snprintf(m_, sizeof m_, __VA_ARGS__);                                                          \
       fail_msg("KVT_SEED=%llu %s step %ld: %s (%s)", (unsigned long long)g_seed, g_kind, g_step, m_, \
-               kvc_last_error(kvt_ctx));                                                    \
-    }                                                                                       \
+               kvc_last_error(kvt_ctx));                                                             \
+    }                                                                                                \
   } while (0)
-#define OKAY(expr)                                                                          \
-  do {                                                                                      \
-    kvc_status s_ = (expr);                                                                 \
-    CHECK(s_ == KVC_OK, "%s -> %s", #expr, kvc_status_name(s_));                            \
+#define OKAY(expr)                                               \
+  do {                                                           \
+    kvc_status s_ = (expr);                                      \
+    CHECK(s_ == KVC_OK, "%s -> %s", #expr, kvc_status_name(s_)); \
   } while (0)
 
 typedef struct sreq {
@@ -48,11 +48,11 @@ typedef struct sreq {
 } sreq;
 
 typedef struct stress {
-  kvc_allocator *a;          /* the allocator whose conservation is checked (full side) */
-  kvc_swa_allocator *swa;    /* SWA kind: the pair */
+  kvc_allocator *a;       /* the allocator whose conservation is checked (full side) */
+  kvc_swa_allocator *swa; /* SWA kind: the pair */
   kvc_req_to_token_pool *rp;
   int64_t ps, slots;
-  uint8_t *held;             /* shadow: slot handed out and not freed */
+  uint8_t *held; /* shadow: slot handed out and not freed */
   sreq req[NREQ];
   int64_t tmp[WIDTH * NREQ];
 } stress;
@@ -65,8 +65,9 @@ static long steps_per_kind(void) {
 static void conserve(stress *s) {
   kvc_allocator_stats st;
   OKAY(kvc_allocator_get_stats(s->a, &st));
-  CHECK(st.free_pages + st.deferred_pages + st.held_pages == st.num_pages, "free %lld + deferred %lld + held %lld != %lld",
-        (long long)st.free_pages, (long long)st.deferred_pages, (long long)st.held_pages, (long long)st.num_pages);
+  CHECK(st.free_pages + st.deferred_pages + st.held_pages == st.num_pages,
+        "free %lld + deferred %lld + held %lld != %lld", (long long)st.free_pages, (long long)st.deferred_pages,
+        (long long)st.held_pages, (long long)st.num_pages);
   CHECK(kvc_allocator_available_size(s->a) == (st.free_pages + st.deferred_pages) * s->ps, "available size");
 }
 
@@ -108,17 +109,19 @@ static void run(stress *s, kvt_rng *rng, long steps) {
     sreq *r = &s->req[i];
     if (op < 35) { /* extend (new or continuing request) */
       int64_t add = kvt_range(rng, 1, 40);
-      if (r->len + add > WIDTH) { release(s, i); continue; }
+      if (r->len + add > WIDTH) {
+        release(s, i);
+        continue;
+      }
       if (!r->row) {
         int32_t row = 0;
         OKAY(kvc_req_to_token_pool_alloc(s->rp, 1, &row));
         r->row = row;
       }
       int64_t pre = r->len, seq = r->len + add;
-      kvc_status st = s->swa ? kvc_swa_allocator_alloc_extend(s->swa, 1, &pre, &seq, NULL, s->rp, &r->row, NULL,
-                                                              s->tmp, NULL, NULL)
-                             : kvc_allocator_alloc_extend(s->a, 1, &pre, &seq, NULL, s->rp, &r->row, NULL, s->tmp,
-                                                          NULL, NULL);
+      kvc_status st =
+          s->swa ? kvc_swa_allocator_alloc_extend(s->swa, 1, &pre, &seq, NULL, s->rp, &r->row, NULL, s->tmp, NULL, NULL)
+                 : kvc_allocator_alloc_extend(s->a, 1, &pre, &seq, NULL, s->rp, &r->row, NULL, s->tmp, NULL, NULL);
       if (st == KVC_ERR_OUT_OF_SLOTS) {
         g_oos++;
         if (!r->len) {
@@ -143,7 +146,10 @@ static void run(stress *s, kvt_rng *rng, long steps) {
       if (!n) continue;
       kvc_status st = s->swa ? kvc_swa_allocator_alloc_decode(s->swa, n, seqs, NULL, s->rp, rows, s->tmp, NULL, NULL)
                              : kvc_allocator_alloc_decode(s->a, n, seqs, NULL, s->rp, rows, s->tmp, NULL, NULL);
-      if (st == KVC_ERR_OUT_OF_SLOTS) { release(s, idx[0]); continue; }
+      if (st == KVC_ERR_OUT_OF_SLOTS) {
+        release(s, idx[0]);
+        continue;
+      }
       CHECK(st == KVC_OK, "decode -> %s", kvc_status_name(st));
       take(s, s->tmp, (int64_t)n);
       g_tokens += (long)n;

@@ -33,12 +33,12 @@ typedef struct model {
   long n_alloc, n_oos, n_evict, n_release;
 } model;
 
-#define MFAIL(m, ...)                                                                       \
-  do {                                                                                      \
-    char msg_[512];                                                                         \
-    snprintf(msg_, sizeof msg_, __VA_ARGS__);                                               \
+#define MFAIL(m, ...)                                                                                      \
+  do {                                                                                                     \
+    char msg_[512];                                                                                        \
+    snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                              \
     fail_msg("seed %llu step %ld ps %d: %s (%s)", (unsigned long long)(m)->seed, (m)->step, (m)->ps, msg_, \
-             kvc_last_error(kvt_ctx));                                                      \
+             kvc_last_error(kvt_ctx));                                                                     \
   } while (0)
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -56,8 +56,10 @@ static void check_conservation(model *m) {
   const int64_t ss = kvc_allocator_size(kvc_swa_allocator_swa(m->a));
   kvt_digest_i64(fa);
   kvt_digest_i64(sa);
-  if (fa != fs - full_pages * m->ps) MFAIL(m, "full available %lld, model %lld", (long long)fa, (long long)(fs - full_pages * m->ps));
-  if (sa != ss - swa_pages * m->ps) MFAIL(m, "swa available %lld, model %lld", (long long)sa, (long long)(ss - swa_pages * m->ps));
+  if (fa != fs - full_pages * m->ps)
+    MFAIL(m, "full available %lld, model %lld", (long long)fa, (long long)(fs - full_pages * m->ps));
+  if (sa != ss - swa_pages * m->ps)
+    MFAIL(m, "swa available %lld, model %lld", (long long)sa, (long long)(ss - swa_pages * m->ps));
   if (m->hp && kvc_mamba_pool_available(m->mp) != kvc_mamba_pool_size(m->mp) - m->nreq)
     MFAIL(m, "mamba available %d, model %d", kvc_mamba_pool_available(m->mp), kvc_mamba_pool_size(m->mp) - m->nreq);
   if (kvc_req_to_token_pool_available(m->rp) != kvc_req_to_token_pool_size(m->rp) - m->nreq)
@@ -284,8 +286,8 @@ static void run_model(int32_t ps, uint32_t flags, long steps, uint64_t seed) {
   }
   audit(&m);
   printf("[ MODEL    ] ps %d flags %u: %ld steps ok (seed %llu; %ld new, %ld decode shortages, %ld evictions, "
-         "%ld releases, mamba %s)\n", ps, flags, steps, (unsigned long long)seed, m.n_alloc, m.n_oos, m.n_evict,
-         m.n_release, m.hp ? "on" : "off");
+         "%ld releases, mamba %s)\n",
+         ps, flags, steps, (unsigned long long)seed, m.n_alloc, m.n_oos, m.n_evict, m.n_release, m.hp ? "on" : "off");
   free(m.full_owned), free(m.swa_owned);
   kvc_hybrid_req_pool_destroy(m.hp);
   kvc_mamba_pool_destroy(m.mp);

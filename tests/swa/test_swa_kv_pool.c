@@ -63,9 +63,9 @@ static void test_routing(void **state) {
   int64_t *dl = kvt_dev_alloc(8);
   int64_t one = 1;
   kvt_h2d(dl, &one, 8);
-  KVT_STATUS(kvc_swa_kv_pool_set_kv(p, 1, dl, NULL, KVC_INDEX_I64, 1, k, k, KVC_DTYPE_F32, 0, 0, NULL, 1.f, NULL, 1.f,
-                                    NULL),
-             KVC_ERR_MISUSE);
+  KVT_STATUS(
+      kvc_swa_kv_pool_set_kv(p, 1, dl, NULL, KVC_INDEX_I64, 1, k, k, KVC_DTYPE_F32, 0, 0, NULL, 1.f, NULL, 1.f, NULL),
+      KVC_ERR_MISUSE);
   int32_t dup[2] = {0, 0};
   kvc_swa_kv_pool_config c = KVC_SWA_KV_POOL_CONFIG_INIT;
   c.size_full = 8, c.size_swa = 8, c.num_full_layers = 2, c.full_layer_ids = dup, c.head_num = 1, c.head_dim = 1;

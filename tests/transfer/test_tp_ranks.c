@@ -64,13 +64,14 @@ static void compare_ranks(rank *ranks, const kvc_status *st, size_t out_n, const
   int64_t *want = malloc((out_n + 1) * sizeof *want), *got = malloc((out_n + 1) * sizeof *got);
   if (out_n) kvt_d2h_on(ranks[0].ctx, want, ranks[0].out, out_n * sizeof *want);
   for (int k = 1; k < RANKS; k++) {
-    if (st[k] != st[0]) fail_msg("step %d: rank %d got %s, rank 0 %s", step, k, kvc_status_name(st[k]), kvc_status_name(st[0]));
+    if (st[k] != st[0])
+      fail_msg("step %d: rank %d got %s, rank 0 %s", step, k, kvc_status_name(st[k]), kvc_status_name(st[0]));
     if (st[0] == KVC_OK && out_n) {
       kvt_d2h_on(ranks[k].ctx, got, ranks[k].out, out_n * sizeof *got);
       for (size_t i = 0; i < out_n; i++)
         if (got[i] != want[i])
-          fail_msg("step %d: rank %d out_cache_loc[%zu] = %lld, rank 0 %lld (seed %llu)", step, k, i,
-                   (long long)got[i], (long long)want[i], (unsigned long long)kvt_seed());
+          fail_msg("step %d: rank %d out_cache_loc[%zu] = %lld, rank 0 %lld (seed %llu)", step, k, i, (long long)got[i],
+                   (long long)want[i], (unsigned long long)kvt_seed());
     }
     for (size_t i = 0; i < n; i++) {
       const kvc_req_state *a = &ranks[0].live[idx[i]], *b = &ranks[k].live[idx[i]];
@@ -182,8 +183,8 @@ static void run_trace(int ps) {
     }
     compare_tables(ranks, step);
   }
-  printf("page %d: %lld requests extended (%lld calls refused: out of slots), %lld decode tokens, %lld released\n",
-         ps, (long long)extended, (long long)refused, (long long)decoded, (long long)released);
+  printf("page %d: %lld requests extended (%lld calls refused: out of slots), %lld decode tokens, %lld released\n", ps,
+         (long long)extended, (long long)refused, (long long)decoded, (long long)released);
   assert_true(extended > 20 && decoded > 100 && released > 10); /* the trace did real work */
   for (int k = 0; k < RANKS; k++) rank_close(&ranks[k]);
 }

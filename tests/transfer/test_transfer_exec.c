@@ -143,10 +143,10 @@ static size_t expected_runs(const int64_t *s, const int64_t *d, size_t n) {
 typedef struct scenario {
   pool_family fam;
   int ps;
-  int two_contexts; /* target pool on a second context of the same backend */
-  int via_bytes;    /* target layout through serialize/deserialize */
+  int two_contexts;  /* target pool on a second context of the same backend */
+  int via_bytes;     /* target layout through serialize/deserialize */
   int bigger_target; /* the target pool holds 1.5x the source's pages (other strides) */
-  int nccl;         /* run over NCCL (CUDA only) instead of the local path */
+  int nccl;          /* run over NCCL (CUDA only) instead of the local path */
 } scenario;
 
 static kvc_status run_over_nccl(const kvc_transfer_plan *plan, side *src, side *dst, const char **skip_reason);
@@ -367,8 +367,7 @@ static kvc_status run_over_nccl(const kvc_transfer_plan *plan, side *src, side *
   dlclose(cuda);
   if (jobs[0].init_result != KVC__NCCL_SUCCESS || jobs[1].init_result != KVC__NCCL_SUCCESS) {
     /* NCCL refuses two ranks on one GPU in many versions ("Duplicate GPU detected"). */
-    snprintf(reason, sizeof reason, "NCCL refused the one-device communicator: %s | %s", jobs[0].error,
-             jobs[1].error);
+    snprintf(reason, sizeof reason, "NCCL refused the one-device communicator: %s | %s", jobs[0].error, jobs[1].error);
     *skip_reason = reason;
     return KVC_OK;
   }

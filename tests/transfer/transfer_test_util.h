@@ -17,8 +17,8 @@ static inline kvc_kv_pool_config kvt_xfer_mha_config(kvc_dtype dt, int heads, in
   return c;
 }
 
-static inline kvc_kv_pool_config kvt_xfer_latent_config(kvc_kv_pool_kind kind, kvc_dtype dt, int R, int Q,
-                                                        int layers, int ps, int64_t size) {
+static inline kvc_kv_pool_config kvt_xfer_latent_config(kvc_kv_pool_kind kind, kvc_dtype dt, int R, int Q, int layers,
+                                                        int ps, int64_t size) {
   kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
   c.kind = kind;
   c.dtype = dt;

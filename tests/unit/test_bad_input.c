@@ -28,7 +28,8 @@ static void assert_named_by(const char *func) {
   for (const char *c = strstr(msg + len + 2, ": "); c; c = strstr(c + 2, ": ")) {
     const char *w = c;
     while (w > msg && (w[-1] == '_' || (w[-1] >= 'a' && w[-1] <= 'z') || (w[-1] >= '0' && w[-1] <= '9'))) w--;
-    if (names_a_helper(w, (size_t)(c - w))) fail_msg("message \"%s\" names \"%.*s\" after \"%s: \"", msg, (int)(c - w), w, func);
+    if (names_a_helper(w, (size_t)(c - w)))
+      fail_msg("message \"%s\" names \"%.*s\" after \"%s: \"", msg, (int)(c - w), w, func);
   }
 }
 
@@ -117,12 +118,12 @@ static void test_row_copies_refuse_strides_that_overflow(void **state) {
   KVT_OK(kvc_kv_pool_set_kv(p, 0, loc, KVC_INDEX_I64, 2, k, v, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f, NULL, 1.0f, NULL));
   uint8_t *cache = kvt_dev_alloc(16 * 32);
   /* 4 rows of a 2^62-byte stride: past INT64_MAX (a representable stride is the caller's) */
-  KVT_STATUS(kvc_store_kv(kvt_ctx, cache, NULL, 0, 0, 16, k, NULL, INT64_MAX / 2, 0, 32, 0, loc, KVC_INDEX_I64, 4,
-                          NULL),
-             KVC_ERR_INVALID_ARGUMENT);
-  KVT_STATUS(kvc_store_kv(kvt_ctx, cache, NULL, INT64_MAX / 4, 0, 16, k, NULL, 0, 0, 32, 0, loc, KVC_INDEX_I64, 2,
-                          NULL),
-             KVC_ERR_INVALID_ARGUMENT);
+  KVT_STATUS(
+      kvc_store_kv(kvt_ctx, cache, NULL, 0, 0, 16, k, NULL, INT64_MAX / 2, 0, 32, 0, loc, KVC_INDEX_I64, 4, NULL),
+      KVC_ERR_INVALID_ARGUMENT);
+  KVT_STATUS(
+      kvc_store_kv(kvt_ctx, cache, NULL, INT64_MAX / 4, 0, 16, k, NULL, 0, 0, 32, 0, loc, KVC_INDEX_I64, 2, NULL),
+      KVC_ERR_INVALID_ARGUMENT);
   assert_named_by("kvc_store_kv");
   KVT_OK(kvc_store_kv(kvt_ctx, cache, NULL, 0, 0, 16, k, NULL, 0, 0, 32, 0, loc, KVC_INDEX_I64, 2, NULL));
   kvt_dev_free(cache);
@@ -273,17 +274,17 @@ typedef struct create_case {
 static void *created; /* what a create wrote to *out (must stay the sentinel) */
 static char sentinel_target;
 
-#define CREATE_CASE(obj, TYPE, INIT)                                                        \
-  static void init_##obj(void *config) {                                                    \
-    TYPE c = INIT;                                                                          \
-    memcpy(config, &c, sizeof c);                                                           \
-  }                                                                                         \
-  static kvc_status create_##obj(void *config) {                                            \
-    kvc_##obj *o = (kvc_##obj *)(void *)&sentinel_target;                                   \
-    kvc_status st = kvc_##obj##_create(kvt_ctx, config, &o);                                \
-    created = o;                                                                            \
-    if (st == KVC_OK) kvc_##obj##_destroy(o);                                               \
-    return st;                                                                              \
+#define CREATE_CASE(obj, TYPE, INIT)                         \
+  static void init_##obj(void *config) {                     \
+    TYPE c = INIT;                                           \
+    memcpy(config, &c, sizeof c);                            \
+  }                                                          \
+  static kvc_status create_##obj(void *config) {             \
+    kvc_##obj *o = (kvc_##obj *)(void *)&sentinel_target;    \
+    kvc_status st = kvc_##obj##_create(kvt_ctx, config, &o); \
+    created = o;                                             \
+    if (st == KVC_OK) kvc_##obj##_destroy(o);                \
+    return st;                                               \
   }
 
 CREATE_CASE(req_to_token_pool, kvc_req_to_token_pool_config, KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT)
@@ -296,16 +297,20 @@ CREATE_CASE(hybrid_req_pool, kvc_hybrid_req_pool_config, KVC_HYBRID_REQ_POOL_CON
 CREATE_CASE(hybrid_kv_pool, kvc_hybrid_kv_pool_config, KVC_HYBRID_KV_POOL_CONFIG_INIT)
 CREATE_CASE(flow, kvc_flow_config, KVC_FLOW_CONFIG_INIT)
 
-#define CASE(obj, TYPE)                                                                     \
+#define CASE(obj, TYPE) \
   { "kvc_" #obj "_create", sizeof(TYPE), offsetof(TYPE, reserved_), init_##obj, create_##obj }
 
 static void test_every_create_checks_struct_size_version_and_reserved(void **state) {
   (void)state;
   const create_case cases[] = {
-      CASE(req_to_token_pool, kvc_req_to_token_pool_config), CASE(allocator, kvc_allocator_config),
-      CASE(kv_pool, kvc_kv_pool_config),                     CASE(mamba_pool, kvc_mamba_pool_config),
-      CASE(swa_allocator, kvc_swa_allocator_config),         CASE(swa_kv_pool, kvc_swa_kv_pool_config),
-      CASE(hybrid_req_pool, kvc_hybrid_req_pool_config),     CASE(hybrid_kv_pool, kvc_hybrid_kv_pool_config),
+      CASE(req_to_token_pool, kvc_req_to_token_pool_config),
+      CASE(allocator, kvc_allocator_config),
+      CASE(kv_pool, kvc_kv_pool_config),
+      CASE(mamba_pool, kvc_mamba_pool_config),
+      CASE(swa_allocator, kvc_swa_allocator_config),
+      CASE(swa_kv_pool, kvc_swa_kv_pool_config),
+      CASE(hybrid_req_pool, kvc_hybrid_req_pool_config),
+      CASE(hybrid_kv_pool, kvc_hybrid_kv_pool_config),
       CASE(flow, kvc_flow_config),
   };
   for (size_t i = 0; i < LEN(cases); i++) {
@@ -432,9 +437,8 @@ static void test_errors_found_by_helpers_name_the_public_function(void **state) 
   assert_named_by("kvc_kv_pool_create");
 
   void *mem = NULL;
-  KVT_STATUS(kvc_memory_alloc(kvt_ctx, SIZE_MAX - 16, &mem), kvc_context_backend(kvt_ctx) == KVC_BACKEND_CUDA
-                                                               ? KVC_ERR_DEVICE_OOM
-                                                               : KVC_ERR_HOST_OOM);
+  KVT_STATUS(kvc_memory_alloc(kvt_ctx, SIZE_MAX - 16, &mem),
+             kvc_context_backend(kvt_ctx) == KVC_BACKEND_CUDA ? KVC_ERR_DEVICE_OOM : KVC_ERR_HOST_OOM);
   assert_null(mem);
   assert_named_by("kvc_memory_alloc");
 

@@ -126,8 +126,8 @@ static void test_error_text_holds_for_any_number_of_contexts(void **state) {
     char want[32];
     snprintf(want, sizeof want, "%d", -(1000 + i));
     if (!strstr(kvc_last_error(c[i]), want) || !strstr(earlier[i], want))
-      fail_msg("context %d: text \"%s\", earlier pointer \"%s\", want \"%s\"", i, kvc_last_error(c[i]),
-               earlier[i], want);
+      fail_msg("context %d: text \"%s\", earlier pointer \"%s\", want \"%s\"", i, kvc_last_error(c[i]), earlier[i],
+               want);
     assert_ptr_equal(kvc_last_error(c[i]), earlier[i]);
   }
   for (int i = 0; i < N; i++) kvc_context_destroy(c[i]);

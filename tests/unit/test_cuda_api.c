@@ -22,8 +22,8 @@ KVC_CUDA_TYPES(CHECK_TYPE)
 
 /* Enumerators and enum sizes (cuda_api.h defines every enum as a C enum: int-sized). */
 #define CHECK_VALUE(name, value) _Static_assert((long long)(name) == (value), "value of " #name);
-#define CHECK_ENUM(type, tag, values)                                                       \
-  _Static_assert(sizeof(type) == sizeof(int), "size of " #type);                           \
+#define CHECK_ENUM(type, tag, values)                            \
+  _Static_assert(sizeof(type) == sizeof(int), "size of " #type); \
   values(CHECK_VALUE)
 KVC_CUDA_ENUMS(CHECK_ENUM)
 
@@ -31,11 +31,15 @@ KVC_CUDA_ENUMS(CHECK_ENUM)
  * every field sits at the toolkit's offset with the toolkit's type. */
 #include <stddef.h>
 #define MIRROR_MEMBER(type, name) type name;
-struct mirror_memcpy2d { KVC_CUDA_MEMCPY2D_FIELDS(MIRROR_MEMBER) };
-struct mirror_memcpy3d_peer { KVC_CUDA_MEMCPY3D_PEER_FIELDS(MIRROR_MEMBER) };
-#define CHECK_FIELD(mirror, real, type, name)                                               \
-  _Static_assert(offsetof(struct mirror, name) == offsetof(real, name) &&                  \
-                     SAME_TYPE(__typeof__(((real *)0)->name), type),                        \
+struct mirror_memcpy2d {
+  KVC_CUDA_MEMCPY2D_FIELDS(MIRROR_MEMBER)
+};
+struct mirror_memcpy3d_peer {
+  KVC_CUDA_MEMCPY3D_PEER_FIELDS(MIRROR_MEMBER)
+};
+#define CHECK_FIELD(mirror, real, type, name)                             \
+  _Static_assert(offsetof(struct mirror, name) == offsetof(real, name) && \
+                     SAME_TYPE(__typeof__(((real *)0)->name), type),      \
                  #real "." #name);
 #define CHECK_2D(type, name) CHECK_FIELD(mirror_memcpy2d, CUDA_MEMCPY2D, type, name)
 #define CHECK_3D(type, name) CHECK_FIELD(mirror_memcpy3d_peer, CUDA_MEMCPY3D_PEER, type, name)
@@ -46,7 +50,7 @@ _Static_assert(sizeof(struct mirror_memcpy3d_peer) == sizeof(CUDA_MEMCPY3D_PEER)
 
 /* Driver entry points: the toolkit's PFN type against the signature written here, with
  * the toolkit's own parameter types. */
-#define CHECK_PFN(name, version, params)                                                    \
+#define CHECK_PFN(name, version, params) \
   _Static_assert(SAME_TYPE(PFN_##name##_v##version, CUresult(CUDAAPI *) params), "PFN_" #name "_v" #version);
 KVC_CUDA_DRIVER_FNS(CHECK_PFN)
 

@@ -34,7 +34,6 @@ static void test_bad_arch_is_an_argument_error(void **state) {
   assert_int_equal(kvc_compile_check(7, NULL), KVC_ERR_INVALID_ARGUMENT);
 }
 
-
 /* A real NVRTC failure (a negative array size via a bad specialisation): KVC_ERR_NVRTC,
  * with NVRTC's own log in the error text, and no image handed out. */
 static void test_compile_error_carries_the_nvrtc_log(void **state) {

@@ -15,8 +15,8 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /* --- models ------------------------------------------------------------------------ */
 
 /* Spec 6.8, part by part. */
-static void model_extend(size_t n, const int64_t *pre, const int64_t *seq, const int64_t *last,
-                         const int64_t *F, int64_t nf, int64_t ps, int64_t *out) {
+static void model_extend(size_t n, const int64_t *pre, const int64_t *seq, const int64_t *last, const int64_t *F,
+                         int64_t nf, int64_t ps, int64_t *out) {
   int64_t o = 0, S = 0;
   for (size_t i = 0; i < n; i++) {
     int64_t p = pre[i], s = seq[i], ceilp = ceil_div(p, ps) * ps, floors = s / ps * ps;
@@ -41,8 +41,8 @@ static void model_extend(size_t n, const int64_t *pre, const int64_t *seq, const
   }
 }
 
-static void model_decode(size_t n, const int64_t *seq, const int64_t *last, const int64_t *F, int64_t nf,
-                         int64_t ps, int64_t *out) {
+static void model_decode(size_t n, const int64_t *seq, const int64_t *last, const int64_t *F, int64_t nf, int64_t ps,
+                         int64_t *out) {
   int64_t S = 0;
   for (size_t i = 0; i < n; i++) {
     if ((seq[i] - 1) % ps == 0) {
@@ -166,8 +166,8 @@ static void test_write_req_to_token_matches_model(void **state) {
     void *drow = to_index(row, n, KVC_INDEX_I64), *dpre = to_index(pre, n, KVC_INDEX_I32),
          *dseq = to_index(seq, n, KVC_INDEX_I32);
     void *dptrs = upload(ptrs, n * 8), *dloc = upload(loc, (size_t)total * 8);
-    KVT_OK(kvc_write_req_to_token(kvt_ctx, dtable, rows, W, drow, KVC_INDEX_I64, dptrs, dpre, dseq, KVC_INDEX_I32,
-                                  dloc, n, NULL));
+    KVT_OK(kvc_write_req_to_token(kvt_ctx, dtable, rows, W, drow, KVC_INDEX_I64, dptrs, dpre, dseq, KVC_INDEX_I32, dloc,
+                                  n, NULL));
     kvt_d2h(table, dtable, rows * W * 4);
     for (int64_t k = 0; k < rows * W; k++)
       if (table[k] != want[k]) fail_msg("n=%zu entry %lld: %d != %d", n, (long long)k, table[k], want[k]);
@@ -300,7 +300,8 @@ static void test_decode_fill_matches_model(void **state) {
         model_decode(n, seq, last, F, nf, ps, want);
         run_decode(n, seq, last, t, F, nf, ps, got);
         for (size_t i = 0; i < n; i++)
-          if (got[i] != want[i]) fail_msg("ps=%lld n=%zu i=%zu: %lld != %lld", (long long)ps, n, i, (long long)got[i], (long long)want[i]);
+          if (got[i] != want[i])
+            fail_msg("ps=%lld n=%zu i=%zu: %lld != %lld", (long long)ps, n, i, (long long)got[i], (long long)want[i]);
       }
       free(seq);
       free(last);
@@ -374,14 +375,10 @@ static void test_every_kernel_has_a_host_twin(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_every_kernel_has_a_host_twin),
-    cmocka_unit_test(test_get_last_loc_matches_model),
-    cmocka_unit_test(test_get_last_loc_rejects_bad_arguments),
-    cmocka_unit_test(test_write_req_to_token_matches_model),
-    cmocka_unit_test(test_extend_fill_spec_example),
-    cmocka_unit_test(test_extend_fill_matches_model),
-    cmocka_unit_test(test_decode_fill_spec_example),
-    cmocka_unit_test(test_decode_fill_matches_model),
+    cmocka_unit_test(test_every_kernel_has_a_host_twin),       cmocka_unit_test(test_get_last_loc_matches_model),
+    cmocka_unit_test(test_get_last_loc_rejects_bad_arguments), cmocka_unit_test(test_write_req_to_token_matches_model),
+    cmocka_unit_test(test_extend_fill_spec_example),           cmocka_unit_test(test_extend_fill_matches_model),
+    cmocka_unit_test(test_decode_fill_spec_example),           cmocka_unit_test(test_decode_fill_matches_model),
     cmocka_unit_test(test_cuda_extend_fill_equals_host_twin),
 };
 KVT_MAIN("ops", tests)

@@ -88,7 +88,7 @@ void kvc_host_plan_decode(const void *params) {
   const int stride = KVC_DECODE_ENTRY_WORDS(p->map);
   for (int i = 0; i < p->n; i++) {
     kvc_decode_write(w + stride * i, i, KVC_HPTR(int64_t *, p->out), KVC_HPTR(int32_t *, p->table), p->row_stride,
-                 KVC_HPTR(int64_t *, p->map), p->map_len);
+                     KVC_HPTR(int64_t *, p->map), p->map_len);
   }
 }
 
@@ -97,7 +97,8 @@ void kvc_host_decode_channel_apply(const void *params) {
   uint32_t *applied = KVC_HPTR(uint32_t *, p->applied);
   uint32_t *host_state = KVC_HPTR(uint32_t *, p->host_state);
   const uint32_t step = *applied + 1;
-  const uint32_t *slot = KVC_HPTR(const uint32_t *, p->ring) + (size_t)((step - 1) % (uint32_t)p->depth) * (size_t)p->slot_words;
+  const uint32_t *slot =
+      KVC_HPTR(const uint32_t *, p->ring) + (size_t)((step - 1) % (uint32_t)p->depth) * (size_t)p->slot_words;
   const bool ok = slot[0] == step && slot[1] <= (uint32_t)p->max_batch;
   const int n = ok ? (int)slot[1] : 0;
   const uint32_t *w = slot + KVC_CHANNEL_HEADER_WORDS;
@@ -105,7 +106,7 @@ void kvc_host_decode_channel_apply(const void *params) {
   const int stride = KVC_DECODE_ENTRY_WORDS(p->map);
   for (int i = 0; i < n; i++) {
     kvc_decode_write(w + stride * i, i, out, KVC_HPTR(int32_t *, p->table), p->row_stride, KVC_HPTR(int64_t *, p->map),
-                 p->map_len);
+                     p->map_len);
   }
   if (out)
     for (int i = n; i < p->max_batch; i++) out[i] = 0;

@@ -45,7 +45,6 @@ void kvc_host_plan_extend(const void *params);
 void kvc_host_plan_decode(const void *params);
 void kvc_host_decode_channel_apply(const void *params);
 
-
 /* kv_mha.c: KV row store/gather, move, offload. The row kernel reads its variant
  * (KVC_GATHER, KVC_SRC_DT, KVC_DST_DT, KVC_G, KVC_KCH, KVC_VCH) from the spec. */
 void kvc_host_kv_rows(const void *params, const kvc__spec *spec);

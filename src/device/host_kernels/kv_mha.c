@@ -53,8 +53,8 @@ typedef struct kv_spec {
 void kvc_host_kv_rows(const void *params, const kvc__spec *spec) {
   const kvc_p_kv_rows *p = params;
   const kv_spec vs = {(int32_t)kvc__spec_value(spec, "KVC_GATHER", 0), (int32_t)kvc__spec_value(spec, "KVC_SRC_DT", 0),
-                     (int32_t)kvc__spec_value(spec, "KVC_DST_DT", 0), (int32_t)kvc__spec_value(spec, "KVC_G", 1),
-                     (int32_t)kvc__spec_value(spec, "KVC_KCH", 0), (int32_t)kvc__spec_value(spec, "KVC_VCH", 0)};
+                      (int32_t)kvc__spec_value(spec, "KVC_DST_DT", 0), (int32_t)kvc__spec_value(spec, "KVC_G", 1),
+                      (int32_t)kvc__spec_value(spec, "KVC_KCH", 0),    (int32_t)kvc__spec_value(spec, "KVC_VCH", 0)};
   const kv_spec *sp = &vs;
   const int sb = chunk_bytes(sp->src_dt, sp->g), db = chunk_bytes(sp->dst_dt, sp->g);
   float kdiv = 1.0f, vdiv = 1.0f;
@@ -71,10 +71,14 @@ void kvc_host_kv_rows(const void *params, const kvc__spec *spec) {
       /* No chunks on this side (no V region: MLA, MLA FP4, NSA; a K-only gather; an MLA
        * set_kv's ignored v): its addresses may be 0, so form no pointer from them. */
       if (nch == 0) continue;
-      uint8_t *dense = KVC_HPTR(uint8_t *, side ? p->v_dense : p->k_dense) + i * (side ? p->v_dense_stride : p->k_dense_stride);
-      uint8_t *pool = valid ? KVC_HPTR(uint8_t *, side ? p->v_pool : p->k_pool) + slot * (side ? p->v_pool_stride : p->k_pool_stride) : NULL;
+      uint8_t *dense =
+          KVC_HPTR(uint8_t *, side ? p->v_dense : p->k_dense) + i * (side ? p->v_dense_stride : p->k_dense_stride);
+      uint8_t *pool = valid ? KVC_HPTR(uint8_t *, side ? p->v_pool : p->k_pool) +
+                                  slot * (side ? p->v_pool_stride : p->k_pool_stride)
+                            : NULL;
       uint8_t *pscale = valid && (side ? p->v_pool_scale : p->k_pool_scale)
-                            ? KVC_HPTR(uint8_t *, side ? p->v_pool_scale : p->k_pool_scale) + slot * (side ? p->v_scale_stride : p->k_scale_stride)
+                            ? KVC_HPTR(uint8_t *, side ? p->v_pool_scale : p->k_pool_scale) +
+                                  slot * (side ? p->v_scale_stride : p->k_scale_stride)
                             : NULL;
       for (int64_t r = 0; r < nch; r++) {
         if (sp->gather) {
@@ -114,7 +118,7 @@ void kvc_host_kv_move(const void *params) {
   int64_t max_row = 0;
   for (int g = 0; g < p->nseg; g++) max_row = p->seg[g].row_bytes > max_row ? p->seg[g].row_bytes : max_row;
   const int64_t chunk = p->n < p->chunk ? p->n : p->chunk;
-  if (chunk <= 0 || max_row <= 0) return; /* nothing to copy */
+  if (chunk <= 0 || max_row <= 0) return;              /* nothing to copy */
   uint8_t *tmp = KVC_HPTR(uint8_t *, p->host_scratch); /* chunk x max_row bytes (kv_move.c) */
   for (int g = 0; g < p->nseg; g++) {
     const kvc_kv_seg *s = &p->seg[g];
@@ -124,7 +128,8 @@ void kvc_host_kv_move(const void *params) {
         const int64_t cnt = p->n - c0 < p->chunk ? p->n - c0 : p->chunk;
         for (int64_t i = 0; i < cnt; i++) {
           int64_t src = kvc_load_index(p->src, c0 + i, p->loc_i64);
-          if (src >= 0 && src < s->limit) memcpy(tmp + i * s->row_bytes, base + seg_offset(s, src), (size_t)s->row_bytes);
+          if (src >= 0 && src < s->limit)
+            memcpy(tmp + i * s->row_bytes, base + seg_offset(s, src), (size_t)s->row_bytes);
         }
         for (int64_t i = 0; i < cnt; i++) {
           int64_t src = kvc_load_index(p->src, c0 + i, p->loc_i64);

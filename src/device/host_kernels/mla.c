@@ -83,7 +83,8 @@ static void fp4_get(const kvc_p_mla *p) {
     const int ok = loc >= 0 && loc < p->num_rows;
     for (int64_t b = 0; b < nb; b++) {
       const unsigned char *data = ok ? KVC_HPTR(const unsigned char *, p->kv) + loc * p->kv_stride + 8 * b : NULL;
-      const float s = ok ? kvc_fp4_scale_value(KVC_HPTR(const unsigned char *, p->kv_scale)[loc * p->scale_stride + b]) : 0.0f;
+      const float s =
+          ok ? kvc_fp4_scale_value(KVC_HPTR(const unsigned char *, p->kv_scale)[loc * p->scale_stride + b]) : 0.0f;
       for (int k = 0; k < 16; k++) {
         unsigned char *dst = part_addr(p, i, 16 * b + k, ds);
         if (!dst) continue;
@@ -185,7 +186,8 @@ void kvc_host_nsa_index_get(const void *params) {
     if (len < 0) len = 0;
     for (int64_t t = 0; t < len && t < p->max_seq_len && off + t < p->seq_len_sum; t++) {
       const int64_t g = off + t, col = t / p->page_size, in = t % p->page_size;
-      const int64_t page = col < p->table_width ? KVC_HPTR(const int32_t *, p->page_table)[b * p->table_width + col] : -1;
+      const int64_t page =
+          col < p->table_width ? KVC_HPTR(const int32_t *, p->page_table)[b * p->table_width + col] : -1;
       const int ok = page >= 0 && page < p->pages;
       const unsigned char *pg = ok ? KVC_HPTR(const unsigned char *, p->buf) + page * page_bytes : NULL;
       if (out_k) {

@@ -9,8 +9,10 @@
 
 #include <string.h>
 
-#define TWIN(name, fn) {name, fn, NULL}
-#define TWIN_SPEC(name, fn) {name, NULL, fn}
+#define TWIN(name, fn) \
+  { name, fn, NULL }
+#define TWIN_SPEC(name, fn) \
+  { name, NULL, fn }
 
 static const kvc__host_twin twins[] = {
     TWIN("kvc_get_last_loc", kvc_host_get_last_loc),

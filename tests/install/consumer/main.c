@@ -8,26 +8,23 @@
 
 #include <kvcache.h>
 
-#define CHECK(expr)                                                                        \
-  do {                                                                                     \
-    kvc_status st_ = (expr);                                                               \
-    if (st_ != KVC_OK) {                                                                   \
-      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr,                  \
-              kvc_status_name(st_), kvc_last_error(ctx));                                  \
-      return 1;                                                                            \
-    }                                                                                      \
+#define CHECK(expr)                                                                                                   \
+  do {                                                                                                                \
+    kvc_status st_ = (expr);                                                                                          \
+    if (st_ != KVC_OK) {                                                                                              \
+      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr, kvc_status_name(st_), kvc_last_error(ctx)); \
+      return 1;                                                                                                       \
+    }                                                                                                                 \
   } while (0)
 
 int main(void) {
   /* Header/library mismatch check, as every host should do at start-up. */
   if (kvc_version_number() != KVC_VERSION_NUMBER) {
-    fprintf(stderr, "kvcache version mismatch: header %d, library %u\n", KVC_VERSION_NUMBER,
-            kvc_version_number());
+    fprintf(stderr, "kvcache version mismatch: header %d, library %u\n", KVC_VERSION_NUMBER, kvc_version_number());
     return 1;
   }
   if (strcmp(kvc_version_string(), KVC_VERSION_STRING) != 0) {
-    fprintf(stderr, "kvcache version string mismatch: %s vs %s\n", kvc_version_string(),
-            KVC_VERSION_STRING);
+    fprintf(stderr, "kvcache version string mismatch: %s vs %s\n", kvc_version_string(), KVC_VERSION_STRING);
     return 1;
   }
 
