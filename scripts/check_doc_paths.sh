@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 # Paths the docs describe that other branches are adding at the same time. They are
 # reported, not failed; once they are tracked the line below says so and they can go.
-pending="src/alloc/slot_allocator.h src/alloc/id_ring.h src/alloc/id_ring.c kernels/kvc_index.h"
+pending=""
 
 tracked=$(git ls-files)
 mapfile -t docs < <(git ls-files README.md CONTRIBUTING.md 'docs/*.md')

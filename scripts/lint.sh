@@ -28,6 +28,26 @@ fi
 echo "no toolkit header included"
 # Every repository path the docs name exists (scripts/check_doc_paths.sh).
 ./scripts/check_doc_paths.sh
+# Formatting: every tracked C / CUDA source is as the committed .clang-format lays it out
+# (include/ has its own, narrower one). Fix with:
+#   git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i
+if ! command -v clang-format >/dev/null; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-format >/dev/null
+  else
+    echo "clang-format is missing (apt-get install clang-format)" >&2; exit 1
+  fi
+fi
+unformatted=()
+while IFS= read -r f; do
+  clang-format --style=file --dry-run -Werror "$f" >/dev/null 2>&1 || unformatted+=("$f")
+done < <(git ls-files '*.c' '*.h' '*.cu')
+if [ ${#unformatted[@]} -gt 0 ]; then
+  printf '  %s\n' "${unformatted[@]}"
+  echo "lint: ${#unformatted[@]} file(s) not formatted with .clang-format (clang-format -i FILE)" >&2
+  exit 1
+fi
+echo "clang-format clean ($(clang-format --version | sed 's/.*version //'))"
 if ! command -v cppcheck >/dev/null; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cppcheck >/dev/null
