@@ -450,6 +450,18 @@ static void run_misuse(kvc_allocator_kind kind, int32_t ps) {
              KVC_ERR_INVALID_ARGUMENT);
   int64_t ds[2] = {0, 1};
   KVT_STATUS(kvc_allocator_alloc_decode(x, 2, ds, NULL, p, rows, out, NULL, NULL), KVC_ERR_INVALID_ARGUMENT);
+  /* Decode failures at the second request, after the fused pass wrote the first one's
+   * mirror entry: the entry is put back and the message is the checked code's. */
+  int32_t mirror_was[2][64];
+  for (int j = 0; j < 2; j++) memcpy(mirror_was[j], kvc_req_to_token_pool_row(p, rows[j]), sizeof mirror_was[j]);
+  int64_t dnext[2] = {seq[0] + 1, seq[1] + 1}, dwide[2] = {seq[0] + 1, 65};
+  int32_t ddup[2] = {rows[0], rows[0]};
+  KVT_STATUS(kvc_allocator_alloc_decode(x, 2, dnext, NULL, p, ddup, out, NULL, NULL), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "req_rows[1]"));
+  KVT_STATUS(kvc_allocator_alloc_decode(x, 2, dwide, NULL, p, rows, out, NULL, NULL), KVC_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "request 1"));
+  for (int j = 0; j < 2; j++)
+    assert_memory_equal(mirror_was[j], kvc_req_to_token_pool_row(p, rows[j]), sizeof mirror_was[j]);
   if (kind == KVC_ALLOCATOR_PAGED && ps > 2) {
     /* last_loc checks: wrong in-page offset, in a free page */
     int64_t lp[1] = {2}, ls[1] = {3}, wrong_off[1] = {held + 2}, in_free[1] = {freed + 1};
