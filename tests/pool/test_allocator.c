@@ -745,6 +745,32 @@ static void test_free_orders_sorted_unique(void **state) {
   }
 }
 
+/* A decode batch whose new slots run past the end of the ring's buffer: the fused pass
+ * reads them from a copy, and must hand out what alloc(n) would. */
+static void test_decode_across_ring_wrap(void **state) {
+  (void)state;
+  kvc_allocator *x = kvt_allocator(KVC_ALLOCATOR_TOKEN, 16, 1, 0), *y = kvt_allocator(KVC_ALLOCATOR_TOKEN, 16, 1, 0);
+  kvc_req_to_token_pool *p = kvt_req_pool(8, 64);
+  int32_t rows[6] = {0};
+  KVT_OK(kvc_req_to_token_pool_alloc(p, 6, rows));
+  int64_t held[12], seq[6] = {1, 1, 1, 1, 1, 1}, out_x[6], out_y[6];
+  kvc_allocator *both[2] = {x, y};
+  for (int j = 0; j < 2; j++) { /* capacity 16: the front is then buf[12] (13..16), then 1..12 */
+    KVT_OK(kvc_allocator_alloc(both[j], 12, held));
+    KVT_OK(kvc_allocator_free(both[j], held, 12));
+  }
+  KVT_OK(kvc_allocator_alloc_decode(x, 6, seq, NULL, p, rows, out_x, NULL, NULL));
+  KVT_OK(kvc_allocator_alloc(y, 6, out_y));
+  expect_slots(out_x, out_y, 6);
+  assert_int_equal(out_x[3], 16);
+  assert_int_equal(out_x[4], 1);
+  for (int i = 0; i < 6; i++) assert_int_equal(kvc_req_to_token_pool_row(p, rows[i])[0], out_x[i]);
+  KVT_OK(kvc_allocator_check(x));
+  kvc_req_to_token_pool_destroy(p);
+  kvc_allocator_destroy(x);
+  kvc_allocator_destroy(y);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_create_rejects_bad_config),
     cmocka_unit_test(test_token_allocator_reuses_fifo),
@@ -763,5 +789,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_out_of_slots_changes_nothing),
     cmocka_unit_test(test_large_batches_every_payload_size),
     cmocka_unit_test(test_free_orders_sorted_unique),
+    cmocka_unit_test(test_decode_across_ring_wrap),
 };
 KVT_MAIN("allocator", tests)
