@@ -74,7 +74,8 @@ static kvc_status no_last_loc(kvc_allocator *a, const char *fn, size_t i) {
 }
 
 static void unmark_rows(kvc_req_to_token_pool *rp, const int32_t *rows, size_t n) {
-  for (size_t j = 0; j < n; j++) rp->rowflag[rows[j]] &= (uint8_t)~KVC__ROW_MARK;
+  uint8_t *const flag = rp->rowflag; /* a local: the byte stores may alias rp->rowflag */
+  for (size_t j = 0; j < n; j++) flag[rows[j]] &= (uint8_t)~KVC__ROW_MARK;
 }
 
 static kvc_status check_common(kvc_allocator *a, const char *fn, size_t bs, kvc_req_to_token_pool *rp,
