@@ -276,9 +276,49 @@ static size_t free_whole_pages(kvc_allocator *a, const int64_t *slots, size_t n,
   }
 }
 
+/* --- TOKEN fast path: validate and release in one pass ----------------------------- */
+
+/* A TOKEN free outside a group and without need_sort appends its slots to the back of the
+ * ring in call order, which lets validation and release share one pass: a slot is valid
+ * iff its state is exactly HELD (MARK, GFREE and GSEG all unset: no earlier listing in
+ * this call, no open group), and it is then set FREE at once and written past the ring's
+ * tail. A repeat later in the call then reads FREE and fails like any double free. The
+ * entries past the tail are not in the ring until count moves, and there are at most as
+ * many as there were HELD slots (each was HELD when written), so they never reach a live
+ * entry. On a failure the slots of [0, i) were all HELD: they become HELD again, and the
+ * caller re-runs the checked loop, which reports the error exactly as before.
+ *
+ * Why: the checked loop marks in one pass and releases in a second one, through a->tmp_a,
+ * with the allocator's fields reloaded after every byte store (~40 instructions per slot;
+ * the issue 20 free of 4096 slots was 164 k instructions). This loop keeps everything in
+ * locals: about 10 instructions per slot. Returns the slots consumed: n on success. */
+static size_t token_free_fast(kvc_allocator *a, const int64_t *slots, size_t n) {
+  uint8_t *const state = a->state;
+  uint32_t *const buf = a->ring.buf;
+  const uint64_t mask = a->ring.mask, tail = a->ring.head + (uint64_t)a->ring.count;
+  const uint64_t np = (uint64_t)a->num_pages;
+  size_t i = 0;
+  for (; i < n; i++) {
+    const uint64_t slot = (uint64_t)slots[i];
+    if (slot - 1 >= np || state[slot] != KVC__PG_HELD) break; /* slot 0, negative, past the end, not held */
+    state[slot] = KVC__PG_FREE;
+    buf[(tail + i) & mask] = (uint32_t)slot;
+  }
+  if (i == n) {
+    a->ring.count += (int64_t)n;
+    return n;
+  }
+  for (size_t j = 0; j < i; j++) state[slots[j]] = KVC__PG_HELD;
+  return i;
+}
+
 static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slots, size_t n) {
   if (n == 0) return KVC_OK;
   if (!slots) return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "slots is NULL for n = %zu", n);
+  if (a->kind == KVC_ALLOCATOR_TOKEN && !a->in_group && !a->need_sort && token_free_fast(a, slots, n) == n) {
+    a->epoch++;
+    return kvc__alloc_finish(a, fn, KVC_OK);
+  }
   const bool paged = a->kind == KVC_ALLOCATOR_PAGED;
   uint32_t *v = a->tmp_a;
   int64_t k = 0;

@@ -74,7 +74,8 @@ static kvc_status no_last_loc(kvc_allocator *a, const char *fn, size_t i) {
 }
 
 static void unmark_rows(kvc_req_to_token_pool *rp, const int32_t *rows, size_t n) {
-  for (size_t j = 0; j < n; j++) rp->rowflag[rows[j]] &= (uint8_t)~KVC__ROW_MARK;
+  uint8_t *const flag = rp->rowflag; /* a local: the byte stores may alias rp->rowflag */
+  for (size_t j = 0; j < n; j++) flag[rows[j]] &= (uint8_t)~KVC__ROW_MARK;
 }
 
 static kvc_status check_common(kvc_allocator *a, const char *fn, size_t bs, kvc_req_to_token_pool *rp,
@@ -372,6 +373,128 @@ static kvc_status decode_plan_one_pass(kvc_allocator *a, const char *fn, size_t 
   return KVC_OK;
 }
 
+/* --- The fused decode pass ---------------------------------------------------------- */
+
+/* decode_plan_one_pass's work for a power-of-two page size and a source of last_locs
+ * (the usual case: every engine step), written so that a request costs ~75 instructions
+ * instead of ~125 (callgrind, issue 20):
+ *   - every field lives in a local: the row-flag stores are bytes, which may alias
+ *     anything, so a->ps, a->state, rp->mirror... were reloaded after each one;
+ *   - the checks of a request fold into three predictable branches, the precise message
+ *     being left to the checked code (below);
+ *   - the page-boundary test is branch-free: a continuing request's last_loc and page
+ *     state are read for every request (a fresh one's are in bounds: the mirror entry
+ *     before its row, page 0 when out of range), and the slot is a select between the
+ *     ring's next page and last_loc + 1. About 1 request in ps opens a page, in no
+ *     pattern a predictor learns: a branch there cost a mispredict per fresh request;
+ *   - no software prefetch of the mirror lines: it cost ~10 instructions per request and
+ *     bought nothing measurable, the out-of-order window overlapping those misses itself
+ *     now that a request is shorter (bench/RESULTS.md, issue 20).
+ * Returns the requests done; on a failure at i, rows [0, i) are marked (row i is not:
+ * it is marked only once all of its checks passed) and their mirror entries written, as
+ * decode_plan_one_pass leaves them. `stride` is a constant (0: no payload) at each call. */
+static inline __attribute__((always_inline)) size_t
+decode_fused(kvc_allocator *a, size_t bs, const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *rp,
+             const int32_t *req_rows, uint32_t *w, const bool has_rp, const bool has_last, const size_t stride,
+             const int shift, const uint32_t *next_pages, int64_t *need_out) {
+  uint8_t *const flag = has_rp ? rp->rowflag : NULL;
+  int32_t *const mirror = has_rp ? rp->mirror : NULL;
+  const uint64_t width = has_rp ? (uint64_t)rp->width : INT32_MAX;
+  const uint32_t nrows = has_rp ? (uint32_t)rp->size : 0;
+  const uint8_t *const pstate = a->state;
+  const uint64_t np = (uint64_t)a->num_pages;
+  const uint64_t pmask = ((uint64_t)1 << shift) - 1;
+  int64_t *const b_last = a->b_last, *const b_old = a->b_pages;
+  uint64_t k = 0; /* next_pages[k]: the page the next fresh request takes */
+  size_t i = 0;
+  for (; i < bs; i++) {
+    const int64_t s = seq_lens[i];
+    if ((uint64_t)s - 1 >= width) break; /* s in [1, width] */
+    int32_t row = -1;
+    int32_t *m = NULL;
+    uint8_t f = 0;
+    if (has_rp) {
+      row = req_rows[i];
+      if ((uint32_t)row - 1 >= nrows) break; /* row in [1, size] */
+      f = flag[row];
+      if ((f & (KVC__ROW_HELD | KVC__ROW_MARK)) != KVC__ROW_HELD) break; /* not held, or listed earlier */
+      m = mirror + (size_t)row * width;
+    }
+    const bool fresh = (((uint64_t)s - 1) & pmask) == 0;
+    /* s == 1 reads m[-1], the previous row's last entry (row >= 1): unused, in bounds. */
+    const uint64_t last = (uint64_t)(has_last ? last_locs[i] : m[s - 2]);
+    /* last in [ps, (num_pages + 1) ps) iff its page is in [1, num_pages]; else page 0,
+     * which is RESERVED and fails the state test. */
+    uint64_t page = last >> shift;
+    page = page - 1 < np ? page : 0;
+    const bool cont_ok = (((last ^ ((uint64_t)s - 2)) & pmask) == 0) &
+                         ((pstate[page] & (KVC__PG_STATE | KVC__PG_GFREE | KVC__PG_GSEG)) == KVC__PG_HELD);
+    if (!(fresh | cont_ok)) break;
+    /* k <= i < bs: next_pages[k] exists even when unused. */
+    const uint64_t next = (uint64_t)next_pages[k] << shift;
+    const int64_t slot = (int64_t)(fresh ? next : last + 1);
+    k += fresh;
+    if (has_rp) flag[row] = (uint8_t)(f | KVC__ROW_MARK);
+    b_last[i] = slot;
+    if (stride) {
+      w[stride * i] = has_rp ? (uint32_t)row : UINT32_MAX; /* -1: no table write */
+      w[stride * i + 1] = (uint32_t)(s - 1);
+      w[stride * i + 2] = (uint32_t)slot;
+    }
+    if (has_rp) {
+      b_old[i] = m[s - 1];
+      m[s - 1] = (int32_t)slot;
+    }
+  }
+  *need_out = (int64_t)k;
+  return i;
+}
+
+/* decode_plan_one_pass through decode_fused where it applies. A failure there is undone
+ * and the batch re-run by decode_plan_one_pass, which then fails the same way with its
+ * precise message (the fused checks are exactly its checks), or, were they ever
+ * stricter, succeeds: either way the result is decode_plan_one_pass's. */
+static kvc_status decode_plan_fast(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
+                                   const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
+                                   uint32_t *w, size_t stride, int64_t *need_out) {
+  if (a->ps_shift < 0 || (!last_locs && !rp))
+    return decode_plan_one_pass(a, fn, bs, seq_lens, last_locs, rp, req_rows, w, stride, need_out);
+  int64_t k = 0;
+  size_t done;
+  /* The next bs ring entries as one array: in place unless they wrap around the buffer
+   * (then copied to tmp_a, num_pages >= ring.count >= bs entries). */
+  const kvc__ring *r = &a->ring;
+  const uint64_t at = r->head & r->mask;
+  const uint32_t *next = r->buf + at;
+  if (at + bs > r->mask + 1) {
+    kvc__ring_copy(r, 0, (int64_t)bs, a->tmp_a);
+    next = a->tmp_a;
+  }
+  /* Constant flags for an engine's step (a req pool, last_locs from its mirror, a payload
+   * of 3 or 4 words, page 16 or 64): fewer live values, so the loop's locals stay in
+   * registers. */
+  const int sh = a->ps_shift;
+  if (rp && !last_locs && w && stride == 3 && sh == 4)
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 3, 4, next, &k);
+  else if (rp && !last_locs && w && stride == 3 && sh == 6)
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 3, 6, next, &k);
+  else if (rp && !last_locs && w && stride == 3)
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 3, sh, next, &k);
+  else if (rp && !last_locs && w && stride == 4)
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 4, sh, next, &k);
+  else
+    done = decode_fused(a, bs, seq_lens, last_locs, rp, req_rows, w, rp != NULL, last_locs != NULL, w ? stride : 0, sh,
+                        next, &k);
+  if (done == bs) {
+    if (rp) unmark_rows(rp, req_rows, bs);
+    *need_out = k;
+    return KVC_OK;
+  }
+  decode_undo_mirror(a, done, seq_lens, rp, req_rows);
+  if (rp) unmark_rows(rp, req_rows, done);
+  return decode_plan_one_pass(a, fn, bs, seq_lens, last_locs, rp, req_rows, w, stride, need_out);
+}
+
 /* Larger batches: validation first (nothing changes on failure), then SGLang's merge
  * trigger and the capacity check, then the slots. */
 static kvc_status decode_plan_checked(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
@@ -412,7 +535,7 @@ static kvc_status decode_plan(kvc_allocator *a, const char *fn, size_t bs, const
   if (!seq_lens) return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "seq_lens is NULL");
   KVC_FORWARD(check_common(a, fn, bs, rp, req_rows));
   if ((int64_t)bs <= a->ring.count)
-    return decode_plan_one_pass(a, fn, bs, seq_lens, last_locs, rp, req_rows, payload, stride, need);
+    return decode_plan_fast(a, fn, bs, seq_lens, last_locs, rp, req_rows, payload, stride, need);
   return decode_plan_checked(a, fn, bs, seq_lens, last_locs, rp, req_rows, payload, stride, need);
 }
 
