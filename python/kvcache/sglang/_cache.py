@@ -189,6 +189,13 @@ class RadixCache(_PrefixCacheBase):
         self.root_node = None
         self._m = _MatchRaw()
         self._mref = ctypes.byref(self._m)
+        self._maddr = ctypes.addressof(self._m)
+        self._th = self._tree.handle
+        self._cuda = T.is_cuda(self.device)
+        empty = T.host_empty(0)
+        self._empty_match = T.to_device(empty, self.device) if self._cuda else empty
+        if T.fast is not None:
+            self._match = self._match_fast
 
     # --- matching ---------------------------------------------------------------------
 
@@ -210,8 +217,11 @@ class RadixCache(_PrefixCacheBase):
         array.array('i'), or an int32 NumPy array / torch CPU tensor (read in place)."""
         toks, extra = self._key(params if params is not None else key)
         n, addr, node = self._match(toks, extra)
-        host = T.from_address_i64(addr, n)
-        dev = T.to_device(host, self.device) if T.is_cuda(self.device) else host
+        if n == 0:  # a miss: one shared empty result (no copy, no device tensor built)
+            dev = self._empty_match
+        else:
+            host = T.from_address_i64(addr, n)
+            dev = T.to_device(host, self.device) if self._cuda else host
         return MatchResult(device_indices=dev, last_device_node=node, last_host_node=node)
 
     def _match(self, toks, extra):
@@ -226,6 +236,23 @@ class RadixCache(_PrefixCacheBase):
             p, n = T.ptr(keep), T.numel(keep)
         m = self._m
         self._tree._check(_match_fn(self._tree.handle, self._ns(extra), p, n, self._mref))
+        return m.len, m.slots, m.node
+
+    def _match_fast(self, toks, extra):
+        """_match through _kvcfast: a list is converted in C (no array('i') built)."""
+        ns = 0 if extra is None else self._ns(extra)
+        fast = T.fast
+        if type(toks) is list:
+            st = fast.radix_match_list(self._th, ns, toks, self._maddr)
+        elif isinstance(toks, array.array) and toks.typecode == "i":
+            p, n = toks.buffer_info()
+            st = fast.radix_match(self._th, ns, p, n, self._maddr)
+        else:
+            keep = T.host_i32(toks)
+            st = fast.radix_match(self._th, ns, T.ptr(keep), T.numel(keep), self._maddr)
+        if st:
+            self._tree._check(st)
+        m = self._m
         return m.len, m.slots, m.node
 
     def inc_lock_ref(self, node):
