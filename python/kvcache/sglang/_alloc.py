@@ -165,8 +165,14 @@ class TokenToKVPoolAllocator(_AllocatorBase):
         return lib.kvc_allocator_available_size(self._h)
 
     def alloc(self, need_size: int):
-        dev, dptr, host, hptr = self._result(need_size)
         fast = T.fast
+        if fast is not None and not self._cuda:  # host backend: one host result
+            host = T.empty(max(need_size, 1), T.I64, "cpu")[:need_size]
+            st = fast.alloc(False, self._h, need_size, T.arg(host), None, None)
+            if st and T.status_ok_or_none(st, self._ctx, "alloc") is None:
+                return None
+            return host
+        dev, dptr, host, hptr = self._result(need_size)
         if fast is not None:
             st = fast.alloc(False, self._h, need_size, hptr, None, None)
         else:
@@ -188,7 +194,7 @@ class TokenToKVPoolAllocator(_AllocatorBase):
         n = T.numel(idx)
         if n:
             fast = T.fast
-            st = fast.free(False, self._h, T.ptr(idx), n, None) if fast is not None else \
+            st = fast.free(False, self._h, T.arg(idx), n, None) if fast is not None else \
                 lib.kvc_allocator_free(self._h, T.ptr(idx), n)
             if st:
                 self._ctx._check(st, "free")

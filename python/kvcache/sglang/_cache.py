@@ -215,8 +215,9 @@ class RadixCache(_PrefixCacheBase):
         """MatchResult(device_indices = int64 slots of the longest cached prefix (page-
         floored), last_device_node = its node). The key's token_ids may be a list, an
         array.array('i'), or an int32 NumPy array / torch CPU tensor (read in place)."""
-        toks, extra = self._key(params if params is not None else key)
-        n, addr, node = self._match(toks, extra)
+        k = params if params is not None else key
+        k = getattr(k, "key", k)  # self._key(), inlined: this is a per-request call
+        n, addr, node = self._match(getattr(k, "token_ids", k), getattr(k, "extra_key", None))
         if n == 0:  # a miss: one shared empty result (no copy, no device tensor built)
             dev = self._empty_match
         else:

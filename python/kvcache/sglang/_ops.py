@@ -85,6 +85,8 @@ if torch is not None:
     def ptr(x):
         return x.data_ptr()
 
+    arg = ptr  # a host tensor as a _kvcfast entry takes it: its address
+
     def from_dlpack(t):
         return torch.from_dlpack(t)
 
@@ -166,6 +168,11 @@ else:
 
     def ptr(x):
         return x.__array_interface__["data"][0]
+
+    def arg(x):
+        """A host array as a _kvcfast entry takes it: the array itself (buffer protocol;
+        its address through __array_interface__ costs about a microsecond)."""
+        return x
 
     def from_dlpack(t):
         return np.from_dlpack(t)
