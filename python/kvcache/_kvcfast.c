@@ -10,6 +10,10 @@
  * (NULL), as the package passes them to ctypes; the kvc_status comes back as an int.
  * Built only with -DKVC_BUILD_PYTHON_EXT=ON (cmake/python_ext.cmake); the package uses
  * it when present next to the library and falls back to ctypes otherwise.
+ * The second group of entries (bind_adapter() and after, issue 18) serves kvcache.sglang's
+ * hot paths: the allocator, free, row and radix calls it makes per scheduler step. Their
+ * address arguments also take buffer objects (NumPy arrays, array.array, ctypes arrays),
+ * whose addresses cost NumPy about a microsecond to report through Python.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -127,6 +131,7 @@ typedef int (*kvcf_row_free_fn)(void *pool, int32_t row);
 typedef int (*kvcf_match_fn)(void *cache, uint64_t ns, const int32_t *tokens, int64_t n, void *out);
 typedef int (*kvcf_alloc_fn)(void *alloc, int64_t n, int64_t *out);
 typedef int (*kvcf_swa_alloc_fn)(void *alloc, int64_t n, int64_t *out_host, int64_t *out_dev, void *stream);
+typedef int (*kvcf_rows_alloc_fn)(void *pool, size_t n, int32_t *rows);
 
 static kvcf_adec_fn kvcf_adec[2];
 static kvcf_aext_fn kvcf_aext[2];
@@ -137,12 +142,13 @@ static kvcf_row_free_fn kvcf_row_free;
 static kvcf_match_fn kvcf_match;
 static kvcf_alloc_fn kvcf_alloc;
 static kvcf_swa_alloc_fn kvcf_swa_alloc;
+static kvcf_rows_alloc_fn kvcf_rows_alloc;
 
 /* Token scratch of radix_match_list (grown, never shrunk; the GIL serializes its users). */
 static int32_t *kvcf_tok;
 static size_t kvcf_tok_cap;
 
-#define KVCF_ADAPTER_FNS 11
+#define KVCF_ADAPTER_FNS 12
 
 static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   void *a[KVCF_ADAPTER_FNS];
@@ -151,7 +157,7 @@ static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssi
   for (int i = 0; i < KVCF_ADAPTER_FNS; i++) {
     if (kvcf_ptr(args[i], &a[i])) return NULL;
     if (!a[i]) {
-      PyErr_SetString(PyExc_ValueError, "bind_adapter() needs 11 function addresses");
+      PyErr_SetString(PyExc_ValueError, "bind_adapter() needs 12 function addresses");
       return NULL;
     }
   }
@@ -167,6 +173,7 @@ static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssi
   *(void **)&kvcf_match = a[8];
   *(void **)&kvcf_alloc = a[9];
   *(void **)&kvcf_swa_alloc = a[10];
+  *(void **)&kvcf_rows_alloc = a[11];
   Py_RETURN_NONE;
 }
 
@@ -357,6 +364,56 @@ static PyObject *kvcf_alloc_slots(PyObject *self, PyObject *const *args, Py_ssiz
   return PyLong_FromLong(swa ? kvcf_swa_alloc(alloc, n, oh, od, stream) : kvcf_alloc(alloc, n, oh));
 }
 
+/* rows_alloc(pool, reqs, rows) -> kvc_status, or None when some request already has a
+ * req_pool_idx (the caller's Python path checks those). reqs: a list of n requests; rows:
+ * a writable buffer of at least n int32. All-new requests: rows zeroed, one
+ * kvc_req_to_token_pool_alloc, then req.req_pool_idx = rows[i] for each (as
+ * ReqToTokenPool.alloc does, without a Python attribute walk). */
+static PyObject *kvcf_s_row; /* "req_pool_idx", interned once */
+
+static PyObject *kvcf_rows_alloc_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *pool;
+  PyObject *reqs;
+  Py_buffer view;
+  Py_ssize_t n;
+  int st;
+  (void)self;
+  if (kvcf_nargs(nargs, 3, "rows_alloc") || kvcf_adapter_bound() || kvcf_addr(args[0], &pool)) return NULL;
+  reqs = args[1];
+  if (!PyList_Check(reqs)) {
+    PyErr_SetString(PyExc_TypeError, "rows_alloc() needs a list of requests");
+    return NULL;
+  }
+  if (!kvcf_s_row && !(kvcf_s_row = PyUnicode_InternFromString("req_pool_idx"))) return NULL;
+  n = PyList_GET_SIZE(reqs);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *v = PyObject_GetAttr(PyList_GET_ITEM(reqs, i), kvcf_s_row);
+    if (!v) return NULL;
+    Py_DECREF(v); /* only compared with None */
+    if (v != Py_None) Py_RETURN_NONE;
+  }
+  if (PyObject_GetBuffer(args[2], &view, PyBUF_WRITABLE) < 0) return NULL;
+  if (view.len < (Py_ssize_t)((size_t)n * sizeof(int32_t))) {
+    PyBuffer_Release(&view);
+    PyErr_SetString(PyExc_ValueError, "rows_alloc(): rows buffer shorter than the requests");
+    return NULL;
+  }
+  int32_t *rows = view.buf;
+  memset(rows, 0, (size_t)n * sizeof *rows);
+  st = kvcf_rows_alloc(pool, (size_t)n, rows);
+  for (Py_ssize_t i = 0; st == 0 && i < n; i++) {
+    PyObject *v = PyLong_FromLong(rows[i]);
+    if (!v || PyObject_SetAttr(PyList_GET_ITEM(reqs, i), kvcf_s_row, v) < 0) {
+      Py_XDECREF(v);
+      PyBuffer_Release(&view);
+      return NULL;
+    }
+    Py_DECREF(v);
+  }
+  PyBuffer_Release(&view);
+  return PyLong_FromLong(st);
+}
+
 /* memcpy(dst, src, nbytes) -> None: host memory to host memory. */
 static PyObject *kvcf_memcpy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   void *dst, *src;
@@ -399,6 +456,8 @@ static PyMethodDef kvcf_methods[] = {
      "radix_cache_match_prefix of a list of int tokens"},
     {"alloc", (PyCFunction)(void (*)(void))kvcf_alloc_slots, METH_FASTCALL,
      "[swa_]allocator_alloc(swa, alloc, n, out_host, out_dev, stream)"},
+    {"rows_alloc", (PyCFunction)(void (*)(void))kvcf_rows_alloc_py, METH_FASTCALL,
+     "req_to_token_pool_alloc for all-new requests, req_pool_idx set"},
     {"memcpy", (PyCFunction)(void (*)(void))kvcf_memcpy, METH_FASTCALL, "memcpy(dst, src, nbytes) of host memory"},
     {NULL, NULL, 0, NULL}};
 

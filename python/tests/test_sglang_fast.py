@@ -103,3 +103,17 @@ def test_extend_with_prefix_slots_and_kept_rows():
     b.prepare_for_extend()
     assert L(pool.row_host(r1.req_pool_idx, 0, 9)) == first[:9]
     assert L(b.out_cache_loc)[:4] == L(pool.row_host(r2.req_pool_idx, 0, 4))
+
+
+def test_rows_alloc_new_kept_and_short():
+    """ReqToTokenPool.alloc: all-new requests (one C call on the fast path), a batch
+    with a kept row (the Python path), and a shortage (None, nothing set)."""
+    pool = S.ReqToTokenPool(3, 8, "cpu")
+    a, b = S.Req(), S.Req()
+    assert pool.alloc([a, b]) == [1, 2] and (a.req_pool_idx, b.req_pool_idx) == (1, 2)
+    a.kv_committed_len = 4
+    c = S.Req()
+    assert pool.alloc([a, c]) == [1, 3] and c.req_pool_idx == 3
+    d, e = S.Req(), S.Req()
+    assert pool.alloc([d, e]) is None and d.req_pool_idx is None and e.req_pool_idx is None
+    assert pool.available_size() == 0

@@ -33,7 +33,7 @@ _ADAPTER_FNS = ("kvc_allocator_alloc_decode", "kvc_swa_allocator_alloc_decode",
                 "kvc_allocator_alloc_extend", "kvc_swa_allocator_alloc_extend",
                 "kvc_allocator_free", "kvc_swa_allocator_free", "kvc_flow_row_slots",
                 "kvc_req_to_token_pool_free", "kvc_radix_cache_match_prefix",
-                "kvc_allocator_alloc", "kvc_swa_allocator_alloc")
+                "kvc_allocator_alloc", "kvc_swa_allocator_alloc", "kvc_req_to_token_pool_alloc")
 fast = _kvc._ffi.fast
 if fast is not None and hasattr(fast, "bind_adapter"):
     fast.bind_adapter(*[ctypes.cast(getattr(lib, n), ctypes.c_void_p).value

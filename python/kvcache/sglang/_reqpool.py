@@ -122,6 +122,15 @@ class ReqToTokenPool:
         """Rows for reqs (a request with req_pool_idx set keeps it); None when short
         (nothing changes). Sets req.req_pool_idx."""
         n = len(reqs)
+        fast = T.fast
+        if fast is not None and type(reqs) is list:  # all-new requests: one C call
+            rows = (ctypes.c_int32 * max(n, 1))()
+            st = fast.rows_alloc(self._h, reqs, rows)
+            if st is not None:
+                if st and T.status_ok_or_none(st, self._ctx, "ReqToTokenPool.alloc") is None:
+                    return None
+                self._last_rows = rows
+                return rows[:n]
         rows = self._rows_of(reqs)
         st = T.lib.kvc_req_to_token_pool_alloc(self._h, n, rows)
         if T.status_ok_or_none(st, self._ctx, "ReqToTokenPool.alloc") is None:

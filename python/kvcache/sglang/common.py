@@ -168,11 +168,15 @@ class _Hot:
             self.decode_fn = lib.kvc_allocator_alloc_decode
             self.extend_fn = lib.kvc_allocator_alloc_extend
 
-    def seq_buf(self, n):
+    def seq_reserve(self, n):
+        """Grows the host int64 scratch of the new lengths to n (its address: seq_ptr)."""
         if self.cap < n:
             self.cap = max(n, 2 * self.cap, 256)
             self.seq = T.host_empty(self.cap)
             self.seq_ptr = T.ptr(self.seq)
+
+    def seq_buf(self, n):
+        self.seq_reserve(n)
         return self.seq[:n]
 
 
@@ -228,11 +232,13 @@ def alloc_for_decode(batch, token_per_req: int):
     evict_from_tree_cache(tree, bs if tree.page_size == 1 else bs * tree.page_size)
     reqs = batch.reqs
     rows, rows_ptr = _rows_host(batch, reqs)
-    seq = hot.seq_buf(bs)
     mc = getattr(batch, "model_config", None)
     encdec = mc is not None and getattr(mc, "is_encoder_decoder", False)
     src = T.host_i64_arg(seq_cpu) if T.fast is not None and not encdec else None
-    if src is None:  # seq = seq_cpu + 1 here (else inside the fast call)
+    if src is not None:  # seq = seq_cpu + 1 inside the fast call (no slice built)
+        hot.seq_reserve(bs)
+    else:
+        seq = hot.seq_buf(bs)
         if T.torch is not None:
             T.torch.add(seq_cpu, 1, out=seq)
         else:
