@@ -15,6 +15,8 @@ Scenarios, each timed through the adapter with time.perf_counter_ns and through 
                     minus its last token), page 1 and 16, token_ids a list ("list": the
                     adapter converts it, about 10 ns a token) or an array('i') ("i32":
                     read in place), vs kvc_radix_cache_match_prefix on int32 tokens
+  release radix     common.release_kv_cache(req, RadixCache) of a finished 4096-token
+                    request (inserted as a new leaf) vs kvc_radix_cache_cache_finished_req
   alloc/free 256    TokenToKVPoolAllocator.alloc(256) and free() of its result vs
                     kvc_allocator_alloc / kvc_allocator_free (no target in issue 18)
 Then the host time of the framework operations the paths are built from (tensor from a
@@ -265,6 +267,36 @@ class Bench:
                     pool.free(req)
         self.report("release %d ps=%d" % (length, ps), py, cc, ck, 8, "us")
 
+    def radix_release(self, length=4096, ps=1, reps=None):
+        """release_kv_cache(req, RadixCache) of a finished request with distinct tokens
+        (its [0, len) inserted as a new leaf, then evicted outside the timing), vs
+        kvc_radix_cache_cache_finished_req on a bound ReqState (ctypes)."""
+        reps = reps or max(self.args.rounds * 8, 40)
+        pool, alloc, _ = self._world(1, length + ps, 2 * (length + ps), ps)
+        cache = S.RadixCache(pool, alloc, ps)
+        fn = lib.kvc_radix_cache_cache_finished_req
+        py, cc = [], []
+        base = 0
+        for r in range(reps):
+            for via_c in ((False, True) if r % 2 == 0 else (True, False)):
+                base += length
+                toks = list(range(base, base + length))
+                req = S.Req(origin_input_ids=toks, fill_ids=list(toks))
+                S.ScheduleBatch([req], pool, cache, device=self.dev).prepare_for_extend()
+                if via_c:
+                    st = cache._bind(req, array.array("i", toks), length)
+                    t0 = _ns()
+                    fn(cache._tree.handle, cache._fh, ctypes.addressof(st), 1)
+                    cc.append(_ns() - t0)
+                    cache._tree.unbind(st)
+                    pool.free(req)
+                else:
+                    t0 = _ns()
+                    S.release_kv_cache(req, cache)
+                    py.append(_ns() - t0)
+                cache.evict(S.EvictParams(num_tokens=length))
+        self.report("release %d radix ps=%d" % (length, ps), py, cc, [], None, None)
+
     def radix_match(self, length=1024, ps=1, reps=None, key_kind="list"):
         reps = reps or max(self.args.rounds * 20, 200)
         pool, alloc, _ = self._world(4, length + ps, 4 * (length + ps), ps)
@@ -370,6 +402,8 @@ def main():
         b.extend(16, 512, ps)
     for ps in (1, 16):
         b.release(4096, ps)
+    for ps in (1, 16):
+        b.radix_release(4096, ps)
     for ps in (1, 16):
         for kind in ("list", "i32"):
             b.radix_match(1024, ps, key_kind=kind)

@@ -414,6 +414,58 @@ static PyObject *kvcf_rows_alloc_py(PyObject *self, PyObject *const *args, Py_ss
   return PyLong_FromLong(st);
 }
 
+/* Converts the ints of `list` into out[0:n) (int32; OverflowError outside int32, TypeError
+ * for a non-integer, as array('i')). */
+static int kvcf_list_i32(PyObject *list, int32_t *out, Py_ssize_t n) {
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *v = PyList_GET_ITEM(list, i);
+    if (!PyLong_Check(v) && !PyIndex_Check(v)) {
+      PyErr_Format(PyExc_TypeError, "token %zd is not an integer", i);
+      return -1;
+    }
+    if (kvcf_i32(v, &out[i])) return -1;
+  }
+  return 0;
+}
+
+/* fill_i32(dst, a, b, n) -> None: dst[0:n) = (a + b)[0:n) as int32, a and b lists (b may
+ * be None), n <= len(a) + len(b); dst a writable buffer of at least 4 n bytes (an
+ * array('i') of n). A request's token ids for the radix cache without a Python list. */
+static PyObject *kvcf_fill_i32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  PyObject *a, *b;
+  Py_buffer view;
+  Py_ssize_t n, na, nb;
+  int bad;
+  (void)self;
+  if (kvcf_nargs(nargs, 4, "fill_i32")) return NULL;
+  a = args[1];
+  b = args[2];
+  if (!PyList_Check(a) || (b != Py_None && !PyList_Check(b))) {
+    PyErr_SetString(PyExc_TypeError, "fill_i32() needs lists of tokens");
+    return NULL;
+  }
+  n = PyLong_AsSsize_t(args[3]);
+  if (n == -1 && PyErr_Occurred()) return NULL;
+  na = PyList_GET_SIZE(a);
+  nb = b == Py_None ? 0 : PyList_GET_SIZE(b);
+  if (n < 0 || n > na + nb) {
+    PyErr_SetString(PyExc_ValueError, "fill_i32(): n outside [0, len(a) + len(b)]");
+    return NULL;
+  }
+  if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) return NULL;
+  if (view.len < (Py_ssize_t)((size_t)n * sizeof(int32_t))) {
+    PyBuffer_Release(&view);
+    PyErr_SetString(PyExc_ValueError, "fill_i32(): dst shorter than n int32");
+    return NULL;
+  }
+  int32_t *dst = view.buf;
+  Py_ssize_t ka = n < na ? n : na;
+  bad = kvcf_list_i32(a, dst, ka) || (n > ka && kvcf_list_i32(b, dst + ka, n - ka));
+  PyBuffer_Release(&view);
+  if (bad) return NULL;
+  Py_RETURN_NONE;
+}
+
 /* memcpy(dst, src, nbytes) -> None: host memory to host memory. */
 static PyObject *kvcf_memcpy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   void *dst, *src;
@@ -458,6 +510,8 @@ static PyMethodDef kvcf_methods[] = {
      "[swa_]allocator_alloc(swa, alloc, n, out_host, out_dev, stream)"},
     {"rows_alloc", (PyCFunction)(void (*)(void))kvcf_rows_alloc_py, METH_FASTCALL,
      "req_to_token_pool_alloc for all-new requests, req_pool_idx set"},
+    {"fill_i32", (PyCFunction)(void (*)(void))kvcf_fill_i32, METH_FASTCALL,
+     "fill_i32(dst, a, b, n): dst[0:n) = (a + b)[0:n) as int32"},
     {"memcpy", (PyCFunction)(void (*)(void))kvcf_memcpy, METH_FASTCALL, "memcpy(dst, src, nbytes) of host memory"},
     {NULL, NULL, 0, NULL}};
 

@@ -117,3 +117,23 @@ def test_rows_alloc_new_kept_and_short():
     d, e = S.Req(), S.Req()
     assert pool.alloc([d, e]) is None and d.req_pool_idx is None and e.req_pool_idx is None
     assert pool.available_size() == 0
+
+
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_radix_finished_and_unfinished_tokens(kind):
+    """cache_unfinished_req / cache_finished_req take the request's token ids as lists
+    (converted in C on the fast path) or any sequence (array('i')); the tree then matches
+    the same prefix either way."""
+    pool, alloc = world(1, rows=2, width=64, size=128)
+    cache = S.RadixCache(pool, alloc, 1)
+    toks = list(range(300, 340))
+    r = S.Req(origin_input_ids=kind(toks[:30]), fill_ids=list(toks[:30]))
+    S.ScheduleBatch([r], pool, cache).prepare_for_extend()
+    r.fill_ids = kind(r.fill_ids) if kind is tuple else r.fill_ids
+    cache.cache_unfinished_req(r)
+    assert r.cache_protected_len == 30 and T.numel(r.prefix_indices) == 30
+    r.output_ids = kind(toks[30:35])  # not committed: only [0, 30) is inserted
+    S.release_kv_cache(r, cache)
+    m = cache.match_prefix(S.MatchPrefixParams(S.RadixKey(toks[:29])))
+    assert T.numel(m.device_indices) == 29
+    assert cache.total_size() == 30

@@ -73,6 +73,21 @@ def _pop_committed(req):
     return f() if f is not None else req.kv_committed_len
 
 
+def _tokens_i32(a, b, n):
+    """(a + b)[:n] as array('i') (the radix binding copies it in one memmove): converted in
+    C by _kvcfast when a and b are lists (a 4096-token request: ~15 us instead of the
+    ~450 us of a list and a ctypes array built element by element)."""
+    fast = T.fast
+    if fast is not None and type(a) is list and (b is None or type(b) is list):
+        m = min(n, len(a) + (len(b) if b is not None else 0))
+        out = array.array("i", bytes(4 * m))
+        fast.fill_i32(out, a, b, m)
+        return out
+    if b is None:
+        return array.array("i", list(a)[:n])
+    return array.array("i", (list(a) + list(b))[:n])
+
+
 def _init_args(args, kwargs):
     if len(args) == 1 and not kwargs and hasattr(args[0], "token_to_kv_pool_allocator"):
         p = args[0]
@@ -283,7 +298,7 @@ class RadixCache(_PrefixCacheBase):
         """Inserts [0, committed) floored to pages (duplicates and the unaligned tail
         freed; without is_insert frees [cache_protected_len, committed)), unlocks."""
         committed = _pop_committed(req)
-        tokens = (list(req.origin_input_ids) + list(req.output_ids))[:committed]
+        tokens = _tokens_i32(req.origin_input_ids, req.output_ids, committed)
         st = self._bind(req, tokens, committed)
         try:
             self._tree._check(lib.kvc_radix_cache_cache_finished_req(
@@ -295,8 +310,8 @@ class RadixCache(_PrefixCacheBase):
     def cache_unfinished_req(self, req, chunked=False):
         """Inserts the filled tokens (page-floored), moves the lock to the new node and
         sets prefix_indices / cache_protected_len / last_node."""
-        tokens = list(req.fill_ids)
-        n = len(tokens)
+        n = len(req.fill_ids)
+        tokens = _tokens_i32(req.fill_ids, None, n)
         st = self._bind(req, tokens, n)
         try:
             self._tree._check(lib.kvc_radix_cache_cache_unfinished_req(
