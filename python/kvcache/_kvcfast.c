@@ -315,6 +315,20 @@ static PyObject *kvcf_radix_match(PyObject *self, PyObject *const *args, Py_ssiz
   return PyLong_FromLong(kvcf_match(cache, (uint64_t)ns, tokens, n, out));
 }
 
+/* Converts the ints of `list` into out[0:n) (int32; OverflowError outside int32, TypeError
+ * for a non-integer, as array('i')). */
+static int kvcf_list_i32(PyObject *list, int32_t *out, Py_ssize_t n) {
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *v = PyList_GET_ITEM(list, i);
+    if (!PyLong_Check(v) && !PyIndex_Check(v)) {
+      PyErr_Format(PyExc_TypeError, "token %zd is not an integer", i);
+      return -1;
+    }
+    if (kvcf_i32(v, &out[i])) return -1;
+  }
+  return 0;
+}
+
 /* radix_match_list(cache, ns, tokens, out) -> kvc_status: tokens a list of ints, converted
  * to int32 (OverflowError outside int32, TypeError for a non-integer, as array('i')). */
 static PyObject *kvcf_radix_match_list(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -340,14 +354,7 @@ static PyObject *kvcf_radix_match_list(PyObject *self, PyObject *const *args, Py
     kvcf_tok = p;
     kvcf_tok_cap = cap;
   }
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *v = PyList_GET_ITEM(list, i);
-    if (!PyLong_Check(v) && !PyIndex_Check(v)) {
-      PyErr_Format(PyExc_TypeError, "token %zd is not an integer", i);
-      return NULL;
-    }
-    if (kvcf_i32(v, &kvcf_tok[i])) return NULL;
-  }
+  if (kvcf_list_i32(list, kvcf_tok, n)) return NULL;
   return PyLong_FromLong(kvcf_match(cache, (uint64_t)ns, kvcf_tok, (int64_t)n, out));
 }
 
@@ -412,20 +419,6 @@ static PyObject *kvcf_rows_alloc_py(PyObject *self, PyObject *const *args, Py_ss
   }
   PyBuffer_Release(&view);
   return PyLong_FromLong(st);
-}
-
-/* Converts the ints of `list` into out[0:n) (int32; OverflowError outside int32, TypeError
- * for a non-integer, as array('i')). */
-static int kvcf_list_i32(PyObject *list, int32_t *out, Py_ssize_t n) {
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *v = PyList_GET_ITEM(list, i);
-    if (!PyLong_Check(v) && !PyIndex_Check(v)) {
-      PyErr_Format(PyExc_TypeError, "token %zd is not an integer", i);
-      return -1;
-    }
-    if (kvcf_i32(v, &out[i])) return -1;
-  }
-  return 0;
 }
 
 /* fill_i32(dst, a, b, n) -> None: dst[0:n) = (a + b)[0:n) as int32, a and b lists (b may
