@@ -15,6 +15,13 @@ Scenarios, each timed through the adapter with time.perf_counter_ns and through 
                     minus its last token), page 1 and 16, token_ids a list ("list": the
                     adapter converts it, about 10 ns a token) or an array('i') ("i32":
                     read in place), vs kvc_radix_cache_match_prefix on int32 tokens
+  release radix     common.release_kv_cache(req, RadixCache) of a finished 4096-token
+                    request (inserted as a new leaf) vs kvc_radix_cache_cache_finished_req
+  alloc/free 256    TokenToKVPoolAllocator.alloc(256) and free() of its result vs
+                    kvc_allocator_alloc / kvc_allocator_free (no target in issue 18)
+Then the host time of the framework operations the paths are built from (tensor from a
+list, add with out=, a slice, an address, the stream lookup; on CUDA also an empty
+device tensor and host->device copies with and without non_blocking).
 C timings: "C(clock)" is clock_gettime around the library call inside C
 (libkvc_pybench, bench/bench_python_helper.c); "C(ctypes)" is perf_counter_ns around a
 ctypes call of the wrapped function from prepared arguments, minus the median cost of a
@@ -97,6 +104,8 @@ class Bench:
         if kind == "us":
             ok = "ok" if pm <= target else "MISS"
             tgt = "<= %g us: %s" % (target, ok)
+        elif kind is None:
+            tgt = "-"
         else:
             ok = "ok" if ratio <= target else "MISS"
             tgt = "<= %gx C: %s" % (target, ok)
@@ -258,6 +267,36 @@ class Bench:
                     pool.free(req)
         self.report("release %d ps=%d" % (length, ps), py, cc, ck, 8, "us")
 
+    def radix_release(self, length=4096, ps=1, reps=None):
+        """release_kv_cache(req, RadixCache) of a finished request with distinct tokens
+        (its [0, len) inserted as a new leaf, then evicted outside the timing), vs
+        kvc_radix_cache_cache_finished_req on a bound ReqState (ctypes)."""
+        reps = reps or max(self.args.rounds * 8, 40)
+        pool, alloc, _ = self._world(1, length + ps, 2 * (length + ps), ps)
+        cache = S.RadixCache(pool, alloc, ps)
+        fn = lib.kvc_radix_cache_cache_finished_req
+        py, cc = [], []
+        base = 0
+        for r in range(reps):
+            for via_c in ((False, True) if r % 2 == 0 else (True, False)):
+                base += length
+                toks = list(range(base, base + length))
+                req = S.Req(origin_input_ids=toks, fill_ids=list(toks))
+                S.ScheduleBatch([req], pool, cache, device=self.dev).prepare_for_extend()
+                if via_c:
+                    st = cache._bind(req, array.array("i", toks), length)
+                    t0 = _ns()
+                    fn(cache._tree.handle, cache._fh, ctypes.addressof(st), 1)
+                    cc.append(_ns() - t0)
+                    cache._tree.unbind(st)
+                    pool.free(req)
+                else:
+                    t0 = _ns()
+                    S.release_kv_cache(req, cache)
+                    py.append(_ns() - t0)
+                cache.evict(S.EvictParams(num_tokens=length))
+        self.report("release %d radix ps=%d" % (length, ps), py, cc, [], None, None)
+
     def radix_match(self, length=1024, ps=1, reps=None, key_kind="list"):
         reps = reps or max(self.args.rounds * 20, 200)
         pool, alloc, _ = self._world(4, length + ps, 4 * (length + ps), ps)
@@ -286,6 +325,70 @@ class Bench:
         self.report("match %d ps=%d %s" % (length, ps, key_kind), py, cc, [], 2, "x")
 
 
+    def alloc_free(self, n=256, ps=1, reps=None):
+        """The allocator-level calls (SGLang's alloc_token_slots / free paths):
+        alloc(n) returning a fresh tensor (on CUDA: with its device copy), then
+        free(that tensor) (its host copy is read, no device read)."""
+        reps = reps or max(self.args.rounds * 20, 200)
+        _, alloc, _ = self._world(1, 16, 4 * n, ps)
+        out_h = T.host_empty(n)
+        pa, pf = [], []
+        ca, cf = [], []
+        fa, ff = lib.kvc_allocator_alloc, lib.kvc_allocator_free
+        a1 = ctypes.cast(T.ptr(out_h), ctypes.POINTER(ctypes.c_int64))
+        for i in range(reps):
+            for via_c in ((False, True) if i % 2 == 0 else (True, False)):
+                if via_c:
+                    t0 = _ns()
+                    fa(alloc._h, n, a1)
+                    t1 = _ns()
+                    ff(alloc._h, a1, n)
+                    t2 = _ns()
+                    ca.append(t1 - t0)
+                    cf.append(t2 - t1)
+                else:
+                    t0 = _ns()
+                    out = alloc.alloc(n)
+                    t1 = _ns()
+                    alloc.free(out)
+                    t2 = _ns()
+                    pa.append(t1 - t0)
+                    pf.append(t2 - t1)
+        self.report("alloc %d ps=%d" % (n, ps), pa, ca, [], None, None)
+        self.report("free %d ps=%d" % (n, ps), pf, cf, [], None, None)
+
+    def primitives(self):
+        """Host time of the framework operations the adapter's paths are made of, on
+        this backend (what the scenarios above spend outside the library)."""
+        dev = self.dev
+        cuda = T.is_cuda(dev)
+        h16 = T.host_array(list(range(16)))
+        s256 = T.host_array(list(range(256)))
+        o256 = T.host_empty(256)
+        big = T.empty(4096, T.I64, dev)
+        ops = [("host_array(16 ints)", lambda: T.host_array([1] * 16)),
+               ("add(256, 1, out=)", (lambda: T.torch.add(s256, 1, out=o256))
+                if T.torch is not None else (lambda: T.np.add(s256, 1, out=o256))),
+               ("slice [:256]", lambda: big[:256]),
+               ("ptr()", lambda: T.ptr(s256)),
+               ("stream()", lambda: T.stream(cuda))]
+        if cuda:
+            torch = T.torch
+            ops += [("current_stream().cuda_stream",
+                     lambda: torch.cuda.current_stream().cuda_stream),
+                    ("empty(256) on device", lambda: torch.empty(256, dtype=T.I64, device=dev)),
+                    ("to(dev, non_blocking=True)", lambda: h16.to(dev, non_blocking=True)),
+                    ("to(dev) (synchronizes)", lambda: h16.to(dev))]
+        print("%-30s %9s" % ("primitive (%s)" % self.args.backend, "median us"))
+        for name, f in ops:
+            xs = []
+            for _ in range(2000):
+                t0 = _ns()
+                f()
+                xs.append(_ns() - t0)
+            print("%-30s %9.2f" % (name, med(xs)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="host", choices=("host", "cuda"))
@@ -300,8 +403,12 @@ def main():
     for ps in (1, 16):
         b.release(4096, ps)
     for ps in (1, 16):
+        b.radix_release(4096, ps)
+    for ps in (1, 16):
         for kind in ("list", "i32"):
             b.radix_match(1024, ps, key_kind=kind)
+    b.alloc_free(256, 1)
+    b.primitives()
     if args.csv:
         with open(args.csv, "w") as f:
             f.write("scenario,adapter_us,adapter_p90_us,c_ctypes_us,c_clock_us,ratio,target\n")

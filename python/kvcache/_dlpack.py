@@ -65,7 +65,13 @@ def sweep():
     """Drops the exports whose tensor was deleted (relay flag set) and releases their
     owners. Returns the number still alive."""
     with _lock:
-        done = [key for key, entry in list(_live.items()) if entry[1].done]
+        while True:  # list() of the items is no atomic snapshot: a finalizer run by a
+            try:     # collection inside it can sweep (re-entering) and resize _live
+                items = list(_live.items())
+                break
+            except RuntimeError:
+                continue
+        done = [key for key, entry in items if entry[1].done]
         entries = [e for e in (_live.pop(k, None) for k in done) if e is not None]
         alive = len(_live)
     for owner, _relay, _m, _keep in entries:

@@ -10,12 +10,17 @@
  * (NULL), as the package passes them to ctypes; the kvc_status comes back as an int.
  * Built only with -DKVC_BUILD_PYTHON_EXT=ON (cmake/python_ext.cmake); the package uses
  * it when present next to the library and falls back to ctypes otherwise.
+ * The second group of entries (bind_adapter() and after, issue 18) serves kvcache.sglang's
+ * hot paths: the allocator, free, row and radix calls it makes per scheduler step. Their
+ * address arguments also take buffer objects (NumPy arrays, array.array, ctypes arrays),
+ * whose addresses cost NumPy about a microsecond to report through Python.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef int (*kvcf_decode_fn)(void *flow, void *reqs, size_t n, int32_t token_per_req, void *out, void *stream);
 typedef int (*kvcf_extend_fn)(void *flow, void *reqs, size_t n, void *out, void *stream);
@@ -110,15 +115,398 @@ static PyObject *kvcf_flow_release(PyObject *self, PyObject *const *args, Py_ssi
   return PyLong_FromLong(kvcf_release(flow, reqs, n, ins, stream));
 }
 
-static PyMethodDef kvcf_methods[] = {{"bind", (PyCFunction)(void (*)(void))kvcf_bind, METH_FASTCALL,
-                                      "bind(decode, extend, release): the library's function addresses"},
-                                     {"flow_decode", (PyCFunction)(void (*)(void))kvcf_flow_decode, METH_FASTCALL,
-                                      "kvc_flow_alloc_for_decode(flow, reqs, n, token_per_req, out, stream)"},
-                                     {"flow_extend", (PyCFunction)(void (*)(void))kvcf_flow_extend, METH_FASTCALL,
-                                      "kvc_flow_alloc_for_extend(flow, reqs, n, out, stream)"},
-                                     {"flow_release", (PyCFunction)(void (*)(void))kvcf_flow_release, METH_FASTCALL,
-                                      "kvc_flow_release(flow, reqs, n, is_insert, stream)"},
-                                     {NULL, NULL, 0, NULL}};
+/* --- the entry points of kvcache.sglang's hot paths (issue 18) ----------------------------
+ * The adapter's allocator, free and radix calls, bound by bind_adapter() in the order of
+ * kvcf_adapter_names (kvcache/sglang/_ops.py passes the same list). Each takes `swa`
+ * (true: the kvc_swa_allocator variant) where both allocator kinds have the call. */
+typedef int (*kvcf_adec_fn)(void *alloc, size_t n, const int64_t *seq, const int64_t *last, void *pool,
+                            const int32_t *rows, int64_t *out_host, int64_t *out_dev, void *stream);
+typedef int (*kvcf_aext_fn)(void *alloc, size_t n, const int64_t *pre, const int64_t *seq, const int64_t *last,
+                            void *pool, const int32_t *rows, const int64_t *const *prefix, int64_t *out_host,
+                            int64_t *out_dev, void *stream);
+typedef int (*kvcf_free_fn)(void *alloc, const int64_t *slots, size_t n);
+typedef int (*kvcf_swa_free_fn)(void *alloc, const int64_t *slots, size_t n, void *stream);
+typedef int (*kvcf_row_slots_fn)(const void *flow, int32_t row, int64_t start, int64_t end, int64_t *out);
+typedef int (*kvcf_row_free_fn)(void *pool, int32_t row);
+typedef int (*kvcf_match_fn)(void *cache, uint64_t ns, const int32_t *tokens, int64_t n, void *out);
+typedef int (*kvcf_alloc_fn)(void *alloc, int64_t n, int64_t *out);
+typedef int (*kvcf_swa_alloc_fn)(void *alloc, int64_t n, int64_t *out_host, int64_t *out_dev, void *stream);
+typedef int (*kvcf_rows_alloc_fn)(void *pool, size_t n, int32_t *rows);
+
+static kvcf_adec_fn kvcf_adec[2];
+static kvcf_aext_fn kvcf_aext[2];
+static kvcf_free_fn kvcf_free;
+static kvcf_swa_free_fn kvcf_swa_free;
+static kvcf_row_slots_fn kvcf_row_slots;
+static kvcf_row_free_fn kvcf_row_free;
+static kvcf_match_fn kvcf_match;
+static kvcf_alloc_fn kvcf_alloc;
+static kvcf_swa_alloc_fn kvcf_swa_alloc;
+static kvcf_rows_alloc_fn kvcf_rows_alloc;
+
+/* Token scratch of radix_match_list (grown, never shrunk; the GIL serializes its users). */
+static int32_t *kvcf_tok;
+static size_t kvcf_tok_cap;
+
+#define KVCF_ADAPTER_FNS 12
+
+static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *a[KVCF_ADAPTER_FNS];
+  (void)self;
+  if (kvcf_nargs(nargs, KVCF_ADAPTER_FNS, "bind_adapter")) return NULL;
+  for (int i = 0; i < KVCF_ADAPTER_FNS; i++) {
+    if (kvcf_ptr(args[i], &a[i])) return NULL;
+    if (!a[i]) {
+      PyErr_SetString(PyExc_ValueError, "bind_adapter() needs 12 function addresses");
+      return NULL;
+    }
+  }
+  /* POSIX: object pointers (the addresses ctypes gives) convert to function pointers. */
+  *(void **)&kvcf_adec[0] = a[0];
+  *(void **)&kvcf_adec[1] = a[1];
+  *(void **)&kvcf_aext[0] = a[2];
+  *(void **)&kvcf_aext[1] = a[3];
+  *(void **)&kvcf_free = a[4];
+  *(void **)&kvcf_swa_free = a[5];
+  *(void **)&kvcf_row_slots = a[6];
+  *(void **)&kvcf_row_free = a[7];
+  *(void **)&kvcf_match = a[8];
+  *(void **)&kvcf_alloc = a[9];
+  *(void **)&kvcf_swa_alloc = a[10];
+  *(void **)&kvcf_rows_alloc = a[11];
+  Py_RETURN_NONE;
+}
+
+static int kvcf_adapter_bound(void) {
+  if (kvcf_match) return 0;
+  PyErr_SetString(PyExc_RuntimeError, "_kvcfast.bind_adapter() was not called");
+  return -1;
+}
+
+/* An address argument of the adapter's entries: an int, None (NULL), or an object with
+ * the buffer protocol (a NumPy array, array.array, ctypes array: its first byte; NumPy
+ * refuses a non-contiguous array). The caller's argument keeps the memory alive. */
+static int kvcf_addr(PyObject *o, void **out) {
+  Py_buffer view;
+  if (o == Py_None || PyLong_Check(o)) return kvcf_ptr(o, out);
+  if (PyObject_GetBuffer(o, &view, PyBUF_SIMPLE) < 0) return -1;
+  *out = view.buf;
+  PyBuffer_Release(&view);
+  return 0;
+}
+
+static int kvcf_flag(PyObject *o, int *out) {
+  *out = PyObject_IsTrue(o);
+  return *out < 0 ? -1 : 0;
+}
+
+static int kvcf_i64(PyObject *o, int64_t *out) {
+  long long v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  *out = (int64_t)v;
+  return 0;
+}
+
+static int kvcf_i32(PyObject *o, int32_t *out) {
+  long v = PyLong_AsLong(o);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  if (v < INT32_MIN || v > INT32_MAX) {
+    PyErr_SetString(PyExc_OverflowError, "value out of int32 range");
+    return -1;
+  }
+  *out = (int32_t)v;
+  return 0;
+}
+
+/* alloc_decode(swa, alloc, n, seq, last, pool, rows, out_host, out_dev, stream, seq_src)
+ * -> kvc_status. With seq_src (host int64), seq[i] = seq_src[i] + 1 first (the decode step's
+ * new lengths, written into the caller's scratch `seq`). */
+static PyObject *kvcf_alloc_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *alloc, *seq, *last, *pool, *rows, *oh, *od, *stream, *src;
+  size_t n;
+  int swa;
+  (void)self;
+  if (kvcf_nargs(nargs, 11, "alloc_decode") || kvcf_adapter_bound() || kvcf_flag(args[0], &swa) ||
+      kvcf_addr(args[1], &alloc) || kvcf_size(args[2], &n) || kvcf_addr(args[3], &seq) || kvcf_addr(args[4], &last) ||
+      kvcf_addr(args[5], &pool) || kvcf_addr(args[6], &rows) || kvcf_addr(args[7], &oh) || kvcf_addr(args[8], &od) ||
+      kvcf_addr(args[9], &stream) || kvcf_addr(args[10], &src))
+    return NULL;
+  if (src) {
+    if (!seq) {
+      PyErr_SetString(PyExc_ValueError, "alloc_decode(): seq_src needs a seq buffer");
+      return NULL;
+    }
+    const int64_t *s = src;
+    int64_t *d = seq;
+    for (size_t i = 0; i < n; i++) d[i] = s[i] + 1;
+  }
+  return PyLong_FromLong(kvcf_adec[swa ? 1 : 0](alloc, n, seq, last, pool, rows, oh, od, stream));
+}
+
+/* alloc_extend(swa, alloc, n, pre, seq, last, pool, rows, prefix, out_host, out_dev, stream)
+ * -> kvc_status (prefix: the address of n host int64 pointers, or None). */
+static PyObject *kvcf_alloc_extend(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *alloc, *pre, *seq, *last, *pool, *rows, *prefix, *oh, *od, *stream;
+  size_t n;
+  int swa;
+  (void)self;
+  if (kvcf_nargs(nargs, 12, "alloc_extend") || kvcf_adapter_bound() || kvcf_flag(args[0], &swa) ||
+      kvcf_addr(args[1], &alloc) || kvcf_size(args[2], &n) || kvcf_addr(args[3], &pre) || kvcf_addr(args[4], &seq) ||
+      kvcf_addr(args[5], &last) || kvcf_addr(args[6], &pool) || kvcf_addr(args[7], &rows) ||
+      kvcf_addr(args[8], &prefix) || kvcf_addr(args[9], &oh) || kvcf_addr(args[10], &od) ||
+      kvcf_addr(args[11], &stream))
+    return NULL;
+  return PyLong_FromLong(
+      kvcf_aext[swa ? 1 : 0](alloc, n, pre, seq, last, pool, rows, (const int64_t *const *)prefix, oh, od, stream));
+}
+
+/* free(swa, alloc, slots, n, stream) -> kvc_status (kvc_allocator_free ignores stream). */
+static PyObject *kvcf_free_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *alloc, *slots, *stream;
+  size_t n;
+  int swa;
+  (void)self;
+  if (kvcf_nargs(nargs, 5, "free") || kvcf_adapter_bound() || kvcf_flag(args[0], &swa) || kvcf_addr(args[1], &alloc) ||
+      kvcf_addr(args[2], &slots) || kvcf_size(args[3], &n) || kvcf_addr(args[4], &stream))
+    return NULL;
+  return PyLong_FromLong(swa ? kvcf_swa_free(alloc, slots, n, stream) : kvcf_free(alloc, slots, n));
+}
+
+/* free_row(swa, alloc, flow, row, start, end, buf, stream) -> kvc_status: row[start:end)
+ * of the flow's request-to-token mirror into buf (end - start int64), then free them. */
+static PyObject *kvcf_free_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *alloc, *flow, *buf, *stream;
+  int32_t row;
+  int64_t start, end;
+  int swa, st;
+  (void)self;
+  if (kvcf_nargs(nargs, 8, "free_row") || kvcf_adapter_bound() || kvcf_flag(args[0], &swa) ||
+      kvcf_addr(args[1], &alloc) || kvcf_addr(args[2], &flow) || kvcf_i32(args[3], &row) || kvcf_i64(args[4], &start) ||
+      kvcf_i64(args[5], &end) || kvcf_addr(args[6], &buf) || kvcf_addr(args[7], &stream))
+    return NULL;
+  st = kvcf_row_slots(flow, row, start, end, buf);
+  if (st == 0 && end > start) {
+    size_t n = (size_t)(end - start);
+    st = swa ? kvcf_swa_free(alloc, buf, n, stream) : kvcf_free(alloc, buf, n);
+  }
+  return PyLong_FromLong(st);
+}
+
+/* row_free(pool, row) -> kvc_status (kvc_req_to_token_pool_free). */
+static PyObject *kvcf_row_free_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *pool;
+  int32_t row;
+  (void)self;
+  if (kvcf_nargs(nargs, 2, "row_free") || kvcf_adapter_bound() || kvcf_addr(args[0], &pool) || kvcf_i32(args[1], &row))
+    return NULL;
+  return PyLong_FromLong(kvcf_row_free(pool, row));
+}
+
+/* radix_match(cache, ns, tokens, n, out) -> kvc_status (tokens: address of n int32). */
+static PyObject *kvcf_radix_match(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *cache, *tokens, *out;
+  unsigned long long ns;
+  int64_t n;
+  (void)self;
+  if (kvcf_nargs(nargs, 5, "radix_match") || kvcf_adapter_bound() || kvcf_addr(args[0], &cache)) return NULL;
+  ns = PyLong_AsUnsignedLongLong(args[1]);
+  if (ns == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+  if (kvcf_addr(args[2], &tokens) || kvcf_i64(args[3], &n) || kvcf_addr(args[4], &out)) return NULL;
+  return PyLong_FromLong(kvcf_match(cache, (uint64_t)ns, tokens, n, out));
+}
+
+/* Converts the ints of `list` into out[0:n) (int32; OverflowError outside int32, TypeError
+ * for a non-integer, as array('i')). */
+static int kvcf_list_i32(PyObject *list, int32_t *out, Py_ssize_t n) {
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *v = PyList_GET_ITEM(list, i);
+    if (!PyLong_Check(v) && !PyIndex_Check(v)) {
+      PyErr_Format(PyExc_TypeError, "token %zd is not an integer", i);
+      return -1;
+    }
+    if (kvcf_i32(v, &out[i])) return -1;
+  }
+  return 0;
+}
+
+/* radix_match_list(cache, ns, tokens, out) -> kvc_status: tokens a list of ints, converted
+ * to int32 (OverflowError outside int32, TypeError for a non-integer, as array('i')). */
+static PyObject *kvcf_radix_match_list(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *cache, *out;
+  unsigned long long ns;
+  PyObject *list;
+  Py_ssize_t n;
+  (void)self;
+  if (kvcf_nargs(nargs, 4, "radix_match_list") || kvcf_adapter_bound() || kvcf_addr(args[0], &cache)) return NULL;
+  ns = PyLong_AsUnsignedLongLong(args[1]);
+  if (ns == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+  list = args[2];
+  if (!PyList_Check(list)) {
+    PyErr_SetString(PyExc_TypeError, "radix_match_list() needs a list of tokens");
+    return NULL;
+  }
+  if (kvcf_addr(args[3], &out)) return NULL;
+  n = PyList_GET_SIZE(list);
+  if ((size_t)n > kvcf_tok_cap) {
+    size_t cap = (size_t)n > 2 * kvcf_tok_cap ? (size_t)n : 2 * kvcf_tok_cap;
+    int32_t *p = PyMem_RawRealloc(kvcf_tok, cap * sizeof *p);
+    if (!p) return PyErr_NoMemory();
+    kvcf_tok = p;
+    kvcf_tok_cap = cap;
+  }
+  if (kvcf_list_i32(list, kvcf_tok, n)) return NULL;
+  return PyLong_FromLong(kvcf_match(cache, (uint64_t)ns, kvcf_tok, (int64_t)n, out));
+}
+
+/* alloc(swa, alloc, n, out_host, out_dev, stream) -> kvc_status (kvc_allocator_alloc
+ * writes out_host only and ignores out_dev / stream). */
+static PyObject *kvcf_alloc_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *alloc, *oh, *od, *stream;
+  int64_t n;
+  int swa;
+  (void)self;
+  if (kvcf_nargs(nargs, 6, "alloc") || kvcf_adapter_bound() || kvcf_flag(args[0], &swa) || kvcf_addr(args[1], &alloc) ||
+      kvcf_i64(args[2], &n) || kvcf_addr(args[3], &oh) || kvcf_addr(args[4], &od) || kvcf_addr(args[5], &stream))
+    return NULL;
+  return PyLong_FromLong(swa ? kvcf_swa_alloc(alloc, n, oh, od, stream) : kvcf_alloc(alloc, n, oh));
+}
+
+/* rows_alloc(pool, reqs, rows) -> kvc_status, or None when some request already has a
+ * req_pool_idx (the caller's Python path checks those). reqs: a list of n requests; rows:
+ * a writable buffer of at least n int32. All-new requests: rows zeroed, one
+ * kvc_req_to_token_pool_alloc, then req.req_pool_idx = rows[i] for each (as
+ * ReqToTokenPool.alloc does, without a Python attribute walk). */
+static PyObject *kvcf_s_row; /* "req_pool_idx", interned once */
+
+static PyObject *kvcf_rows_alloc_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *pool;
+  PyObject *reqs;
+  Py_buffer view;
+  Py_ssize_t n;
+  int st;
+  (void)self;
+  if (kvcf_nargs(nargs, 3, "rows_alloc") || kvcf_adapter_bound() || kvcf_addr(args[0], &pool)) return NULL;
+  reqs = args[1];
+  if (!PyList_Check(reqs)) {
+    PyErr_SetString(PyExc_TypeError, "rows_alloc() needs a list of requests");
+    return NULL;
+  }
+  if (!kvcf_s_row && !(kvcf_s_row = PyUnicode_InternFromString("req_pool_idx"))) return NULL;
+  n = PyList_GET_SIZE(reqs);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *v = PyObject_GetAttr(PyList_GET_ITEM(reqs, i), kvcf_s_row);
+    if (!v) return NULL;
+    Py_DECREF(v); /* only compared with None */
+    if (v != Py_None) Py_RETURN_NONE;
+  }
+  if (PyObject_GetBuffer(args[2], &view, PyBUF_WRITABLE) < 0) return NULL;
+  if (view.len < (Py_ssize_t)((size_t)n * sizeof(int32_t))) {
+    PyBuffer_Release(&view);
+    PyErr_SetString(PyExc_ValueError, "rows_alloc(): rows buffer shorter than the requests");
+    return NULL;
+  }
+  int32_t *rows = view.buf;
+  memset(rows, 0, (size_t)n * sizeof *rows);
+  st = kvcf_rows_alloc(pool, (size_t)n, rows);
+  for (Py_ssize_t i = 0; st == 0 && i < n; i++) {
+    PyObject *v = PyLong_FromLong(rows[i]);
+    if (!v || PyObject_SetAttr(PyList_GET_ITEM(reqs, i), kvcf_s_row, v) < 0) {
+      Py_XDECREF(v);
+      PyBuffer_Release(&view);
+      return NULL;
+    }
+    Py_DECREF(v);
+  }
+  PyBuffer_Release(&view);
+  return PyLong_FromLong(st);
+}
+
+/* fill_i32(dst, a, b, n) -> None: dst[0:n) = (a + b)[0:n) as int32, a and b lists (b may
+ * be None), n <= len(a) + len(b); dst a writable buffer of at least 4 n bytes (an
+ * array('i') of n). A request's token ids for the radix cache without a Python list. */
+static PyObject *kvcf_fill_i32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  PyObject *a, *b;
+  Py_buffer view;
+  Py_ssize_t n, na, nb;
+  int bad;
+  (void)self;
+  if (kvcf_nargs(nargs, 4, "fill_i32")) return NULL;
+  a = args[1];
+  b = args[2];
+  if (!PyList_Check(a) || (b != Py_None && !PyList_Check(b))) {
+    PyErr_SetString(PyExc_TypeError, "fill_i32() needs lists of tokens");
+    return NULL;
+  }
+  n = PyLong_AsSsize_t(args[3]);
+  if (n == -1 && PyErr_Occurred()) return NULL;
+  na = PyList_GET_SIZE(a);
+  nb = b == Py_None ? 0 : PyList_GET_SIZE(b);
+  if (n < 0 || n > na + nb) {
+    PyErr_SetString(PyExc_ValueError, "fill_i32(): n outside [0, len(a) + len(b)]");
+    return NULL;
+  }
+  if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) return NULL;
+  if (view.len < (Py_ssize_t)((size_t)n * sizeof(int32_t))) {
+    PyBuffer_Release(&view);
+    PyErr_SetString(PyExc_ValueError, "fill_i32(): dst shorter than n int32");
+    return NULL;
+  }
+  int32_t *dst = view.buf;
+  Py_ssize_t ka = n < na ? n : na;
+  bad = kvcf_list_i32(a, dst, ka) || (n > ka && kvcf_list_i32(b, dst + ka, n - ka));
+  PyBuffer_Release(&view);
+  if (bad) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* memcpy(dst, src, nbytes) -> None: host memory to host memory. */
+static PyObject *kvcf_memcpy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *dst, *src;
+  size_t nb;
+  (void)self;
+  if (kvcf_nargs(nargs, 3, "memcpy") || kvcf_addr(args[0], &dst) || kvcf_addr(args[1], &src) || kvcf_size(args[2], &nb))
+    return NULL;
+  if (nb) {
+    if (!dst || !src) {
+      PyErr_SetString(PyExc_ValueError, "memcpy() of NULL");
+      return NULL;
+    }
+    memcpy(dst, src, nb);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef kvcf_methods[] = {
+    {"bind", (PyCFunction)(void (*)(void))kvcf_bind, METH_FASTCALL,
+     "bind(decode, extend, release): the library's function addresses"},
+    {"flow_decode", (PyCFunction)(void (*)(void))kvcf_flow_decode, METH_FASTCALL,
+     "kvc_flow_alloc_for_decode(flow, reqs, n, token_per_req, out, stream)"},
+    {"flow_extend", (PyCFunction)(void (*)(void))kvcf_flow_extend, METH_FASTCALL,
+     "kvc_flow_alloc_for_extend(flow, reqs, n, out, stream)"},
+    {"flow_release", (PyCFunction)(void (*)(void))kvcf_flow_release, METH_FASTCALL,
+     "kvc_flow_release(flow, reqs, n, is_insert, stream)"},
+    {"bind_adapter", (PyCFunction)(void (*)(void))kvcf_bind_adapter, METH_FASTCALL,
+     "bind_adapter(*addresses): kvcache.sglang's library functions"},
+    {"alloc_decode", (PyCFunction)(void (*)(void))kvcf_alloc_decode, METH_FASTCALL,
+     "[swa_]allocator_alloc_decode (seq = seq_src + 1 first when given)"},
+    {"alloc_extend", (PyCFunction)(void (*)(void))kvcf_alloc_extend, METH_FASTCALL, "[swa_]allocator_alloc_extend"},
+    {"free", (PyCFunction)(void (*)(void))kvcf_free_slots, METH_FASTCALL,
+     "[swa_]allocator_free(swa, alloc, slots, n, stream)"},
+    {"free_row", (PyCFunction)(void (*)(void))kvcf_free_row, METH_FASTCALL,
+     "flow_row_slots into buf, then [swa_]allocator_free of them"},
+    {"row_free", (PyCFunction)(void (*)(void))kvcf_row_free_py, METH_FASTCALL, "req_to_token_pool_free(pool, row)"},
+    {"radix_match", (PyCFunction)(void (*)(void))kvcf_radix_match, METH_FASTCALL,
+     "radix_cache_match_prefix(cache, ns, tokens, n, out)"},
+    {"radix_match_list", (PyCFunction)(void (*)(void))kvcf_radix_match_list, METH_FASTCALL,
+     "radix_cache_match_prefix of a list of int tokens"},
+    {"alloc", (PyCFunction)(void (*)(void))kvcf_alloc_slots, METH_FASTCALL,
+     "[swa_]allocator_alloc(swa, alloc, n, out_host, out_dev, stream)"},
+    {"rows_alloc", (PyCFunction)(void (*)(void))kvcf_rows_alloc_py, METH_FASTCALL,
+     "req_to_token_pool_alloc for all-new requests, req_pool_idx set"},
+    {"fill_i32", (PyCFunction)(void (*)(void))kvcf_fill_i32, METH_FASTCALL,
+     "fill_i32(dst, a, b, n): dst[0:n) = (a + b)[0:n) as int32"},
+    {"memcpy", (PyCFunction)(void (*)(void))kvcf_memcpy, METH_FASTCALL, "memcpy(dst, src, nbytes) of host memory"},
+    {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef kvcf_module = {PyModuleDef_HEAD_INIT,
                                          "_kvcfast",

@@ -13,6 +13,7 @@ allocation under pressure evicts through it. The tree needs each request's token
 
 Everything here is host-only; no call does device work.
 """
+import array
 import ctypes
 from ctypes import (CFUNCTYPE, POINTER, Structure, byref, c_char_p, c_int, c_int32, c_int64,
                     c_size_t, c_uint32, c_uint64, c_void_p)
@@ -85,6 +86,12 @@ _VERSION = lib.kvc_version_number()
 
 
 def _i32(seq):
+    if isinstance(seq, array.array) and seq.typecode == "i":  # a copy of the values
+        n = len(seq)
+        out = (c_int32 * max(n, 1))()
+        if n:
+            ctypes.memmove(out, seq.buffer_info()[0], 4 * n)
+        return out, n
     seq = list(seq)
     return (c_int32 * max(len(seq), 1))(*seq), len(seq)
 

@@ -108,6 +108,7 @@ class _AllocatorBase:
     def verify_byte_accounting(self):
         return []
 
+    _swa_kind = False  # True: kvc_swa_allocator (the _kvcfast entries' `swa` flag)
     _free_cap = 0
     _free_buf = None
     _free_ptr = 0
@@ -132,6 +133,14 @@ class _AllocatorBase:
             fl = _kvc.Flow(self._ctx, req_to_token_pool._pool, self._a)
             f = flows[id(req_to_token_pool)] = (fl.handle, fl, req_to_token_pool)
         p = self._free_ptr
+        fast = T.fast
+        if fast is not None:  # both library calls in one extension call
+            swa = self._swa_kind
+            st = fast.free_row(swa, self._h, f[0], row, start, end, p,
+                               T.stream(self._cuda) if swa else None)
+            if st:
+                self._ctx._check(st, "free")
+            return
         check = self._ctx._check
         check(lib.kvc_flow_row_slots(f[0], row, start, end, p), "free")
         check(self._free_slots(p, n), "free")
@@ -156,12 +165,22 @@ class TokenToKVPoolAllocator(_AllocatorBase):
         return lib.kvc_allocator_available_size(self._h)
 
     def alloc(self, need_size: int):
+        fast = T.fast
+        if fast is not None and not self._cuda:  # host backend: one host result
+            host = T.empty(max(need_size, 1), T.I64, "cpu")[:need_size]
+            st = fast.alloc(False, self._h, need_size, T.arg(host), None, None)
+            if st and T.status_ok_or_none(st, self._ctx, "alloc") is None:
+                return None
+            return host
         dev, dptr, host, hptr = self._result(need_size)
-        st = lib.kvc_allocator_alloc(self._h, need_size, hptr)
-        if T.status_ok_or_none(st, self._ctx, "alloc") is None:
+        if fast is not None:
+            st = fast.alloc(False, self._h, need_size, hptr, None, None)
+        else:
+            st = lib.kvc_allocator_alloc(self._h, need_size, hptr)
+        if st and T.status_ok_or_none(st, self._ctx, "alloc") is None:
             return None
-        if dev is not host:
-            dev.copy_(host)
+        if dev is not host:  # no stream synchronization: host stays alive as _kvc_host
+            dev.copy_(host, non_blocking=True)
         return self._device_result(dev, host)
 
     def alloc_extend(self, *args, **kwargs):
@@ -174,7 +193,11 @@ class TokenToKVPoolAllocator(_AllocatorBase):
         idx = T.host_i64(free_index)
         n = T.numel(idx)
         if n:
-            self._ctx._check(lib.kvc_allocator_free(self._h, T.ptr(idx), n), "free")
+            fast = T.fast
+            st = fast.free(False, self._h, T.arg(idx), n, None) if fast is not None else \
+                lib.kvc_allocator_free(self._h, T.ptr(idx), n)
+            if st:
+                self._ctx._check(st, "free")
 
     free_full = free
 
@@ -274,6 +297,8 @@ class SWATokenToKVPoolAllocator(_AllocatorBase):
         if kvcache is not None:
             kvcache._register_allocator(self)
         self.full_to_swa_index_mapping = T.from_dlpack(self._a.mapping_device)
+
+    _swa_kind = True
 
     @property
     def size(self):

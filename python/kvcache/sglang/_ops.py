@@ -26,6 +26,21 @@ if torch is None and np is None:  # pragma: no cover
 lib = _kvc._ffi.lib
 _CONTEXTS = {}
 
+# The hot paths' library calls through the optional _kvcfast extension (METH_FASTCALL:
+# about 0.1 us an argument less than ctypes); None when it is absent, KVCACHE_NO_FAST=1,
+# or older than these entry points. Order: _kvcfast.c's bind_adapter().
+_ADAPTER_FNS = ("kvc_allocator_alloc_decode", "kvc_swa_allocator_alloc_decode",
+                "kvc_allocator_alloc_extend", "kvc_swa_allocator_alloc_extend",
+                "kvc_allocator_free", "kvc_swa_allocator_free", "kvc_flow_row_slots",
+                "kvc_req_to_token_pool_free", "kvc_radix_cache_match_prefix",
+                "kvc_allocator_alloc", "kvc_swa_allocator_alloc", "kvc_req_to_token_pool_alloc")
+fast = _kvc._ffi.fast
+if fast is not None and hasattr(fast, "bind_adapter"):
+    fast.bind_adapter(*[ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
+                        for n in _ADAPTER_FNS])
+else:
+    fast = None
+
 
 def _norm_device(device):
     d = str(device) if device is not None else "cpu"
@@ -70,6 +85,8 @@ if torch is not None:
     def ptr(x):
         return x.data_ptr()
 
+    arg = ptr  # a host tensor as a _kvcfast entry takes it: its address
+
     def from_dlpack(t):
         return torch.from_dlpack(t)
 
@@ -86,7 +103,10 @@ if torch is not None:
         """A device copy of a host tensor (the host tensor is remembered on it)."""
         if not is_cuda(device):
             return host.clone()
-        dev = host.to(_tdev(device), non_blocking=False)
+        # non_blocking: no stream synchronization (sglang-spec.md 16). The source is
+        # pageable memory, which the driver stages before the call returns; it stays
+        # alive as dev._kvc_host anyway.
+        dev = host.to(_tdev(device), non_blocking=True)
         dev._kvc_host = host
         return dev
 
@@ -126,6 +146,17 @@ if torch is not None:
     def stack_rows(rows, dtype=None):
         return torch.tensor(rows, dtype=dtype or I64)
 
+    def host_i64_arg(x):
+        """x as the _kvcfast entries take a host int64 vector without a copy: a host int64
+        contiguous tensor's address, a list as array('q'); None when x needs host_i64."""
+        if isinstance(x, torch.Tensor):
+            if x.dtype is I64 and not x.is_cuda and x.is_contiguous():
+                return x.data_ptr()
+            return None
+        if isinstance(x, list):
+            return array.array("q", x)
+        return None
+
 else:
     I64, I32 = np.int64, np.int32
 
@@ -137,6 +168,11 @@ else:
 
     def ptr(x):
         return x.__array_interface__["data"][0]
+
+    def arg(x):
+        """A host array as a _kvcfast entry takes it: the array itself (buffer protocol;
+        its address through __array_interface__ costs about a microsecond)."""
+        return x
 
     def from_dlpack(t):
         return np.from_dlpack(t)
@@ -175,6 +211,18 @@ else:
     def stack_rows(rows, dtype=None):
         return np.array(rows, dtype=dtype or I64)
 
+    _I64D = np.dtype(np.int64)
+
+    def host_i64_arg(x):
+        """x as the _kvcfast entries take a host int64 vector without a copy: a C-contiguous
+        int64 array itself (buffer protocol), a list as array('q'); None when x needs
+        host_i64."""
+        if isinstance(x, np.ndarray):
+            return x if x.dtype is _I64D and x.flags.c_contiguous else None
+        if isinstance(x, list):
+            return array.array("q", x)
+        return None
+
 
 def host_i64_ptr(x):
     """(keep, address) of x as host int64: lists go through array.array (C speed)."""
@@ -191,18 +239,38 @@ def from_address_i64(addr, n):
         return host_empty(0)
     if torch is not None:
         t = torch.empty(n, dtype=I64)
-        ctypes.memmove(t.data_ptr(), addr, 8 * n)
+        if fast is not None:
+            fast.memcpy(t.data_ptr(), addr, 8 * n)
+        else:
+            ctypes.memmove(t.data_ptr(), addr, 8 * n)
         return t
+    if fast is not None:
+        a = np.empty(n, np.int64)
+        fast.memcpy(a, addr, 8 * n)
+        return a
     return np.frombuffer((ctypes.c_int64 * n).from_address(addr), np.int64).copy()
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) if torch is not None else None
+_cur_device = getattr(torch._C, "_cuda_getDevice", None) if torch is not None else None
+_stream_warm = False
 
 
 def stream(cuda):
     """The CUDA stream kvcache's launches go to: torch's current stream on the CUDA
     backend (so they are ordered with the caller's torch work, as SGLang's own kernels
-    are), None (the legacy default stream / no stream) otherwise."""
+    are), None (the legacy default stream / no stream) otherwise. After the first call
+    (torch.cuda.current_stream(), which initializes CUDA) the same handle is read through
+    torch._C._cuda_getCurrentRawStream (what torch's own generated code uses): no Stream
+    object is built per call."""
+    global _stream_warm
     if not cuda or torch is None:
         return None
-    return torch.cuda.current_stream().cuda_stream or None
+    if _stream_warm:
+        return _raw_stream(_cur_device()) or None
+    s = torch.cuda.current_stream().cuda_stream or None
+    _stream_warm = _raw_stream is not None and _cur_device is not None
+    return s
 
 
 def host_empty(n, dtype=None):
@@ -230,7 +298,7 @@ class OutRing:
     only when a call needs more."""
 
     __slots__ = ("device", "depth", "bufs", "ptrs", "i", "caps", "host", "host_ptr",
-                 "host_cap")
+                 "host_cap", "views", "view_n")
 
     def __init__(self, device, depth=8):
         self.device, self.depth = device, depth
@@ -241,10 +309,14 @@ class OutRing:
         self.host = None
         self.host_ptr = 0
         self.host_cap = 0
+        self.views = [None] * depth
+        self.view_n = [-1] * depth
 
-    def next(self, n):
-        """(device tensor of n elements, its address, host tensor of n, its address);
-        addresses are computed once per buffer (NumPy's are not free)."""
+    def next_out(self, n):
+        """(device tensor of n elements, its address, address of a host scratch of n):
+        next() without the host view. The view of a buffer is reused while n repeats
+        (a decode batch keeps its size for many steps; slicing a torch tensor costs about
+        a microsecond)."""
         i = self.i
         self.i = (i + 1) % self.depth
         if self.caps[i] < n:
@@ -252,11 +324,15 @@ class OutRing:
             self.bufs[i] = empty(cap, I64, self.device)
             self.ptrs[i] = ptr(self.bufs[i])
             self.caps[i] = cap
+            self.view_n[i] = -1
         if self.host_cap < n:
             self.host_cap = max(n, 2 * self.host_cap, 256)
             self.host = empty(self.host_cap, I64, "cpu")
             self.host_ptr = ptr(self.host)
-        return self.bufs[i][:n], self.ptrs[i], self.host[:n], self.host_ptr
+        if self.view_n[i] != n:
+            self.views[i] = self.bufs[i][:n]
+            self.view_n[i] = n
+        return self.views[i], self.ptrs[i], self.host_ptr
 
 
 def status_ok_or_none(st, ctx, func):

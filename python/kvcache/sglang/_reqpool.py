@@ -106,21 +106,31 @@ class ReqToTokenPool:
 
     def _rows_of(self, reqs):
         """The int32 row vector C fills: kept rows, 0 for requests that need one."""
-        vals = []
-        for r in reqs:
-            row = r.req_pool_idx
-            if row is None:
-                vals.append(0)
-            else:
-                assert getattr(r, "is_chunked", 0) > 0 or getattr(r, "kv_committed_len", 0) > 0, \
-                    "reusing request must be chunked or have committed KV"
-                vals.append(row)
-        return (ctypes.c_int32 * max(len(reqs), 1))(*vals)
+        vals = [r.req_pool_idx for r in reqs]
+        rows = (ctypes.c_int32 * max(len(reqs), 1))()  # zeros: the common all-new batch
+        if vals.count(None) != len(vals):
+            for i, r in enumerate(reqs):
+                row = vals[i]
+                if row is not None:
+                    assert getattr(r, "is_chunked", 0) > 0 or \
+                        getattr(r, "kv_committed_len", 0) > 0, \
+                        "reusing request must be chunked or have committed KV"
+                    rows[i] = row
+        return rows
 
     def alloc(self, reqs) -> Optional[List[int]]:
         """Rows for reqs (a request with req_pool_idx set keeps it); None when short
         (nothing changes). Sets req.req_pool_idx."""
         n = len(reqs)
+        fast = T.fast
+        if fast is not None and type(reqs) is list:  # all-new requests: one C call
+            rows = (ctypes.c_int32 * max(n, 1))()
+            st = fast.rows_alloc(self._h, reqs, rows)
+            if st is not None:
+                if st and T.status_ok_or_none(st, self._ctx, "ReqToTokenPool.alloc") is None:
+                    return None
+                self._last_rows = rows
+                return rows[:n]
         rows = self._rows_of(reqs)
         st = T.lib.kvc_req_to_token_pool_alloc(self._h, n, rows)
         if T.status_ok_or_none(st, self._ctx, "ReqToTokenPool.alloc") is None:
@@ -134,7 +144,12 @@ class ReqToTokenPool:
 
     def free(self, req):
         assert req.req_pool_idx is not None, "request must have req_pool_idx"
-        self._ctx._check(T.lib.kvc_req_to_token_pool_free(self._h, int(req.req_pool_idx)))
+        fast = T.fast
+        row = int(req.req_pool_idx)
+        st = fast.row_free(self._h, row) if fast is not None else \
+            T.lib.kvc_req_to_token_pool_free(self._h, row)
+        if st:
+            self._ctx._check(st)
         req.req_pool_idx = None
 
     def clear(self):

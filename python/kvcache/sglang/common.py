@@ -168,11 +168,15 @@ class _Hot:
             self.decode_fn = lib.kvc_allocator_alloc_decode
             self.extend_fn = lib.kvc_allocator_alloc_extend
 
-    def seq_buf(self, n):
+    def seq_reserve(self, n):
+        """Grows the host int64 scratch of the new lengths to n (its address: seq_ptr)."""
         if self.cap < n:
             self.cap = max(n, 2 * self.cap, 256)
             self.seq = T.host_empty(self.cap)
             self.seq_ptr = T.ptr(self.seq)
+
+    def seq_buf(self, n):
+        self.seq_reserve(n)
         return self.seq[:n]
 
 
@@ -204,7 +208,7 @@ def _rows_host(batch, reqs):
 
 
 def _out(ring, n, cuda):
-    dev, dptr, host, hptr = ring.next(n)
+    dev, dptr, hptr = ring.next_out(n)
     if not cuda:  # host backend: one buffer, written as the host output
         return dev, dptr, None
     return dev, hptr, dptr
@@ -228,17 +232,26 @@ def alloc_for_decode(batch, token_per_req: int):
     evict_from_tree_cache(tree, bs if tree.page_size == 1 else bs * tree.page_size)
     reqs = batch.reqs
     rows, rows_ptr = _rows_host(batch, reqs)
-    seq = hot.seq_buf(bs)
-    if T.torch is not None:
-        T.torch.add(seq_cpu, 1, out=seq)
-    else:
-        T.np.add(seq_cpu, 1, out=seq)
     mc = getattr(batch, "model_config", None)
-    if mc is not None and getattr(mc, "is_encoder_decoder", False):
+    encdec = mc is not None and getattr(mc, "is_encoder_decoder", False)
+    src = T.host_i64_arg(seq_cpu) if T.fast is not None and not encdec else None
+    if src is not None:  # seq = seq_cpu + 1 inside the fast call (no slice built)
+        hot.seq_reserve(bs)
+    else:
+        seq = hot.seq_buf(bs)
+        if T.torch is not None:
+            T.torch.add(seq_cpu, 1, out=seq)
+        else:
+            T.np.add(seq_cpu, 1, out=seq)
+    if encdec:
         return _decode_encoder_decoder(batch, allocator, pool, rows, seq, bs)
     dev, hptr, dptr = _out(hot.ring_dec, bs, hot.cuda)
-    st = hot.decode_fn(allocator._h, bs, hot.seq_ptr, None, pool._h, rows_ptr, hptr, dptr,
-                       T.stream(hot.cuda))
+    if src is not None:
+        st = T.fast.alloc_decode(hot.swa, allocator._h, bs, hot.seq_ptr, None, pool._h, rows_ptr,
+                                 hptr, dptr, T.stream(hot.cuda), src)
+    else:
+        st = hot.decode_fn(allocator._h, bs, hot.seq_ptr, None, pool._h, rows_ptr, hptr, dptr,
+                           T.stream(hot.cuda))
     if st:
         if st == 2:
             _oom("Decode out of memory", bs * token_per_req, tree)
@@ -286,21 +299,35 @@ def alloc_for_extend(batch):
     allocator = tree.token_to_kv_pool_allocator
     pool = batch.req_to_token_pool
     hot = _hot(allocator)
-    pre_keep, pre_ptr = T.host_i64_ptr(batch.prefix_lens)
-    seq_keep, seq_ptr = T.host_i64_ptr(batch.seq_lens_cpu)
+    fast = T.fast
+    if fast is not None:  # the fast call takes buffer objects as they are
+        pre_keep = pre_ptr = T.host_i64_arg(batch.prefix_lens)
+        seq_keep = seq_ptr = T.host_i64_arg(batch.seq_lens_cpu)
+    if fast is None or pre_ptr is None or seq_ptr is None:
+        fast = None
+        pre_keep, pre_ptr = T.host_i64_ptr(batch.prefix_lens)
+        seq_keep, seq_ptr = T.host_i64_ptr(batch.seq_lens_cpu)
     rows = alloc_req_slots(pool, reqs, tree)
     n = batch.extend_num_tokens
     evict_from_tree_cache(tree, n if tree.page_size == 1 else n + bs * tree.page_size)
-    prefix = (ctypes.c_void_p * max(bs, 1))()
+    prefix = None  # NULL unless some request brings prefix slots (same as all-NULL)
     for i, p in enumerate(batch.prefix_lens):
         if p > 0:
-            prefix[i] = _prefix_ptr(reqs[i], int(p))
+            a = _prefix_ptr(reqs[i], int(p))
+            if a is not None:
+                if prefix is None:
+                    prefix = (ctypes.c_void_p * max(bs, 1))()
+                prefix[i] = a
     rows32 = pool.__dict__.pop("_last_rows", None)  # what alloc() just filled
     if rows32 is None:
         rows32 = (ctypes.c_int32 * max(bs, 1))(*rows)
     dev, hptr, dptr = _out(hot.ring_ext, n, hot.cuda)
-    st = hot.extend_fn(allocator._h, bs, pre_ptr, seq_ptr, None, pool._h, rows32, prefix, hptr,
-                       dptr, T.stream(hot.cuda))
+    if fast is not None:
+        st = fast.alloc_extend(hot.swa, allocator._h, bs, pre_ptr, seq_ptr, None, pool._h, rows32,
+                               prefix, hptr, dptr, T.stream(hot.cuda))
+    else:
+        st = hot.extend_fn(allocator._h, bs, pre_ptr, seq_ptr, None, pool._h, rows32, prefix,
+                           hptr, dptr, T.stream(hot.cuda))
     if st:
         if st == 2:
             _oom("Prefill out of memory", n, tree)
