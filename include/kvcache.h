@@ -995,7 +995,8 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
  * Conservation, per component: full free + held by requests + cached == full capacity;
  * SWA free + held + swa_cached == SWA capacity (kvc_swa_radix_cache_sizes).
  * Not done here: reviving a tombstone from an insert's slots (its incoming slots are freed
- * as duplicates), the request checkpoint between chunks (the adapter's
+ * as duplicates), streaming-session turns (see match_req), the request checkpoint between
+ * chunks (the adapter's
  * cache_unfinished_req is NULL: a chunked request is cached when it finishes), events
  * naming the component (events are the FULL component's).
  * No call does stream work (graph-capture safe); single writer; a failed call changes
@@ -1046,7 +1047,10 @@ KVC_API kvc_status kvc_swa_radix_cache_match_prefix(kvc_swa_radix_cache *cache, 
                                                     kvc_radix_match *out);
 /** kvc_swa_radix_cache_match_req() : kvc_radix_cache_match_req with the SWA rule: also
  *  takes the SWA lock of the last window, its receipt in rreq->swa_lock.
- *  @return KVC_ERR_MISUSE for a request already holding a row, a node or an SWA lock. */
+ *  @return KVC_ERR_MISUSE for a request already holding a row, a node or an SWA lock,
+ *  KVC_ERR_UNSUPPORTED for a streaming-session turn (session_id != 0: the session cache
+ *  would release the node through the node-only dec_lock_ref, which cannot release the
+ *  SWA lock; sessions over this cache are not supported yet). */
 KVC_API kvc_status kvc_swa_radix_cache_match_req(kvc_swa_radix_cache *cache, kvc_req_state *req,
                                                  kvc_radix_req *rreq);
 /** kvc_swa_radix_cache_insert() : kvc_radix_cache_insert (priority 0) whose new leaf's

@@ -260,6 +260,11 @@ kvc_status kvc_swa_radix_cache_match_req(kvc_swa_radix_cache *c, kvc_req_state *
                 "the request already holds a row (%d), a node or an SWA lock: match only new requests", req->req_row);
   KVC_RETURN_IF(rreq->num_tokens < 0 || (rreq->num_tokens > 0 && !rreq->tokens), c->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "rreq: %lld tokens at %p", (long long)rreq->num_tokens, (const void *)rreq->tokens);
+  /* A session keeps its first turn's node and releases it through the node-only
+   * dec_lock_ref, which cannot name the SWA lock's receipt: refused rather than leaked. */
+  KVC_RETURN_IF(req->session_id, c->ctx, KVC_ERR_UNSUPPORTED,
+                "session %llu: streaming sessions over the SWA radix cache are not supported",
+                (unsigned long long)req->session_id);
   kvc_radix_match m;
   /* SGLang _compute_max_prefix_len: the last token is always recomputed. */
   KVC_FORWARD(match(c, __func__, rreq->ns, rreq->tokens, KVC__MAX(0, rreq->num_tokens - 1), rreq->prefix_buf, &m));

@@ -375,7 +375,16 @@ static void flow_run(void) {
     conserve(flow, NULL, a, c, 0, 0);
     assert_true(sizes(c).swa_cached < sizes(c).cached); /* out-of-window parts are tombstones */
   }
+  ereq *t = &e[0]; /* a session turn is refused, nothing taken */
+  memset(t, 0, sizeof *t);
+  t->rr.tokens = t->toks;
+  t->rr.num_tokens = 16;
+  t->st.session_id = 7;
+  KVT_STATUS(kvc_swa_radix_cache_match_req(c, &t->st, &t->rr), KVC_ERR_UNSUPPORTED);
+  assert_null(t->st.cache_node);
+  assert_int_equal(t->rr.swa_lock, 0);
   kvc_swa_radix_sizes s = sizes(c);
+  assert_int_equal(s.protected_size, 0);
   KVT_OK(kvc_swa_radix_cache_evict(c, flow, s.cached, s.swa_cached, NULL, NULL));
   conserve(flow, NULL, a, c, 0, 0);
   assert_int_equal(sizes(c).cached, 0);
