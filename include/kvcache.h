@@ -786,11 +786,19 @@ typedef enum kvc_radix_event_kind {
 
 /** One KV event. Which fields are set depends on `kind`, as marked; the pointers are
  *  valid only during the callback. */
+/** Which component of the blocks an event is about (SGLang's unified cache components). */
+typedef enum kvc_radix_component {
+  KVC_RADIX_COMPONENT_ALL = 0, /* the blocks themselves: every component (a plain radix
+                                  cache's events, and a node stored or deleted whole) */
+  KVC_RADIX_COMPONENT_SWA = 2  /* REMOVED only: the SWA side of the blocks is gone (an SWA
+                                  tombstone), their full-attention KV stays cached */
+} kvc_radix_component;
+
 typedef struct kvc_radix_event {
   kvc_radix_event_kind kind;
-  int32_t block_size; /* page size */
-  int32_t has_parent; /* STORED: 0 for the first page of a root child */
-  int32_t reserved_i32_;
+  int32_t block_size;           /* page size */
+  int32_t has_parent;           /* STORED: 0 for the first page of a root child */
+  int32_t component;            /* kvc_radix_component */
   uint64_t parent_hash;         /* STORED: hash of the previous page */
   uint64_t block_hash;          /* STORED: hash of this page */
   const int32_t *token_ids;     /* STORED: the page's tokens (block_size of them) */
@@ -997,8 +1005,10 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
  * Not done here: reviving a tombstone from an insert's slots (its incoming slots are freed
  * as duplicates), streaming-session turns (see match_req), the request checkpoint between
  * chunks (the adapter's
- * cache_unfinished_req is NULL: a chunked request is cached when it finishes), events
- * naming the component (events are the FULL component's).
+ * cache_unfinished_req is NULL: a chunked request is cached when it finishes).
+ * KV events (config.radix.on_event): BlockStored for every new node's blocks, BlockRemoved
+ * with component KVC_RADIX_COMPONENT_SWA when blocks become tombstones (evicted, or
+ * inserted past the window), BlockRemoved with component ALL when a node is deleted.
  * No call does stream work (graph-capture safe); single writer; a failed call changes
  * nothing, except a free during eviction that the flow reports (the victims before it
  * stay evicted).

@@ -267,6 +267,8 @@ void kvc__rx_event_stored(kvc_radix_cache *rc, int32_t id);
 void kvc__rx_event_split(kvc_radix_cache *rc, int32_t upper);
 /** BlockRemoved for a node about to be deleted. */
 void kvc__rx_event_removed(kvc_radix_cache *rc, int32_t id);
+/** BlockRemoved of one component (kvc_radix_component) of node id's blocks. */
+void kvc__rx_event_removed_as(kvc_radix_cache *rc, int32_t id, int32_t component);
 void kvc__rx_event_cleared(kvc_radix_cache *rc);
 
 #endif

@@ -291,6 +291,8 @@ static void tombstone_leaf(kvc_swa_radix_cache *c, int32_t node, int64_t prefix,
   if (t < rc->hot[node].len) x = kvc__rx_split(rc, node, (int32_t)t);
   rc->nodes[x].swa_lock = RX_SWA_TOMB;
   rc->swa_live -= t;
+  /* Stored whole by the insert, its SWA side was never there: said as SWA removed. */
+  if (rc->events_on) kvc__rx_event_removed_as(rc, x, KVC_RADIX_COMPONENT_SWA);
 }
 
 static kvc_status check_evicted(const kvc_swa_radix_cache *c, int64_t evicted, const char *fn) {
@@ -455,6 +457,7 @@ static kvc_status swa_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t need
       rc->nodes[x].swa_lock = RX_SWA_TOMB;
       rc->nodes[x].swa_uuid = 0;
       rc->swa_live -= len;
+      if (rc->events_on) kvc__rx_event_removed_as(rc, x, KVC_RADIX_COMPONENT_SWA);
       *swa_done += len;
     }
   }

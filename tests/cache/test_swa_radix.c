@@ -291,6 +291,80 @@ static void test_bad_input_changes_nothing(void **state) {
   kvc_swa_radix_cache_destroy(c);
 }
 
+typedef struct evlog {
+  int kind[64], component[64];
+  size_t pages[64];
+  int n;
+} evlog;
+
+static void on_event(void *user, const kvc_radix_event *e) {
+  evlog *l = user;
+  if (l->n == 64) return;
+  l->kind[l->n] = e->kind;
+  l->component[l->n] = e->component;
+  l->pages[l->n++] = e->kind == KVC_RADIX_BLOCK_REMOVED ? e->num_hashes : 1;
+}
+
+static kvc_status sum_hash(void *user, uint64_t parent, int has_parent, uint64_t ns, const int32_t *t, int64_t n,
+                           uint64_t *out) {
+  (void)user;
+  uint64_t h = parent * 31 + (uint64_t)has_parent + ns;
+  for (int64_t i = 0; i < n; i++) h = h * 1000003u + (uint64_t)t[i];
+  *out = h;
+  return KVC_OK;
+}
+
+/* Window 2, page 2: [1..6] inserted with 2 tokens out of window stores 3 blocks, then
+ * says the first block's SWA side is removed; SWA eviction of the inner part says the
+ * same; deleting a node removes its blocks (component ALL). */
+static void test_kv_events_name_the_component(void **state) {
+  (void)state;
+  swalog log = {0};
+  evlog ev = {0};
+  kvc_swa_radix_cache_config cfg = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
+  cfg.sliding_window = 2;
+  cfg.radix.page_size = 2;
+  cfg.radix.num_slots = 256;
+  cfg.radix.free_slots = log_full;
+  cfg.radix.free_user = &log;
+  cfg.radix.on_event = on_event;
+  cfg.radix.event_user = &ev;
+  cfg.radix.block_hash = sum_hash;
+  cfg.free_swa_slots = log_swa;
+  cfg.free_swa_user = &log;
+  kvc_swa_radix_cache *c;
+  KVT_OK(kvc_swa_radix_cache_create(kvt_ctx, &cfg, &c));
+  put(c, T, 6, 10, 2);
+  assert_int_equal(ev.n, 4);
+  for (int i = 0; i < 3; i++) assert_int_equal(ev.kind[i], KVC_RADIX_BLOCK_STORED);
+  assert_int_equal(ev.component[0], KVC_RADIX_COMPONENT_ALL);
+  assert_int_equal(ev.kind[3], KVC_RADIX_BLOCK_REMOVED);
+  assert_int_equal(ev.component[3], KVC_RADIX_COMPONENT_SWA);
+  assert_int_equal(ev.pages[3], 1);
+  const int32_t y[] = {1, 2, 3, 4, 40, 41};
+  int64_t ys[] = {10, 11, 12, 13, 100, 101}, prefix;
+  KVT_OK(kvc_swa_radix_cache_insert(c, NULL, 0, y, ys, 6, 0, &prefix)); /* [3,4] inner now */
+  assert_int_equal(ev.n, 5);
+  kvc_radix_match m = get(c, y, 6);
+  uint64_t r;
+  KVT_OK(kvc_swa_radix_cache_lock(c, m.node, &r));
+  int64_t e1, e2;
+  KVT_OK(kvc_swa_radix_cache_evict(c, NULL, 0, 100, &e1, &e2));
+  /* [5,6] deleted (ALL), [3,4] inner tombstone (SWA) */
+  assert_int_equal(ev.n, 7);
+  int all = 0, swa = 0;
+  for (int i = 5; i < 7; i++) {
+    assert_int_equal(ev.kind[i], KVC_RADIX_BLOCK_REMOVED);
+    all += ev.component[i] == KVC_RADIX_COMPONENT_ALL;
+    swa += ev.component[i] == KVC_RADIX_COMPONENT_SWA;
+  }
+  assert_int_equal(all, 1);
+  assert_int_equal(swa, 1);
+  KVT_OK(kvc_swa_radix_cache_unlock(c, m.node, r));
+  KVT_OK(kvc_swa_radix_cache_check(c));
+  kvc_swa_radix_cache_destroy(c);
+}
+
 /* --- Behind a flow ----------------------------------------------------------------------- */
 
 typedef struct ereq {
@@ -407,6 +481,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_swa_eviction_tombstones_and_cascades),
     cmocka_unit_test(test_full_eviction_counts_both_components),
     cmocka_unit_test(test_bad_input_changes_nothing),
+    cmocka_unit_test(test_kv_events_name_the_component),
     cmocka_unit_test(test_flow_with_swa_allocator),
 };
 KVT_MAIN("swa_radix", tests)
