@@ -1003,7 +1003,7 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
  * Conservation, per component: full free + held by requests + cached == full capacity;
  * SWA free + held + swa_cached == SWA capacity (kvc_swa_radix_cache_sizes).
  * Not done here: reviving a tombstone from an insert's slots (its incoming slots are freed
- * as duplicates), streaming-session turns (see match_req), the request checkpoint between
+ * as duplicates), the request checkpoint between
  * chunks (the adapter's
  * cache_unfinished_req is NULL: a chunked request is cached when it finishes).
  * KV events (config.radix.on_event): BlockStored for every new node's blocks, BlockRemoved
@@ -1046,7 +1046,8 @@ KVC_API void kvc_swa_radix_cache_destroy(kvc_swa_radix_cache *cache);
 /** kvc_swa_radix_cache_as_prefix_cache() : the kvc_prefix_cache for a flow with a
  *  kvc_swa_allocator: release calls cache_finished_req (with the request's
  *  swa_evicted_seqlen), allocation under pressure evicts each side's deficit. Its node-only
- *  lock callbacks (sessions) take the FULL lock only. */
+ *  lock callbacks (streaming sessions) take the FULL lock and an SWA chain lock (every live
+ *  node up to the first tombstone: releasable without a receipt). */
 KVC_API kvc_prefix_cache kvc_swa_radix_cache_as_prefix_cache(kvc_swa_radix_cache *cache);
 
 /** kvc_swa_radix_cache_match_prefix() : match of tokens[0:n) (floored to pages) with the
@@ -1057,10 +1058,9 @@ KVC_API kvc_status kvc_swa_radix_cache_match_prefix(kvc_swa_radix_cache *cache, 
                                                     kvc_radix_match *out);
 /** kvc_swa_radix_cache_match_req() : kvc_radix_cache_match_req with the SWA rule: also
  *  takes the SWA lock of the last window, its receipt in rreq->swa_lock.
- *  @return KVC_ERR_MISUSE for a request already holding a row, a node or an SWA lock,
- *  KVC_ERR_UNSUPPORTED for a streaming-session turn (session_id != 0: the session cache
- *  would release the node through the node-only dec_lock_ref, which cannot release the
- *  SWA lock; sessions over this cache are not supported yet). */
+ *  A streaming-session turn (session_id != 0) gets the SWA chain lock instead (see
+ *  as_prefix_cache): the session cache releases it through dec_lock_ref.
+ *  @return KVC_ERR_MISUSE for a request already holding a row, a node or an SWA lock. */
 KVC_API kvc_status kvc_swa_radix_cache_match_req(kvc_swa_radix_cache *cache, kvc_req_state *req,
                                                  kvc_radix_req *rreq);
 /** kvc_swa_radix_cache_insert() : kvc_radix_cache_insert (priority 0) whose new leaf's

@@ -97,9 +97,23 @@ void kvc_swa_radix_cache_destroy(kvc_swa_radix_cache *c) {
 
 /* --- SWA locks ----------------------------------------------------------------------------- */
 
-/* A receipt: 0 = no SWA lock held; else (uuid << 1) | 1, uuid 0 meaning the walk reached
- * the root before a window was covered. */
-static uint64_t receipt_of(uint32_t uuid) { return ((uint64_t)uuid << 1) | 1u; }
+/* A receipt: 0 = no SWA lock held; RCPT_CHAIN = a chain lock (below); else
+ * (uuid << 2) | 1, uuid 0 meaning the walk reached the root before a window was covered.
+ *
+ * A chain lock covers every node from the locked one up to the first tombstone (or the
+ * root). It needs no uuid, so the node-only lock callbacks (sessions) can release it: the
+ * range is the same at release time, because tombstone boundaries are node boundaries
+ * that splits keep, a locked node is never tombstoned, and a tombstone with a locked
+ * descendant is never deleted. For a valid match end it covers at least the window. */
+#define RCPT_CHAIN 3u
+static uint64_t receipt_of(uint32_t uuid) { return ((uint64_t)uuid << 2) | 1u; }
+
+static uint64_t swa_lock_chain(kvc_swa_radix_cache *c, int32_t id) {
+  kvc_radix_cache *rc = c->rc;
+  for (int32_t x = id; x > 0 && rc->nodes[x].swa_lock != RX_SWA_TOMB; x = rc->hot[x].parent)
+    if (rc->nodes[x].swa_lock++ == 0) rc->swa_protected += rc->hot[x].len;
+  return RCPT_CHAIN;
+}
 
 /* Whether node id can take an SWA lock: every node covering its last window is live. */
 static kvc_status swa_lockable(const kvc_swa_radix_cache *c, int32_t id, const char *fn) {
@@ -137,9 +151,16 @@ static uint64_t swa_lock(kvc_swa_radix_cache *c, int32_t id) {
 /* Whether the SWA lock of `receipt` on id can be released; nothing changes. */
 static kvc_status swa_unlockable(const kvc_swa_radix_cache *c, int32_t id, uint64_t receipt, const char *fn) {
   const kvc_radix_cache *rc = c->rc;
-  KVC_RETURN_IF(!(receipt & 1u) || receipt >> 33, c->ctx, KVC_ERR_INVALID_ARGUMENT, "%s: SWA lock receipt %llu", fn,
+  KVC_RETURN_IF(!(receipt & 1u) || receipt >> 34, c->ctx, KVC_ERR_INVALID_ARGUMENT, "%s: SWA lock receipt %llu", fn,
                 (unsigned long long)receipt);
-  const uint32_t uuid = (uint32_t)(receipt >> 1);
+  if (receipt == RCPT_CHAIN) {
+    for (int32_t x = id; x > 0 && rc->nodes[x].swa_lock != RX_SWA_TOMB; x = rc->hot[x].parent)
+      KVC_RETURN_IF(rc->nodes[x].swa_lock == 0, c->ctx, KVC_ERR_MISUSE, "%s: node %d is not SWA-locked", fn, x);
+    return KVC_OK;
+  }
+  KVC_RETURN_IF(receipt & 2u, c->ctx, KVC_ERR_INVALID_ARGUMENT, "%s: SWA lock receipt %llu", fn,
+                (unsigned long long)receipt);
+  const uint32_t uuid = (uint32_t)(receipt >> 2);
   for (int32_t x = id; x > 0; x = rc->hot[x].parent) {
     KVC_RETURN_IF(rc->nodes[x].swa_lock <= 0, c->ctx, KVC_ERR_MISUSE,
                   "%s: node %d is not SWA-locked (released twice, or the receipt of another node?)", fn, x);
@@ -152,7 +173,12 @@ static kvc_status swa_unlockable(const kvc_swa_radix_cache *c, int32_t id, uint6
 
 static void swa_unlock(kvc_swa_radix_cache *c, int32_t id, uint64_t receipt) {
   kvc_radix_cache *rc = c->rc;
-  const uint32_t uuid = (uint32_t)(receipt >> 1);
+  if (receipt == RCPT_CHAIN) {
+    for (int32_t x = id; x > 0 && rc->nodes[x].swa_lock != RX_SWA_TOMB; x = rc->hot[x].parent)
+      if (--rc->nodes[x].swa_lock == 0) rc->swa_protected -= rc->hot[x].len;
+    return;
+  }
+  const uint32_t uuid = (uint32_t)(receipt >> 2);
   for (int32_t x = id; x > 0; x = rc->hot[x].parent) {
     rx_node *n = &rc->nodes[x];
     if (--n->swa_lock == 0) rc->swa_protected -= rc->hot[x].len;
@@ -260,18 +286,15 @@ kvc_status kvc_swa_radix_cache_match_req(kvc_swa_radix_cache *c, kvc_req_state *
                 "the request already holds a row (%d), a node or an SWA lock: match only new requests", req->req_row);
   KVC_RETURN_IF(rreq->num_tokens < 0 || (rreq->num_tokens > 0 && !rreq->tokens), c->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "rreq: %lld tokens at %p", (long long)rreq->num_tokens, (const void *)rreq->tokens);
-  /* A session keeps its first turn's node and releases it through the node-only
-   * dec_lock_ref, which cannot name the SWA lock's receipt: refused rather than leaked. */
-  KVC_RETURN_IF(req->session_id, c->ctx, KVC_ERR_UNSUPPORTED,
-                "session %llu: streaming sessions over the SWA radix cache are not supported",
-                (unsigned long long)req->session_id);
   kvc_radix_match m;
   /* SGLang _compute_max_prefix_len: the last token is always recomputed. */
   KVC_FORWARD(match(c, __func__, rreq->ns, rreq->tokens, KVC__MAX(0, rreq->num_tokens - 1), rreq->prefix_buf, &m));
   int32_t node = 0;
   kvc__rx_from_handle(c->rc, m.node, &node);
   kvc__rx_lock(c->rc, node); /* a valid match end is always SWA-lockable */
-  rreq->swa_lock = node ? swa_lock(c, node) : 0;
+  /* A session keeps its first turn's node and releases it through the node-only
+   * dec_lock_ref: it gets the chain lock that call can release. */
+  rreq->swa_lock = !node ? 0 : req->session_id ? swa_lock_chain(c, node) : swa_lock(c, node);
   req->prefix_len = req->cache_protected_len = m.len;
   req->prefix_slots = m.len ? m.slots : NULL;
   req->cache_node = node ? m.node : NULL;
@@ -335,7 +358,8 @@ static kvc_status req_unlock(kvc_swa_radix_cache *c, int32_t old, const kvc_radi
 static void req_relock(kvc_swa_radix_cache *c, int32_t old, const kvc_radix_req *rr) {
   if (!old) return;
   kvc__rx_lock(c->rc, old);
-  if (rr->swa_lock) swa_lock(c, old);
+  if (rr->swa_lock == RCPT_CHAIN) swa_lock_chain(c, old);
+  else if (rr->swa_lock) swa_lock(c, old);
 }
 
 static kvc_status free_row(kvc_radix_cache *rc, kvc_flow *flow, int32_t row, int64_t from, int64_t to) {
@@ -564,14 +588,22 @@ static int64_t pc_cached(void *self) {
 static kvc_status pc_finished(void *self, kvc_flow *flow, kvc_req_state *req, int is_insert) {
   return kvc_swa_radix_cache_cache_finished_req(self, flow, req, is_insert);
 }
-/* Node-only locks (sessions): the FULL part; SWA eviction may tombstone the node. */
+/* Node-only locks (sessions): FULL on the path, a chain lock on SWA. */
 static void pc_inc(void *self, void *node) {
   kvc_swa_radix_cache *c = self;
-  if (kvc_radix_cache_lock(c->rc, node) != KVC_OK) kvc__log(c->ctx, KVC_LOG_WARN, "%s", kvc_last_error(c->ctx));
+  int32_t id;
+  if (node_of(c, node, &id, "kvc_prefix_cache.inc_lock_ref") != KVC_OK) {
+    kvc__log(c->ctx, KVC_LOG_WARN, "%s", kvc_last_error(c->ctx));
+    return;
+  }
+  if (!id) return;
+  kvc__rx_lock(c->rc, id);
+  swa_lock_chain(c, id);
 }
 static void pc_dec(void *self, void *node) {
   kvc_swa_radix_cache *c = self;
-  if (kvc_radix_cache_unlock(c->rc, node) != KVC_OK) kvc__log(c->ctx, KVC_LOG_WARN, "%s", kvc_last_error(c->ctx));
+  if (kvc_swa_radix_cache_unlock(c, node, RCPT_CHAIN) != KVC_OK)
+    kvc__log(c->ctx, KVC_LOG_WARN, "%s", kvc_last_error(c->ctx));
 }
 
 kvc_prefix_cache kvc_swa_radix_cache_as_prefix_cache(kvc_swa_radix_cache *c) {

@@ -449,21 +449,98 @@ static void flow_run(void) {
     conserve(flow, NULL, a, c, 0, 0);
     assert_true(sizes(c).swa_cached < sizes(c).cached); /* out-of-window parts are tombstones */
   }
-  ereq *t = &e[0]; /* a session turn is refused, nothing taken */
-  memset(t, 0, sizeof *t);
-  t->rr.tokens = t->toks;
-  t->rr.num_tokens = 16;
-  t->st.session_id = 7;
-  KVT_STATUS(kvc_swa_radix_cache_match_req(c, &t->st, &t->rr), KVC_ERR_UNSUPPORTED);
-  assert_null(t->st.cache_node);
-  assert_int_equal(t->rr.swa_lock, 0);
   kvc_swa_radix_sizes s = sizes(c);
-  assert_int_equal(s.protected_size, 0);
   KVT_OK(kvc_swa_radix_cache_evict(c, flow, s.cached, s.swa_cached, NULL, NULL));
   conserve(flow, NULL, a, c, 0, 0);
   assert_int_equal(sizes(c).cached, 0);
   kvc_flow_destroy(flow);
   kvt_dev_free(out);
+  kvc_swa_radix_cache_destroy(c);
+  kvc_swa_allocator_destroy(a);
+  kvc_req_to_token_pool_destroy(pool);
+}
+
+/* A streaming session over the SWA cache: turn 1 matches a cached request's 40 tokens
+ * (their SWA chain locked with the FULL path), the session keeps the row and the lock
+ * across turns, SWA eviction cannot take the locked window, and the session's release
+ * gives every lock back. */
+static void test_sessions_over_swa_radix(void **state) {
+  (void)state;
+  kvc_req_to_token_pool_config rcfg = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  rcfg.size = 8;
+  rcfg.max_context_len = 256;
+  kvc_req_to_token_pool *pool;
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rcfg, &pool));
+  kvc_swa_allocator_config ac = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+  ac.size_full = 256;
+  ac.size_swa = 96;
+  kvc_swa_allocator *a;
+  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &ac, &a));
+  kvc_swa_radix_cache_config cc = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
+  cc.sliding_window = 8;
+  cc.radix.num_slots = kvc_swa_allocator_size_full(a);
+  cc.radix.req_of = req_of;
+  kvc_swa_radix_cache *c;
+  KVT_OK(kvc_swa_radix_cache_create(kvt_ctx, &cc, &c));
+  kvc_prefix_cache inner = kvc_swa_radix_cache_as_prefix_cache(c);
+  kvc_session_cache *sc;
+  KVT_OK(kvc_session_cache_create(kvt_ctx, &inner, &sc));
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.req_pool = pool;
+  fc.swa_allocator = a;
+  fc.sliding_window = 8;
+  fc.cache = kvc_session_cache_as_prefix_cache(sc);
+  kvc_flow *flow;
+  KVT_OK(kvc_flow_create(kvt_ctx, &fc, &flow));
+  int64_t *out = kvt_dev_alloc(1024 * sizeof(int64_t));
+  static ereq x, t1, t2;
+  ereq *all[] = {&x, &t1, &t2};
+  for (int i = 0; i < 3; i++) {
+    memset(all[i], 0, sizeof *all[i]);
+    for (int k = 0; k < 128; k++) all[i]->toks[k] = k < 40 ? k : 7000 + k;
+    all[i]->rr.tokens = all[i]->toks;
+  }
+  x.rr.num_tokens = x.st.seq_len = 40; /* a plain request caches 40 tokens */
+  kvc_req_state *one[] = {&x.st};
+  KVT_OK(kvc_swa_radix_cache_match_req(c, &x.st, &x.rr));
+  KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+  KVT_OK(kvc_flow_release(flow, one, 1, 1, NULL));
+  t1.rr.num_tokens = t1.st.seq_len = 48;
+  t1.st.session_id = 9;
+  int matched;
+  KVT_OK(kvc_session_cache_match(sc, &t1.st, 48, &matched));
+  assert_int_equal(matched, 0);
+  KVT_OK(kvc_swa_radix_cache_match_req(c, &t1.st, &t1.rr));
+  assert_int_equal(t1.st.prefix_len, 40);
+  one[0] = &t1.st;
+  KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+  KVT_OK(kvc_flow_release(flow, one, 1, 1, NULL)); /* the session keeps row and lock */
+  KVT_OK(kvc_flow_check(flow, NULL, 0));
+  kvc_swa_radix_sizes s = sizes(c);
+  assert_int_equal(s.protected_size, 40);
+  assert_true(s.swa_protected >= 8);
+  int64_t e1, e2;
+  kvc_status st = kvc_swa_radix_cache_evict(c, flow, 0, 1000, &e1, &e2);
+  assert_true(st == KVC_OK || st == KVC_ERR_OUT_OF_SLOTS);
+  assert_int_equal(sizes(c).swa_protected, s.swa_protected);
+  t2.rr.num_tokens = t2.st.seq_len = 60; /* turn 2 continues the session's row */
+  t2.st.session_id = 9;
+  KVT_OK(kvc_session_cache_match(sc, &t2.st, 60, &matched));
+  assert_int_equal(matched, 1);
+  one[0] = &t2.st;
+  KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+  KVT_OK(kvc_flow_release(flow, one, 1, 1, NULL));
+  KVT_OK(kvc_session_cache_release(sc, flow, 9));
+  s = sizes(c);
+  assert_int_equal(s.protected_size, 0);
+  assert_int_equal(s.swa_protected, 0);
+  KVT_OK(kvc_flow_check(flow, NULL, 0));
+  KVT_OK(kvc_swa_radix_cache_evict(c, flow, s.cached, s.swa_cached, NULL, NULL));
+  conserve(flow, NULL, a, c, 0, 0);
+  assert_int_equal(kvc_swa_allocator_full_available_size(a), kvc_swa_allocator_size_full(a));
+  kvc_flow_destroy(flow);
+  kvt_dev_free(out);
+  kvc_session_cache_destroy(sc);
   kvc_swa_radix_cache_destroy(c);
   kvc_swa_allocator_destroy(a);
   kvc_req_to_token_pool_destroy(pool);
@@ -483,5 +560,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_bad_input_changes_nothing),
     cmocka_unit_test(test_kv_events_name_the_component),
     cmocka_unit_test(test_flow_with_swa_allocator),
+    cmocka_unit_test(test_sessions_over_swa_radix),
 };
 KVT_MAIN("swa_radix", tests)

@@ -39,11 +39,13 @@ typedef struct ref {
 typedef struct lk {
   void *node;
   uint64_t receipt;
+  int chain;  /* taken through the prefix-cache adapter (sessions' node-only lock) */
   int32_t at; /* reference entry of the node's last token */
 } lk;
 
 static ref R;
 static lk L[MAXLOCK];
+static kvc_prefix_cache PC;
 static int nlk;
 static int64_t W;
 static int64_t n_hit, n_ev, n_swaev;
@@ -148,17 +150,25 @@ static void op_match(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t 
   lk *l = &L[nlk++];
   l->node = m.node;
   l->at = path[want - 1];
-  KVT_OK(kvc_swa_radix_cache_lock(c, m.node, &l->receipt));
+  l->chain = kvt_range(g, 0, 3) == 0;
+  if (l->chain) {
+    PC.inc_lock_ref(PC.self, m.node);
+    l->receipt = 3; /* the chain receipt */
+  } else {
+    KVT_OK(kvc_swa_radix_cache_lock(c, m.node, &l->receipt));
+  }
   int64_t k = 0;
+  bool chain_on = true;
   for (int32_t x = l->at; x; x = R.parent[x], k++) {
     R.full_lock[x]++;
-    if (k < W) R.swa_lock[x]++;
+    chain_on = chain_on && !R.tomb[x];
+    if (l->chain ? chain_on : k < W) R.swa_lock[x]++;
   }
 }
 
 static void ref_swa_release(const lk *l) {
   int64_t k = 0;
-  for (int32_t x = l->at; x && k < W; x = R.parent[x], k++) R.swa_lock[x]--;
+  for (int32_t x = l->at; x && (l->chain ? !R.tomb[x] : k < W); x = R.parent[x], k++) R.swa_lock[x]--;
 }
 
 static void op_unlock(kvc_swa_radix_cache *c, kvt_rng *g) {
@@ -170,7 +180,8 @@ static void op_unlock(kvc_swa_radix_cache *c, kvt_rng *g) {
     ref_swa_release(l);
     return;
   }
-  KVT_OK(kvc_swa_radix_cache_unlock(c, l->node, l->receipt));
+  if (l->chain && l->receipt) PC.dec_lock_ref(PC.self, l->node); /* logs, never fails silently: sizes */
+  else KVT_OK(kvc_swa_radix_cache_unlock(c, l->node, l->receipt));
   if (l->receipt) ref_swa_release(l);
   for (int32_t x = l->at; x; x = R.parent[x]) R.full_lock[x]--;
   L[i] = L[--nlk];
@@ -241,6 +252,7 @@ static void run(uint64_t seed, int64_t steps) {
   cfg.free_swa_slots = log_swa;
   kvc_swa_radix_cache *c;
   KVT_OK(kvc_swa_radix_cache_create(kvt_ctx, &cfg, &c));
+  PC = kvc_swa_radix_cache_as_prefix_cache(c);
   for (int64_t step = 0; step < steps; step++) {
     const int64_t op = kvt_range(&g, 0, 99);
     if (R.cached > 1500 || R.nslots < MAXKEY) op_evict(c, &g, seed, step, 300);
@@ -253,6 +265,11 @@ static void run(uint64_t seed, int64_t steps) {
   }
   while (nlk) op_unlock(c, &g);
   KVT_OK(kvc_swa_radix_cache_check(c));
+  kvc_swa_radix_sizes z;
+  KVT_OK(kvc_swa_radix_cache_sizes(c, &z));
+  if (z.protected_size || z.swa_protected)
+    fail_msg("seed %llu: locks left after every unlock: %lld full, %lld SWA tokens", (unsigned long long)seed,
+             (long long)z.protected_size, (long long)z.swa_protected);
   if (getenv("SWA_MODEL_VERBOSE"))
     print_message("W %lld: %lld hits, %lld full frees, %lld SWA releases\n", (long long)W, (long long)n_hit,
                   (long long)n_ev, (long long)n_swaev);

@@ -142,7 +142,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FZ_STATUS(st);
         if (st == KVC_OK) FZ_AUDIT(kvc_swa_radix_cache_unlock(c, h, r));
       } else {
-        FZ_STATUS(kvc_swa_radix_cache_unlock(c, h, fz_u32(&f) | 1u)); /* a foreign receipt: refused */
+        /* A malformed receipt (refused whatever the handle), or any receipt on a garbage
+         * handle: a well-formed one on a live node could release a request's real lock. */
+        const uint64_t bad = ((uint64_t)(fz_u32(&f) | 1u) << 2) | 3u;
+        FZ_STATUS(kvc_swa_radix_cache_unlock(c, h, bad));
+        FZ_STATUS(kvc_swa_radix_cache_unlock(c, (void *)(uintptr_t)(fz_u32(&f) | 1u), fz_u32(&f) | 1u));
       }
       break;
     }
