@@ -46,11 +46,7 @@ struct kvc_swa_radix_cache {
   size_t cand_cap;
 };
 
-static kvc_status live(const kvc_swa_radix_cache *c, const char *fn) {
-  if (!c || c->magic != KVC__SWA_RADIX_MAGIC)
-    return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, fn, "not a live SWA radix cache");
-  return KVC_OK;
-}
+#define SWA_RADIX_ENTRY(c) KVC_CHECK_HANDLE(c, KVC__SWA_RADIX_MAGIC, "cache", "kvc_swa_radix_cache")
 
 static kvc_status post(kvc_swa_radix_cache *c, const char *fn, kvc_status st) {
   if (st == KVC_OK && c->rc->check) return kvc_swa_radix_cache_check(c);
@@ -195,7 +191,7 @@ static kvc_status node_of(const kvc_swa_radix_cache *c, void *handle, int32_t *i
 }
 
 kvc_status kvc_swa_radix_cache_lock(kvc_swa_radix_cache *c, void *node, uint64_t *swa_receipt) {
-  KVC_FORWARD(live(c, __func__));
+  SWA_RADIX_ENTRY(c);
   KVC_RETURN_IF(!swa_receipt, c->ctx, KVC_ERR_INVALID_ARGUMENT, "swa_receipt is NULL");
   int32_t id;
   KVC_FORWARD(node_of(c, node, &id, __func__));
@@ -206,7 +202,7 @@ kvc_status kvc_swa_radix_cache_lock(kvc_swa_radix_cache *c, void *node, uint64_t
 }
 
 kvc_status kvc_swa_radix_cache_unlock_swa(kvc_swa_radix_cache *c, void *node, uint64_t *swa_receipt) {
-  KVC_FORWARD(live(c, __func__));
+  SWA_RADIX_ENTRY(c);
   KVC_RETURN_IF(!swa_receipt, c->ctx, KVC_ERR_INVALID_ARGUMENT, "swa_receipt is NULL");
   int32_t id;
   KVC_FORWARD(node_of(c, node, &id, __func__));
@@ -218,7 +214,7 @@ kvc_status kvc_swa_radix_cache_unlock_swa(kvc_swa_radix_cache *c, void *node, ui
 }
 
 kvc_status kvc_swa_radix_cache_unlock(kvc_swa_radix_cache *c, void *node, uint64_t swa_receipt) {
-  KVC_FORWARD(live(c, __func__));
+  SWA_RADIX_ENTRY(c);
   int32_t id;
   KVC_FORWARD(node_of(c, node, &id, __func__));
   if (!id) return KVC_OK;
@@ -274,13 +270,13 @@ static kvc_status match(kvc_swa_radix_cache *c, const char *fn, uint64_t ns, con
 
 kvc_status kvc_swa_radix_cache_match_prefix(kvc_swa_radix_cache *c, uint64_t ns, const int32_t *tokens, int64_t n,
                                             kvc_radix_match *out) {
-  KVC_FORWARD(live(c, __func__));
+  SWA_RADIX_ENTRY(c);
   KVC_RETURN_IF(!out, c->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
   return post(c, __func__, match(c, __func__, ns, tokens, n, NULL, out));
 }
 
 kvc_status kvc_swa_radix_cache_match_req(kvc_swa_radix_cache *c, kvc_req_state *req, kvc_radix_req *rreq) {
-  KVC_FORWARD(live(c, __func__));
+  SWA_RADIX_ENTRY(c);
   KVC_RETURN_IF(!req || !rreq, c->ctx, KVC_ERR_INVALID_ARGUMENT, "req or rreq is NULL");
   KVC_RETURN_IF(req->req_row || req->cache_node || rreq->swa_lock, c->ctx, KVC_ERR_MISUSE,
                 "the request already holds a row (%d), a node or an SWA lock: match only new requests", req->req_row);
@@ -327,7 +323,7 @@ static kvc_status check_evicted(const kvc_swa_radix_cache *c, int64_t evicted, c
 kvc_status kvc_swa_radix_cache_insert(kvc_swa_radix_cache *c, kvc_flow *flow, uint64_t ns, const int32_t *tokens,
                                       const int64_t *slots, int64_t n, int64_t swa_evicted_seqlen,
                                       int64_t *prefix_len) {
-  KVC_FORWARD(live(c, __func__));
+  SWA_RADIX_ENTRY(c);
   kvc_radix_cache *rc = c->rc;
   KVC_RETURN_IF(n < 0 || n > INT32_MAX || (n > 0 && (!tokens || !slots)), c->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "%lld tokens / slots at %p / %p", (long long)n, (const void *)tokens, (const void *)slots);
@@ -371,7 +367,7 @@ static kvc_status free_row(kvc_radix_cache *rc, kvc_flow *flow, int32_t row, int
 
 kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *c, kvc_flow *flow, kvc_req_state *req,
                                                   int is_insert) {
-  KVC_FORWARD(live(c, __func__));
+  SWA_RADIX_ENTRY(c);
   kvc_radix_cache *rc = c->rc;
   int32_t old;
   KVC_FORWARD(kvc__rx_req_check(rc, flow, req, __func__, &old));
@@ -490,7 +486,7 @@ static kvc_status swa_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t need
 
 kvc_status kvc_swa_radix_cache_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t num_tokens, int64_t swa_num_tokens,
                                      int64_t *evicted, int64_t *swa_evicted) {
-  KVC_FORWARD(live(c, __func__));
+  SWA_RADIX_ENTRY(c);
   kvc_radix_cache *rc = c->rc;
   KVC_RETURN_IF(num_tokens < 0 || swa_num_tokens < 0, c->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "num_tokens %lld / swa_num_tokens %lld < 0", (long long)num_tokens, (long long)swa_num_tokens);
@@ -523,12 +519,12 @@ kvc_status kvc_swa_radix_cache_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int
 /* --- Reset, sizes, audit ------------------------------------------------------------------- */
 
 kvc_status kvc_swa_radix_cache_reset(kvc_swa_radix_cache *c) {
-  KVC_FORWARD(live(c, __func__));
+  SWA_RADIX_ENTRY(c);
   return kvc_radix_cache_reset(c->rc);
 }
 
 kvc_status kvc_swa_radix_cache_sizes(const kvc_swa_radix_cache *c, kvc_swa_radix_sizes *out) {
-  KVC_FORWARD(live(c, __func__));
+  SWA_RADIX_ENTRY(c);
   KVC_RETURN_IF(!out, c->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
   const kvc_radix_cache *rc = c->rc;
   memset(out, 0, sizeof *out);
@@ -542,7 +538,7 @@ kvc_status kvc_swa_radix_cache_sizes(const kvc_swa_radix_cache *c, kvc_swa_radix
 }
 
 kvc_status kvc_swa_radix_cache_check(const kvc_swa_radix_cache *c) {
-  KVC_FORWARD(live(c, __func__));
+  SWA_RADIX_ENTRY(c);
   const kvc_radix_cache *rc = c->rc;
   const char *fn = __func__;
   int64_t lv = 0, pr = 0;
@@ -562,7 +558,7 @@ kvc_status kvc_swa_radix_cache_check(const kvc_swa_radix_cache *c) {
 }
 
 kvc_status kvc_swa_radix_cache_stats(const kvc_swa_radix_cache *c, kvc_radix_stats *out) {
-  KVC_FORWARD(live(c, __func__));
+  SWA_RADIX_ENTRY(c);
   return kvc_radix_cache_stats(c->rc, out);
 }
 
