@@ -1,11 +1,12 @@
 /*
  * Model-based test of the SWA radix cache against a naive reference: a trie with one
- * entry per cached token (its full slot, tombstone flag, FULL and SWA lock counts).
+ * entry per cached page (page size 1 or 2 by the seed's parity; its first full slot,
+ * tombstone flag, FULL and SWA lock counts).
  * Random inserts (with random swa_evicted_seqlen), matches, locks, early SWA releases,
  * unlocks and evictions of both components. Checked at every step:
  *   - insert's prefix and the duplicates it frees;
  *   - match: length and slots equal the reference's deepest valid end, computed per
- *     token (a full window of live tokens since the last tombstone, or none seen);
+ *     page (a full window of live tokens since the last tombstone, or none seen);
  *   - eviction frees only what is allowed: full frees are unlocked and take whole
  *     subtrees, SWA releases are live tokens outside every lock's last window; the
  *     returned counts match the frees;
@@ -19,19 +20,20 @@
 #include <string.h>
 
 #define V 3        /* vocabulary: small, so keys share prefixes */
+#define VP 9       /* pages of up to 2 tokens over it: the trie's child index */
 #define MAXN 8192  /* reference trie entries */
 #define SLOTS 4096 /* allocator slots 1..SLOTS-1 */
 #define MAXKEY 24
 #define MAXLOCK 8
 
 typedef struct ref {
-  int32_t child[MAXN][V], parent[MAXN];
-  int64_t slot[MAXN];
+  int32_t child[MAXN][VP], parent[MAXN]; /* one entry per page (PS tokens) */
+  int64_t slot[MAXN];                    /* the page's first slot */
   int8_t used[MAXN], tomb[MAXN];
   int32_t full_lock[MAXN], swa_lock[MAXN];
   int32_t free_ids[MAXN], nfree;
-  int32_t owner[SLOTS]; /* slot -> entry, 0 = not cached */
-  int64_t free_slots[SLOTS];
+  int32_t owner[SLOTS];      /* slot -> entry, 0 = not cached */
+  int64_t free_slots[SLOTS]; /* free pages (first slots) */
   int32_t nslots;
   int64_t cached, swa_cached;
 } ref;
@@ -47,7 +49,7 @@ static ref R;
 static lk L[MAXLOCK];
 static kvc_prefix_cache PC;
 static int nlk;
-static int64_t W;
+static int64_t W, PS;
 static int64_t n_hit, n_ev, n_swaev;
 
 typedef struct logs {
@@ -67,6 +69,9 @@ static kvc_status log_swa(void *u, const int64_t *s, size_t n) {
   return KVC_OK;
 }
 
+/* The child index of the page at key[0:PS). */
+static int32_t page_of(const int32_t *key) { return PS == 1 ? key[0] : key[0] * V + key[1]; }
+
 static int32_t entry_new(int32_t parent, int32_t tok, int64_t slot, bool tomb) {
   const int32_t e = R.free_ids[--R.nfree];
   memset(R.child[e], 0, sizeof R.child[e]);
@@ -76,9 +81,9 @@ static int32_t entry_new(int32_t parent, int32_t tok, int64_t slot, bool tomb) {
   R.tomb[e] = tomb;
   R.full_lock[e] = R.swa_lock[e] = 0;
   R.child[parent][tok] = e;
-  R.owner[slot] = e;
-  R.cached++;
-  R.swa_cached += !tomb;
+  for (int64_t k = 0; k < PS; k++) R.owner[slot + k] = e;
+  R.cached += PS;
+  R.swa_cached += tomb ? 0 : PS;
   return e;
 }
 
@@ -95,13 +100,16 @@ static void sizes_agree(kvc_swa_radix_cache *c, uint64_t seed, int64_t step) {
 static void op_insert(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t step) {
   int32_t key[MAXKEY];
   int64_t slots[MAXKEY];
-  const int64_t n = kvt_range(g, 1, MAXKEY);
-  if (R.nslots < n || R.nfree < n) return;
+  const int64_t n = kvt_range(g, 1, MAXKEY) / PS * PS;
+  if (n == 0 || R.nslots < n / PS || R.nfree < n / PS) return;
   for (int64_t i = 0; i < n; i++) key[i] = (int32_t)kvt_range(g, 0, V - 1);
-  for (int64_t i = 0; i < n; i++) slots[i] = R.free_slots[--R.nslots];
-  const int64_t ev = kvt_range(g, 0, 2) ? 0 : kvt_range(g, 0, n);
+  for (int64_t i = 0; i < n; i += PS) {
+    const int64_t base = R.free_slots[--R.nslots];
+    for (int64_t k = 0; k < PS; k++) slots[i + k] = base + k;
+  }
+  const int64_t ev = kvt_range(g, 0, 2) ? 0 : kvt_range(g, 0, n) / PS * PS;
   int64_t want = 0;
-  for (int32_t e = 0; want < n && R.child[e][key[want]]; want++) e = R.child[e][key[want]];
+  for (int32_t e = 0; want < n && R.child[e][page_of(key + want)]; want += PS) e = R.child[e][page_of(key + want)];
   G.nfull = 0;
   int64_t prefix = -1;
   KVT_OK(kvc_swa_radix_cache_insert(c, NULL, 0, key, slots, n, ev, &prefix));
@@ -111,23 +119,26 @@ static void op_insert(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t
   for (int64_t i = 0; i < want; i++) {
     if (G.full[i] != slots[i])
       fail_msg("seed %llu step %lld: duplicate %lld", (unsigned long long)seed, (long long)step, (long long)i);
-    give_slot(slots[i]);
+    if (i % PS == 0) give_slot(slots[i]);
   }
   int32_t e = 0;
-  for (int64_t i = 0; i < n; i++) e = i < want ? R.child[e][key[i]] : entry_new(e, key[i], slots[i], i < ev);
+  for (int64_t i = 0; i < n; i += PS)
+    e = i < want ? R.child[e][page_of(key + i)] : entry_new(e, page_of(key + i), slots[i], i < ev);
 }
 
-/* The reference's deepest valid end of key[0:n): entries along the path in path[]. */
+/* The reference's deepest valid end of key[0:n) (page-floored): entries along the path,
+ * one per page, in path[]. */
 static int64_t ref_match(const int32_t *key, int64_t n, int32_t *path) {
   bool seen = false;
   int64_t since = 0, best = 0;
   int32_t e = 0;
-  for (int64_t i = 0; i < n && R.child[e][key[i]]; i++) {
-    e = R.child[e][key[i]];
-    path[i] = e;
+  n = n / PS * PS;
+  for (int64_t i = 0; i < n && R.child[e][page_of(key + i)]; i += PS) {
+    e = R.child[e][page_of(key + i)];
+    path[i / PS] = e;
     if (R.tomb[e]) seen = true, since = 0;
-    else since++;
-    if (!seen || since >= W) best = i + 1;
+    else since += PS;
+    if (!seen || since >= W) best = i + PS;
   }
   return best;
 }
@@ -143,13 +154,13 @@ static void op_match(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t 
     fail_msg("seed %llu step %lld: match %lld, reference %lld", (unsigned long long)seed, (long long)step,
              (long long)m.len, (long long)want);
   for (int64_t i = 0; i < want; i++)
-    if (m.slots[i] != R.slot[path[i]])
+    if (m.slots[i] != R.slot[path[i / PS]] + i % PS)
       fail_msg("seed %llu step %lld: match slot %lld", (unsigned long long)seed, (long long)step, (long long)i);
   n_hit += want > 0;
   if (!lock || want == 0 || nlk == MAXLOCK) return;
   lk *l = &L[nlk++];
   l->node = m.node;
-  l->at = path[want - 1];
+  l->at = path[(want - 1) / PS];
   l->chain = kvt_range(g, 0, 3) == 0;
   if (l->chain) {
     PC.inc_lock_ref(PC.self, m.node);
@@ -162,13 +173,13 @@ static void op_match(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t 
   for (int32_t x = l->at; x; x = R.parent[x], k++) {
     R.full_lock[x]++;
     chain_on = chain_on && !R.tomb[x];
-    if (l->chain ? chain_on : k < W) R.swa_lock[x]++;
+    if (l->chain ? chain_on : k * PS < W) R.swa_lock[x]++;
   }
 }
 
 static void ref_swa_release(const lk *l) {
   int64_t k = 0;
-  for (int32_t x = l->at; x && (l->chain ? !R.tomb[x] : k < W); x = R.parent[x], k++) R.swa_lock[x]--;
+  for (int32_t x = l->at; x && (l->chain ? !R.tomb[x] : k * PS < W); x = R.parent[x], k++) R.swa_lock[x]--;
 }
 
 static void op_unlock(kvc_swa_radix_cache *c, kvt_rng *g) {
@@ -199,12 +210,16 @@ static void op_evict(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t 
   /* SWA releases first (a node tombstoned, then deleted by a cascade, appears in both). */
   for (size_t i = 0; i < G.nswa; i++) {
     const int32_t e = R.owner[G.swa[i]];
+    if (!e || G.swa[i] != R.slot[e] + (int64_t)(i % (size_t)PS))
+      fail_msg("seed %llu step %lld: SWA release of slot %lld: not a whole cached page", (unsigned long long)seed,
+               (long long)step, (long long)G.swa[i]);
+    if (G.swa[i] != R.slot[e]) continue; /* a page once */
     if (!e || R.tomb[e] || R.swa_lock[e])
       fail_msg("seed %llu step %lld: SWA release of slot %lld (entry %d, tomb %d, swa lock %d)",
                (unsigned long long)seed, (long long)step, (long long)G.swa[i], e, e ? R.tomb[e] : -1,
                e ? R.swa_lock[e] : -1);
     R.tomb[e] = 1;
-    R.swa_cached--;
+    R.swa_cached -= PS;
   }
   int64_t swa_with_full = 0;
   for (size_t i = 0; i < G.nfull; i++) {
@@ -216,7 +231,7 @@ static void op_evict(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t 
   }
   for (size_t i = 0; i < G.nfull; i++) {
     const int32_t e = R.owner[G.full[i]];
-    for (int t = 0; t < V; t++)
+    for (int t = 0; t < VP; t++)
       if (R.child[e][t] && R.used[R.child[e][t]])
         fail_msg("seed %llu step %lld: freed slot %lld keeps a cached child", (unsigned long long)seed, (long long)step,
                  (long long)G.full[i]);
@@ -224,12 +239,13 @@ static void op_evict(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t 
   for (size_t i = 0; i < G.nfull; i++) {
     const int64_t s = G.full[i];
     const int32_t e = R.owner[s];
-    swa_with_full += !R.tomb[e];
-    R.swa_cached -= !R.tomb[e];
-    R.cached--;
-    for (int t = 0; t < V; t++)
+    if (s != R.slot[e]) continue; /* a page once, at its first slot (a page is freed whole) */
+    swa_with_full += R.tomb[e] ? 0 : PS;
+    R.swa_cached -= R.tomb[e] ? 0 : PS;
+    R.cached -= PS;
+    for (int t = 0; t < VP; t++)
       if (R.child[R.parent[e]][t] == e) R.child[R.parent[e]][t] = 0;
-    R.owner[s] = 0;
+    for (int64_t k = 0; k < PS; k++) R.owner[s + k] = 0;
     R.free_ids[R.nfree++] = e;
     give_slot(s);
   }
@@ -243,11 +259,13 @@ static void run(uint64_t seed, int64_t steps) {
   memset(&R, 0, sizeof R);
   nlk = 0;
   for (int32_t i = MAXN - 1; i >= 1; i--) R.free_ids[R.nfree++] = i;
-  for (int64_t s = SLOTS - 1; s >= 1; s--) give_slot(s);
+  PS = (int64_t)(seed & 1) + 1;
+  for (int64_t s = (SLOTS / PS - 1) * PS; s >= PS; s -= PS) give_slot(s);
   W = kvt_range(&g, 1, 6);
   kvc_swa_radix_cache_config cfg = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
   cfg.sliding_window = (int32_t)W;
-  cfg.radix.num_slots = SLOTS;
+  cfg.radix.num_slots = SLOTS - PS;
+  cfg.radix.page_size = (int32_t)PS;
   cfg.radix.free_slots = log_full;
   cfg.free_swa_slots = log_swa;
   kvc_swa_radix_cache *c;
