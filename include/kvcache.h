@@ -20,7 +20,7 @@
  *   PART 2  Context, memory helpers, kernel compilation, object handles
  *   PART 3  Flows: the per-step calls of a scheduler
  *           kvc_req_state, the kvc_prefix_cache interface, kvc_flow_*
- *   PART 4  Prefix caches: chunk cache, streaming sessions, radix cache
+ *   PART 4  Prefix caches: chunk cache, streaming sessions, radix cache, SWA radix cache
  *   PART 5  Pools and allocators
  *           request-to-token pool; token and paged allocators; SWA allocator;
  *           decode channel; KV pools (MHA, MLA, NSA, FP4); SWA KV pool; Mamba pool;
@@ -772,7 +772,9 @@ typedef struct kvc_radix_req {
   int64_t *prefix_buf;  /* optional, >= num_tokens entries: where a match that cannot be
                             returned without a copy is copied (NULL: the cache's scratch,
                             valid until the next call on the cache) */
-  uint64_t reserved_[2];
+  uint64_t swa_lock;    /* kvc_swa_radix_cache: the request's SWA lock receipt (0 = none);
+                            zero-initialise, the cache sets and clears it */
+  uint64_t reserved_[1];
 } kvc_radix_req;
 
 /** KV events (SGLang / vLLM BlockStored, BlockRemoved, AllBlocksCleared). */
@@ -784,11 +786,19 @@ typedef enum kvc_radix_event_kind {
 
 /** One KV event. Which fields are set depends on `kind`, as marked; the pointers are
  *  valid only during the callback. */
+/** Which component of the blocks an event is about (SGLang's unified cache components). */
+typedef enum kvc_radix_component {
+  KVC_RADIX_COMPONENT_ALL = 0, /* the blocks themselves: every component (a plain radix
+                                  cache's events, and a node stored or deleted whole) */
+  KVC_RADIX_COMPONENT_SWA = 2  /* REMOVED only: the SWA side of the blocks is gone (an SWA
+                                  tombstone), their full-attention KV stays cached */
+} kvc_radix_component;
+
 typedef struct kvc_radix_event {
   kvc_radix_event_kind kind;
-  int32_t block_size; /* page size */
-  int32_t has_parent; /* STORED: 0 for the first page of a root child */
-  int32_t reserved_i32_;
+  int32_t block_size;           /* page size */
+  int32_t has_parent;           /* STORED: 0 for the first page of a root child */
+  int32_t component;            /* kvc_radix_component */
   uint64_t parent_hash;         /* STORED: hash of the previous page */
   uint64_t block_hash;          /* STORED: hash of this page */
   const int32_t *token_ids;     /* STORED: the page's tokens (block_size of them) */
@@ -961,6 +971,165 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
                                              uint64_t *out);
 
 /** @} */ /* end of kvc_radix_cache */
+
+/* --- SWA radix prefix cache (SGLang unified cache, SWA component) ---------------------- */
+
+/** @defgroup kvc_swa_radix_cache SWA radix prefix cache (SGLang SWAComponent / SWARadixCache)
+ *
+ * The radix cache for models with sliding-window attention layers, driven through a flow
+ * with a kvc_swa_allocator whose SWA side is a pool (not ring mode: a ring's SWA KV dies
+ * with its request's row, so there is nothing to cache; the flows take no pure-SWA
+ * allocator). It is
+ * the radix tree above (same keys, namespaces, pages, full slots, full locks, policies
+ * for the full eviction, events, handles) with an SWA component on every node: the node's
+ * SWA side is live, or the node is a tombstone (its full slots cached, their SWA peers
+ * released). The tree stores full slot ids; a slot's SWA peer is the allocator's
+ * full->SWA mapping.
+ *
+ * Rules (SGLang 0.5.23 unified_cache/components/swa.py):
+ *   - Match: the result ends at the deepest node of the matched path where the live SWA
+ *     tokens since the last tombstone reach sliding_window; a path with no tombstone is
+ *     valid at every node. The walk still splits and stamps as kvc_radix_cache_match_prefix.
+ *   - Insert: the part of the new leaf below the request's swa_evicted_seqlen (its SWA
+ *     KV already freed by window eviction) becomes a tombstone node.
+ *   - Locks: FULL locks the node and every ancestor; SWA only the nodes covering the last
+ *     sliding_window tokens. The SWA part comes back as a receipt (kvc_radix_req.swa_lock
+ *     for requests) and can be released early (kvc_swa_radix_cache_unlock_swa).
+ *   - Eviction, per component with its own sizes: FULL evicts unlocked leaves in the
+ *     policy's order (their SWA side goes with them); SWA takes SWA-unlocked live nodes
+ *     in LRU order: an inner or full-locked node becomes a tombstone (SWA side released
+ *     through the allocator's window free), an unlocked leaf is deleted, and so are its
+ *     childless unlocked tombstone ancestors.
+ * Conservation, per component: full free + held by requests + cached == full capacity;
+ * SWA free + held + swa_cached == SWA capacity (kvc_swa_radix_cache_sizes).
+ * Not done here: reviving a tombstone from an insert's slots (its incoming slots are freed
+ * as duplicates), the request checkpoint between
+ * chunks (the adapter's
+ * cache_unfinished_req is NULL: a chunked request is cached when it finishes).
+ * KV events (config.radix.on_event): BlockStored for every new node's blocks, BlockRemoved
+ * with component KVC_RADIX_COMPONENT_SWA when blocks become tombstones (evicted, or
+ * inserted past the window), BlockRemoved with component ALL when a node is deleted.
+ * No call does stream work (graph-capture safe); single writer; a failed call changes
+ * nothing, except a free during eviction that the flow reports (the victims before it
+ * stay evicted).
+ * @{ */
+
+typedef struct kvc_swa_radix_cache kvc_swa_radix_cache;
+
+/** kvc_swa_radix_cache_create()'s arguments. Fill with KVC_SWA_RADIX_CACHE_CONFIG_INIT. */
+typedef struct kvc_swa_radix_cache_config {
+  size_t struct_size;
+  uint32_t version;
+  int32_t sliding_window;           /* tokens, >= 1: the flow's sliding_window */
+  kvc_radix_cache_config radix;     /* the tree and its FULL component (num_slots: the
+                                   allocator's full size) */
+  kvc_radix_free_fn free_swa_slots; /* standalone use (no flow): releases the SWA side of
+                                       full slots; NULL = SWA eviction needs a flow */
+  void *free_swa_user;
+  uint64_t reserved_[8];
+} kvc_swa_radix_cache_config;
+
+/* clang-format off */
+#define KVC_SWA_RADIX_CACHE_CONFIG_INIT \
+  { sizeof(kvc_swa_radix_cache_config), KVC_VERSION_NUMBER, 0, KVC_RADIX_CACHE_CONFIG_INIT, NULL, NULL, {0} }
+/* clang-format on */
+
+/** kvc_swa_radix_cache_create() : an empty tree. Copies the config.
+ *  @return KVC_ERR_INVALID_ARGUMENT (sliding_window < 1, or what kvc_radix_cache_create
+ *  refuses in radix), KVC_ERR_VERSION, KVC_ERR_HOST_OOM. */
+KVC_API kvc_status kvc_swa_radix_cache_create(kvc_context *ctx,
+                                              const kvc_swa_radix_cache_config *config,
+                                              kvc_swa_radix_cache **out);
+/** kvc_swa_radix_cache_destroy() : frees the host memory; cached slots are NOT given back.
+ *  NULL is a no-op. */
+KVC_API void kvc_swa_radix_cache_destroy(kvc_swa_radix_cache *cache);
+/** kvc_swa_radix_cache_as_prefix_cache() : the kvc_prefix_cache for a flow with a
+ *  kvc_swa_allocator: release calls cache_finished_req (with the request's
+ *  swa_evicted_seqlen), allocation under pressure evicts each side's deficit. Its node-only
+ *  lock callbacks (streaming sessions) take the FULL lock and an SWA chain lock (every live
+ *  node up to the first tombstone: releasable without a receipt). */
+KVC_API kvc_prefix_cache kvc_swa_radix_cache_as_prefix_cache(kvc_swa_radix_cache *cache);
+
+/** kvc_swa_radix_cache_match_prefix() : match of tokens[0:n) (floored to pages) with the
+ *  SWA rule above: out->len / slots / node are the valid end's. No lock is taken.
+ *  Copies (when needed) go to the cache's scratch. */
+KVC_API kvc_status kvc_swa_radix_cache_match_prefix(kvc_swa_radix_cache *cache, uint64_t ns,
+                                                    const int32_t *tokens, int64_t n,
+                                                    kvc_radix_match *out);
+/** kvc_swa_radix_cache_match_req() : kvc_radix_cache_match_req with the SWA rule: also
+ *  takes the SWA lock of the last window, its receipt in rreq->swa_lock.
+ *  A streaming-session turn (session_id != 0) gets the SWA chain lock instead (see
+ *  as_prefix_cache): the session cache releases it through dec_lock_ref.
+ *  @return KVC_ERR_MISUSE for a request already holding a row, a node or an SWA lock. */
+KVC_API kvc_status kvc_swa_radix_cache_match_req(kvc_swa_radix_cache *cache, kvc_req_state *req,
+                                                 kvc_radix_req *rreq);
+/** kvc_swa_radix_cache_insert() : kvc_radix_cache_insert (priority 0) whose new leaf's
+ *  part below swa_evicted_seqlen (tokens of the key whose SWA side is already released;
+ *  0 = none) is a tombstone. Duplicates are freed through flow (else the free_slots hook).
+ *  @return as kvc_radix_cache_insert; KVC_ERR_INVALID_ARGUMENT for a negative or
+ *  page-misaligned swa_evicted_seqlen. */
+KVC_API kvc_status kvc_swa_radix_cache_insert(kvc_swa_radix_cache *cache, kvc_flow *flow,
+                                              uint64_t ns, const int32_t *tokens,
+                                              const int64_t *slots, int64_t n,
+                                              int64_t swa_evicted_seqlen, int64_t *prefix_len);
+/** kvc_swa_radix_cache_cache_finished_req() : kvc_radix_cache_cache_finished_req for the
+ *  SWA tree: drops the request's FULL and SWA locks (rreq->swa_lock), inserts the
+ *  committed tokens floored to pages with req->swa_evicted_seqlen (no prompt split, as
+ *  SGLang with an SWA component) or, without is_insert, inserts nothing; frees what the
+ *  tree does not take. */
+KVC_API kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *cache,
+                                                          kvc_flow *flow, kvc_req_state *req,
+                                                          int is_insert);
+
+/** kvc_swa_radix_cache_lock() : FULL lock of node and its ancestors, SWA lock of the last
+ *  window; *swa_receipt (required) gets the SWA part's receipt (0 for the root).
+ *  @return KVC_ERR_INVALID_ARGUMENT for a stale or foreign handle, KVC_ERR_MISUSE when a
+ *  node within the last window is a tombstone (not a valid match end). */
+KVC_API kvc_status kvc_swa_radix_cache_lock(kvc_swa_radix_cache *cache, void *node,
+                                            uint64_t *swa_receipt);
+/** kvc_swa_radix_cache_unlock_swa() : SGLang dec_swa_lock_only: releases the SWA part
+ *  early and sets *swa_receipt = 0 (a 0 receipt: nothing to do).
+ *  @return KVC_ERR_MISUSE for a receipt that is not this node's, or released twice. */
+KVC_API kvc_status kvc_swa_radix_cache_unlock_swa(kvc_swa_radix_cache *cache, void *node,
+                                                  uint64_t *swa_receipt);
+/** kvc_swa_radix_cache_unlock() : releases the FULL lock and, when swa_receipt is not 0,
+ *  the SWA lock it names.
+ *  @return KVC_ERR_MISUSE for an unlock below zero or a foreign receipt. */
+KVC_API kvc_status kvc_swa_radix_cache_unlock(kvc_swa_radix_cache *cache, void *node,
+                                              uint64_t swa_receipt);
+
+/** kvc_swa_radix_cache_evict() : SGLang evict(full, swa): unlocked leaves in the policy's
+ *  order until num_tokens full tokens are freed (each also frees its live SWA side), then
+ *  SWA eviction (rules above) until swa_num_tokens SWA tokens are freed in all. Frees go
+ *  through flow (else the config's hooks), in victim order. *evicted / *swa_evicted (may
+ *  be NULL) get the full and SWA tokens freed.
+ *  @return KVC_ERR_OUT_OF_SLOTS when nothing is evictable for any requested component
+ *  (nothing changed), KVC_ERR_UNSUPPORTED without a flow or hooks. */
+KVC_API kvc_status kvc_swa_radix_cache_evict(kvc_swa_radix_cache *cache, kvc_flow *flow,
+                                             int64_t num_tokens, int64_t swa_num_tokens,
+                                             int64_t *evicted, int64_t *swa_evicted);
+/** kvc_swa_radix_cache_reset() : drops every node without freeing slots (as
+ *  kvc_radix_cache_reset). */
+KVC_API kvc_status kvc_swa_radix_cache_reset(kvc_swa_radix_cache *cache);
+
+/** Sizes per component (tokens) from kvc_swa_radix_cache_sizes(). */
+typedef struct kvc_swa_radix_sizes {
+  int64_t evictable, protected_size, cached;        /* FULL: evictable + protected = cached */
+  int64_t swa_evictable, swa_protected, swa_cached; /* SWA: live SWA tokens cached */
+  int64_t reserved_[4];
+} kvc_swa_radix_sizes;
+/** kvc_swa_radix_cache_sizes() : both components' sizes. */
+KVC_API kvc_status kvc_swa_radix_cache_sizes(const kvc_swa_radix_cache *cache,
+                                             kvc_swa_radix_sizes *out);
+/** kvc_swa_radix_cache_stats() : as kvc_radix_cache_stats. */
+KVC_API kvc_status kvc_swa_radix_cache_stats(const kvc_swa_radix_cache *cache,
+                                             kvc_radix_stats *out);
+/** kvc_swa_radix_cache_check() : O(n) audit of both components (SWA sizes, SWA locks
+ *  within FULL locks, then kvc_radix_cache_check's).
+ *  @return KVC_ERR_INTERNAL with the first violation. */
+KVC_API kvc_status kvc_swa_radix_cache_check(const kvc_swa_radix_cache *cache);
+
+/** @} */ /* end of kvc_swa_radix_cache */
 
 /** @} */ /* end of kvc_prefix_caches */
 

@@ -59,7 +59,14 @@ typedef struct rx_node {
   uint64_t ns;        /* namespace (extra_key / cache_salt id), inherited from the parent */
   uint64_t child_h;   /* its child-index hash (parent, namespace, first page) */
   uint64_t last_hash; /* block hash of the node's last page (KV events only) */
+  /* The SWA component (swa_radix.c; 0 in a full-attention cache): swa_lock is the
+   * node's SWA lock count, or RX_SWA_TOMB when its SWA slots are gone while its full
+   * ones stay; swa_uuid marks where an SWA lock walk stopped (0 = none). */
+  int32_t swa_lock;
+  uint32_t swa_uuid;
 } rx_node;
+
+#define RX_SWA_TOMB (-1)
 
 /* One entry of the child table. child RX_NONE = empty. */
 typedef struct rx_slot {
@@ -105,6 +112,10 @@ struct kvc_radix_cache {
   size_t ev_cap;
   bool events_on;
   bool check; /* check mode: audit after every mutating call */
+  /* SWA component sizes (tokens): cached with live SWA slots, and SWA-locked of those.
+   * Kept by insert_leaf / delete_leaf for every tree (one add each), read only by
+   * swa_radix.c. */
+  int64_t swa_live, swa_protected;
 };
 
 /* --- radix_tree.c ------------------------------------------------------------------- */
@@ -207,10 +218,46 @@ kvc_status kvc__rx_unlock(kvc_radix_cache *rc, int32_t id, const char *fn);
 typedef kvc_status (*rx_free_fn)(void *user, const int64_t *slots, size_t n);
 kvc_status kvc__rx_evict(kvc_radix_cache *rc, int64_t n, rx_free_fn free_fn, void *user, int64_t *evicted);
 
+/** SGLang _split_node at p tokens of node c (a reserved node): returns the new upper node. */
+int32_t kvc__rx_split(kvc_radix_cache *rc, int32_t c, int32_t p);
+/** Deletes unlocked childless node id (its slots already freed): events, held bits,
+ *  sizes, and the parent's leaf status. */
+void kvc__rx_delete_leaf(kvc_radix_cache *rc, int32_t id);
+
 /** O(n) audit: sizes, heap, table, held bits. */
 kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn);
 /** Approximate host bytes (capacity of every array + segments). */
 size_t kvc__rx_bytes(const kvc_radix_cache *rc);
+
+/* --- radix_cache.c (shared with swa_radix.c) ------------------------------------------ */
+
+/* Frees slots through the flow, else the config's hook. */
+typedef struct rx_free_path {
+  kvc_radix_cache *rc;
+  kvc_flow *flow;
+} rx_free_path;
+kvc_status kvc__rx_free_through(void *user, const int64_t *slots, size_t n);
+bool kvc__rx_can_free(const kvc_radix_cache *rc, const kvc_flow *flow);
+
+/* Where a checkpoint's values come from: row `row` of the flow's request-to-token mirror
+ * (kvc__rx_insert is given NULL instead when the caller passes the values). */
+typedef struct rx_row_src {
+  const kvc_flow *flow;
+  int32_t row;
+} rx_row_src;
+/** The whole insert (validate, reserve 2 + extra nodes, free duplicates, apply); on
+ *  failure nothing changed. See radix_cache.c. */
+kvc_status kvc__rx_insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, uint64_t ns, const int32_t *keys,
+                          const int64_t *vals, const rx_row_src *src, int64_t from, int64_t n, int32_t priority,
+                          int64_t inserted_len, int32_t extra, int64_t *prefix, int32_t *node, size_t *ndups,
+                          size_t *depth);
+/** What both checkpoints validate of a request; *old its locked node (0 = none). */
+kvc_status kvc__rx_req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, const char *fn,
+                             int32_t *old);
+/** Checks the key of a request and reserves scratch for key_len tokens. */
+kvc_status kvc__rx_req_key(kvc_radix_cache *rc, const kvc_radix_req *rr, int32_t old, int64_t key_len, const char *fn);
+/** The request's kvc_radix_req (config.req_of), NULL with *st set when there is none. */
+kvc_radix_req *kvc__rx_req_of(kvc_radix_cache *rc, const kvc_req_state *req, const char *fn, kvc_status *st);
 
 /* --- radix_events.c ----------------------------------------------------------------- */
 
@@ -220,6 +267,8 @@ void kvc__rx_event_stored(kvc_radix_cache *rc, int32_t id);
 void kvc__rx_event_split(kvc_radix_cache *rc, int32_t upper);
 /** BlockRemoved for a node about to be deleted. */
 void kvc__rx_event_removed(kvc_radix_cache *rc, int32_t id);
+/** BlockRemoved of one component (kvc_radix_component) of node id's blocks. */
+void kvc__rx_event_removed_as(kvc_radix_cache *rc, int32_t id, int32_t component);
 void kvc__rx_event_cleared(kvc_radix_cache *rc);
 
 #endif

@@ -28,20 +28,15 @@ static kvc_status post(kvc_radix_cache *rc, const char *fn, kvc_status st) {
 
 /* --- Freeing slots: through the flow, else the config's hook ------------------------------ */
 
-typedef struct free_path {
-  kvc_radix_cache *rc;
-  kvc_flow *flow;
-} free_path;
-
-static kvc_status free_through(void *user, const int64_t *slots, size_t n) {
-  free_path *p = user;
+kvc_status kvc__rx_free_through(void *user, const int64_t *slots, size_t n) {
+  rx_free_path *p = user;
   if (p->flow) return kvc_flow_free_slots(p->flow, slots, n);
   if (p->rc->cfg.free_slots) return p->rc->cfg.free_slots(p->rc->cfg.free_user, slots, n);
   return kvc__error(p->rc->ctx, KVC_ERR_UNSUPPORTED, "kvc_radix_cache",
                     "slots to free but no flow and no free_slots hook");
 }
 
-static bool can_free(const kvc_radix_cache *rc, const kvc_flow *flow) { return flow || rc->cfg.free_slots; }
+bool kvc__rx_can_free(const kvc_radix_cache *rc, const kvc_flow *flow) { return flow || rc->cfg.free_slots; }
 
 /* --- Create / destroy ------------------------------------------------------------------------ */
 
@@ -126,7 +121,7 @@ kvc_status kvc_radix_cache_match_prefix(kvc_radix_cache *rc, uint64_t ns, const 
   return post(rc, __func__, match(rc, __func__, ns, tokens, n, NULL, out));
 }
 
-static kvc_radix_req *req_of(kvc_radix_cache *rc, const kvc_req_state *req, const char *fn, kvc_status *st) {
+kvc_radix_req *kvc__rx_req_of(kvc_radix_cache *rc, const kvc_req_state *req, const char *fn, kvc_status *st) {
   kvc_radix_req *r = rc->cfg.req_of ? rc->cfg.req_of(rc->cfg.req_user, req) : NULL;
   *st = KVC_OK;
   if (!r) *st = kvc__error(rc->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "no kvc_radix_req for the request (config.req_of)");
@@ -157,13 +152,6 @@ kvc_status kvc_radix_cache_match_req(kvc_radix_cache *rc, kvc_req_state *req, kv
 
 /* --- Insert ------------------------------------------------------------------------------------ */
 
-/* Where a checkpoint's values come from: row `row` of the flow's request-to-token mirror
- * (insert() is given NULL instead when the caller passes the values). */
-typedef struct row_src {
-  const kvc_flow *flow;
-  int32_t row;
-} row_src;
-
 /* The whole insert: probe, validate and mark the new slots, allocate the leaf, reserve
  * nodes, free the duplicates, then apply (which cannot fail). keys/vals hold n tokens
  * (page-floored by the caller). reserve_extra: nodes the caller needs after this (the
@@ -171,10 +159,10 @@ typedef struct row_src {
  * [from, n) are read into rc->vec, [from, prefix) only once the walk has found prefix.
  * The walk is done once: the dry run's path is the one applied. On failure nothing
  * changed; *depth (may be NULL) is the apply's path length in rc->path. */
-static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, uint64_t ns, const int32_t *keys,
-                         const int64_t *vals, const row_src *src, int64_t from, int64_t n, int32_t priority,
-                         int64_t inserted_len, int32_t extra, int64_t *prefix, int32_t *node, size_t *ndups,
-                         size_t *depth) {
+kvc_status kvc__rx_insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, uint64_t ns, const int32_t *keys,
+                          const int64_t *vals, const rx_row_src *src, int64_t from, int64_t n, int32_t priority,
+                          int64_t inserted_len, int32_t extra, int64_t *prefix, int32_t *node, size_t *ndups,
+                          size_t *depth) {
   KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)n));
   size_t nd = 0, pd;
   /* One walk: its path is applied below (nothing changes the tree in between). */
@@ -203,7 +191,7 @@ static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, ui
   if (nd && (st = kvc__rx_check_free(rc, rc->dups, (int64_t)nd, &bad)) != KVC_OK)
     st = kvc__error(rc->ctx, st, fn, "duplicate slot %lld: outside [1, %lld] or held by the tree elsewhere",
                     (long long)rc->dups[bad], (long long)top);
-  if (st == KVC_OK && nd && !can_free(rc, flow))
+  if (st == KVC_OK && nd && !kvc__rx_can_free(rc, flow))
     st = kvc__error(rc->ctx, KVC_ERR_UNSUPPORTED, fn, "%zu duplicate slots to free but no flow and no free_slots hook",
                     nd);
   rx_seg *seg = NULL;
@@ -213,8 +201,8 @@ static kvc_status insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, ui
   }
   if (st == KVC_OK) st = kvc__rx_reserve_nodes(rc, fn, 2 + extra);
   if (st == KVC_OK && nd) {
-    free_path fp = {rc, flow};
-    st = free_through(&fp, rc->dups, nd); /* SGLang frees row[cache_protected_len:prefix_len) */
+    rx_free_path fp = {rc, flow};
+    st = kvc__rx_free_through(&fp, rc->dups, nd); /* SGLang frees row[cache_protected_len:prefix_len) */
   }
   if (st != KVC_OK) {
     kvc__rx_unmark(rc, vals + p, n - p);
@@ -235,7 +223,8 @@ kvc_status kvc_radix_cache_insert(kvc_radix_cache *rc, kvc_flow *flow, uint64_t 
   int64_t prefix = 0;
   int32_t node;
   if (n > 0)
-    KVC_FORWARD(insert(rc, flow, __func__, ns, tokens, slots, NULL, 0, n, priority, 0, 0, &prefix, &node, NULL, NULL));
+    KVC_FORWARD(
+        kvc__rx_insert(rc, flow, __func__, ns, tokens, slots, NULL, 0, n, priority, 0, 0, &prefix, &node, NULL, NULL));
   if (prefix_len) *prefix_len = prefix;
   return post(rc, __func__, KVC_OK);
 }
@@ -243,8 +232,8 @@ kvc_status kvc_radix_cache_insert(kvc_radix_cache *rc, kvc_flow *flow, uint64_t 
 /* --- Request-level checkpoints ------------------------------------------------------------------ */
 
 /* Validates what both checkpoints read; *old the request's locked node (0 = none). */
-static kvc_status req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, const char *fn,
-                            int32_t *old) {
+kvc_status kvc__rx_req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, const char *fn,
+                             int32_t *old) {
   KVC_RETURN_IF(!req, rc->ctx, KVC_ERR_INVALID_ARGUMENT, "%s: req is NULL", fn);
   KVC_FORWARD(kvc__flow_check_handle(flow, fn));
   KVC_RETURN_IF(flow->ps != rc->ps, rc->ctx, KVC_ERR_INVALID_ARGUMENT, "%s: flow page size %lld, cache %lld", fn,
@@ -268,7 +257,7 @@ static kvc_status req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_s
 
 /* Checks the request's key tokens[0:key_len) and reserves scratch for it (its row slots
  * are read by insert(), where they are needed). */
-static kvc_status req_key(kvc_radix_cache *rc, const kvc_radix_req *rr, int32_t old, int64_t key_len, const char *fn) {
+kvc_status kvc__rx_req_key(kvc_radix_cache *rc, const kvc_radix_req *rr, int32_t old, int64_t key_len, const char *fn) {
   KVC_RETURN_IF(rr->num_tokens < key_len, rc->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "%s: the request has KV for %lld tokens but only %lld token ids", fn, (long long)key_len,
                 (long long)rr->num_tokens);
@@ -282,15 +271,15 @@ static kvc_status req_key(kvc_radix_cache *rc, const kvc_radix_req *rr, int32_t 
 kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flow, kvc_req_state *req, int is_insert) {
   KVC_FORWARD(live(rc, __func__));
   int32_t old;
-  KVC_FORWARD(req_check(rc, flow, req, __func__, &old));
+  KVC_FORWARD(kvc__rx_req_check(rc, flow, req, __func__, &old));
   const int64_t committed = req->kv_committed_len;
-  free_path fp = {rc, flow};
+  rx_free_path fp = {rc, flow};
   if (!is_insert) { /* abort / retract: nothing goes into the tree */
     const int64_t from = req->cache_protected_len;
     if (old) KVC_FORWARD(kvc__rx_unlock(rc, old, __func__));
     if (committed > from) {
       kvc_status st = kvc_flow_row_slots(flow, req->req_row, from, committed, flow->row_slots);
-      if (st == KVC_OK) st = free_through(&fp, flow->row_slots, (size_t)(committed - from));
+      if (st == KVC_OK) st = kvc__rx_free_through(&fp, flow->row_slots, (size_t)(committed - from));
       if (st != KVC_OK) {
         if (old) kvc__rx_lock(rc, old);
         return st;
@@ -301,18 +290,18 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
     return post(rc, __func__, KVC_OK);
   }
   kvc_status st;
-  kvc_radix_req *rr = req_of(rc, req, __func__, &st);
+  kvc_radix_req *rr = kvc__rx_req_of(rc, req, __func__, &st);
   KVC_FORWARD(st);
   const int64_t key_len = committed / rc->ps * rc->ps;
-  KVC_FORWARD(req_key(rc, rr, old, key_len, __func__));
+  KVC_FORWARD(kvc__rx_req_key(rc, rr, old, key_len, __func__));
   if (old) KVC_FORWARD(kvc__rx_unlock(rc, old, __func__)); /* checked first: fails on a lock below zero */
   int64_t prefix = 0;
   int32_t node = 0;
   if (key_len > 0) {
     /* [0, cache_protected_len) is the tree's already (SGLang frees duplicates from there). */
-    const row_src src = {flow, req->req_row};
-    st = insert(rc, flow, __func__, rr->ns, rr->tokens, NULL, &src, KVC__MIN(req->cache_protected_len, key_len),
-                key_len, rr->priority, rr->inserted_len, 1, &prefix, &node, NULL, NULL);
+    const rx_row_src src = {flow, req->req_row};
+    st = kvc__rx_insert(rc, flow, __func__, rr->ns, rr->tokens, NULL, &src, KVC__MIN(req->cache_protected_len, key_len),
+                        key_len, rr->priority, rr->inserted_len, 1, &prefix, &node, NULL, NULL);
     if (st != KVC_OK) {
       if (old) kvc__rx_lock(rc, old);
       return st;
@@ -331,7 +320,7 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
   req->cache_protected_len = 0;
   if (committed > key_len) {
     st = kvc_flow_row_slots(flow, req->req_row, key_len, committed, flow->row_slots);
-    if (st == KVC_OK) st = free_through(&fp, flow->row_slots, (size_t)(committed - key_len));
+    if (st == KVC_OK) st = kvc__rx_free_through(&fp, flow->row_slots, (size_t)(committed - key_len));
     KVC_FORWARD(st); /* reported after the insert: the tree holds [0, key_len) already */
   }
   return post(rc, __func__, KVC_OK);
@@ -340,12 +329,12 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
 kvc_status kvc_radix_cache_cache_unfinished_req(kvc_radix_cache *rc, kvc_flow *flow, kvc_req_state *req) {
   KVC_FORWARD(live(rc, __func__));
   int32_t old;
-  KVC_FORWARD(req_check(rc, flow, req, __func__, &old));
+  KVC_FORWARD(kvc__rx_req_check(rc, flow, req, __func__, &old));
   kvc_status st;
-  kvc_radix_req *rr = req_of(rc, req, __func__, &st);
+  kvc_radix_req *rr = kvc__rx_req_of(rc, req, __func__, &st);
   KVC_FORWARD(st);
   const int64_t committed = req->kv_committed_len, key_len = committed / rc->ps * rc->ps;
-  KVC_FORWARD(req_key(rc, rr, old, key_len, __func__));
+  KVC_FORWARD(kvc__rx_req_key(rc, rr, old, key_len, __func__));
   if (old) { /* a lock below zero is refused before anything changes */
     KVC_FORWARD(kvc__rx_unlock(rc, old, __func__));
     kvc__rx_lock(rc, old);
@@ -355,9 +344,10 @@ kvc_status kvc_radix_cache_cache_unfinished_req(kvc_radix_cache *rc, kvc_flow *f
   if (key_len > 0) {
     int64_t prefix;
     size_t depth;
-    const row_src src = {flow, req->req_row};
-    KVC_FORWARD(insert(rc, flow, __func__, rr->ns, rr->tokens, NULL, &src, KVC__MIN(req->cache_protected_len, key_len),
-                       key_len, rr->priority, rr->inserted_len, 1, &prefix, &node, &nd, &depth));
+    const rx_row_src src = {flow, req->req_row};
+    KVC_FORWARD(kvc__rx_insert(rc, flow, __func__, rr->ns, rr->tokens, NULL, &src,
+                               KVC__MIN(req->cache_protected_len, key_len), key_len, rr->priority, rr->inserted_len, 1,
+                               &prefix, &node, &nd, &depth));
     rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
     /* SGLang re-matches the key (stamping the path) and writes the tree's slots into the
      * row where the request's duplicates were. The insert left exactly that path, ending
@@ -415,10 +405,11 @@ kvc_status kvc_radix_cache_evict(kvc_radix_cache *rc, kvc_flow *flow, int64_t nu
   KVC_RETURN_IF(rc->heap_len == 0, rc->ctx, KVC_ERR_OUT_OF_SLOTS,
                 "nothing evictable for %lld tokens (evictable_size=0, protected_size=%lld)", (long long)num_tokens,
                 (long long)rc->protected_);
-  KVC_RETURN_IF(!can_free(rc, flow), rc->ctx, KVC_ERR_UNSUPPORTED, "no flow and no free_slots hook to free through");
-  free_path fp = {rc, flow};
+  KVC_RETURN_IF(!kvc__rx_can_free(rc, flow), rc->ctx, KVC_ERR_UNSUPPORTED,
+                "no flow and no free_slots hook to free through");
+  rx_free_path fp = {rc, flow};
   int64_t done;
-  kvc_status st = kvc__rx_evict(rc, num_tokens, free_through, &fp, &done);
+  kvc_status st = kvc__rx_evict(rc, num_tokens, kvc__rx_free_through, &fp, &done);
   if (evicted) *evicted = done;
   return post(rc, __func__, st);
 }

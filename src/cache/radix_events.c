@@ -97,12 +97,15 @@ void kvc__rx_event_split(kvc_radix_cache *rc, int32_t upper) {
   if (node_hashes(rc, upper, &n)) rc->nodes[upper].last_hash = rc->ev_hashes[n - 1];
 }
 
-void kvc__rx_event_removed(kvc_radix_cache *rc, int32_t id) {
+void kvc__rx_event_removed(kvc_radix_cache *rc, int32_t id) { kvc__rx_event_removed_as(rc, id, 0); }
+
+void kvc__rx_event_removed_as(kvc_radix_cache *rc, int32_t id, int32_t component) {
   size_t n;
   if (!node_hashes(rc, id, &n)) return;
   kvc_radix_event e;
   memset(&e, 0, sizeof e);
   e.kind = KVC_RADIX_BLOCK_REMOVED;
+  e.component = component;
   e.block_size = (int32_t)rc->ps;
   e.block_hashes = rc->ev_hashes;
   e.num_hashes = n;

@@ -349,6 +349,7 @@ kvc_status kvc__rx_clear(kvc_radix_cache *rc) {
   rc->table_used = 0;
   rc->heap_len = 0;
   rc->evictable = rc->protected_ = 0;
+  rc->swa_live = rc->swa_protected = 0;
   memset(rc->held, 0, rx_held_words(rc) * sizeof *rc->held);
   /* Old serials must not come back: they continue from serial_next. */
   for (int32_t i = 0; i < rc->nodes_used; i++) rc->nodes[i].serial = 0;
@@ -420,7 +421,7 @@ static uint64_t prefetch_next(const kvc_radix_cache *rc, int32_t c, uint64_t ns,
 /* SGLang _split_node: a new upper node takes child's first p tokens (the same segment,
  * no copy), its lock, hit count and priority; its access and creation times are a new
  * tick. Needs one reserved node and table entry. */
-static int32_t split(kvc_radix_cache *rc, int32_t c, int32_t p) {
+int32_t kvc__rx_split(kvc_radix_cache *rc, int32_t c, int32_t p) {
   int32_t u = node_new(rc);
   rx_node *C = &rc->nodes[c], *U = &rc->nodes[u];
   rx_hot *CH = &rc->hot[c], *UH = &rc->hot[u];
@@ -435,6 +436,11 @@ static int32_t split(kvc_radix_cache *rc, int32_t c, int32_t p) {
   U->hit_count = C->hit_count;
   U->priority = C->priority;
   U->access = U->creation = ++rc->clock;
+  /* Both halves keep C's SWA state; an SWA lock that stopped at C stops at U now, the
+   * node its walk up from below reaches last. */
+  U->swa_lock = C->swa_lock;
+  U->swa_uuid = C->swa_uuid;
+  C->swa_uuid = 0;
   /* U takes C's place among the parent's children and in the index (same first page). */
   rc->table[table_find(rc, c)].child = u;
   UH->parent = CH->parent;
@@ -488,7 +494,7 @@ kvc_status kvc__rx_match(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, 
     if (span == rc->hot[c].len && pos + span < n) h = prefetch_next(rc, c, ns, keys + pos + span);
     int64_t pl = common_pages(rx_keys(C), keys + pos, span, ps);
     if (pl < rc->hot[c].len) {
-      cur = split(rc, c, (int32_t)pl);
+      cur = kvc__rx_split(rc, c, (int32_t)pl);
       rc->path[d++] = cur;
       pos += pl;
       break;
@@ -574,7 +580,7 @@ static int32_t insert_visit(kvc_radix_cache *rc, int32_t c, int64_t pl, int64_t 
                             int64_t inserted_len) {
   rc->nodes[c].access = t;
   heap_fix(rc, c); /* its key changed; a split below leaves it where it is */
-  if (pl < rc->hot[c].len) c = split(rc, c, (int32_t)pl);
+  if (pl < rc->hot[c].len) c = kvc__rx_split(rc, c, (int32_t)pl);
   /* The priority goes to the part on the key's path only: the prompt's re-insert with
    * priority + 1 must leave the outputs' part below it evictable first. */
   if (priority > rc->nodes[c].priority) rc->nodes[c].priority = priority;
@@ -656,6 +662,7 @@ static void insert_leaf(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, i
     table_put(rc, L->child_h, cur, l);
     /* The caller marked the leaf's slots held when it validated them. */
     rc->evictable += n - pos;
+    rc->swa_live += n - pos;
     leaf_update(rc, cur);
     leaf_update(rc, l);
     if (rc->events_on) kvc__rx_event_stored(rc, l);
@@ -706,10 +713,12 @@ kvc_status kvc__rx_unlock(kvc_radix_cache *rc, int32_t id, const char *fn) {
 
 /* --- Eviction -------------------------------------------------------------------------------- */
 
-static void delete_leaf(kvc_radix_cache *rc, int32_t id) {
+void kvc__rx_delete_leaf(kvc_radix_cache *rc, int32_t id) {
   rx_node *n = &rc->nodes[id];
   const int32_t parent = rc->hot[id].parent, len = rc->hot[id].len;
+  if (rc->events_on) kvc__rx_event_removed(rc, id);
   heap_remove(rc, id);
+  if (n->swa_lock != RX_SWA_TOMB) rc->swa_live -= len;
   if (n->run_first >= 0) kvc__rx_clear_pages(rc, n->run_first, n->run_first + len - 1);
   else kvc__rx_unmark(rc, rx_vals(n), len);
   rc->evictable -= len;
@@ -729,8 +738,7 @@ kvc_status kvc__rx_evict(kvc_radix_cache *rc, int64_t n, rx_free_fn free_fn, voi
     st = free_fn(user, rx_vals(&rc->nodes[x]), (size_t)len);
     if (st != KVC_OK) break; /* the victim stays: its free changed nothing */
     done += len;
-    if (rc->events_on) kvc__rx_event_removed(rc, x);
-    delete_leaf(rc, x);
+    kvc__rx_delete_leaf(rc, x);
   }
   *evicted = done;
   return st;

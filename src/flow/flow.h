@@ -56,6 +56,9 @@ struct kvc_flow {
 
 /** Window eviction for every request of a batch that already holds KV (flow_window.c);
  *  a no-op without a window. */
+/** Releases the SWA side of held full slots[0:n) through the allocator's free_window (a
+ *  prefix cache making SWA tombstones); UNSUPPORTED without an SWA allocator. */
+kvc_status kvc__flow_free_window(kvc_flow *f, const int64_t *slots, size_t n);
 kvc_status kvc__flow_evict_windows(kvc_flow *f, kvc_req_state *const *reqs, size_t n, bool decode, kvc_stream stream);
 /** Frees a request's Mamba state (row's mapping, or a row-less slot) when the flow binds
  *  a hybrid pool. */

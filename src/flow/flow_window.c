@@ -49,3 +49,17 @@ kvc_status kvc__flow_evict_windows(kvc_flow *f, kvc_req_state *const *reqs, size
   }
   return KVC_OK;
 }
+
+kvc_status kvc__flow_free_window(kvc_flow *f, const int64_t *slots, size_t n) {
+  KVC_FORWARD(kvc__flow_check_handle(f, __func__));
+  KVC_RETURN_IF(!f->sa.ops->free_window, f->ctx, KVC_ERR_UNSUPPORTED, "the flow has no SWA allocator");
+  if (!n) return KVC_OK;
+  kvc_status st = KVC_OK; /* the observer's verdict: the release is done either way */
+  const kvc__free_args x = {slots, n, 0, f->stream, __func__, &st};
+  KVC_FORWARD(f->sa.ops->free_window(&f->sa, &x));
+  if (st != KVC_OK && f->releasing) { /* as kvc_flow_free_slots: reported after the release */
+    if (f->release_late == KVC_OK) f->release_late = st;
+    return KVC_OK;
+  }
+  return st;
+}

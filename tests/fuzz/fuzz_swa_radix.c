@@ -1,0 +1,185 @@
+/*
+ * fuzz_swa_radix.c — libFuzzer harness: the bytes drive a scheduler over a flow with an
+ * SWA allocator (page size 1/2/4, window 4..32) whose prefix cache is the SWA radix
+ * cache: requests matched and admitted (FULL + SWA locks), extends, decodes (window
+ * eviction frees SWA pages behind them), early SWA releases, releases (insert with
+ * tombstones, or abort), evictions of either component, locks and unlocks of real, stale
+ * and garbage handles and receipts, matches. Every status must be a known one, and after
+ * every step both components' audit, the SWA allocator's and the flow's conservation check
+ * pass; at the end, with everything released and evicted, every slot of both sides is
+ * free.
+ */
+#include "fuzz_common.h"
+
+static kvc_context *g_ctx;
+static int64_t *g_out;
+
+#define NREQ 6
+#define MAXT 192
+
+typedef struct ereq {
+  kvc_req_state st;
+  kvc_radix_req rr;
+  int32_t toks[MAXT + 8];
+  int live;
+} ereq;
+
+static kvc_radix_req *req_of(void *user, const kvc_req_state *r) {
+  (void)user;
+  return &((ereq *)(uintptr_t)r)->rr;
+}
+
+static void check_all(kvc_flow *flow, kvc_swa_radix_cache *c, kvc_swa_allocator *a, ereq *reqs) {
+  kvc_req_state *live[NREQ];
+  size_t n = 0;
+  for (int i = 0; i < NREQ; i++)
+    if (reqs[i].live) live[n++] = &reqs[i].st;
+  FZ_AUDIT(kvc_swa_radix_cache_check(c));
+  FZ_AUDIT(kvc_swa_allocator_check(a));
+  FZ_AUDIT(kvc_flow_check(flow, live, n));
+}
+
+/* A request that did not get its row gives back the admission locks. */
+static void drop_admission(kvc_swa_radix_cache *c, ereq *e) {
+  if (e->st.cache_node) FZ_AUDIT(kvc_swa_radix_cache_unlock(c, e->st.cache_node, e->rr.swa_lock));
+  e->st.cache_node = NULL;
+  e->rr.swa_lock = 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  fz_host_context(&g_ctx, &g_out, 4096 * sizeof(int64_t));
+  fz f = {data, size};
+  const int32_t ps = (int32_t[]){1, 2, 4, 1}[fz_u8(&f) & 3];
+  const int32_t window = 4 + fz_u8(&f) % 29;
+  kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  qc.size = NREQ + 2;
+  qc.max_context_len = MAXT + 32;
+  kvc_req_to_token_pool *pool;
+  if (kvc_req_to_token_pool_create(g_ctx, &qc, &pool) != KVC_OK) abort();
+  kvc_swa_allocator_config ac = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+  ac.size_full = 768;
+  ac.size_swa = 256;
+  ac.page_size = ps;
+  kvc_swa_allocator *a;
+  if (kvc_swa_allocator_create(g_ctx, &ac, &a) != KVC_OK) abort();
+  kvc_swa_radix_cache_config cc = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
+  cc.sliding_window = window;
+  cc.radix.page_size = ps;
+  cc.radix.num_slots = kvc_swa_allocator_size_full(a);
+  cc.radix.policy = (kvc_radix_policy)(fz_u8(&f) % 7);
+  cc.radix.req_of = req_of;
+  kvc_swa_radix_cache *c;
+  if (kvc_swa_radix_cache_create(g_ctx, &cc, &c) != KVC_OK) abort();
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.page_size = ps;
+  fc.req_pool = pool;
+  fc.swa_allocator = a;
+  fc.sliding_window = window;
+  fc.cache = kvc_swa_radix_cache_as_prefix_cache(c);
+  kvc_flow *flow;
+  if (kvc_flow_create(g_ctx, &fc, &flow) != KVC_OK) abort();
+  static ereq reqs[NREQ];
+  memset(reqs, 0, sizeof reqs);
+  void *stale[8] = {0};
+  for (int step = 0; f.n > 0 && step < 400; step++) {
+    ereq *e = &reqs[fz_u8(&f) % NREQ];
+    kvc_req_state *one[] = {&e->st};
+    const int op = fz_u8(&f) % 10;
+    if (getenv("FZ_TRACE")) fprintf(stderr, "step %d op %d req %d live %d\n", step, op, (int)(e - reqs), e->live);
+    switch (op) {
+    case 0:
+    case 1: { /* a new request: a tiny alphabet, so prefixes repeat; match + extend */
+      if (e->live) break;
+      memset(e, 0, sizeof *e);
+      const int64_t n = 1 + fz_u8(&f) % (MAXT / 2);
+      const uint8_t stem = fz_u8(&f) & 3;
+      for (int64_t i = 0; i < n; i++) e->toks[i] = i < 48 ? stem : fz_u8(&f) & 3;
+      e->rr.tokens = e->toks;
+      e->rr.num_tokens = e->rr.prompt_len = n;
+      kvc_status st = kvc_swa_radix_cache_match_req(c, &e->st, &e->rr);
+      FZ_STATUS(st);
+      if (st != KVC_OK) break;
+      e->st.seq_len = n;
+      st = kvc_flow_alloc_for_extend(flow, one, 1, g_out, NULL);
+      FZ_STATUS(st);
+      if (st == KVC_OK) e->live = 1;
+      else drop_admission(c, e);
+      break;
+    }
+    case 2: /* early SWA release of the admission lock */
+      if (!e->live || !e->st.cache_node) break;
+      FZ_STATUS(kvc_swa_radix_cache_unlock_swa(c, e->st.cache_node, &e->rr.swa_lock));
+      break;
+    case 3: { /* decode a few tokens (their ids join the key) */
+      const int k = 1 + fz_u8(&f) % 8;
+      for (int i = 0; i < k && e->live && e->st.seq_len < MAXT; i++)
+        if (kvc_flow_alloc_for_decode(flow, one, 1, 1, g_out, NULL) == KVC_OK)
+          e->toks[e->rr.num_tokens++] = fz_u8(&f) & 3;
+      break;
+    }
+    case 4:
+    case 5: { /* release: insert, or abort */
+      if (!e->live) break;
+      if (e->st.cache_node && fz_u8(&f) % 4 == 0) stale[fz_u8(&f) & 7] = e->st.cache_node;
+      kvc_status st = kvc_flow_release(flow, one, 1, fz_u8(&f) % 5 != 0, NULL);
+      FZ_STATUS(st);
+      if (st == KVC_OK) e->live = 0;
+      break;
+    }
+    case 6: { /* evict either component, through the flow's callback or directly */
+      const int64_t n = fz_int(&f, 64), swa_n = fz_int(&f, 64);
+      if (fz_u8(&f) & 1) FZ_STATUS(kvc_flow_evict(flow, n));
+      else FZ_STATUS(kvc_swa_radix_cache_evict(c, flow, n, swa_n, NULL, NULL));
+      break;
+    }
+    case 7: { /* lock / unlock a stale, live or garbage handle with a garbage receipt */
+      void *h = stale[fz_u8(&f) & 7];
+      if (fz_u8(&f) % 3 == 0) h = (void *)(uintptr_t)fz_u32(&f);
+      if (fz_u8(&f) & 1) {
+        uint64_t r = 0;
+        kvc_status st = kvc_swa_radix_cache_lock(c, h, &r);
+        FZ_STATUS(st);
+        if (st == KVC_OK) FZ_AUDIT(kvc_swa_radix_cache_unlock(c, h, r));
+      } else {
+        /* A malformed receipt (refused whatever the handle), or any receipt on a garbage
+         * handle: a well-formed one on a live node could release a request's real lock. */
+        const uint64_t bad = ((uint64_t)(fz_u32(&f) | 1u) << 2) | 3u;
+        FZ_STATUS(kvc_swa_radix_cache_unlock(c, h, bad));
+        FZ_STATUS(kvc_swa_radix_cache_unlock(c, (void *)(uintptr_t)(fz_u32(&f) | 1u), fz_u32(&f) | 1u));
+      }
+      break;
+    }
+    default: { /* a match without admission (stamps, splits) */
+      kvc_radix_match m;
+      int32_t t[64];
+      const int64_t n = fz_u8(&f) % 64;
+      for (int64_t i = 0; i < n; i++) t[i] = fz_u8(&f) & 3;
+      FZ_STATUS(kvc_swa_radix_cache_match_prefix(c, 0, t, n, &m));
+      break;
+    }
+    }
+    check_all(flow, c, a, reqs);
+  }
+  for (int i = 0; i < NREQ; i++) {
+    kvc_req_state *one[] = {&reqs[i].st};
+    if (reqs[i].live) FZ_AUDIT(kvc_flow_release(flow, one, 1, 1, NULL));
+    reqs[i].live = 0;
+  }
+  kvc_swa_radix_sizes s;
+  FZ_AUDIT(kvc_swa_radix_cache_sizes(c, &s));
+  if (s.cached || s.swa_cached) FZ_AUDIT(kvc_swa_radix_cache_evict(c, flow, s.cached, s.swa_cached, NULL, NULL));
+  check_all(flow, c, a, reqs);
+  if (kvc_swa_allocator_full_available_size(a) != kvc_swa_allocator_size_full(a) ||
+      kvc_swa_allocator_swa_available_size(a) != kvc_swa_allocator_size_swa(a)) {
+    fprintf(stderr, "slots leaked: full %lld of %lld, SWA %lld of %lld free\n",
+            (long long)kvc_swa_allocator_full_available_size(a), (long long)kvc_swa_allocator_size_full(a),
+            (long long)kvc_swa_allocator_swa_available_size(a), (long long)kvc_swa_allocator_size_swa(a));
+    abort();
+  }
+  kvc_flow_destroy(flow);
+  kvc_swa_radix_cache_destroy(c);
+  kvc_swa_allocator_destroy(a);
+  kvc_req_to_token_pool_destroy(pool);
+  return 0;
+}
