@@ -298,11 +298,28 @@ static size_t token_free_fast(kvc_allocator *a, const int64_t *slots, size_t n) 
   const uint64_t mask = a->ring.mask, tail = a->ring.head + (uint64_t)a->ring.count;
   const uint64_t np = (uint64_t)a->num_pages;
   size_t i = 0;
-  for (; i < n; i++) {
-    const uint64_t slot = (uint64_t)slots[i];
-    if (slot - 1 >= np || state[slot] != KVC__PG_HELD) break; /* slot 0, negative, past the end, not held */
-    state[slot] = KVC__PG_FREE;
-    buf[(tail + i) & mask] = (uint32_t)slot;
+  /* Ids are written past the tail as they are validated, so a free that fails halfway
+   * leaves junk there. That is harmless unless a live backup still needs the ring's
+   * image: entries popped since the backup sit behind the head, and once the ring has
+   * wrapped the slots past the tail are those entries, which restore brings back (the
+   * fuzzer found a restore after a refused free handing out a slot twice). Then the ids
+   * go in only after the whole call validated. */
+  const bool image_live = a->backup_live && !a->backup_saved && a->epoch == a->b_epoch;
+  if (!image_live) {
+    for (; i < n; i++) {
+      const uint64_t slot = (uint64_t)slots[i];
+      if (slot - 1 >= np || state[slot] != KVC__PG_HELD) break; /* slot 0, negative, past the end, not held */
+      state[slot] = KVC__PG_FREE;
+      buf[(tail + i) & mask] = (uint32_t)slot;
+    }
+  } else {
+    for (; i < n; i++) {
+      const uint64_t slot = (uint64_t)slots[i];
+      if (slot - 1 >= np || state[slot] != KVC__PG_HELD) break;
+      state[slot] = KVC__PG_FREE;
+    }
+    if (i == n)
+      for (size_t j = 0; j < n; j++) buf[(tail + j) & mask] = (uint32_t)slots[j];
   }
   if (i == n) {
     a->ring.count += (int64_t)n;

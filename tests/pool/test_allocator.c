@@ -55,6 +55,28 @@ static void test_token_allocator_reuses_fifo(void **state) {
   kvc_allocator_destroy(a);
 }
 
+/* A refused TOKEN free must not touch the ring past its tail while a live backup still
+ * needs the entries popped since: once the ring has wrapped, those slots are the ones a
+ * restore hands out again (fuzz_allocator found the restore then listing held slots). */
+static void test_refused_free_keeps_the_backup_image(void **state) {
+  (void)state;
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 8, 1, 0);
+  int64_t out[8];
+  KVT_OK(kvc_allocator_alloc(a, 8, out));
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){1, 2, 3, 4, 5, 6}, 6));
+  KVT_OK(kvc_allocator_alloc(a, 4, out));                    /* 1 2 3 4; free: 5 6 */
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){1, 2, 3, 4}, 4)); /* wraps: 5 6 1 2 3 4 */
+  kvc_allocator_state bk;
+  KVT_OK(kvc_allocator_backup_state(a, &bk));
+  expect_next_alloc(a, (int64_t[]){5, 6, 1}, 3);
+  /* Five held slots validate, then slot 0 is refused. */
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){5, 6, 1, 7, 8, 0}, 6), KVC_ERR_MISUSE);
+  KVT_OK(kvc_allocator_restore_state(a, &bk));
+  KVT_OK(kvc_allocator_check(a));
+  expect_next_alloc(a, (int64_t[]){5, 6, 1, 2, 3, 4}, 6);
+  kvc_allocator_destroy(a);
+}
+
 static void test_paged_free_prepends_sorted_unique(void **state) {
   (void)state;
   kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 40, 4, 0);
@@ -774,6 +796,7 @@ static void test_decode_across_ring_wrap(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_create_rejects_bad_config),
     cmocka_unit_test(test_token_allocator_reuses_fifo),
+    cmocka_unit_test(test_refused_free_keeps_the_backup_image),
     cmocka_unit_test(test_paged_free_prepends_sorted_unique),
     cmocka_unit_test(test_extend_matches_spec_example),
     cmocka_unit_test(test_extend_without_pool),
