@@ -89,14 +89,6 @@ static kvc_status check_common(kvc_allocator *a, const char *fn, size_t bs, kvc_
   return KVC_OK;
 }
 
-/* Copies n ring entries starting at front index `from` (ring order) to dst. */
-static void ring_copy(const kvc__ring *r, int64_t from, int64_t n, uint32_t *dst) {
-  uint64_t pos = (r->head + (uint64_t)from) & r->mask;
-  uint64_t first = KVC__MIN((uint64_t)n, r->mask + 1 - pos);
-  memcpy(dst, r->buf + pos, (size_t)first * sizeof *dst);
-  if ((uint64_t)n > first) memcpy(dst + first, r->buf, (size_t)((uint64_t)n - first) * sizeof *dst);
-}
-
 /* --- alloc_extend ------------------------------------------------------------------- */
 
 /* alloc_extend, optionally (m) writing the SWA allocator's full->SWA mapping of every new
@@ -211,7 +203,7 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
       o += s - p;
       pb += a->b_pages[i];
     }
-    if (total_pages) ring_copy(r, 0, total_pages, pages);
+    if (total_pages) kvc__ring_copy(r, 0, total_pages, pages);
     kvc_p_plan_extend h;
     memset(&h, 0, sizeof h);
     h.table = rp ? (uint64_t)(uintptr_t)rp->table : 0;
