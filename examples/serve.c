@@ -10,13 +10,18 @@
  * With --radix, prompts start with one of 8 shared system prompts and a radix prefix
  * cache (kvc_radix_cache, under the session cache) reuses their KV; the summary prints
  * the hit rate and the prefill tokens saved.
+ * With --hybrid, the model is a hybrid one (3 linear-attention / Mamba layers per
+ * full-attention layer): requests also hold Mamba states (kvc_hybrid_req_pool with
+ * ping-pong track buffers, checkpointed at the end of the prompt and every 64 decoded
+ * tokens), and the prefix cache is the Mamba radix cache (kvc_mamba_radix_cache), whose
+ * hits also copy the matched state into the request's slot.
  * The model shape is Llama-3-8B's KV (32 layers, 8 KV heads x 128, bf16); on the host
  * backend the default is a smaller run. Prints a progress line and a summary with host
  * microseconds per step, and checks at the end that everything was freed.
  *
  *   kvc_example_serve [--requests N] [--seed S] [--check] [--layers L] [--page-size P]
  *                     [--pool-tokens T] [--max-running R] [--chunk C] [--sessions F]
- *                     [--radix] [--quiet]
+ *                     [--radix] [--hybrid] [--quiet]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -33,7 +38,7 @@
 /* --- Options ------------------------------------------------------------------------- */
 
 typedef struct options {
-  int requests, layers, page_size, max_running, chunk, quiet, check, radix;
+  int requests, layers, page_size, max_running, chunk, quiet, check, radix, hybrid;
   int64_t pool_tokens;
   double sessions;
   uint64_t seed;
@@ -42,7 +47,7 @@ typedef struct options {
 static void usage(FILE *out, int code) {
   fprintf(out, "usage: kvc_example_serve [--requests N] [--seed S] [--check] [--layers L] [--page-size P]\n"
                "                         [--pool-tokens T] [--max-running R] [--chunk C] [--sessions F] [--radix]\n"
-               "                         [--quiet]\n"
+               "                         [--hybrid] [--quiet]\n"
                "  --requests N     requests in the generated trace (default 2000 on CUDA, 300 on host)\n"
                "  --seed S         trace seed (default 42)\n"
                "  --check          check mode: audit conservation after every call (as KVC_CHECK=1)\n"
@@ -53,6 +58,8 @@ static void usage(FILE *out, int code) {
                "  --chunk C        prefill chunk in tokens (default 8192)\n"
                "  --sessions F     fraction of requests that are multi-turn sessions, 0..1 (default 0.2)\n"
                "  --radix          radix prefix cache (shared-prefix trace; prints hit rate, prefill saved)\n"
+               "  --hybrid         hybrid model: 3 Mamba layers per KV layer, the Mamba radix cache (implies\n"
+               "                   the --radix trace)\n"
                "  --quiet          no per-step progress lines\n"
                "  --help           this text\n"
                "Backend: KVC_BACKEND=auto|host|cuda (auto: CUDA when a GPU is usable).\n");
@@ -107,6 +114,8 @@ typedef struct request {
   kvc_radix_req rr;  /* --radix: token ids (system prompt + random), kept for every turn */
   int sys;           /* --radix: its system prompt */
   int64_t radix_hit; /* --radix: tokens matched at its admission, counted once it is extended */
+  int64_t branch;    /* --hybrid: where the first chunk stops to cache a state (SGLang
+                        mamba_branching_seqlen), 0 = nowhere */
   bool radix_pending;
   int64_t arrival;   /* step at which it becomes visible */
   int64_t prompt;    /* tokens of this turn's prompt (incl. the session's history) */
@@ -159,8 +168,46 @@ static int32_t *request_tokens(request *q, int64_t width, rng *r) {
     }                                                                                             \
   } while (0)
 
+/* --hybrid: the Mamba side (3 linear-attention layers per full-attention layer). */
+static kvc_mamba_pool *mamba;
+static kvc_hybrid_req_pool *hybrid;
+static kvc_mamba_radix_cache *mradix;
+static kvc_radix_cache *radix;
+
+/* The radix match + admission lock of a new request (SGLang match_prefix). */
+static void prefix_match(request *q, kvc_flow *flow) {
+  if (mradix) CHECK(kvc_mamba_radix_cache_match_req(mradix, flow, &q->kv, &q->rr, NULL));
+  else CHECK(kvc_radix_cache_match_req(radix, &q->kv, &q->rr));
+}
+
+/* Gives back the match of a request that has to wait (it is matched again when admitted),
+ * with the Mamba slot a hit forked for it. */
+static void prefix_unmatch(request *q) {
+  if (mradix) CHECK(kvc_mamba_radix_cache_unlock(mradix, q->kv.cache_node));
+  else CHECK(kvc_radix_cache_unlock(radix, q->kv.cache_node));
+  if (mradix && q->kv.mamba_slot > 0 && !q->kv.req_row) {
+    CHECK(kvc_mamba_pool_free(mamba, &q->kv.mamba_slot, 1));
+    q->kv.mamba_slot = 0;
+  }
+  q->kv.cache_node = NULL;
+  q->kv.prefix_slots = NULL;
+  q->kv.cache_protected_len = 0;
+}
+
+/* --hybrid: the model checkpoints the running state of a request into its next ping-pong
+ * track slot (a real copy launch), for its committed tokens floored to a page; the cache
+ * takes the newest checkpoint that fits when the request finishes. */
+static void checkpoint(request *q, int64_t page) {
+  if (!hybrid || q->kv.mamba_slot <= 0) return;
+  const int k = q->kv.mamba_track_seqlen[0] > q->kv.mamba_track_seqlen[1] ? 1 : 0;
+  const int64_t len = q->kv.kv_committed_len / page * page;
+  if (len == 0 || q->kv.mamba_track[k] <= 0) return;
+  CHECK(kvc_mamba_pool_copy_from(mamba, &q->kv.mamba_slot, &q->kv.mamba_track[k], 1, NULL));
+  q->kv.mamba_track_seqlen[k] = len;
+}
+
 int main(int argc, char **argv) {
-  options o = {0, 0, 16, 256, 8192, 0, 0, 0, 0, 0.2, 42}; /* 0: the backend's default */
+  options o = {0, 0, 16, 256, 8192, 0, 0, 0, 0, 0, 0.2, 42}; /* 0: the backend's default */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(stdout, 0);
@@ -174,6 +221,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(a, "--radix")) {
       o.radix = 1;
+      continue;
+    }
+    if (!strcmp(a, "--hybrid")) {
+      o.radix = o.hybrid = 1;
       continue;
     }
     if (strncmp(a, "--", 2) || i + 1 >= argc) {
@@ -233,9 +284,33 @@ int main(int argc, char **argv) {
   kc.head_dim = head_dim;
   kvc_kv_pool *kv;
   CHECK(kvc_kv_pool_create(ctx, &kc, &kv));
-  kvc_radix_cache *radix = NULL;
   kvc_prefix_cache inner = kvc_chunk_cache();
-  if (o.radix) {
+  if (o.hybrid) { /* 3 Mamba layers per KV layer; slots for every row's running + 2 track
+                     states, and 512 more for the cache */
+    kvc_mamba_pool_config mc = KVC_MAMBA_POOL_CONFIG_INIT;
+    kvc_mamba_shape conv = {2, 0, {4, cuda ? 1024 : 64, 0}};
+    mc.size = 3 * rc.size + 512;
+    mc.num_layers = 3 * o.layers;
+    mc.num_conv = 1;
+    mc.conv_shapes = &conv;
+    mc.temporal_shape[0] = cuda ? 8 : 2;
+    mc.temporal_shape[1] = cuda ? 64 : 16;
+    mc.temporal_shape[2] = cuda ? 32 : 16;
+    CHECK(kvc_mamba_pool_create(ctx, &mc, &mamba));
+    kvc_hybrid_req_pool_config hc = KVC_HYBRID_REQ_POOL_CONFIG_INIT;
+    hc.flags = KVC_HYBRID_TRACK;
+    hc.req_pool = rows;
+    hc.mamba_pool = mamba;
+    CHECK(kvc_hybrid_req_pool_create(ctx, &hc, &hybrid));
+    kvc_mamba_radix_cache_config mx = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
+    mx.radix.page_size = o.page_size;
+    mx.radix.num_slots = o.pool_tokens;
+    mx.radix.req_of = req_of;
+    mx.hybrid_req_pool = hybrid;
+    CHECK(kvc_mamba_radix_cache_create(ctx, &mx, &mradix));
+    inner = kvc_mamba_radix_cache_as_prefix_cache(mradix);
+    printf("hybrid model: %d Mamba layers, %d state slots\n", 3 * o.layers, mc.size);
+  } else if (o.radix) {
     kvc_radix_cache_config xc = KVC_RADIX_CACHE_CONFIG_INIT;
     xc.page_size = o.page_size;
     xc.num_slots = o.pool_tokens;
@@ -250,6 +325,7 @@ int main(int argc, char **argv) {
   fc.req_pool = rows;
   fc.allocator = alloc;
   fc.cache = kvc_session_cache_as_prefix_cache(sessions);
+  fc.hybrid_req_pool = hybrid;
   kvc_flow *flow;
   CHECK(kvc_flow_create(ctx, &fc, &flow));
 
@@ -336,10 +412,10 @@ int main(int argc, char **argv) {
           CHECK(kvc_session_cache_match(sessions, &q->kv, q->prompt, &matched));
           if (matched) start = q->kv.prefix_len;
         }
-        if (radix && !matched) { /* the radix match + admission lock (SGLang match_prefix) */
+        if (o.radix && !matched) { /* the radix match + admission lock (SGLang match_prefix) */
           if (!q->rr.tokens) q->rr.tokens = request_tokens(q, width, &r);
           q->rr.num_tokens = q->rr.prompt_len = q->prompt;
-          CHECK(kvc_radix_cache_match_req(radix, &q->kv, &q->rr));
+          prefix_match(q, flow);
           start = q->kv.prefix_len;
         }
         /* Keep room for one decode page per running request. */
@@ -347,14 +423,13 @@ int main(int argc, char **argv) {
         if (kvc_allocator_available_size(alloc) < (need < o.chunk ? need : o.chunk) ||
             (!q->kv.req_row && kvc_req_to_token_pool_available(rows) == 0)) {
           if (q->kv.cache_node && !q->kv.req_row) { /* wait unmatched: match again when admitted */
-            CHECK(kvc_radix_cache_unlock(radix, q->kv.cache_node));
-            q->kv.cache_node = NULL;
-            q->kv.prefix_slots = NULL;
-            q->kv.prefix_len = q->kv.cache_protected_len = 0;
+            prefix_unmatch(q);
+            q->kv.prefix_len = 0;
           }
           break;
         }
-        q->radix_pending = radix && !matched;
+        q->radix_pending = o.radix && !matched;
+        q->branch = mradix && !matched ? q->rr.mamba_branching_len : 0;
         q->radix_hit = start;
         q->filled = start;
         q->kv.prefix_len = start;
@@ -363,6 +438,7 @@ int main(int argc, char **argv) {
         continue;
       }
       int64_t take = q->prompt - q->filled < budget ? q->prompt - q->filled : budget;
+      if (q->branch > q->filled && q->filled + take > q->branch) take = q->branch - q->filled;
       q->kv.prefix_len = q->filled;
       q->kv.seq_len = q->filled + take;
       q->kv.flags = q->kv.seq_len < q->prompt ? KVC_REQ_CHUNKED : 0;
@@ -381,10 +457,7 @@ int main(int argc, char **argv) {
           q->state = R_WAITING;
           q->radix_pending = false;
           if (q->kv.cache_node && !q->kv.req_row) { /* its radix match is redone at admission */
-            CHECK(kvc_radix_cache_unlock(radix, q->kv.cache_node));
-            q->kv.cache_node = NULL;
-            q->kv.prefix_slots = NULL;
-            q->kv.cache_protected_len = 0;
+            prefix_unmatch(q);
             q->filled = q->kv.prefix_len = 0;
           }
         }
@@ -404,11 +477,13 @@ int main(int argc, char **argv) {
           q->filled = q->kv.seq_len;
           if (q->filled < q->prompt) {
             q->rr.num_tokens = q->kv.kv_committed_len;
+            checkpoint(q, o.page_size); /* the state at the chunk's end, for the cache */
             double a1 = now_us();
             CHECK(kvc_flow_cache_unfinished(flow, &q->kv));
             t_alloc += now_us() - a1;
           } else {
             q->generated = 1; /* the prefill produces the first token */
+            checkpoint(q, o.page_size);
           }
         }
       }
@@ -456,7 +531,8 @@ int main(int argc, char **argv) {
       for (int l = 0; l < o.layers; l++)
         CHECK(kvc_kv_pool_set_kv(kv, l, out_loc, KVC_INDEX_I64, nd, k_src, v_src, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f,
                                  NULL, 1.0f, NULL));
-      for (size_t i = 0; i < nd; i++) batch_req[i]->generated++;
+      for (size_t i = 0; i < nd; i++)
+        if (++batch_req[i]->generated % 64 == 0) checkpoint(batch_req[i], o.page_size);
       decode_tokens += (int64_t)nd;
     }
 
@@ -532,18 +608,32 @@ int main(int argc, char **argv) {
   qsort(alloc_us, nsteps, sizeof(double), cmp_double);
   int64_t held = 0, held_reqs = 0;
   CHECK(kvc_session_cache_held(sessions, o.page_size, &held, NULL, &held_reqs));
-  if (radix) { /* the tree's KV goes back too */
+  if (o.radix) { /* the tree's KV goes back too */
     int64_t cached = 0;
+    kvc_mamba_radix_sizes ms = {0};
     CHECK(kvc_flow_check(flow, NULL, 0));
-    CHECK(kvc_radix_cache_sizes(radix, NULL, NULL, &cached));
+    if (mradix) {
+      CHECK(kvc_mamba_radix_cache_sizes(mradix, &ms));
+      cached = ms.cached;
+    } else {
+      CHECK(kvc_radix_cache_sizes(radix, NULL, NULL, &cached));
+    }
     printf("radix cache: hit rate %.3f (%lld of %lld prompt tokens of new requests reused), prefill tokens saved "
            "%lld; %lld tokens cached at the end\n",
            radix_prompt_tokens ? (double)radix_hit_tokens / (double)radix_prompt_tokens : 0.0,
            (long long)radix_hit_tokens, (long long)radix_prompt_tokens, (long long)radix_hit_tokens, (long long)cached);
-    if (cached) CHECK(kvc_radix_cache_evict(radix, flow, cached, NULL));
+    if (mradix) {
+      printf("mamba radix cache: %lld Mamba states cached at the end (%d slots free of %d)\n",
+             (long long)ms.mamba_cached, kvc_mamba_pool_available(mamba), kvc_mamba_pool_size(mamba));
+      if (cached || ms.mamba_cached)
+        CHECK(kvc_mamba_radix_cache_evict(mradix, flow, cached, ms.mamba_cached, NULL, NULL));
+    } else if (cached) {
+      CHECK(kvc_radix_cache_evict(radix, flow, cached, NULL));
+    }
   }
   int64_t avail = kvc_allocator_available_size(alloc);
-  int all_free = avail == capacity && kvc_req_to_token_pool_available(rows) == rc.size && held == 0;
+  int all_free = avail == capacity && kvc_req_to_token_pool_available(rows) == rc.size && held == 0 &&
+                 (!mamba || kvc_mamba_pool_available(mamba) == kvc_mamba_pool_size(mamba));
   CHECK(kvc_flow_check(flow, NULL, 0));
   printf("served %lld requests (%lld turns), %lld prefill + %lld decode tokens, %lld retractions\n", (long long)served,
          (long long)turns, (long long)prefill_tokens, (long long)decode_tokens, (long long)retractions);
@@ -564,6 +654,9 @@ int main(int argc, char **argv) {
   kvc_flow_destroy(flow);
   kvc_session_cache_destroy(sessions);
   kvc_radix_cache_destroy(radix);
+  kvc_mamba_radix_cache_destroy(mradix);
+  kvc_hybrid_req_pool_destroy(hybrid);
+  kvc_mamba_pool_destroy(mamba);
   for (int k = 0; k < SYSTEM_PROMPTS; k++) free(sys_tokens[k]);
   kvc_kv_pool_destroy(kv);
   kvc_allocator_destroy(alloc);

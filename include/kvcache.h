@@ -777,7 +777,9 @@ typedef struct kvc_radix_req {
                             valid until the next call on the cache) */
   uint64_t swa_lock;    /* kvc_swa_radix_cache: the request's SWA lock receipt (0 = none);
                             zero-initialise, the cache sets and clears it */
-  uint64_t reserved_[1];
+  int64_t mamba_branching_len; /* kvc_mamba_radix_cache_match_req: SGLang mamba_branching_seqlen,
+                                  the full-attention hit floored to pages when it is past the
+                                  Mamba hit, else 0 (stop a chunk there and cache it) */
 } kvc_radix_req;
 
 /** KV events (SGLang / vLLM BlockStored, BlockRemoved, AllBlocksCleared). */
@@ -1170,15 +1172,17 @@ KVC_API kvc_status kvc_swa_radix_cache_check(const kvc_swa_radix_cache *cache);
  *     childless node is deleted whole, any other node keeps its KV and loses its state.
  * Conservation, per component: full free + held by requests + cached == full capacity;
  * Mamba pool available + slots held by requests + mamba_cached == pool size.
- * Not done here: mamba_max_states_per_path, the branching checkpoint length
- * (mamba_branching_seqlen: kvc_mamba_radix_cache_match_prefix reports the full KV hit so
- * the engine can compute it), host offload (HiCache), the checkpoint between chunks (the
- * adapter's cache_unfinished_req is NULL: a chunked request is cached when it finishes).
+ *   - Between chunks (cache_unfinished_req) a copy of the state is inserted; match_req
+ *     reports SGLang's mamba_branching_seqlen (on the page grid) in
+ *     kvc_radix_req.mamba_branching_len: a chunk that ends there caches a state at the
+ *     point where requests branch.
+ * Not done here: mamba_max_states_per_path, host offload (HiCache).
  * KV events (config.radix.on_event): BlockStored for every new node's blocks, BlockRemoved
  * with component KVC_RADIX_COMPONENT_MAMBA when a node loses its state but keeps its KV,
  * BlockRemoved with component ALL when a node is deleted.
- * Stream work: match_req's one copy launch and cache_finished_req's one mapping launch
- * (the hybrid pool's), on the stream given / the flow's; neither is capturable. Single
+ * Stream work: match_req's one copy launch, cache_unfinished_req's one fork launch (and
+ * its row write) and cache_finished_req's one mapping launch (the hybrid pool's), on the
+ * stream given / the flow's; none is capturable. Single
  * writer; a failed call changes nothing, except a free during eviction that the flow
  * reports (the victims before it stay evicted) and a failed mapping launch in
  * cache_finished_req after its insert (the KV stays cached; the request keeps every Mamba
@@ -1217,7 +1221,8 @@ KVC_API kvc_status kvc_mamba_radix_cache_create(kvc_context *ctx,
 KVC_API void kvc_mamba_radix_cache_destroy(kvc_mamba_radix_cache *cache);
 /** kvc_mamba_radix_cache_as_prefix_cache() : the kvc_prefix_cache for a flow with the same
  *  hybrid pool: supports_mamba is 1 (release leaves the Mamba state to
- *  cache_finished_req; allocation under pressure asks for Mamba states), evict frees each
+ *  cache_finished_req; allocation under pressure asks for Mamba states),
+ *  kvc_flow_cache_unfinished calls cache_unfinished_req, evict frees each
  *  component's deficit, the node-only lock callbacks (streaming sessions) take the FULL
  *  path lock and the node's MAMBA lock. */
 KVC_API kvc_prefix_cache kvc_mamba_radix_cache_as_prefix_cache(kvc_mamba_radix_cache *cache);
@@ -1268,6 +1273,18 @@ KVC_API kvc_status kvc_mamba_radix_cache_insert(kvc_mamba_radix_cache *cache, kv
 KVC_API kvc_status kvc_mamba_radix_cache_cache_finished_req(kvc_mamba_radix_cache *cache,
                                                             kvc_flow *flow, kvc_req_state *req,
                                                             int is_insert);
+
+/** kvc_mamba_radix_cache_cache_unfinished_req() : SGLang cache_unfinished_req with a Mamba
+ *  component (chunked prefill): a copy of the request's state (the running state without
+ *  track buffers, else the newest track checkpoint within the committed tokens) goes into
+ *  a new slot (ONE fork launch on the flow's stream; one unlocked state is evicted when the
+ *  pool is empty), the tokens it covers are inserted with it (a node that already has a
+ *  state keeps it and the copy goes back), the tree's slots are written into the row where
+ *  the request's duplicates were, the lock moves to the new node, and cache_protected_len
+ *  = those tokens, prefix_len = kv_committed_len. No state to copy: nothing is done.
+ *  @return as cache_finished_req; KVC_ERR_OUT_OF_SLOTS when no slot can be had. */
+KVC_API kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *cache,
+                                                              kvc_flow *flow, kvc_req_state *req);
 
 /** kvc_mamba_radix_cache_lock() / _unlock() : FULL lock of node and its ancestors and
  *  MAMBA lock of the node (NULL = root: nothing).

@@ -400,6 +400,9 @@ kvc_status kvc_mamba_radix_cache_match_req(kvc_mamba_radix_cache *c, kvc_flow *f
   req->prefix_len = req->cache_protected_len = m.len;
   req->prefix_slots = m.len ? m.slots : NULL;
   req->cache_node = node ? m.node : NULL;
+  /* SGLang mamba_branching_seqlen, on the page grid. */
+  const int64_t branch = full / c->rc->ps * c->rc->ps;
+  rreq->mamba_branching_len = branch > m.len ? branch : 0;
   return post(c, KVC_OK);
 }
 
@@ -544,6 +547,67 @@ kvc_status kvc_mamba_radix_cache_cache_finished_req(kvc_mamba_radix_cache *c, kv
   return post(c, KVC_OK);
 }
 
+kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *c, kvc_flow *flow, kvc_req_state *req) {
+  MAMBA_RADIX_ENTRY(c);
+  const char *fn = __func__;
+  kvc_radix_cache *rc = c->rc;
+  int32_t old;
+  KVC_FORWARD(kvc__rx_req_check(rc, flow, req, fn, &old));
+  KVC_RETURN_IF(flow->hybrid != c->hybrid, c->ctx, KVC_ERR_MISUSE, "%s: the flow binds another hybrid pool", fn);
+  kvc_status st;
+  kvc_radix_req *rr = kvc__rx_req_of(rc, req, fn, &st);
+  KVC_FORWARD(st);
+  const int64_t committed = req->kv_committed_len;
+  int32_t kept, src;
+  int64_t key_len;
+  KVC_FORWARD(pick_donor(c, req, committed / rc->ps * rc->ps, &kept, &src, &key_len, fn));
+  if (!src || key_len <= req->cache_protected_len) return KVC_OK; /* nothing new to cache */
+  KVC_FORWARD(kvc__rx_req_key(rc, rr, old, key_len, fn));
+  KVC_FORWARD(unlockable(c, old, fn));
+  /* The tree's copy of the state: SGLang alloc + copy_from, one fork launch. */
+  int32_t copy = 0;
+  st = kvc_mamba_pool_fork_from(c->pool, src, &copy, flow->stream);
+  if (st == KVC_ERR_OUT_OF_SLOTS && c->states > c->protected_states) {
+    int64_t got = 0, full_done = 0; /* the request's node is locked: its path stays */
+    st = mamba_evict(c, flow, 1, &got, &full_done);
+    if (st == KVC_OK) st = kvc_mamba_pool_fork_from(c->pool, src, &copy, flow->stream);
+  }
+  KVC_FORWARD(st);
+  int64_t prefix;
+  int32_t node;
+  size_t nd = 0, depth;
+  const rx_row_src rs = {flow, req->req_row};
+  st = kvc__rx_insert(rc, flow, fn, rr->ns, rr->tokens, NULL, &rs, KVC__MIN(req->cache_protected_len, key_len), key_len,
+                      rr->priority, rr->inserted_len, 0, &prefix, &node, &nd, &depth);
+  if (st != KVC_OK) {
+    kvc__mamba_pool_unalloc(c->pool, &copy, 1); /* back to the front: the pool as before */
+    return st;
+  }
+  rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
+  kvc__rx_touch_path(rc, depth); /* SGLang re-matches the key */
+  if (!rc->nodes[node].mamba_slot) {
+    attach(c, node, copy);
+  } else {
+    touch(c, node);
+    (void)kvc_mamba_pool_free(c->pool, &copy, 1);
+  }
+  /* The tree's slots go into the row where the request's duplicates were. */
+  if (nd) {
+    int copied;
+    const int64_t *v = kvc__rx_path_values(rc, depth, key_len, NULL, &copied);
+    const int64_t from = req->cache_protected_len;
+    st = kvc_req_to_token_pool_write(flow->cfg.req_pool, req->req_row, (int32_t)from, v + from,
+                                     (size_t)(key_len - from), flow->stream);
+  }
+  lock(c, node);
+  unlock(c, old, fn);
+  req->cache_node = kvc__rx_handle(rc, node);
+  req->cache_protected_len = key_len;
+  req->prefix_len = committed;
+  req->prefix_slots = NULL;
+  return post(c, st);
+}
+
 /* --- Reset, sizes, audit ------------------------------------------------------------------- */
 
 kvc_status kvc_mamba_radix_cache_reset(kvc_mamba_radix_cache *c) {
@@ -641,6 +705,9 @@ static int64_t pc_cached(void *self) {
 static kvc_status pc_finished(void *self, kvc_flow *flow, kvc_req_state *req, int is_insert) {
   return kvc_mamba_radix_cache_cache_finished_req(self, flow, req, is_insert);
 }
+static kvc_status pc_unfinished(void *self, kvc_flow *flow, kvc_req_state *req) {
+  return kvc_mamba_radix_cache_cache_unfinished_req(self, flow, req);
+}
 static void pc_inc(void *self, void *node) {
   kvc_mamba_radix_cache *c = self;
   if (kvc_mamba_radix_cache_lock(c, node) != KVC_OK) kvc__log(c->ctx, KVC_LOG_WARN, "%s", kvc_last_error(c->ctx));
@@ -661,6 +728,7 @@ kvc_prefix_cache kvc_mamba_radix_cache_as_prefix_cache(kvc_mamba_radix_cache *c)
   p.protected_size = pc_protected;
   p.cached_size = pc_cached;
   p.cache_finished_req = pc_finished;
+  p.cache_unfinished_req = pc_unfinished;
   p.inc_lock_ref = pc_inc;
   p.dec_lock_ref = pc_dec;
   return p;

@@ -471,6 +471,83 @@ static void test_flow_donates_the_running_state(void **state) {
   world_free(&w);
 }
 
+/* A chunked request (no track buffers): between chunks a copy of its running state is
+ * inserted for the committed tokens (one fork), the lock moves there, and the next
+ * request sharing the first chunk matches it with mamba_branching_len 0; a request that
+ * shares more KV than states gets the branching length. */
+static void test_chunks_cache_a_copy_of_the_state(void **state) {
+  (void)state;
+  world w;
+  world_make(&w, 8, 0, 1, 0);
+  kvc_mamba_radix_cache_destroy(w.c);
+  kvc_mamba_radix_cache_config cc = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
+  cc.radix.num_slots = 256;
+  cc.radix.req_of = req_of;
+  cc.hybrid_req_pool = w.hp;
+  KVT_OK(kvc_mamba_radix_cache_create(kvt_ctx, &cc, &w.c));
+  const kvc_prefix_cache pc = kvc_mamba_radix_cache_as_prefix_cache(w.c);
+  kvc_allocator *a;
+  kvc_flow *flow = flow_make(&w, &a, 1, 256, &pc);
+  int64_t *out = kvt_dev_alloc(1024 * sizeof(int64_t));
+  static ereq e, f;
+  memset(&e, 0, sizeof e);
+  for (int k = 0; k < 64; k++) e.toks[k] = k + 1;
+  e.rr.tokens = e.toks;
+  e.rr.num_tokens = 40;
+  e.st.seq_len = 16;
+  e.st.flags = KVC_REQ_CHUNKED;
+  KVT_OK(kvc_mamba_radix_cache_match_req(w.c, flow, &e.st, &e.rr, NULL));
+  kvc_req_state *one[] = {&e.st};
+  KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+  unsigned char pat[128], got[128];
+  for (int i = 0; i < 128; i++) pat[i] = (unsigned char)(255 - i);
+  state_rw(&w, e.st.mamba_slot, pat, 1); /* "the model" wrote the running state */
+  e.rr.num_tokens = 16;
+  KVT_OK(kvc_flow_cache_unfinished(flow, &e.st));
+  assert_int_equal(e.st.cache_protected_len, 16);
+  assert_int_equal(e.st.prefix_len, 16);
+  kvc_mamba_radix_sizes z = sizes(&w);
+  assert_int_equal(z.mamba_cached, 1);
+  assert_int_equal(z.mamba_protected, 1); /* the lock moved to the new node */
+  int32_t s;
+  kvc_radix_match m;
+  KVT_OK(kvc_mamba_radix_cache_match_prefix(w.c, 0, e.toks, 16, &m, &s, NULL));
+  assert_int_equal(m.len, 16);
+  assert_true(s > 0 && s != e.st.mamba_slot);
+  state_rw(&w, s, got, 0);
+  assert_memory_equal(got, pat, 128);
+  conserve(&w, flow, a, &e.st, 0, 1);
+  /* The second chunk, then the release (the running state for all 40). */
+  e.rr.num_tokens = 40;
+  e.st.prefix_len = 16;
+  e.st.seq_len = 40;
+  e.st.flags = 0;
+  KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+  KVT_OK(kvc_flow_release(flow, one, 1, 1, NULL));
+  conserve(&w, flow, a, NULL, 0, 0);
+  assert_int_equal(sizes(&w).mamba_cached, 2);
+  /* A request sharing 30 tokens: Mamba hit 16, full hit 30: branching at 30. */
+  memset(&f, 0, sizeof f);
+  for (int k = 0; k < 64; k++) f.toks[k] = k < 30 ? k + 1 : 500 + k;
+  f.rr.tokens = f.toks;
+  f.rr.num_tokens = 50;
+  KVT_OK(kvc_mamba_radix_cache_match_req(w.c, flow, &f.st, &f.rr, NULL));
+  assert_int_equal(f.st.prefix_len, 16);
+  assert_int_equal(f.rr.mamba_branching_len, 30);
+  state_rw(&w, f.st.mamba_slot, got, 0);
+  assert_memory_equal(got, pat, 128);
+  KVT_OK(kvc_mamba_radix_cache_unlock(w.c, f.st.cache_node));
+  KVT_OK(kvc_mamba_pool_free(w.mp, &f.st.mamba_slot, 1));
+  z = sizes(&w);
+  KVT_OK(kvc_mamba_radix_cache_evict(w.c, flow, z.cached, z.mamba_cached, NULL, NULL));
+  conserve(&w, flow, a, NULL, 0, 0);
+  assert_int_equal(kvc_mamba_pool_available(w.mp), 8);
+  kvc_flow_destroy(flow);
+  kvt_dev_free(out);
+  kvc_allocator_destroy(a);
+  world_free(&w);
+}
+
 /* Ping-pong track buffers (page 4): the finished request donates the newest track slot
  * whose checkpoint fits its committed tokens; the KV past the checkpoint is freed. */
 static void test_flow_donates_a_track_checkpoint(void **state) {
@@ -607,6 +684,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_match_req_copies_the_state),
     cmocka_unit_test(test_flow_donates_the_running_state),
     cmocka_unit_test(test_flow_donates_a_track_checkpoint),
+    cmocka_unit_test(test_chunks_cache_a_copy_of_the_state),
     cmocka_unit_test(test_sessions_over_mamba_radix),
 };
 KVT_MAIN("mamba_radix", tests)

@@ -7,7 +7,7 @@
  * pool is empty), extends, decodes, track checkpoints (mamba_track_seqlen, sometimes
  * overshooting or misaligned), releases (insert or abort), evictions of either component
  * through the flow or directly, locks and unlocks of stale, live and garbage handles,
- * matches. Every status must be a known one, and after every step the cache's audit, the
+ * checkpoints between chunks (cache_unfinished_req), matches. Every status must be a known one, and after every step the cache's audit, the
  * flow's conservation check and the Mamba pool's conservation (available + held by live
  * requests + cached states == size) pass; at the end, with everything released and
  * evicted, every KV slot and every Mamba slot is free.
@@ -192,7 +192,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       FZ_STATUS(kvc_mamba_radix_cache_unlock(c, (void *)(uintptr_t)(fz_u32(&f) | 1u)));
       break;
     }
-    default: { /* a match without admission (stamps, splits, refreshes a state) */
+    case 8: /* a checkpoint between chunks: a copy of the state is inserted */
+      if (!e->live || fz_u8(&f) & 1) goto match;
+      e->rr.num_tokens = e->st.kv_committed_len;
+      FZ_STATUS(kvc_flow_cache_unfinished(flow, &e->st));
+      break;
+    default:
+    match : { /* a match without admission (stamps, splits, refreshes a state) */
       kvc_radix_match m;
       int32_t t[64], s;
       int64_t full;
