@@ -8,6 +8,7 @@
  * buffers, and ping-pong track buffers) with conservation per component and sessions.
  */
 #include "../flow/flow_util.h"
+#include "core/fault.h"
 
 typedef struct world {
   kvc_req_to_token_pool *rp;
@@ -548,6 +549,104 @@ static void test_chunks_cache_a_copy_of_the_state(void **state) {
   world_free(&w);
 }
 
+/* Failures: a failed copy launch in match_req and a failed mapping launch in an abort
+ * change nothing; a failed mapping launch after a finished request's insert leaves the KV
+ * cached, the request holding it (locked, cache_protected_len) with every Mamba slot, and
+ * a second release finishes the job; a failed host allocation in the insert changes
+ * nothing. Conservation holds after each. */
+static void test_failures_change_nothing(void **state) {
+  (void)state;
+  world w;
+  world_make(&w, 8, 0, 1, 0);
+  kvc_mamba_radix_cache_destroy(w.c);
+  kvc_mamba_radix_cache_config cc = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
+  cc.radix.num_slots = 256;
+  cc.radix.req_of = req_of;
+  cc.hybrid_req_pool = w.hp;
+  KVT_OK(kvc_mamba_radix_cache_create(kvt_ctx, &cc, &w.c));
+  const kvc_prefix_cache pc = kvc_mamba_radix_cache_as_prefix_cache(w.c);
+  kvc_allocator *a;
+  kvc_flow *flow = flow_make(&w, &a, 1, 256, &pc);
+  int64_t *out = kvt_dev_alloc(1024 * sizeof(int64_t));
+  static ereq e, f;
+  memset(&e, 0, sizeof e);
+  for (int k = 0; k < 64; k++) e.toks[k] = k + 1;
+  e.rr.tokens = e.toks;
+  e.rr.num_tokens = 20;
+  e.st.seq_len = 20;
+  kvc_req_state *one[] = {&e.st};
+  KVT_OK(kvc_mamba_radix_cache_match_req(w.c, flow, &e.st, &e.rr, NULL));
+  KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+  /* The finished request's mapping launch fails after its insert. */
+  kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0);
+  KVT_STATUS(kvc_flow_release(flow, one, 1, 1, NULL), KVC_ERR_CUDA);
+  kvc__fault_reset(kvt_ctx);
+  assert_int_equal(e.st.cache_protected_len, 20);
+  assert_non_null(e.st.cache_node);
+  assert_true(e.st.mamba_slot > 0);
+  kvc_mamba_radix_sizes z = sizes(&w);
+  assert_int_equal(z.cached, 20);
+  assert_int_equal(z.protected_size, 20);
+  assert_int_equal(z.mamba_cached, 0);
+  conserve(&w, flow, a, &e.st, 0, 1);
+  const int32_t running = e.st.mamba_slot;
+  KVT_OK(kvc_flow_release(flow, one, 1, 1, NULL));
+  conserve(&w, flow, a, NULL, 0, 0);
+  z = sizes(&w);
+  assert_int_equal(z.cached, 20);
+  assert_int_equal(z.mamba_cached, 1);
+  assert_int_equal(z.protected_size, 0);
+  int32_t s;
+  kvc_radix_match m;
+  KVT_OK(kvc_mamba_radix_cache_match_prefix(w.c, 0, e.toks, 20, &m, &s, NULL));
+  assert_int_equal(s, running);
+  /* match_req's fork launch fails: nothing changed. */
+  memset(&f, 0, sizeof f);
+  memcpy(f.toks, e.toks, sizeof e.toks);
+  f.rr.tokens = f.toks;
+  f.rr.num_tokens = 30;
+  f.st.seq_len = 30;
+  const int32_t avail = kvc_mamba_pool_available(w.mp);
+  kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0);
+  KVT_STATUS(kvc_mamba_radix_cache_match_req(w.c, flow, &f.st, &f.rr, NULL), KVC_ERR_CUDA);
+  kvc__fault_reset(kvt_ctx);
+  assert_null(f.st.cache_node);
+  assert_int_equal(f.st.mamba_slot, 0);
+  assert_int_equal(kvc_mamba_pool_available(w.mp), avail);
+  z = sizes(&w);
+  assert_int_equal(z.protected_size + z.mamba_protected, 0);
+  conserve(&w, flow, a, NULL, 0, 0);
+  KVT_OK(kvc_mamba_radix_cache_match_req(w.c, flow, &f.st, &f.rr, NULL));
+  assert_int_equal(f.st.prefix_len, 20);
+  one[0] = &f.st;
+  KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+  /* An abort whose mapping launch fails: nothing changed; the retry finishes. */
+  kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0);
+  KVT_STATUS(kvc_flow_release(flow, one, 1, 0, NULL), KVC_ERR_CUDA);
+  kvc__fault_reset(kvt_ctx);
+  assert_int_equal(f.st.cache_protected_len, 20);
+  conserve(&w, flow, a, &f.st, 10, 1);
+  /* A finished request whose insert cannot allocate: nothing changed. */
+  f.rr.num_tokens = 30;
+  kvc__fault_set(kvt_ctx, KVC__FAULT_HOST_ALLOC, 0);
+  const kvc_status st = kvc_flow_release(flow, one, 1, 1, NULL);
+  kvc__fault_reset(kvt_ctx);
+  assert_int_equal(st, KVC_ERR_HOST_OOM);
+  assert_int_equal(sizes(&w).cached, 20);
+  conserve(&w, flow, a, &f.st, 10, 1);
+  KVT_OK(kvc_flow_release(flow, one, 1, 1, NULL));
+  conserve(&w, flow, a, NULL, 0, 0);
+  assert_int_equal(sizes(&w).cached, 30);
+  z = sizes(&w);
+  KVT_OK(kvc_mamba_radix_cache_evict(w.c, flow, z.cached, z.mamba_cached, NULL, NULL));
+  assert_int_equal(kvc_mamba_pool_available(w.mp), 8);
+  assert_int_equal(kvc_allocator_available_size(a), 256);
+  kvc_flow_destroy(flow);
+  kvt_dev_free(out);
+  kvc_allocator_destroy(a);
+  world_free(&w);
+}
+
 /* Ping-pong track buffers (page 4): the finished request donates the newest track slot
  * whose checkpoint fits its committed tokens; the KV past the checkpoint is freed. */
 static void test_flow_donates_a_track_checkpoint(void **state) {
@@ -685,6 +784,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_flow_donates_the_running_state),
     cmocka_unit_test(test_flow_donates_a_track_checkpoint),
     cmocka_unit_test(test_chunks_cache_a_copy_of_the_state),
+    cmocka_unit_test(test_failures_change_nothing),
     cmocka_unit_test(test_sessions_over_mamba_radix),
 };
 KVT_MAIN("mamba_radix", tests)
