@@ -1281,7 +1281,8 @@ KVC_API kvc_status kvc_mamba_radix_cache_cache_finished_req(kvc_mamba_radix_cach
  *  pool is empty), the tokens it covers are inserted with it (a node that already has a
  *  state keeps it and the copy goes back), the tree's slots are written into the row where
  *  the request's duplicates were, the lock moves to the new node, and cache_protected_len
- *  = those tokens, prefix_len = kv_committed_len. No state to copy: nothing is done.
+ *  = those tokens, prefix_len = kv_committed_len. With no state past cache_protected_len
+ *  to copy, only prefix_len = kv_committed_len (and prefix_slots = NULL) is set.
  *  @return as cache_finished_req; KVC_ERR_OUT_OF_SLOTS when no slot can be had. */
 KVC_API kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *cache,
                                                               kvc_flow *flow, kvc_req_state *req);

@@ -561,7 +561,11 @@ kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *c, 
   int32_t kept, src;
   int64_t key_len;
   KVC_FORWARD(pick_donor(c, req, committed / rc->ps * rc->ps, &kept, &src, &key_len, fn));
-  if (!src || key_len <= req->cache_protected_len) return KVC_OK; /* nothing new to cache */
+  if (!src || key_len <= req->cache_protected_len) { /* nothing new to cache: the row holds the KV */
+    req->prefix_len = committed;
+    req->prefix_slots = NULL;
+    return KVC_OK;
+  }
   KVC_FORWARD(kvc__rx_req_key(rc, rr, old, key_len, fn));
   KVC_FORWARD(unlockable(c, old, fn));
   /* The tree's copy of the state: SGLang alloc + copy_from, one fork launch. */
