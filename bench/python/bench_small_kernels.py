@@ -137,6 +137,8 @@ def main():
     ap.add_argument("--replays", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--csv")
+    ap.add_argument("--eager-only", action="store_true",
+                    help="run every configuration 5 times outside a graph and stop (for a profiler)")
     ap.add_argument("--dump-ptx", help="write the PTX of SGLang's two Triton kernels to this directory")
     a = ap.parse_args()
     dev = torch.device("cuda")
@@ -213,6 +215,13 @@ def main():
             except Exception as e:  # the cache layout differs between Triton versions
                 print(f"no PTX for {kernel}: {e!r}")
     dummy = torch.empty(1, device=dev)
+    if a.eager_only:
+        for _kernel, _shape, fns in cases:
+            for f in fns.values():
+                for _ in range(5):
+                    f()
+        torch.cuda.synchronize()
+        return
     empty = {"empty": lambda: _empty_kernel[(1,)](dummy)}
     samples = {}
     for r in range(a.rounds):
