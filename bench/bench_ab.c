@@ -13,7 +13,8 @@
  * Cases (those issue 14 item 7 and issue 20 name): alloc_extend 16 x 512 and 64 x 256 at
  * page 16 (one planned launch writing the table and a device out), alloc_decode at batch
  * 256 and 1024 (page 16 and 64), the paged free of 4096 slots (page 16), the token free
- * of 4096 slots. Only entry points whose signatures are unchanged since 0.1 are used.
+ * of 4096 slots, the decode channel's host half at 256 and 1024. Only entry points whose
+ * signatures are unchanged since 0.1 are used.
  *
  *   usage: kvc_bench_ab LIB_A LIB_B [--reps N] [--host]
  */
@@ -50,6 +51,10 @@ typedef struct lib {
   kvc_status (*mem_alloc)(kvc_context *, size_t, void **);
   void (*mem_free)(kvc_context *, void *);
   kvc_status (*sync)(kvc_context *, kvc_stream);
+  kvc_status (*ch_create)(kvc_allocator *, kvc_req_to_token_pool *, size_t, unsigned, int64_t *, kvc_decode_channel **);
+  void (*ch_destroy)(kvc_decode_channel *);
+  kvc_status (*ch_alloc)(kvc_decode_channel *, size_t, const int64_t *, const int64_t *, const int32_t *, int64_t *);
+  kvc_status (*ch_enqueue)(kvc_decode_channel *, kvc_stream);
 } lib;
 
 static void die(const char *what, const lib *l, kvc_status st) {
@@ -100,6 +105,10 @@ static void lib_open(lib *l, const char *path, int host) {
   BIND(l, mem_alloc, "kvc_memory_alloc");
   BIND(l, mem_free, "kvc_memory_free");
   BIND(l, sync, "kvc_stream_synchronize");
+  BIND(l, ch_create, "kvc_decode_channel_create");
+  BIND(l, ch_destroy, "kvc_decode_channel_destroy");
+  BIND(l, ch_alloc, "kvc_decode_channel_alloc");
+  BIND(l, ch_enqueue, "kvc_decode_channel_enqueue");
   kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
   cfg.backend = host ? KVC_BACKEND_HOST : KVC_BACKEND_AUTO;
   CALL(l, l->context_create(&cfg, &l->ctx));
@@ -128,9 +137,11 @@ typedef struct world {
   int32_t *rows;
   int64_t *pre, *seq, *out, *slots, *cp;
   int64_t *dev_out;
+  kvc_decode_channel *ch;
+  int steps;
 } world;
 
-enum { EXTEND, DECODE, FREE_PAGED, FREE_TOKEN };
+enum { EXTEND, DECODE, CHANNEL, FREE_PAGED, FREE_TOKEN };
 
 typedef struct bench_case {
   const char *name;
@@ -160,10 +171,11 @@ static void world_make(lib *l, world *w, const bench_case *c) {
   CALL(l, l->pool_alloc(w->pool, (size_t)bs, w->rows));
   if (c->kind == EXTEND) {
     for (int i = 0; i < bs; i++) w->seq[i] = c->len;
-  } else if (c->kind == DECODE) {
+  } else if (c->kind == DECODE || c->kind == CHANNEL) {
     for (int i = 0; i < bs; i++) w->seq[i] = 100 + (i * 37) % 400;
     CALL(l, l->extend(w->a, (size_t)bs, w->pre, w->seq, NULL, w->pool, w->rows, NULL, NULL, NULL, NULL));
     for (int i = 0; i < bs; i++) w->seq[i] += 1;
+    if (c->kind == CHANNEL) CALL(l, l->ch_create(w->a, w->pool, (size_t)bs, 64, w->dev_out, &w->ch));
   } else {
     int64_t junk[8 * 16];
     const int jn = c->kind == FREE_TOKEN ? 8 : 8 * c->ps;
@@ -175,6 +187,7 @@ static void world_make(lib *l, world *w, const bench_case *c) {
 
 static void world_free(lib *l, world *w) {
   CALL(l, l->sync(l->ctx, NULL));
+  if (w->ch) l->ch_destroy(w->ch);
   l->mem_free(l->ctx, w->dev_out);
   free(w->rows), free(w->pre), free(w->seq), free(w->out), free(w->slots), free(w->cp);
   l->alloc_destroy(w->a);
@@ -192,6 +205,17 @@ static double run_once(lib *l, world *w, const bench_case *c) {
       CALL(l, l->extend(w->a, (size_t)c->bs, w->pre, w->seq, NULL, w->pool, w->rows, NULL, w->out, w->dev_out, NULL));
     else CALL(l, l->decode(w->a, (size_t)c->bs, w->seq, NULL, w->pool, w->rows, w->out, w->dev_out, NULL));
     t1 = now_us();
+    CALL(l, l->restore(w->a, &s));
+    return t1 - t0;
+  }
+  if (c->kind == CHANNEL) { /* the host half; the kernel that applies the step, untimed */
+    kvc_allocator_state s;
+    CALL(l, l->backup(w->a, &s));
+    t0 = now_us();
+    CALL(l, l->ch_alloc(w->ch, (size_t)c->bs, w->seq, NULL, w->rows, w->out));
+    t1 = now_us();
+    CALL(l, l->ch_enqueue(w->ch, NULL));
+    if (++w->steps % 32 == 0) CALL(l, l->sync(l->ctx, NULL)); /* stay well inside the depth of 64 */
     CALL(l, l->restore(w->a, &s));
     return t1 - t0;
   }
@@ -224,8 +248,9 @@ int main(int argc, char **argv) {
   static const bench_case cases[] = {
       {"alloc_extend 16 x 512", EXTEND, 16, 512, 16}, {"alloc_extend 64 x 256", EXTEND, 64, 256, 16},
       {"alloc_decode", DECODE, 256, 0, 16},           {"alloc_decode", DECODE, 1024, 0, 16},
-      {"alloc_decode", DECODE, 1024, 0, 64},          {"free 4096 (paged)", FREE_PAGED, 1, 0, 16},
-      {"free 4096 (token)", FREE_TOKEN, 1, 0, 1},
+      {"alloc_decode", DECODE, 1024, 0, 64},          {"channel host half", CHANNEL, 256, 0, 16},
+      {"channel host half", CHANNEL, 1024, 0, 16},    {"channel host half", CHANNEL, 1024, 0, 64},
+      {"free 4096 (paged)", FREE_PAGED, 1, 0, 16},    {"free 4096 (token)", FREE_TOKEN, 1, 0, 1},
   };
   const int warm = reps / 10;
   double *t[2] = {malloc(sizeof(double) * (size_t)reps), malloc(sizeof(double) * (size_t)reps)};
