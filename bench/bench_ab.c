@@ -16,7 +16,7 @@
  * of 4096 slots, the decode channel's host half at 256 and 1024. Only entry points whose
  * signatures are unchanged since 0.1 are used.
  *
- *   usage: kvc_bench_ab LIB_A LIB_B [--reps N] [--host]
+ *   usage: kvc_bench_ab LIB_A LIB_B [--reps N] [--host] [--only NAME-PART]
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kvcache.h"
@@ -232,14 +232,16 @@ static double run_once(lib *l, world *w, const bench_case *c) {
 
 int main(int argc, char **argv) {
   int reps = 2000, host = 0;
+  const char *only = NULL;
   const char *paths[2] = {NULL, NULL};
   for (int i = 1, np = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--host")) host = 1;
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (np < 2) paths[np++] = argv[i];
   }
   if (!paths[0] || !paths[1] || reps < 10) {
-    fprintf(stderr, "usage: %s LIB_A LIB_B [--reps N>=10] [--host]\n", argv[0]);
+    fprintf(stderr, "usage: %s LIB_A LIB_B [--reps N>=10] [--host] [--only NAME-PART]\n", argv[0]);
     return 2;
   }
   lib libs[2];
@@ -262,6 +264,7 @@ int main(int argc, char **argv) {
          "B/A med", "B/A min");
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const bench_case *c = &cases[k];
+    if (only && !strstr(c->name, only)) continue;
     world w[2];
     world_make(&libs[0], &w[0], c);
     world_make(&libs[1], &w[1], c);
