@@ -441,3 +441,24 @@ class SWATokenToKVPoolAllocator(_AllocatorBase):
 
     def clear(self):
         self._ctx._check(lib.kvc_swa_allocator_clear(self._h, T.stream(self._cuda)))
+
+    @property
+    def swa_req_ring(self) -> bool:
+        """False: kvcache has no per-request SWA ring mode (every SWA slot is pooled)."""
+        return False
+
+    @property
+    def swa_ring_cost_tokens(self) -> int:
+        return 0
+
+    def set_full_to_swa_mapping(self, full_indices, swa_indices):
+        raise NotImplementedError(
+            "the full->SWA mapping is the allocator's own (host-authoritative, device copy "
+            "written by its launches): pair slots through alloc / alloc_extend / alloc_decode")
+
+    def clear_full_to_swa_mapping(self, full_indices):
+        raise NotImplementedError(
+            "the full->SWA mapping is the allocator's own: free_swa / free release pairs")
+
+    def resize(self, config):
+        raise NotImplementedError("kvcache allocators have a fixed size: create a new one")

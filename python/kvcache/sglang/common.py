@@ -50,10 +50,12 @@ def ceil_align(length: int, page_size: int) -> int:
     return -(-length // page_size) * page_size
 
 
-def get_last_loc(req_to_token, req_pool_indices, prefix_lens):
+def get_last_loc(req_to_token, req_pool_indices_tensor, prefix_lens_tensor):
     """last_loc[i] = req_to_token[rows[i], prefix_lens[i] - 1], -1 for an empty prefix
     (int64). Given the ReqToTokenPool itself, read from its host mirror (no device
-    read); given the req_to_token tensor (SGLang's call), a gather on that tensor."""
+    read); given the req_to_token tensor (SGLang's call), a gather on that tensor.
+    (Parameter names as SGLang's, so keyword calls work.)"""
+    req_pool_indices, prefix_lens = req_pool_indices_tensor, prefix_lens_tensor
     mirror = getattr(req_to_token, "_mirror", None)
     if mirror is not None:
         rows = T.tolist(T.host_i64(req_pool_indices))
