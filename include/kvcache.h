@@ -977,9 +977,8 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
 /** @defgroup kvc_swa_radix_cache SWA radix prefix cache (SGLang SWAComponent / SWARadixCache)
  *
  * The radix cache for models with sliding-window attention layers, driven through a flow
- * with a kvc_swa_allocator whose SWA side is a pool (not ring mode: a ring's SWA KV dies
- * with its request's row, so there is nothing to cache; the flows take no pure-SWA
- * allocator). It is
+ * with a kvc_swa_allocator of any kind: its pool mode (the rules below), KVC_SWA_PURE or
+ * ring mode (config.kind: see kvc_swa_radix_kind for what caching means there). It is
  * the radix tree above (same keys, namespaces, pages, full slots, full locks, policies
  * for the full eviction, events, handles) with an SWA component on every node: the node's
  * SWA side is live, or the node is a tombstone (its full slots cached, their SWA peers
@@ -1016,6 +1015,30 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
 
 typedef struct kvc_swa_radix_cache kvc_swa_radix_cache;
 
+/** Which kind of kvc_swa_allocator the cache serves (kvc_swa_radix_cache_config.kind).
+ *  What caching means with each (SGLang 0.5.23):
+ *   - HYBRID: the allocator's pool mode (full and SWA pools): tombstones, window-valid
+ *     matches, SWA locks, SWA eviction, all the rules above.
+ *   - PURE (KVC_SWA_PURE: every layer SWA, one pool; SGLang PureSWARadixCache, a plain
+ *     RadixCache): no tombstones, no window rule, no SWA locks; evict frees
+ *     max(num_tokens, swa_num_tokens) tokens of leaves; a finished request caches its
+ *     committed tokens capped at swa_evict_floor (when > 0) and never past where window
+ *     eviction started freeing its slots, with the prompt split off as the radix cache
+ *     does; the full_* and swa_* sizes are the same numbers (one pool); insert refuses a
+ *     swa_evicted_seqlen other than 0 (those slots are gone).
+ *   - RING (ring_size > 0: per-request SWA rings that die with their row; SGLang's
+ *     swa_gates_prefix_match off): the tree caches full-attention KV only. A match is not
+ *     gated by SWA (valid at every node), kvc_swa_radix_cache_match_req caps the request's
+ *     key at num_tokens - sliding_window so the window is re-prefilled (SGLang's
+ *     swa_reprefill_tail_tokens: a reused window would read another request's ring), no
+ *     tombstones, no SWA locks, swa_* sizes 0 (no SWA capacity is the tree's), and SWA
+ *     eviction frees nothing (KVC_ERR_OUT_OF_SLOTS when only SWA tokens are asked for). */
+typedef enum kvc_swa_radix_kind {
+  KVC_SWA_RADIX_HYBRID = 0,
+  KVC_SWA_RADIX_PURE = 1,
+  KVC_SWA_RADIX_RING = 2
+} kvc_swa_radix_kind;
+
 /** kvc_swa_radix_cache_create()'s arguments. Fill with KVC_SWA_RADIX_CACHE_CONFIG_INIT. */
 typedef struct kvc_swa_radix_cache_config {
   size_t struct_size;
@@ -1026,12 +1049,15 @@ typedef struct kvc_swa_radix_cache_config {
   kvc_radix_free_fn free_swa_slots; /* standalone use (no flow): releases the SWA side of
                                        full slots; NULL = SWA eviction needs a flow */
   void *free_swa_user;
-  uint64_t reserved_[8];
+  int32_t kind; /* kvc_swa_radix_kind, 0 = HYBRID; must match the flow's allocator (calls
+                   given a flow over another kind return KVC_ERR_INVALID_ARGUMENT) */
+  int32_t reserved_i32_;
+  uint64_t reserved_[7];
 } kvc_swa_radix_cache_config;
 
 /* clang-format off */
 #define KVC_SWA_RADIX_CACHE_CONFIG_INIT \
-  { sizeof(kvc_swa_radix_cache_config), KVC_VERSION_NUMBER, 0, KVC_RADIX_CACHE_CONFIG_INIT, NULL, NULL, {0} }
+  { sizeof(kvc_swa_radix_cache_config), KVC_VERSION_NUMBER, 0, KVC_RADIX_CACHE_CONFIG_INIT, NULL, NULL, 0, 0, {0} }
 /* clang-format on */
 
 /** kvc_swa_radix_cache_create() : an empty tree. Copies the config.
