@@ -1001,10 +1001,13 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
  *     childless unlocked tombstone ancestors.
  * Conservation, per component: full free + held by requests + cached == full capacity;
  * SWA free + held + swa_cached == SWA capacity (kvc_swa_radix_cache_sizes).
- * Not done here: reviving a tombstone from an insert's slots (its incoming slots are freed
- * as duplicates), the request checkpoint between
- * chunks (the adapter's
- * cache_unfinished_req is NULL: a chunked request is cached when it finishes).
+ * Chunked prefill and revival: kvc_swa_radix_cache_cache_unfinished_req checkpoints a
+ * request between chunks (SGLang checkpoint_kv_cache). An insert of a request's row
+ * revives the tombstones it overlaps where the request's own slots are SWA-live (past its
+ * swa_evicted_seqlen and its cache_protected_len) and the node is not locked: the node
+ * takes the incoming slots and its old full slots are freed (full side only); the other
+ * overlapped slots are duplicates, freed as usual (below swa_evicted_seqlen that releases
+ * only their full side). kvc_swa_radix_cache_insert (no request) revives nothing.
  * KV events (config.radix.on_event): BlockStored for every new node's blocks, BlockRemoved
  * with component KVC_RADIX_COMPONENT_SWA when blocks become tombstones (evicted, or
  * inserted past the window), BlockRemoved with component ALL when a node is deleted.
@@ -1106,6 +1109,18 @@ KVC_API kvc_status kvc_swa_radix_cache_insert(kvc_swa_radix_cache *cache, kvc_fl
 KVC_API kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *cache,
                                                           kvc_flow *flow, kvc_req_state *req,
                                                           int is_insert);
+
+/** kvc_swa_radix_cache_cache_unfinished_req() : kvc_radix_cache_cache_unfinished_req for
+ *  the SWA tree (SGLang checkpoint_kv_cache between chunks): inserts the committed tokens
+ *  floored to pages (PURE: capped as for a finished request) with req->swa_evicted_seqlen
+ *  (tombstones below it, revival above: see the group), re-matches the key, writes the
+ *  tree's slots into the row where duplicates were, and moves the request's locks to the
+ *  new node: FULL on the path, SWA on its last window (rreq->swa_lock; 0 when that window
+ *  is not all live, or for PURE / RING). Sets cache_protected_len, prefix_len.
+ *  @return as cache_finished_req; KVC_ERR_MISUSE for a slot of the row over a revivable
+ *  tombstone that the tree already holds (nothing changed). */
+KVC_API kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *cache,
+                                                            kvc_flow *flow, kvc_req_state *req);
 
 /** kvc_swa_radix_cache_lock() : FULL lock of node and its ancestors, SWA lock of the last
  *  window; *swa_receipt (required) gets the SWA part's receipt (0 for the root).

@@ -61,6 +61,10 @@ struct kvc_swa_radix_cache {
   } * lru, *aside;
   size_t lru_len, lru_cap;
   uint8_t *in_lru;
+  /* A request's row as an insert's values (revival substitutes the tree's), and the old
+   * full slots of revived tombstones: both key-length scratch. */
+  int64_t *vals, *old_full;
+  size_t vals_cap;
 };
 
 #define SWA_RADIX_ENTRY(c) KVC_CHECK_HANDLE(c, KVC__SWA_RADIX_MAGIC, "cache", "kvc_swa_radix_cache")
@@ -206,6 +210,8 @@ void kvc_swa_radix_cache_destroy(kvc_swa_radix_cache *c) {
   kvc__free(ctx, c->lru);
   kvc__free(ctx, c->aside);
   kvc__free(ctx, c->in_lru);
+  kvc__free(ctx, c->vals);
+  kvc__free(ctx, c->old_full);
   c->magic = 0;
   kvc__free(ctx, c);
 }
@@ -432,14 +438,25 @@ kvc_status kvc_swa_radix_cache_match_req(kvc_swa_radix_cache *c, kvc_req_state *
  * tombstone, split off when the leaf goes past it (a node reserved by the insert). */
 static void tombstone_leaf(kvc_swa_radix_cache *c, int32_t node, int64_t prefix, int64_t n, int64_t evicted) {
   kvc_radix_cache *rc = c->rc;
-  if (!has_swa(c) || n <= prefix || evicted <= prefix) return;
-  const int64_t t = KVC__MIN(evicted, n) - prefix;
-  int32_t x = node;
-  if (t < rc->hot[node].len) x = kvc__rx_split(rc, node, (int32_t)t);
-  rc->nodes[x].swa_lock = RX_SWA_TOMB;
-  rc->swa_live -= t;
-  /* Stored whole by the insert, its SWA side was never there: said as SWA removed. */
-  if (rc->events_on) kvc__rx_event_removed_as(rc, x, KVC_RADIX_COMPONENT_SWA);
+  if (!has_swa(c) || n <= prefix) return;
+  if (evicted > prefix) {
+    const int64_t t = KVC__MIN(evicted, n) - prefix;
+    int32_t x = node;
+    if (t < rc->hot[node].len) x = kvc__rx_split(rc, node, (int32_t)t);
+    rc->nodes[x].swa_lock = RX_SWA_TOMB;
+    rc->swa_live -= t;
+    /* Stored whole by the insert, its SWA side was never there: said as SWA removed. */
+    if (rc->events_on) kvc__rx_event_removed_as(rc, x, KVC_RADIX_COMPONENT_SWA);
+    if (evicted >= n) return;
+  }
+  /* SGLang _maybe_split_leaf_for_swa_lock: the live part of a new leaf is capped at one
+   * page-aligned window, so an SWA lock on it pins one window of SWA slots, not the whole
+   * (chunked-prefill-long) leaf; the older live part above it is LRU-older. */
+  const int64_t tail = kvc__ceil_align(c->window, rc->ps), len = rc->hot[node].len;
+  if (len > tail && rc->nodes[node].swa_lock == 0) {
+    const int32_t upper = kvc__rx_split(rc, node, (int32_t)(len - tail));
+    lru_note(c, upper);
+  }
 }
 
 static kvc_status check_evicted(const kvc_swa_radix_cache *c, int64_t evicted, const char *fn) {
@@ -467,12 +484,132 @@ kvc_status kvc_swa_radix_cache_insert(kvc_swa_radix_cache *c, kvc_flow *flow, ui
     KVC_FORWARD(lru_reserve(c, __func__));
     size_t depth;
     KVC_FORWARD(
-        kvc__rx_insert(rc, flow, __func__, ns, tokens, slots, NULL, 0, n, 0, 0, 1, &prefix, &node, NULL, &depth));
+        kvc__rx_insert(rc, flow, __func__, ns, tokens, slots, NULL, 0, n, 0, 0, 2, &prefix, &node, NULL, &depth));
     tombstone_leaf(c, node, prefix, n, swa_evicted_seqlen);
     lru_note_path(c, depth, node);
   }
   if (prefix_len) *prefix_len = prefix;
   return post(c, __func__, KVC_OK);
+}
+
+/* --- Request inserts with tombstone revival --------------------------------------------- */
+/*
+ * SGLang's SWA component revives a tombstone the insert overlaps (update_component_on_
+ * insert_overlap / _recover_from_incoming): where the request's own slots are live on the
+ * SWA side (at or past its swa_evicted_seqlen, past what it matched) and the tree's node
+ * there is an unlocked tombstone, the node takes the incoming slots (whose SWA peers are
+ * live) and its old full slots are freed (full only: FreeDeviceKVFullOnly; their SWA side
+ * is gone). Everything else of the overlap is a duplicate as in any insert, freed through
+ * the flow (below the cursor that free releases only the full side, the SWA side being
+ * gone already).
+ *
+ * Done without touching the tree's insert: the row is copied, and at the revivable
+ * positions the tree's own values are put in the copy, so the insert sees no duplicates
+ * there; once it succeeded, the nodes at those positions (the one straddling the start
+ * split off with a node the insert reserved) get the incoming slots, written over their
+ * values in place (each segment position belongs to one node). Every check that can fail
+ * runs before the insert; after it only the flow's free of the old slots can report.
+ */
+
+static kvc_status vals_reserve(kvc_swa_radix_cache *c, size_t n, const char *fn) {
+  if (n <= c->vals_cap) return KVC_OK;
+  size_t cap = c->vals_cap ? c->vals_cap : 256, bytes;
+  while (cap < n) cap *= 2;
+  if (!kvc__mul_size(cap, 2 * sizeof(int64_t), &bytes))
+    return kvc__error(c->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "%zu tokens overflow the insert scratch", n);
+  int64_t *v = kvc__malloc(c->ctx, cap * sizeof *v), *o = kvc__malloc(c->ctx, cap * sizeof *o);
+  if (!v || !o) {
+    kvc__free(c->ctx, v);
+    kvc__free(c->ctx, o);
+    return kvc__error(c->ctx, KVC_ERR_HOST_OOM, fn, "insert scratch for %zu tokens", n);
+  }
+  kvc__free(c->ctx, c->vals);
+  kvc__free(c->ctx, c->old_full);
+  c->vals = v;
+  c->old_full = o;
+  c->vals_cap = cap;
+  return KVC_OK;
+}
+
+/* Whether path node x (an unlocked tombstone) can take incoming slots. */
+static bool revivable(const kvc_radix_cache *rc, int32_t x) {
+  return rc->nodes[x].swa_lock == RX_SWA_TOMB && rc->hot[x].lock_ref == 0;
+}
+
+/* kvc__rx_insert of the request's row[0:n) (from = its cache_protected_len) with the
+ * revival above (HYBRID only); *revived gets the tokens revived; *applied says whether
+ * the insert happened (a failure with it false changed nothing; with it true, the flow
+ * refused the free of the old slots, which stay out of the tree). */
+static kvc_status insert_req(kvc_swa_radix_cache *c, kvc_flow *flow, const kvc_req_state *req, const kvc_radix_req *rr,
+                             int64_t from, int64_t n, const char *fn, int64_t *prefix, int32_t *node, size_t *nd,
+                             size_t *depth, int64_t *revived, bool *applied) {
+  kvc_radix_cache *rc = c->rc;
+  *revived = 0;
+  *applied = false;
+  KVC_FORWARD(vals_reserve(c, (size_t)n, fn));
+  KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)n));
+  KVC_FORWARD(kvc_flow_row_slots(flow, req->req_row, 0, n, c->vals));
+  const int64_t lo0 = KVC__MAX(req->swa_evicted_seqlen, from);
+  int64_t n_rev = 0; /* incoming slots at revivable positions, gathered into old_full */
+  if (has_swa(c) && lo0 < n) {
+    size_t pd;
+    const int64_t p = kvc__rx_probe_path(rc, rr->ns, rr->tokens, n, &pd);
+    int64_t s0 = 0;
+    for (size_t i = 0; i < pd && s0 < p; i++) {
+      const int32_t x = rc->path[i];
+      const int64_t e = s0 + rc->hot[x].len, lo = KVC__MAX(s0, lo0), hi = KVC__MIN(e, p);
+      if (revivable(rc, x) && hi > lo) {
+        const int64_t *tv = rx_vals(&rc->nodes[x]);
+        for (int64_t k = lo; k < hi; k++) {
+          c->old_full[n_rev++] = c->vals[k];
+          c->vals[k] = tv[k - s0];
+        }
+      }
+      s0 = e;
+    }
+    int64_t bad;
+    KVC_RETURN_IF(n_rev && kvc__rx_check_free(rc, c->old_full, n_rev, &bad) != KVC_OK, c->ctx, KVC_ERR_MISUSE,
+                  "%s: the request's slot %lld over an SWA tombstone is outside [1, %lld] or already cached", fn,
+                  (long long)(n_rev ? c->old_full[bad] : 0), (long long)rc->top_slot);
+  }
+  KVC_FORWARD(kvc__rx_insert(rc, flow, fn, rr->ns, rr->tokens, c->vals, NULL, from, n, rr->priority, rr->inserted_len,
+                             3, prefix, node, nd, depth));
+  *applied = true;
+  if (!n_rev) return KVC_OK;
+  /* Revive along the insert's path (node boundaries at *prefix now). */
+  int64_t s0 = 0, n_old = 0;
+  for (size_t i = 0; i < *depth && s0 < *prefix; i++) {
+    int32_t x = rc->path[i];
+    const int64_t e = s0 + rc->hot[x].len;
+    if (revivable(rc, x) && e > lo0 && e <= *prefix) {
+      if (s0 < lo0) { /* the part below lo0 stays a tombstone: x keeps [lo0, e) */
+        kvc__rx_split(rc, x, (int32_t)(lo0 - s0));
+      }
+      const int64_t a = KVC__MAX(s0, lo0), len = e - a;
+      rx_node *nx = &rc->nodes[x];
+      int64_t *tv = rx_vals(nx), run = -1, bad;
+      /* The incoming slots: the row's (substituted in c->vals above, so read again). */
+      KVC_FORWARD(kvc_flow_row_slots(flow, req->req_row, a, e, c->vals + a));
+      kvc__rx_unmark(rc, tv, len);
+      if (kvc__rx_mark(rc, c->vals + a, len, &bad, &run) != KVC_OK) { /* checked: cannot happen */
+        kvc__rx_mark(rc, tv, len, &bad, NULL);
+        for (int64_t k = 0; k < len; k++) c->old_full[n_old++] = c->vals[a + k]; /* freed as duplicates */
+        *nd += (size_t)len;
+      } else {
+        for (int64_t k = 0; k < len; k++) c->old_full[n_old++] = tv[k], tv[k] = c->vals[a + k];
+        nx->run_first = run;
+        nx->swa_lock = 0;
+        nx->swa_uuid = 0;
+        rc->swa_live += len;
+        *revived += len;
+        lru_note(c, x);
+        if (rc->events_on) kvc__rx_event_stored(rc, x);
+      }
+    }
+    s0 = e;
+  }
+  rx_free_path fp = {rc, flow};
+  return n_old ? kvc__rx_free_through(&fp, c->old_full, (size_t)n_old) : KVC_OK;
 }
 
 /* --- Request-level checkpoint --------------------------------------------------------------- */
@@ -544,18 +681,24 @@ kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *c, kvc_fl
   KVC_FORWARD(req_unlock(c, old, rr, __func__));
   int64_t keep = req->cache_protected_len; /* abort: the tree keeps only what it had */
   if (key_len > 0) {
-    const rx_row_src src = {flow, req->req_row};
-    int64_t prefix;
+    int64_t prefix, revived;
     int32_t node;
-    size_t depth;
-    st = kvc__rx_insert(rc, flow, __func__, rr->ns, rr->tokens, NULL, &src, KVC__MIN(req->cache_protected_len, key_len),
-                        key_len, rr->priority, rr->inserted_len, 1, &prefix, &node, NULL, &depth);
-    if (st != KVC_OK) {
+    size_t depth, nd;
+    bool applied;
+    st = insert_req(c, flow, req, rr, KVC__MIN(req->cache_protected_len, key_len), key_len, __func__, &prefix, &node,
+                    &nd, &depth, &revived, &applied);
+    if (!applied) {
       req_relock(c, old, rr);
       return st;
     }
     tombstone_leaf(c, node, prefix, key_len, req->swa_evicted_seqlen);
     lru_note_path(c, depth, node);
+    if (st != KVC_OK) { /* the flow refused the revived tombstones' old slots: reported late */
+      req->cache_node = NULL;
+      req->cache_protected_len = 0;
+      rr->swa_lock = 0;
+      return st;
+    }
     /* SGLang splits no prompt off in a tree with an SWA component; PURE is its plain
      * RadixCache, which does (outputs evicted before the prompt). */
     const int64_t pf = KVC__MIN(rr->prompt_len, rr->num_tokens) / rc->ps * rc->ps;
@@ -565,7 +708,8 @@ kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *c, kvc_fl
                            &unused, NULL);
     }
     rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
-    keep = key_len;
+    /* [0, cache_protected_len) is the tree's whatever the key (PURE may cap it lower). */
+    keep = KVC__MAX(key_len, req->cache_protected_len);
   }
   /* The unaligned tail (insert) or everything past the tree's part (abort) is freed, but
    * what window eviction already released whole (PURE). */
@@ -575,6 +719,61 @@ kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *c, kvc_fl
   rr->swa_lock = 0;
   KVC_FORWARD(st);
   return post(c, __func__, KVC_OK);
+}
+
+kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_flow *flow, kvc_req_state *req) {
+  SWA_RADIX_ENTRY(c);
+  kvc_radix_cache *rc = c->rc;
+  const char *fn = __func__;
+  int32_t old;
+  KVC_FORWARD(kvc__rx_req_check(rc, flow, req, fn, &old));
+  KVC_FORWARD(check_flow(c, flow, fn));
+  kvc_status st;
+  kvc_radix_req *rr = kvc__rx_req_of(rc, req, fn, &st);
+  KVC_FORWARD(st);
+  const int64_t committed = req->kv_committed_len, key_len = req_key_len(c, flow, req);
+  KVC_FORWARD(kvc__rx_req_key(rc, rr, old, key_len, fn));
+  KVC_FORWARD(check_evicted(c, req->swa_evicted_seqlen, fn));
+  KVC_FORWARD(lru_reserve(c, fn));
+  KVC_FORWARD(req_unlock(c, old, rr, fn)); /* refuses a lock below zero, changing nothing ... */
+  req_relock(c, old, rr);                  /* ... and is undone: the old locks go last */
+  const int64_t from = KVC__MIN(req->cache_protected_len, key_len);
+  int32_t node = 0;
+  if (key_len > 0) {
+    int64_t prefix, revived, matched;
+    size_t depth, nd = 0;
+    bool applied;
+    st = insert_req(c, flow, req, rr, from, key_len, fn, &prefix, &node, &nd, &depth, &revived, &applied);
+    if (!applied) return st;
+    tombstone_leaf(c, node, prefix, key_len, req->swa_evicted_seqlen);
+    lru_note_path(c, depth, node);
+    rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
+    /* SGLang re-matches the key (stamping it) and writes the tree's slots into the row
+     * where the request's duplicates were; the scratch for key_len is reserved, so the
+     * walk cannot fail, and it ends at key_len (just inserted). */
+    kvc__rx_match(rc, rr->ns, rr->tokens, key_len, &matched, &node, &depth);
+    lru_note_path(c, depth, 0);
+    if (st == KVC_OK && nd) {
+      int copied;
+      const int64_t *v = kvc__rx_path_values(rc, depth, key_len, NULL, &copied);
+      st = kvc_req_to_token_pool_write(flow->cfg.req_pool, req->req_row, (int32_t)from, v + from,
+                                       (size_t)(key_len - from), flow->stream);
+    }
+  }
+  /* The new locks, then the old ones released (a shared path never drops to zero). */
+  const uint64_t old_receipt = rr->swa_lock;
+  kvc__rx_lock(rc, node);
+  rr->swa_lock = 0;
+  if (node && has_swa(c) && swa_lockable(c, node, fn) == KVC_OK)
+    rr->swa_lock = req->session_id ? swa_lock_chain(c, node) : swa_lock(c, node);
+  kvc_radix_req prev = *rr;
+  prev.swa_lock = old_receipt;
+  KVC_CLEANUP_KEEP_FIRST(req_unlock(c, old, &prev, fn), st); /* validated above */
+  req->cache_node = node ? kvc__rx_handle(rc, node) : NULL;
+  req->cache_protected_len = key_len;
+  req->prefix_len = committed;
+  req->prefix_slots = NULL;
+  return post(c, fn, st);
 }
 
 /* --- Eviction -------------------------------------------------------------------------------- */
@@ -692,7 +891,7 @@ kvc_status kvc_swa_radix_cache_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int
   }
   if (st == KVC_OK && swa_done < swa_num_tokens) st = swa_evict(c, flow, swa_num_tokens, &swa_done, &full_done);
   if (evicted) *evicted = full_done;
-  if (swa_evicted) *swa_evicted = swa_done;
+  if (swa_evicted) *swa_evicted = c->kind == KVC_SWA_RADIX_RING ? 0 : swa_done;
   return post(c, __func__, st);
 }
 
@@ -770,6 +969,9 @@ static int64_t pc_cached(void *self) {
 static kvc_status pc_finished(void *self, kvc_flow *flow, kvc_req_state *req, int is_insert) {
   return kvc_swa_radix_cache_cache_finished_req(self, flow, req, is_insert);
 }
+static kvc_status pc_unfinished(void *self, kvc_flow *flow, kvc_req_state *req) {
+  return kvc_swa_radix_cache_cache_unfinished_req(self, flow, req);
+}
 /* Node-only locks (sessions): FULL on the path, a chain lock on SWA. */
 static void pc_inc(void *self, void *node) {
   kvc_swa_radix_cache *c = self;
@@ -799,6 +1001,7 @@ kvc_prefix_cache kvc_swa_radix_cache_as_prefix_cache(kvc_swa_radix_cache *c) {
   p.protected_size = pc_protected;
   p.cached_size = pc_cached;
   p.cache_finished_req = pc_finished;
+  p.cache_unfinished_req = pc_unfinished;
   p.inc_lock_ref = pc_inc;
   p.dec_lock_ref = pc_dec;
   return p;

@@ -38,6 +38,7 @@ typedef struct rig {
   kvc_swa_radix_cache *c;
   kvc_flow *flow;
   int64_t *out;
+  int32_t kind; /* the cache's */
 } rig;
 
 /* kind: the allocator's and the cache's (cache_kind may differ: the mismatch test). */
@@ -58,6 +59,7 @@ static void rig_make(rig *r, int32_t kind, int32_t cache_kind, int32_t window) {
   cc.radix.num_slots = kvc_swa_allocator_size_full(r->a);
   cc.radix.req_of = req_of;
   KVT_OK(kvc_swa_radix_cache_create(kvt_ctx, &cc, &r->c));
+  r->kind = cache_kind;
   kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
   fc.page_size = 1;
   fc.req_pool = r->pool;
@@ -104,7 +106,7 @@ static void run_req_like(rig *r, ereq *e, const ereq *like, int id, int prompt, 
   e->st.swa_evict_floor = floor;
   KVT_OK(kvc_swa_radix_cache_match_req(r->c, &e->st, &e->rr));
   assert_int_equal(e->st.prefix_len, want_prefix);
-  assert_int_equal(e->rr.swa_lock, 0); /* PURE / RING take no SWA lock */
+  if (r->kind != KVC_SWA_RADIX_HYBRID) assert_int_equal(e->rr.swa_lock, 0); /* PURE / RING: no SWA lock */
   kvc_req_state *one[] = {&e->st};
   KVT_OK(kvc_flow_alloc_for_extend(r->flow, one, 1, r->out, NULL));
   for (int step = 0; step < decode; step++) {
@@ -265,6 +267,110 @@ static void test_kind_mismatch_is_refused(void **state) {
   }
 }
 
+/* --- Revival and chunked checkpoints (HYBRID) --------------------------------------- */
+
+/* Window 4, page 1. A: 16-token prompt + 16 decoded: window eviction leaves [0, 26) a
+ * tombstone when A is cached, [26, 32) live. B: A's first 20 tokens as its prompt: its
+ * match is 0 (a tombstone with nothing live after it is no valid end), it prefills all
+ * 20 with its own slots, all SWA-live. B's release revives [0, 20) from B's slots (the
+ * node split at 20 by the insert) and frees A's old full slots there, full side only:
+ * SWA cached grows by 20, full cached stays, and C (those 20 + 4 of its own) matches 20
+ * tokens: B's slots. */
+static void test_insert_revives_tombstones(void **state) {
+  (void)state;
+  rig r;
+  rig_make(&r, KVC_SWA_RADIX_HYBRID, KVC_SWA_RADIX_HYBRID, 4);
+  static ereq e[3];
+  run_req(&r, &e[0], 0, 16, 16, 16, 0, 0);
+  assert_int_equal(e[0].st.swa_evicted_seqlen, 26);
+  kvc_req_state *one[] = {&e[0].st};
+  KVT_OK(kvc_flow_release(r.flow, one, 1, 1, NULL));
+  assert_int_equal(sizes(r.c).cached, 32);
+  assert_int_equal(sizes(r.c).swa_cached, 6);
+  run_req_like(&r, &e[1], &e[0], 1, 20, 20, 0, 0, 0);
+  int64_t bslots[20];
+  KVT_OK(kvc_flow_row_slots(r.flow, e[1].st.req_row, 0, 20, bslots));
+  const int64_t full0 = kvc_swa_allocator_full_available_size(r.a);
+  one[0] = &e[1].st;
+  KVT_OK(kvc_flow_release(r.flow, one, 1, 1, NULL));
+  assert_int_equal(sizes(r.c).cached, 32);
+  assert_int_equal(sizes(r.c).swa_cached, 26);
+  /* B's 20 slots stayed (the tree's now); A's 20 old full slots came back instead. */
+  assert_int_equal(kvc_swa_allocator_full_available_size(r.a), full0 + 20);
+  conserve(&r, NULL, 0, 0);
+  kvc_radix_match m;
+  KVT_OK(kvc_swa_radix_cache_match_prefix(r.c, 0, e[1].toks, 20, &m));
+  assert_int_equal(m.len, 20);
+  for (int i = 0; i < 20; i++) assert_int_equal(m.slots[i], bslots[i]);
+  run_req_like(&r, &e[2], &e[1], 2, 24, 20, 0, 0, 20);
+  conserve(&r, &e[2].st, 4, 4);
+  one[0] = &e[2].st;
+  KVT_OK(kvc_flow_release(r.flow, one, 1, 1, NULL));
+  conserve(&r, NULL, 0, 0);
+  const kvc_swa_radix_sizes z = sizes(r.c);
+  KVT_OK(kvc_swa_radix_cache_evict(r.c, r.flow, z.cached, z.swa_cached, NULL, NULL));
+  assert_int_equal(sizes(r.c).cached, 0);
+  conserve(&r, NULL, 0, 0);
+  rig_free(&r);
+}
+
+/* Window 4. A chunked prefill of 40 tokens in chunks of 24 and 16: the checkpoint after
+ * the first chunk caches [0, 24), locks its node (FULL path, SWA last window) and makes
+ * the row's [0, 24) the tree's; a second request with the same 24 tokens checkpointed
+ * meanwhile finds them cached, its duplicates freed and its row rewritten with the
+ * tree's slots; both finish and release. */
+static void test_chunked_checkpoint(void **state) {
+  (void)state;
+  rig r;
+  rig_make(&r, KVC_SWA_RADIX_HYBRID, KVC_SWA_RADIX_HYBRID, 4);
+  static ereq e[2];
+  kvc_req_state *both[2];
+  for (int i = 0; i < 2; i++) {
+    memset(&e[i], 0, sizeof e[i]);
+    for (int k = 0; k < 64; k++) e[i].toks[k] = k;
+    e[i].rr.tokens = e[i].toks;
+    e[i].rr.num_tokens = 24;
+    e[i].rr.prompt_len = 40;
+    e[i].st.seq_len = 24;
+    e[i].st.flags = KVC_REQ_CHUNKED;
+    KVT_OK(kvc_swa_radix_cache_match_req(r.c, &e[i].st, &e[i].rr));
+    both[i] = &e[i].st;
+  }
+  KVT_OK(kvc_flow_alloc_for_extend(r.flow, both, 2, r.out, NULL));
+  for (int i = 0; i < 2; i++) e[i].st.kv_committed_len = 24;
+  KVT_OK(kvc_flow_cache_unfinished(r.flow, &e[0].st));
+  assert_int_equal(e[0].st.cache_protected_len, 24);
+  assert_int_equal(e[0].st.prefix_len, 24);
+  assert_non_null(e[0].st.cache_node);
+  assert_true(e[0].rr.swa_lock != 0);
+  assert_int_equal(sizes(r.c).cached, 24);
+  assert_int_equal(sizes(r.c).protected_size, 24);
+  assert_int_equal(sizes(r.c).swa_protected, 4); /* the last window only */
+  const int64_t avail = kvc_swa_allocator_full_available_size(r.a);
+  KVT_OK(kvc_flow_cache_unfinished(r.flow, &e[1].st)); /* its 24 slots duplicate e[0]'s */
+  assert_int_equal(kvc_swa_allocator_full_available_size(r.a), avail + 24);
+  const int32_t *r0 = kvc_req_to_token_pool_row(r.pool, e[0].st.req_row);
+  const int32_t *r1 = kvc_req_to_token_pool_row(r.pool, e[1].st.req_row);
+  for (int i = 0; i < 24; i++) assert_int_equal(r1[i], r0[i]);
+  kvc_req_state *lv[] = {&e[0].st, &e[1].st};
+  KVT_OK(kvc_flow_check(r.flow, lv, 2));
+  KVT_OK(kvc_swa_radix_cache_check(r.c));
+  for (int i = 0; i < 2; i++) {
+    e[i].rr.num_tokens = 40;
+    e[i].st.seq_len = 40;
+    e[i].st.flags = 0;
+  }
+  KVT_OK(kvc_flow_alloc_for_extend(r.flow, both, 2, r.out, NULL));
+  for (int i = 0; i < 2; i++) e[i].st.kv_committed_len = 40;
+  KVT_OK(kvc_flow_check(r.flow, lv, 2));
+  KVT_OK(kvc_flow_release(r.flow, both, 2, 1, NULL));
+  conserve(&r, NULL, 0, 0);
+  assert_int_equal(sizes(r.c).cached, 40);
+  assert_int_equal(sizes(r.c).protected_size, 0);
+  assert_int_equal(sizes(r.c).swa_protected, 0);
+  rig_free(&r);
+}
+
 /* --- The SWA LRU -------------------------------------------------------------------- */
 
 typedef struct swalog {
@@ -282,7 +388,7 @@ static kvc_status log_swa(void *user, const int64_t *s, size_t n) {
   return KVC_OK;
 }
 
-/* Window 2. Leaves X = [1..4] (slots 1..4), Y = [5..8] (5..8), Z = [9..12] (9..12), each
+/* Window 4. Leaves X = [1..4] (slots 1..4), Y = [5..8] (5..8), Z = [9..12] (9..12), each
  * FULL-locked with its SWA lock released early, so SWA eviction tombstones them (a
  * full-locked leaf is not deleted). X is matched again after Z was made. SWA eviction of
  * 4 tokens at a time then takes Y (least recently used), Z, and X last; with Y SWA-locked
@@ -292,7 +398,7 @@ static void test_swa_eviction_in_lru_order(void **state) {
   for (int locked = 0; locked < 2; locked++) {
     swalog log = {{0}, {0}, 0, 0};
     kvc_swa_radix_cache_config cc = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
-    cc.sliding_window = 2;
+    cc.sliding_window = 4;
     cc.radix.num_slots = 64;
     cc.radix.free_slots = log_full;
     cc.radix.free_user = &log;
@@ -340,9 +446,8 @@ static void test_swa_eviction_in_lru_order(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_pure_caches_below_the_floor),
-    cmocka_unit_test(test_ring_caches_full_kv_only),
-    cmocka_unit_test(test_kind_mismatch_is_refused),
-    cmocka_unit_test(test_swa_eviction_in_lru_order),
+    cmocka_unit_test(test_pure_caches_below_the_floor), cmocka_unit_test(test_ring_caches_full_kv_only),
+    cmocka_unit_test(test_kind_mismatch_is_refused),    cmocka_unit_test(test_swa_eviction_in_lru_order),
+    cmocka_unit_test(test_insert_revives_tombstones),   cmocka_unit_test(test_chunked_checkpoint),
 };
 KVT_MAIN("swa_radix_kinds", tests)

@@ -11,7 +11,11 @@
  *     subtrees, SWA releases are live tokens outside every lock's last window; the
  *     returned counts match the frees;
  *   - sizes of both components equal the reference's, and the audit passes.
- * Steps: 10^6 by default; SWA_MODEL_STEPS=<n> changes it; KVT_SEED fixes the seed.
+ * The same over the PURE and RING kinds (kvc_swa_radix_kind): no tombstones, matches
+ * not gated, no SWA locks; PURE evicts max(full, SWA) tokens and reports one pool's
+ * sizes twice, RING frees nothing for SWA and reports no SWA sizes.
+ * Steps: 10^6 by default for HYBRID, a fifth of that for each other kind;
+ * SWA_MODEL_STEPS=<n> changes it; KVT_SEED fixes the seed.
  */
 #include "harness.h"
 
@@ -50,6 +54,7 @@ static lk L[MAXLOCK];
 static kvc_prefix_cache PC;
 static int nlk;
 static int64_t W, PS;
+static int32_t KIND; /* kvc_swa_radix_kind of the run */
 static int64_t n_hit, n_ev, n_swaev;
 
 typedef struct logs {
@@ -78,6 +83,7 @@ static int32_t entry_new(int32_t parent, int32_t tok, int64_t slot, bool tomb) {
   R.parent[e] = parent;
   R.slot[e] = slot;
   R.used[e] = 1;
+  tomb = tomb && KIND == KVC_SWA_RADIX_HYBRID;
   R.tomb[e] = tomb;
   R.full_lock[e] = R.swa_lock[e] = 0;
   R.child[parent][tok] = e;
@@ -92,7 +98,8 @@ static void give_slot(int64_t s) { R.free_slots[R.nslots++] = s; }
 static void sizes_agree(kvc_swa_radix_cache *c, uint64_t seed, int64_t step) {
   kvc_swa_radix_sizes s;
   KVT_OK(kvc_swa_radix_cache_sizes(c, &s));
-  if (s.cached != R.cached || s.swa_cached != R.swa_cached)
+  const int64_t swa = KIND == KVC_SWA_RADIX_RING ? 0 : R.swa_cached;
+  if (s.cached != R.cached || s.swa_cached != swa || (KIND == KVC_SWA_RADIX_PURE && s.swa_evictable != s.evictable))
     fail_msg("seed %llu step %lld: sizes %lld/%lld, reference %lld/%lld", (unsigned long long)seed, (long long)step,
              (long long)s.cached, (long long)s.swa_cached, (long long)R.cached, (long long)R.swa_cached);
 }
@@ -107,7 +114,7 @@ static void op_insert(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t
     const int64_t base = R.free_slots[--R.nslots];
     for (int64_t k = 0; k < PS; k++) slots[i + k] = base + k;
   }
-  const int64_t ev = kvt_range(g, 0, 2) ? 0 : kvt_range(g, 0, n) / PS * PS;
+  const int64_t ev = kvt_range(g, 0, 2) || KIND == KVC_SWA_RADIX_PURE ? 0 : kvt_range(g, 0, n) / PS * PS;
   int64_t want = 0;
   for (int32_t e = 0; want < n && R.child[e][page_of(key + want)]; want += PS) e = R.child[e][page_of(key + want)];
   G.nfull = 0;
@@ -138,7 +145,7 @@ static int64_t ref_match(const int32_t *key, int64_t n, int32_t *path) {
     path[i / PS] = e;
     if (R.tomb[e]) seen = true, since = 0;
     else since += PS;
-    if (!seen || since >= W) best = i + PS;
+    if (!seen || since >= W || KIND != KVC_SWA_RADIX_HYBRID) best = i + PS;
   }
   return best;
 }
@@ -164,16 +171,19 @@ static void op_match(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t 
   l->chain = kvt_range(g, 0, 3) == 0;
   if (l->chain) {
     PC.inc_lock_ref(PC.self, m.node);
-    l->receipt = 3; /* the chain receipt */
+    l->receipt = KIND == KVC_SWA_RADIX_HYBRID ? 3 : 0; /* the chain receipt */
   } else {
     KVT_OK(kvc_swa_radix_cache_lock(c, m.node, &l->receipt));
+    if (KIND != KVC_SWA_RADIX_HYBRID && l->receipt)
+      fail_msg("seed %llu step %lld: an SWA receipt from a kind without SWA locks", (unsigned long long)seed,
+               (long long)step);
   }
   int64_t k = 0;
   bool chain_on = true;
   for (int32_t x = l->at; x; x = R.parent[x], k++) {
     R.full_lock[x]++;
     chain_on = chain_on && !R.tomb[x];
-    if (l->chain ? chain_on : k * PS < W) R.swa_lock[x]++;
+    if (l->receipt && (l->chain ? chain_on : k * PS < W)) R.swa_lock[x]++;
   }
 }
 
@@ -191,7 +201,8 @@ static void op_unlock(kvc_swa_radix_cache *c, kvt_rng *g) {
     ref_swa_release(l);
     return;
   }
-  if (l->chain && l->receipt) PC.dec_lock_ref(PC.self, l->node); /* logs, never fails silently: sizes */
+  if (l->chain && (l->receipt || KIND != KVC_SWA_RADIX_HYBRID))
+    PC.dec_lock_ref(PC.self, l->node); /* logs, never fails silently: sizes */
   else KVT_OK(kvc_swa_radix_cache_unlock(c, l->node, l->receipt));
   if (l->receipt) ref_swa_release(l);
   for (int32_t x = l->at; x; x = R.parent[x]) R.full_lock[x]--;
@@ -202,9 +213,19 @@ static void op_evict(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t 
   const int64_t swa_n = kvt_range(g, 0, 1) ? kvt_range(g, 0, 60) : 0;
   G.nfull = G.nswa = 0;
   int64_t ev = -1, sev = -1;
+  kvc_swa_radix_sizes before;
+  KVT_OK(kvc_swa_radix_cache_sizes(c, &before));
   kvc_status st = kvc_swa_radix_cache_evict(c, NULL, full_n, swa_n, &ev, &sev);
   if (st == KVC_ERR_OUT_OF_SLOTS) return;
   KVT_OK(st);
+  if (KIND != KVC_SWA_RADIX_HYBRID && G.nswa)
+    fail_msg("seed %llu step %lld: %zu SWA releases by a kind without an SWA component", (unsigned long long)seed,
+             (long long)step, G.nswa);
+  /* PURE: max(full_n, swa_n) tokens of leaves, or every unlocked one (whole subtrees). */
+  const int64_t want = full_n > swa_n ? full_n : swa_n;
+  if (KIND == KVC_SWA_RADIX_PURE && ev < (want < before.evictable ? want : before.evictable))
+    fail_msg("seed %llu step %lld: PURE evicted %lld of max(%lld, %lld)", (unsigned long long)seed, (long long)step,
+             (long long)ev, (long long)full_n, (long long)swa_n);
   n_ev += (int64_t)G.nfull;
   n_swaev += (int64_t)G.nswa;
   /* SWA releases first (a node tombstoned, then deleted by a cascade, appears in both). */
@@ -249,13 +270,15 @@ static void op_evict(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t 
     R.free_ids[R.nfree++] = e;
     give_slot(s);
   }
+  if (KIND == KVC_SWA_RADIX_RING) swa_with_full = 0; /* the rings are the rows' */
   if (ev != (int64_t)G.nfull || sev != (int64_t)G.nswa + swa_with_full)
     fail_msg("seed %llu step %lld: evicted %lld/%lld, freed %zu full %zu SWA + %lld", (unsigned long long)seed,
              (long long)step, (long long)ev, (long long)sev, G.nfull, G.nswa, (long long)swa_with_full);
 }
 
-static void run(uint64_t seed, int64_t steps) {
+static void run(uint64_t seed, int64_t steps, int32_t kind) {
   kvt_rng g = {seed};
+  KIND = kind;
   memset(&R, 0, sizeof R);
   nlk = 0;
   for (int32_t i = MAXN - 1; i >= 1; i--) R.free_ids[R.nfree++] = i;
@@ -268,6 +291,7 @@ static void run(uint64_t seed, int64_t steps) {
   cfg.radix.page_size = (int32_t)PS;
   cfg.radix.free_slots = log_full;
   cfg.free_swa_slots = log_swa;
+  cfg.kind = kind;
   kvc_swa_radix_cache *c;
   KVT_OK(kvc_swa_radix_cache_create(kvt_ctx, &cfg, &c));
   PC = kvc_swa_radix_cache_as_prefix_cache(c);
@@ -299,7 +323,11 @@ static void test_swa_radix_matches_the_reference(void **state) {
   const char *env = getenv("SWA_MODEL_STEPS");
   const int64_t steps = env ? atoll(env) : 1000000;
   const uint64_t seed = kvt_seed();
-  for (int k = 0; k < 4; k++) run(seed + (uint64_t)k, steps / 4);
+  for (int k = 0; k < 4; k++) run(seed + (uint64_t)k, steps / 4, KVC_SWA_RADIX_HYBRID);
+  for (int k = 0; k < 2; k++) {
+    run(seed + 4 + (uint64_t)k, steps / 10, KVC_SWA_RADIX_PURE);
+    run(seed + 6 + (uint64_t)k, steps / 10, KVC_SWA_RADIX_RING);
+  }
 }
 
 static const struct CMUnitTest tests[] = {
