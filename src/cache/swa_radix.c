@@ -623,12 +623,21 @@ static kvc_status req_unlock(kvc_swa_radix_cache *c, int32_t old, const kvc_radi
   return kvc__rx_unlock(c->rc, old, fn);
 }
 
-/* The undo of req_unlock (the tree unchanged since: the walk stops where it stopped). */
+/* The undo of req_unlock: the same nodes as the receipt names (up to its uuid, which a
+ * walk by window coverage may no longer stop at once splits moved it up). */
 static void req_relock(kvc_swa_radix_cache *c, int32_t old, const kvc_radix_req *rr) {
   if (!old) return;
-  kvc__rx_lock(c->rc, old);
-  if (rr->swa_lock == RCPT_CHAIN) swa_lock_chain(c, old);
-  else if (rr->swa_lock) swa_lock(c, old);
+  kvc_radix_cache *rc = c->rc;
+  kvc__rx_lock(rc, old);
+  if (rr->swa_lock == RCPT_CHAIN) {
+    swa_lock_chain(c, old);
+  } else if (rr->swa_lock) {
+    const uint32_t uuid = (uint32_t)(rr->swa_lock >> 2);
+    for (int32_t x = old; x > 0; x = rc->hot[x].parent) {
+      if (rc->nodes[x].swa_lock++ == 0) rc->swa_protected += rc->hot[x].len;
+      if (uuid && rc->nodes[x].swa_uuid == uuid) break;
+    }
+  }
 }
 
 /* Frees the request's row[from, to) but the part window eviction released whole (PURE:
