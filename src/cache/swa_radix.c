@@ -65,6 +65,9 @@ struct kvc_swa_radix_cache {
    * full slots of revived tombstones: both key-length scratch. */
   int64_t *vals, *old_full;
   size_t vals_cap;
+  /* SWA eviction: the SWA sides of consecutive tombstoned victims, released in one free */
+  int64_t *ebuf;
+  size_t ebuf_len, ebuf_cap;
 };
 
 #define SWA_RADIX_ENTRY(c) KVC_CHECK_HANDLE(c, KVC__SWA_RADIX_MAGIC, "cache", "kvc_swa_radix_cache")
@@ -212,6 +215,7 @@ void kvc_swa_radix_cache_destroy(kvc_swa_radix_cache *c) {
   kvc__free(ctx, c->in_lru);
   kvc__free(ctx, c->vals);
   kvc__free(ctx, c->old_full);
+  kvc__free(ctx, c->ebuf);
   c->magic = 0;
   kvc__free(ctx, c);
 }
@@ -546,14 +550,35 @@ static kvc_status insert_req(kvc_swa_radix_cache *c, kvc_flow *flow, const kvc_r
   kvc_radix_cache *rc = c->rc;
   *revived = 0;
   *applied = false;
-  KVC_FORWARD(vals_reserve(c, (size_t)n, fn));
   KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)n));
-  KVC_FORWARD(kvc_flow_row_slots(flow, req->req_row, 0, n, c->vals));
   const int64_t lo0 = KVC__MAX(req->swa_evicted_seqlen, from);
   int64_t n_rev = 0; /* incoming slots at revivable positions, gathered into old_full */
-  if (has_swa(c) && lo0 < n) {
-    size_t pd;
-    const int64_t p = kvc__rx_probe_path(rc, rr->ns, rr->tokens, n, &pd);
+  /* Only a tree with a tombstone somewhere needs the extra walk; only a revivable node on
+   * the path needs the row copy. */
+  const bool tombs = rc->evictable + rc->protected_ > rc->swa_live;
+  size_t pd = 0;
+  int64_t p = 0;
+  bool any = false;
+  if (has_swa(c) && lo0 < n && tombs) {
+    p = kvc__rx_probe_path(rc, rr->ns, rr->tokens, n, &pd);
+    int64_t s0 = 0;
+    for (size_t i = 0; i < pd && s0 < p && !any; i++) {
+      const int32_t x = rc->path[i];
+      const int64_t e = s0 + rc->hot[x].len;
+      any = revivable(rc, x) && KVC__MIN(e, p) > KVC__MAX(s0, lo0);
+      s0 = e;
+    }
+  }
+  if (!any) {
+    const rx_row_src src = {flow, req->req_row};
+    KVC_FORWARD(kvc__rx_insert(rc, flow, fn, rr->ns, rr->tokens, NULL, &src, from, n, rr->priority, rr->inserted_len, 3,
+                               prefix, node, nd, depth));
+    *applied = true;
+    return KVC_OK;
+  }
+  KVC_FORWARD(vals_reserve(c, (size_t)n, fn));
+  KVC_FORWARD(kvc_flow_row_slots(flow, req->req_row, 0, n, c->vals));
+  {
     int64_t s0 = 0;
     for (size_t i = 0; i < pd && s0 < p; i++) {
       const int32_t x = rc->path[i];
@@ -658,16 +683,18 @@ static kvc_status free_row(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_st
 
 /* The key a finished or chunked request may cache: its committed tokens floored to pages;
  * PURE: capped at swa_evict_floor (SGLang's key_limit, ceil-aligned) when set, and never
- * past where window eviction started freeing the row's slots. */
+ * past where window eviction started freeing the row's slots, but never below
+ * cache_protected_len (which is the tree's already). */
 static int64_t req_key_len(const kvc_swa_radix_cache *c, const kvc_flow *flow, const kvc_req_state *req) {
-  const int64_t ps = c->rc->ps;
-  int64_t k = req->kv_committed_len / ps * ps;
-  if (c->kind != KVC_SWA_RADIX_PURE) return k;
+  const int64_t ps = c->rc->ps, k0 = req->kv_committed_len / ps * ps;
+  if (c->kind != KVC_SWA_RADIX_PURE) return k0;
+  int64_t k = k0;
   if (req->swa_evict_floor > 0) k = KVC__MIN(k, kvc__ceil_align(req->swa_evict_floor, ps));
   int64_t d0, d1;
   kvc__flow_row_dead(flow, req, &d0, &d1);
   if (d1 > d0) k = KVC__MIN(k, d0 / ps * ps);
-  return k;
+  /* Never below what the tree owns already (a checkpoint would shrink it). */
+  return KVC__MAX(k, KVC__MIN(req->cache_protected_len, k0));
 }
 
 kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *c, kvc_flow *flow, kvc_req_state *req,
@@ -810,7 +837,38 @@ static kvc_status drop_tomb_chain(kvc_swa_radix_cache *c, kvc_flow *flow, int32_
   return KVC_OK;
 }
 
-/* SWA eviction in LRU order (the heap above) until `need` SWA tokens are freed in all. */
+/* Releases the SWA sides gathered in ebuf (one free through the flow or the hook). */
+static kvc_status ebuf_flush(kvc_swa_radix_cache *c, kvc_flow *flow) {
+  if (!c->ebuf_len) return KVC_OK;
+  const size_t n = c->ebuf_len;
+  c->ebuf_len = 0;
+  return free_swa_side(c, flow, c->ebuf, n);
+}
+
+/* Gathers the SWA side of victim x into ebuf; false when ebuf cannot grow (the caller
+ * then releases it on its own, after what is gathered). */
+static bool ebuf_add(kvc_swa_radix_cache *c, const int64_t *v, size_t n) {
+  if (c->ebuf_len + n > c->ebuf_cap) {
+    size_t cap = c->ebuf_cap ? c->ebuf_cap : 1024;
+    while (cap < c->ebuf_len + n) {
+      if (cap > SIZE_MAX / 2 / sizeof *c->ebuf) return false;
+      cap *= 2;
+    }
+    int64_t *p = kvc__malloc(c->ctx, cap * sizeof *p);
+    if (!p) return false;
+    if (c->ebuf_len) memcpy(p, c->ebuf, c->ebuf_len * sizeof *p);
+    kvc__free(c->ctx, c->ebuf);
+    c->ebuf = p;
+    c->ebuf_cap = cap;
+  }
+  memcpy(c->ebuf + c->ebuf_len, v, n * sizeof *v);
+  c->ebuf_len += n;
+  return true;
+}
+
+/* SWA eviction in LRU order (the heap above) until `need` SWA tokens are freed in all.
+ * The SWA sides of consecutive tombstoned victims go back in one free, in victim order
+ * (a deleted leaf's full free comes after the ones gathered before it). */
 static kvc_status swa_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t need, int64_t *swa_done,
                             int64_t *full_done) {
   kvc_radix_cache *rc = c->rc;
@@ -835,14 +893,22 @@ static kvc_status swa_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t need
     c->in_lru[x] = 0;
     const int32_t len = rc->hot[x].len, parent = rc->hot[x].parent;
     if (rc->hot[x].nchild == 0 && rc->hot[x].lock_ref == 0) { /* a leaf goes whole */
-      st = free_full(c, flow, x);
-      if (st != KVC_OK) break;
+      st = ebuf_flush(c, flow);
+      if (st == KVC_OK) st = free_full(c, flow, x);
+      if (st != KVC_OK) {
+        c->in_lru[x] = 1; /* nothing changed for x */
+        lru_push(c, e);
+        break;
+      }
       kvc__rx_delete_leaf(rc, x);
       *full_done += len;
       *swa_done += len;
       st = drop_tomb_chain(c, flow, parent, full_done);
     } else {
-      st = free_swa_side(c, flow, rx_vals(n), (size_t)len);
+      if (!ebuf_add(c, rx_vals(n), (size_t)len)) {
+        st = ebuf_flush(c, flow);
+        if (st == KVC_OK) st = free_swa_side(c, flow, rx_vals(n), (size_t)len);
+      }
       if (st != KVC_OK) {
         c->in_lru[x] = 1; /* nothing changed for x */
         lru_push(c, e);
@@ -855,6 +921,7 @@ static kvc_status swa_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t need
       *swa_done += len;
     }
   }
+  KVC_CLEANUP_KEEP_FIRST(ebuf_flush(c, flow), st);
   for (size_t i = 0; i < aside; i++) lru_push(c, c->aside[i]);
   return st;
 }
