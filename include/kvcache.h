@@ -479,7 +479,9 @@ typedef struct kvc_req_state {
   int64_t kv_committed_len;    /* tokens whose KV is final (flows set it = allocated) */
   int64_t kv_allocated_len;    /* tokens with KV slots in the row */
   int64_t cache_protected_len; /* page-aligned prefix owned by the prefix cache */
-  int64_t swa_evict_floor;     /* SWA: never evict below this */
+  int64_t swa_evict_floor;     /* SWA: window eviction never frees below this (a PURE SWA
+                                  radix cache caches up to it); must not rise past
+                                  swa_evicted_seqlen once eviction started */
   int64_t swa_evicted_seqlen;  /* SWA: tokens whose SWA KV is already freed */
   uint64_t session_id;         /* streaming session, 0 = none */
   void *cache_node;            /* prefix-cache handle of the matched node */
@@ -990,15 +992,17 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
  *     tokens since the last tombstone reach sliding_window; a path with no tombstone is
  *     valid at every node. The walk still splits and stamps as kvc_radix_cache_match_prefix.
  *   - Insert: the part of the new leaf below the request's swa_evicted_seqlen (its SWA
- *     KV already freed by window eviction) becomes a tombstone node.
+ *     KV already freed by window eviction) becomes a tombstone node; its live part is
+ *     capped at one page-aligned window (split: an SWA lock then pins one window).
  *   - Locks: FULL locks the node and every ancestor; SWA only the nodes covering the last
  *     sliding_window tokens. The SWA part comes back as a receipt (kvc_radix_req.swa_lock
  *     for requests) and can be released early (kvc_swa_radix_cache_unlock_swa).
  *   - Eviction, per component with its own sizes: FULL evicts unlocked leaves in the
  *     policy's order (their SWA side goes with them); SWA takes SWA-unlocked live nodes
- *     in LRU order: an inner or full-locked node becomes a tombstone (SWA side released
- *     through the allocator's window free), an unlocked leaf is deleted, and so are its
- *     childless unlocked tombstone ancestors.
+ *     in LRU order (a separate SWA LRU, cost proportional to the victims): an inner or
+ *     full-locked node becomes a tombstone (SWA side released through the allocator's
+ *     window free), an unlocked leaf is deleted, and so are its childless unlocked
+ *     tombstone ancestors.
  * Conservation, per component: full free + held by requests + cached == full capacity;
  * SWA free + held + swa_cached == SWA capacity (kvc_swa_radix_cache_sizes).
  * Chunked prefill and revival: kvc_swa_radix_cache_cache_unfinished_req checkpoints a
@@ -1074,9 +1078,10 @@ KVC_API kvc_status kvc_swa_radix_cache_create(kvc_context *ctx,
 KVC_API void kvc_swa_radix_cache_destroy(kvc_swa_radix_cache *cache);
 /** kvc_swa_radix_cache_as_prefix_cache() : the kvc_prefix_cache for a flow with a
  *  kvc_swa_allocator: release calls cache_finished_req (with the request's
- *  swa_evicted_seqlen), allocation under pressure evicts each side's deficit. Its node-only
- *  lock callbacks (streaming sessions) take the FULL lock and an SWA chain lock (every live
- *  node up to the first tombstone: releasable without a receipt). */
+ *  swa_evicted_seqlen), kvc_flow_cache_unfinished calls cache_unfinished_req, allocation
+ *  under pressure evicts each side's deficit. Its node-only lock callbacks (streaming
+ *  sessions) take the FULL lock and (HYBRID) an SWA chain lock (every live node up to the
+ *  first tombstone: releasable without a receipt). */
 KVC_API kvc_prefix_cache kvc_swa_radix_cache_as_prefix_cache(kvc_swa_radix_cache *cache);
 
 /** kvc_swa_radix_cache_match_prefix() : match of tokens[0:n) (floored to pages) with the
