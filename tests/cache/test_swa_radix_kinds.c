@@ -14,6 +14,7 @@
  *     goes back in the order at its new stamp, SWA-locked nodes are passed over and stay.
  */
 #include "../flow/flow_util.h"
+#include "core/fault.h"
 
 typedef struct ereq {
   kvc_req_state st;
@@ -371,6 +372,60 @@ static void test_chunked_checkpoint(void **state) {
   rig_free(&r);
 }
 
+/* Host allocation failures (the Nth, N = 0, 1, ... until the call succeeds): a release
+ * whose insert revives tombstones (its scratch, the LRU's growth) fails with HOST_OOM
+ * having changed nothing, and succeeds when retried; an SWA eviction whose batch buffer
+ * cannot grow still evicts (each victim's SWA side freed on its own) and stays sound. */
+static void test_host_oom_changes_nothing(void **state) {
+  (void)state;
+  rig r;
+  rig_make(&r, KVC_SWA_RADIX_HYBRID, KVC_SWA_RADIX_HYBRID, 4);
+  static ereq e[2];
+  run_req(&r, &e[0], 0, 16, 16, 16, 0, 0);
+  kvc_req_state *one[] = {&e[0].st};
+  KVT_OK(kvc_flow_release(r.flow, one, 1, 1, NULL));
+  run_req_like(&r, &e[1], &e[0], 1, 20, 20, 0, 0, 0);
+  one[0] = &e[1].st;
+  int failures = 0;
+  for (int64_t n = 0;; n++) {
+    const kvc_swa_radix_sizes z0 = sizes(r.c);
+    const int64_t f0 = kvc_swa_allocator_full_available_size(r.a), w0 = kvc_swa_allocator_swa_available_size(r.a);
+    kvc__fault_set(kvt_ctx, KVC__FAULT_HOST_ALLOC, n);
+    const kvc_status st = kvc_flow_release(r.flow, one, 1, 1, NULL);
+    kvc__fault_set(kvt_ctx, KVC__FAULT_HOST_ALLOC, -1);
+    if (st == KVC_OK) break;
+    assert_int_equal(st, KVC_ERR_HOST_OOM);
+    failures++;
+    const kvc_swa_radix_sizes z1 = sizes(r.c);
+    assert_int_equal(z1.cached, z0.cached);
+    assert_int_equal(z1.swa_cached, z0.swa_cached);
+    assert_int_equal(z1.protected_size, z0.protected_size);
+    assert_int_equal(kvc_swa_allocator_full_available_size(r.a), f0);
+    assert_int_equal(kvc_swa_allocator_swa_available_size(r.a), w0);
+    assert_true(e[1].st.req_row != 0);
+    kvc_req_state *lv[] = {&e[1].st};
+    KVT_OK(kvc_flow_check(r.flow, lv, 1));
+    KVT_OK(kvc_swa_radix_cache_check(r.c));
+  }
+  assert_true(failures > 0); /* the revival's scratch was allocated in the call */
+  assert_int_equal(sizes(r.c).swa_cached, 26);
+  conserve(&r, NULL, 0, 0);
+  /* SWA eviction with the batch buffer's allocation failing: still evicts, stays sound. */
+  for (int64_t n = 0; n < 3; n++) {
+    kvc__fault_set(kvt_ctx, KVC__FAULT_HOST_ALLOC, n);
+    int64_t sev = -1;
+    const kvc_status st = kvc_swa_radix_cache_evict(r.c, r.flow, 0, 4, NULL, &sev);
+    kvc__fault_set(kvt_ctx, KVC__FAULT_HOST_ALLOC, -1);
+    assert_true(st == KVC_OK || st == KVC_ERR_OUT_OF_SLOTS);
+    conserve(&r, NULL, 0, 0);
+  }
+  const kvc_swa_radix_sizes z = sizes(r.c);
+  KVT_OK(kvc_swa_radix_cache_evict(r.c, r.flow, z.cached, z.swa_cached, NULL, NULL));
+  conserve(&r, NULL, 0, 0);
+  assert_int_equal(sizes(r.c).cached, 0);
+  rig_free(&r);
+}
+
 /* --- The SWA LRU -------------------------------------------------------------------- */
 
 typedef struct swalog {
@@ -449,5 +504,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_pure_caches_below_the_floor), cmocka_unit_test(test_ring_caches_full_kv_only),
     cmocka_unit_test(test_kind_mismatch_is_refused),    cmocka_unit_test(test_swa_eviction_in_lru_order),
     cmocka_unit_test(test_insert_revives_tombstones),   cmocka_unit_test(test_chunked_checkpoint),
+    cmocka_unit_test(test_host_oom_changes_nothing),
 };
 KVT_MAIN("swa_radix_kinds", tests)
