@@ -1011,7 +1011,8 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
  * swa_evicted_seqlen and its cache_protected_len) and the node is not locked: the node
  * takes the incoming slots and its old full slots are freed (full side only); the other
  * overlapped slots are duplicates, freed as usual (below swa_evicted_seqlen that releases
- * only their full side). kvc_swa_radix_cache_insert (no request) revives nothing.
+ * only their full side). kvc_swa_radix_cache_insert revives the same way from its slots
+ * (from 0, past its swa_evicted_seqlen).
  * KV events (config.radix.on_event): BlockStored for every new node's blocks, BlockRemoved
  * with component KVC_RADIX_COMPONENT_SWA when blocks become tombstones (evicted, or
  * inserted past the window), BlockRemoved with component ALL when a node is deleted.

@@ -63,7 +63,7 @@ struct kvc_swa_radix_cache {
   uint8_t *in_lru;
   /* A request's row as an insert's values (revival substitutes the tree's), and the old
    * full slots of revived tombstones: both key-length scratch. */
-  int64_t *vals, *old_full;
+  int64_t *vals, *old_full, *ranges; /* ranges: 2 x vals_cap (revived [lo, hi) pairs) */
   size_t vals_cap;
   /* SWA eviction: the SWA sides of consecutive tombstoned victims, released in one free */
   int64_t *ebuf;
@@ -215,6 +215,7 @@ void kvc_swa_radix_cache_destroy(kvc_swa_radix_cache *c) {
   kvc__free(ctx, c->in_lru);
   kvc__free(ctx, c->vals);
   kvc__free(ctx, c->old_full);
+  kvc__free(ctx, c->ranges);
   kvc__free(ctx, c->ebuf);
   c->magic = 0;
   kvc__free(ctx, c);
@@ -469,33 +470,6 @@ static kvc_status check_evicted(const kvc_swa_radix_cache *c, int64_t evicted, c
   return KVC_OK;
 }
 
-kvc_status kvc_swa_radix_cache_insert(kvc_swa_radix_cache *c, kvc_flow *flow, uint64_t ns, const int32_t *tokens,
-                                      const int64_t *slots, int64_t n, int64_t swa_evicted_seqlen,
-                                      int64_t *prefix_len) {
-  SWA_RADIX_ENTRY(c);
-  kvc_radix_cache *rc = c->rc;
-  KVC_RETURN_IF(n < 0 || n > INT32_MAX || (n > 0 && (!tokens || !slots)), c->ctx, KVC_ERR_INVALID_ARGUMENT,
-                "%lld tokens / slots at %p / %p", (long long)n, (const void *)tokens, (const void *)slots);
-  KVC_FORWARD(check_evicted(c, swa_evicted_seqlen, __func__));
-  KVC_RETURN_IF(c->kind == KVC_SWA_RADIX_PURE && swa_evicted_seqlen, c->ctx, KVC_ERR_INVALID_ARGUMENT,
-                "%s: swa_evicted_seqlen %lld with a PURE cache: those slots are freed, insert only live ones", __func__,
-                (long long)swa_evicted_seqlen);
-  KVC_FORWARD(check_flow(c, flow, __func__));
-  n = n / rc->ps * rc->ps;
-  int64_t prefix = 0;
-  int32_t node;
-  if (n > 0) {
-    KVC_FORWARD(lru_reserve(c, __func__));
-    size_t depth;
-    KVC_FORWARD(
-        kvc__rx_insert(rc, flow, __func__, ns, tokens, slots, NULL, 0, n, 0, 0, 2, &prefix, &node, NULL, &depth));
-    tombstone_leaf(c, node, prefix, n, swa_evicted_seqlen);
-    lru_note_path(c, depth, node);
-  }
-  if (prefix_len) *prefix_len = prefix;
-  return post(c, __func__, KVC_OK);
-}
-
 /* --- Request inserts with tombstone revival --------------------------------------------- */
 /*
  * SGLang's SWA component revives a tombstone the insert overlaps (update_component_on_
@@ -519,18 +493,22 @@ static kvc_status vals_reserve(kvc_swa_radix_cache *c, size_t n, const char *fn)
   if (n <= c->vals_cap) return KVC_OK;
   size_t cap = c->vals_cap ? c->vals_cap : 256, bytes;
   while (cap < n) cap *= 2;
-  if (!kvc__mul_size(cap, 2 * sizeof(int64_t), &bytes))
+  if (!kvc__mul_size(cap, 4 * sizeof(int64_t), &bytes))
     return kvc__error(c->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "%zu tokens overflow the insert scratch", n);
-  int64_t *v = kvc__malloc(c->ctx, cap * sizeof *v), *o = kvc__malloc(c->ctx, cap * sizeof *o);
-  if (!v || !o) {
+  int64_t *v = kvc__malloc(c->ctx, cap * sizeof *v), *o = kvc__malloc(c->ctx, cap * sizeof *o),
+          *r = kvc__malloc(c->ctx, 2 * cap * sizeof *r);
+  if (!v || !o || !r) {
     kvc__free(c->ctx, v);
     kvc__free(c->ctx, o);
+    kvc__free(c->ctx, r);
     return kvc__error(c->ctx, KVC_ERR_HOST_OOM, fn, "insert scratch for %zu tokens", n);
   }
   kvc__free(c->ctx, c->vals);
   kvc__free(c->ctx, c->old_full);
+  kvc__free(c->ctx, c->ranges);
   c->vals = v;
   c->old_full = o;
+  c->ranges = r;
   c->vals_cap = cap;
   return KVC_OK;
 }
@@ -540,27 +518,47 @@ static bool revivable(const kvc_radix_cache *rc, int32_t x) {
   return rc->nodes[x].swa_lock == RX_SWA_TOMB && rc->hot[x].lock_ref == 0;
 }
 
-/* kvc__rx_insert of the request's row[0:n) (from = its cache_protected_len) with the
- * revival above (HYBRID only); *revived gets the tokens revived; *applied says whether
- * the insert happened (a failure with it false changed nothing; with it true, the flow
- * refused the free of the old slots, which stay out of the tree). */
-static kvc_status insert_req(kvc_swa_radix_cache *c, kvc_flow *flow, const kvc_req_state *req, const kvc_radix_req *rr,
-                             int64_t from, int64_t n, const char *fn, int64_t *prefix, int32_t *node, size_t *nd,
-                             size_t *depth, int64_t *revived, bool *applied) {
+/* What an insert with revival is given. */
+typedef struct ins_src {
+  const int64_t *vals; /* the slots, or NULL: row `row` of the flow's mirror */
+  int32_t row;
+  uint64_t ns;
+  const int32_t *keys;
+  int64_t evicted, from, n; /* swa_evicted_seqlen, first position not the tree's, tokens */
+  int32_t priority;
+  int64_t inserted_len;
+} ins_src;
+
+static kvc_status src_slots(const ins_src *in, kvc_flow *flow, int64_t a, int64_t b, int64_t *out) {
+  if (in->vals) {
+    memcpy(out, in->vals + a, (size_t)(b - a) * sizeof *out);
+    return KVC_OK;
+  }
+  return kvc_flow_row_slots(flow, in->row, a, b, out);
+}
+
+/* kvc__rx_insert of in's slots with the revival above (HYBRID only). A node is revived
+ * whole from lo0 = max(evicted, from) on, and only when none of its incoming slots is the
+ * tree's own (a re-insert of cached values revives nothing). *revived gets the tokens
+ * revived; *applied says whether the insert happened (a failure with it false changed
+ * nothing; with it true, the flow refused the free of the old slots, which stay out of
+ * the tree). */
+static kvc_status insert_rev(kvc_swa_radix_cache *c, kvc_flow *flow, const ins_src *in, const char *fn, int64_t *prefix,
+                             int32_t *node, size_t *nd, size_t *depth, int64_t *revived, bool *applied) {
   kvc_radix_cache *rc = c->rc;
+  const int64_t n = in->n;
   *revived = 0;
   *applied = false;
   KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)n));
-  const int64_t lo0 = KVC__MAX(req->swa_evicted_seqlen, from);
-  int64_t n_rev = 0; /* incoming slots at revivable positions, gathered into old_full */
+  const int64_t lo0 = KVC__MAX(in->evicted, in->from);
   /* Only a tree with a tombstone somewhere needs the extra walk; only a revivable node on
-   * the path needs the row copy. */
+   * the path needs the copy. */
   const bool tombs = rc->evictable + rc->protected_ > rc->swa_live;
   size_t pd = 0;
   int64_t p = 0;
   bool any = false;
   if (has_swa(c) && lo0 < n && tombs) {
-    p = kvc__rx_probe_path(rc, rr->ns, rr->tokens, n, &pd);
+    p = kvc__rx_probe_path(rc, in->ns, in->keys, n, &pd);
     int64_t s0 = 0;
     for (size_t i = 0; i < pd && s0 < p && !any; i++) {
       const int32_t x = rc->path[i];
@@ -570,21 +568,26 @@ static kvc_status insert_req(kvc_swa_radix_cache *c, kvc_flow *flow, const kvc_r
     }
   }
   if (!any) {
-    const rx_row_src src = {flow, req->req_row};
-    KVC_FORWARD(kvc__rx_insert(rc, flow, fn, rr->ns, rr->tokens, NULL, &src, from, n, rr->priority, rr->inserted_len, 3,
-                               prefix, node, nd, depth));
+    const rx_row_src src = {flow, in->row};
+    KVC_FORWARD(kvc__rx_insert(rc, flow, fn, in->ns, in->keys, in->vals, in->vals ? NULL : &src, in->from, n,
+                               in->priority, in->inserted_len, 3, prefix, node, nd, depth));
     *applied = true;
     return KVC_OK;
   }
   KVC_FORWARD(vals_reserve(c, (size_t)n, fn));
-  KVC_FORWARD(kvc_flow_row_slots(flow, req->req_row, 0, n, c->vals));
+  KVC_FORWARD(src_slots(in, flow, 0, n, c->vals));
+  /* Chosen ranges [lo, hi) in c->ranges (ascending); their incoming slots in old_full. */
+  int64_t n_rev = 0, nr = 0;
   {
     int64_t s0 = 0;
     for (size_t i = 0; i < pd && s0 < p; i++) {
       const int32_t x = rc->path[i];
       const int64_t e = s0 + rc->hot[x].len, lo = KVC__MAX(s0, lo0), hi = KVC__MIN(e, p);
-      if (revivable(rc, x) && hi > lo) {
-        const int64_t *tv = rx_vals(&rc->nodes[x]);
+      bool ok = revivable(rc, x) && hi > lo;
+      const int64_t *tv = rx_vals(&rc->nodes[x]);
+      for (int64_t k = lo; ok && k < hi; k++) ok = c->vals[k] != tv[k - s0];
+      if (ok) {
+        c->ranges[2 * nr] = lo, c->ranges[2 * nr + 1] = hi, nr++;
         for (int64_t k = lo; k < hi; k++) {
           c->old_full[n_rev++] = c->vals[k];
           c->vals[k] = tv[k - s0];
@@ -594,27 +597,26 @@ static kvc_status insert_req(kvc_swa_radix_cache *c, kvc_flow *flow, const kvc_r
     }
     int64_t bad;
     KVC_RETURN_IF(n_rev && kvc__rx_check_free(rc, c->old_full, n_rev, &bad) != KVC_OK, c->ctx, KVC_ERR_MISUSE,
-                  "%s: the request's slot %lld over an SWA tombstone is outside [1, %lld] or already cached", fn,
+                  "%s: the slot %lld over an SWA tombstone is outside [1, %lld] or already cached", fn,
                   (long long)(n_rev ? c->old_full[bad] : 0), (long long)rc->top_slot);
   }
-  KVC_FORWARD(kvc__rx_insert(rc, flow, fn, rr->ns, rr->tokens, c->vals, NULL, from, n, rr->priority, rr->inserted_len,
+  KVC_FORWARD(kvc__rx_insert(rc, flow, fn, in->ns, in->keys, c->vals, NULL, in->from, n, in->priority, in->inserted_len,
                              3, prefix, node, nd, depth));
   *applied = true;
   if (!n_rev) return KVC_OK;
-  /* Revive along the insert's path (node boundaries at *prefix now). */
-  int64_t s0 = 0, n_old = 0;
-  for (size_t i = 0; i < *depth && s0 < *prefix; i++) {
-    int32_t x = rc->path[i];
-    const int64_t e = s0 + rc->hot[x].len;
-    if (revivable(rc, x) && e > lo0 && e <= *prefix) {
-      if (s0 < lo0) { /* the part below lo0 stays a tombstone: x keeps [lo0, e) */
-        kvc__rx_split(rc, x, (int32_t)(lo0 - s0));
-      }
-      const int64_t a = KVC__MAX(s0, lo0), len = e - a;
+  /* Revive the chosen ranges along the insert's path (node boundaries at *prefix now; the
+   * one straddling lo0 is split there, with a node the insert reserved). */
+  int64_t s0 = 0, n_old = 0, j = 0;
+  for (size_t i = 0; i < *depth && s0 < *prefix && j < nr; i++) {
+    const int32_t x = rc->path[i];
+    const int64_t e = s0 + rc->hot[x].len, a = KVC__MAX(s0, lo0);
+    if (a == c->ranges[2 * j] && e == c->ranges[2 * j + 1] && revivable(rc, x)) {
+      j++;
+      if (s0 < lo0) kvc__rx_split(rc, x, (int32_t)(lo0 - s0)); /* x keeps [lo0, e) */
+      const int64_t len = e - a;
       rx_node *nx = &rc->nodes[x];
       int64_t *tv = rx_vals(nx), run = -1, bad;
-      /* The incoming slots: the row's (substituted in c->vals above, so read again). */
-      KVC_FORWARD(kvc_flow_row_slots(flow, req->req_row, a, e, c->vals + a));
+      KVC_FORWARD(src_slots(in, flow, a, e, c->vals + a)); /* the incoming slots again */
       kvc__rx_unmark(rc, tv, len);
       if (kvc__rx_mark(rc, c->vals + a, len, &bad, &run) != KVC_OK) { /* checked: cannot happen */
         kvc__rx_mark(rc, tv, len, &bad, NULL);
@@ -635,6 +637,46 @@ static kvc_status insert_req(kvc_swa_radix_cache *c, kvc_flow *flow, const kvc_r
   }
   rx_free_path fp = {rc, flow};
   return n_old ? kvc__rx_free_through(&fp, c->old_full, (size_t)n_old) : KVC_OK;
+}
+
+/* insert_rev of a request's row[0:n) (from = its cache_protected_len, clipped to n). */
+static kvc_status insert_req(kvc_swa_radix_cache *c, kvc_flow *flow, const kvc_req_state *req, const kvc_radix_req *rr,
+                             int64_t from, int64_t n, const char *fn, int64_t *prefix, int32_t *node, size_t *nd,
+                             size_t *depth, int64_t *revived, bool *applied) {
+  const ins_src in = {NULL, req->req_row, rr->ns,          rr->tokens, req->swa_evicted_seqlen, from,
+                      n,    rr->priority, rr->inserted_len};
+  return insert_rev(c, flow, &in, fn, prefix, node, nd, depth, revived, applied);
+}
+
+kvc_status kvc_swa_radix_cache_insert(kvc_swa_radix_cache *c, kvc_flow *flow, uint64_t ns, const int32_t *tokens,
+                                      const int64_t *slots, int64_t n, int64_t swa_evicted_seqlen,
+                                      int64_t *prefix_len) {
+  SWA_RADIX_ENTRY(c);
+  kvc_radix_cache *rc = c->rc;
+  KVC_RETURN_IF(n < 0 || n > INT32_MAX || (n > 0 && (!tokens || !slots)), c->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "%lld tokens / slots at %p / %p", (long long)n, (const void *)tokens, (const void *)slots);
+  KVC_FORWARD(check_evicted(c, swa_evicted_seqlen, __func__));
+  KVC_RETURN_IF(c->kind == KVC_SWA_RADIX_PURE && swa_evicted_seqlen, c->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "%s: swa_evicted_seqlen %lld with a PURE cache: those slots are freed, insert only live ones", __func__,
+                (long long)swa_evicted_seqlen);
+  KVC_FORWARD(check_flow(c, flow, __func__));
+  n = n / rc->ps * rc->ps;
+  int64_t prefix = 0;
+  int32_t node;
+  if (n > 0) {
+    KVC_FORWARD(lru_reserve(c, __func__));
+    size_t depth, nd = 0;
+    int64_t revived;
+    bool applied;
+    const ins_src in = {slots, 0, ns, tokens, swa_evicted_seqlen, 0, n, 0, 0};
+    kvc_status st = insert_rev(c, flow, &in, __func__, &prefix, &node, &nd, &depth, &revived, &applied);
+    if (!applied) return st;
+    tombstone_leaf(c, node, prefix, n, swa_evicted_seqlen);
+    lru_note_path(c, depth, node);
+    KVC_FORWARD(st); /* the old slots of revived tombstones: the free was refused */
+  }
+  if (prefix_len) *prefix_len = prefix;
+  return post(c, __func__, KVC_OK);
 }
 
 /* --- Request-level checkpoint --------------------------------------------------------------- */

@@ -2,7 +2,9 @@
  * Model-based test of the SWA radix cache against a naive reference: a trie with one
  * entry per cached page (page size 1 or 2 by the seed's parity; its first full slot,
  * tombstone flag, FULL and SWA lock counts).
- * Random inserts (with random swa_evicted_seqlen), matches, locks, early SWA releases,
+ * Random inserts (with random swa_evicted_seqlen; an overlapped unlocked tombstone past it
+ * is revived from the incoming slots, its old slots freed after the duplicates), matches,
+ * locks, early SWA releases,
  * unlocks and evictions of both components. Checked at every step:
  *   - insert's prefix and the duplicates it frees;
  *   - match: length and slots equal the reference's deepest valid end, computed per
@@ -55,7 +57,7 @@ static kvc_prefix_cache PC;
 static int nlk;
 static int64_t W, PS;
 static int32_t KIND; /* kvc_swa_radix_kind of the run */
-static int64_t n_hit, n_ev, n_swaev;
+static int64_t n_hit, n_ev, n_swaev, n_rev;
 
 typedef struct logs {
   int64_t full[SLOTS * 2], swa[SLOTS * 2];
@@ -116,17 +118,42 @@ static void op_insert(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t
   }
   const int64_t ev = kvt_range(g, 0, 2) || KIND == KVC_SWA_RADIX_PURE ? 0 : kvt_range(g, 0, n) / PS * PS;
   int64_t want = 0;
-  for (int32_t e = 0; want < n && R.child[e][page_of(key + want)]; want += PS) e = R.child[e][page_of(key + want)];
+  int32_t pe[MAXKEY];
+  for (int32_t e = 0; want < n && R.child[e][page_of(key + want)]; want += PS)
+    e = pe[want / PS] = R.child[e][page_of(key + want)];
+  /* Revival (HYBRID): an overlapped page that is an unlocked tombstone at or past ev takes
+   * the incoming slots; its old ones are freed after the duplicates of the others. */
+  bool rev[MAXKEY];
+  for (int64_t i = 0; i < want; i += PS)
+    rev[i / PS] = KIND == KVC_SWA_RADIX_HYBRID && R.tomb[pe[i / PS]] && !R.full_lock[pe[i / PS]] && i >= ev;
+  int64_t expect[MAXKEY], ne = 0;
+  for (int64_t i = 0; i < want; i++)
+    if (!rev[i / PS]) expect[ne++] = slots[i];
+  for (int64_t i = 0; i < want; i++)
+    if (rev[i / PS]) expect[ne++] = R.slot[pe[i / PS]] + i % PS;
   G.nfull = 0;
   int64_t prefix = -1;
   KVT_OK(kvc_swa_radix_cache_insert(c, NULL, 0, key, slots, n, ev, &prefix));
   if (prefix != want || (int64_t)G.nfull != want)
     fail_msg("seed %llu step %lld: insert prefix %lld (%zu freed), reference %lld", (unsigned long long)seed,
              (long long)step, (long long)prefix, G.nfull, (long long)want);
-  for (int64_t i = 0; i < want; i++) {
-    if (G.full[i] != slots[i])
-      fail_msg("seed %llu step %lld: duplicate %lld", (unsigned long long)seed, (long long)step, (long long)i);
-    if (i % PS == 0) give_slot(slots[i]);
+  for (int64_t i = 0; i < want; i++)
+    if (G.full[i] != expect[i])
+      fail_msg("seed %llu step %lld: free %lld is slot %lld, reference %lld (duplicates, then revived pages' old "
+               "slots)",
+               (unsigned long long)seed, (long long)step, (long long)i, (long long)G.full[i], (long long)expect[i]);
+  for (int64_t i = 0; i < want; i += PS) {
+    const int32_t e = pe[i / PS];
+    if (!rev[i / PS]) {
+      give_slot(slots[i]);
+      continue;
+    }
+    give_slot(R.slot[e]);
+    for (int64_t k = 0; k < PS; k++) R.owner[R.slot[e] + k] = 0, R.owner[slots[i] + k] = e;
+    R.slot[e] = slots[i];
+    R.tomb[e] = 0;
+    R.swa_cached += PS;
+    n_rev++;
   }
   int32_t e = 0;
   for (int64_t i = 0; i < n; i += PS)
@@ -313,8 +340,8 @@ static void run(uint64_t seed, int64_t steps, int32_t kind) {
     fail_msg("seed %llu: locks left after every unlock: %lld full, %lld SWA tokens", (unsigned long long)seed,
              (long long)z.protected_size, (long long)z.swa_protected);
   if (getenv("SWA_MODEL_VERBOSE"))
-    print_message("W %lld: %lld hits, %lld full frees, %lld SWA releases\n", (long long)W, (long long)n_hit,
-                  (long long)n_ev, (long long)n_swaev);
+    print_message("W %lld: %lld hits, %lld full frees, %lld SWA releases, %lld pages revived\n", (long long)W,
+                  (long long)n_hit, (long long)n_ev, (long long)n_swaev, (long long)n_rev);
   kvc_swa_radix_cache_destroy(c);
 }
 
