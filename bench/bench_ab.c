@@ -156,7 +156,8 @@ static void world_make(lib *l, world *w, const bench_case *c) {
   pc.max_context_len = width;
   CALL(l, l->pool_create(l->ctx, &pc, &w->pool));
   kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
-  ac.kind = c->kind == FREE_TOKEN ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
+  /* page size 1 is the TOKEN kind, as SGLang's TokenToKVPoolAllocator */
+  ac.kind = c->kind == FREE_TOKEN || c->ps == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
   ac.page_size = c->kind == FREE_TOKEN ? 1 : c->ps;
   ac.size = c->kind >= FREE_PAGED ? 1 << 20 : (int64_t)bs * width * 2 + 64 * c->ps;
   CALL(l, l->alloc_create(l->ctx, &ac, &w->a));
@@ -249,10 +250,11 @@ int main(int argc, char **argv) {
   lib_open(&libs[1], paths[1], host);
   static const bench_case cases[] = {
       {"alloc_extend 16 x 512", EXTEND, 16, 512, 16}, {"alloc_extend 64 x 256", EXTEND, 64, 256, 16},
-      {"alloc_decode", DECODE, 256, 0, 16},           {"alloc_decode", DECODE, 1024, 0, 16},
-      {"alloc_decode", DECODE, 1024, 0, 64},          {"channel host half", CHANNEL, 256, 0, 16},
-      {"channel host half", CHANNEL, 1024, 0, 16},    {"channel host half", CHANNEL, 1024, 0, 64},
-      {"free 4096 (paged)", FREE_PAGED, 1, 0, 16},    {"free 4096 (token)", FREE_TOKEN, 1, 0, 1},
+      {"alloc_extend 16 x 512", EXTEND, 16, 512, 1},  {"alloc_decode", DECODE, 256, 0, 16},
+      {"alloc_decode", DECODE, 1024, 0, 16},          {"alloc_decode", DECODE, 1024, 0, 64},
+      {"channel host half", CHANNEL, 256, 0, 16},     {"channel host half", CHANNEL, 1024, 0, 16},
+      {"channel host half", CHANNEL, 1024, 0, 64},    {"free 4096 (paged)", FREE_PAGED, 1, 0, 16},
+      {"free 4096 (token)", FREE_TOKEN, 1, 0, 1},
   };
   const int warm = reps / 10;
   double *t[2] = {malloc(sizeof(double) * (size_t)reps), malloc(sizeof(double) * (size_t)reps)};
