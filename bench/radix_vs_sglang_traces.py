@@ -7,7 +7,7 @@ page size, capacity and operation: each side's median over the rounds (range), t
 counts, and the per-round ratio SGLang median / kvcache median (range). A row is "ok"
 when every round's ratio is >= 20 (issue 15's rule).
 
-Usage: radix_vs_sglang_traces.py [DIR] [--md]
+Usage: radix_vs_sglang_traces.py [DIR] [--rounds 1,2,3]
 """
 import csv
 import glob
@@ -35,10 +35,15 @@ def rng(v, fmt):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    d = args[0] if args else os.path.join(os.path.dirname(__file__), "csv/radix/vs-sglang-traces")
+    argv = sys.argv[1:]
+    only = None
+    if "--rounds" in argv:
+        i = argv.index("--rounds")
+        only = argv[i + 1].split(",")
+        del argv[i : i + 2]
+    d = argv[0] if argv else os.path.join(os.path.dirname(__file__), "csv/radix/vs-sglang-traces")
     rounds = sorted({os.path.basename(p)[len("kvcache-"):-4] for p in glob.glob(os.path.join(d, "kvcache-*.csv"))})
-    rounds = [r for r in rounds if os.path.exists(os.path.join(d, f"sglang-{r}.csv"))]
+    rounds = [r for r in rounds if os.path.exists(os.path.join(d, f"sglang-{r}.csv")) and (not only or r in only)]
     kv = [load(os.path.join(d, f"kvcache-{r}.csv")) for r in rounds]
     sg = [load(os.path.join(d, f"sglang-{r}.csv")) for r in rounds]
     print(f"rounds: {', '.join(rounds)}")
