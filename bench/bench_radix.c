@@ -23,6 +23,10 @@
  * even ones). Eviction through a flow is split into the allocator's free of the victims
  * (timed inside the free hook) and the rest (the tree's share).
  *
+ * KVB_TRACE_DUMP=DIR writes each replay's requests to DIR/<trace>-<page>-<capacity>.bin
+ * (per request: int64 prompt length, int64 output length, int32 tokens[prompt + output]),
+ * which bench/sglang_radix_ref.py --traces DIR replays through SGLang's own RadixCache.
+ *
  * Part 3, SWA (section "swa"): the sysprompt and pressure traces replayed twice with the
  * same requests, once through the full-attention radix cache (token / paged allocator) and
  * once through the SWA radix cache (HYBRID: an SWA allocator with an SWA side of half the
@@ -379,6 +383,7 @@ static void bench_finished(int ps, int64_t tree, int64_t present) {
 typedef struct timed_free {
   kvc_flow *flow;
   double us;
+  int64_t calls, tokens; /* victims freed and their tokens, over the run */
 } timed_free;
 
 static kvc_status timed_flow_free(void *user, const int64_t *slots, size_t n) {
@@ -386,13 +391,15 @@ static kvc_status timed_flow_free(void *user, const int64_t *slots, size_t n) {
   double t0 = kvb_now_us();
   kvc_status st = kvc_flow_free_slots(tf->flow, slots, n);
   tf->us += kvb_now_us() - t0;
+  tf->calls++;
+  tf->tokens += (int64_t)n;
   return st;
 }
 
 /* evict(4096) from a 10^6-token tree through a flow: the victims' slots go back to a real
  * allocator (the cost SGLang's eviction figure includes). */
 static void bench_evict_flow(int ps, int64_t tree) {
-  timed_free tf0 = {NULL, 0};
+  timed_free tf0 = {NULL, 0, 0, 0};
   flow_world w = flow_world_make(ps, tree, 1024, NULL, timed_flow_free, &tf0);
   tf0.flow = w.flow;
   samples s = {0}, s_alloc = {0}, s_tree = {0};
@@ -595,9 +602,22 @@ static void replay(int trace, int ps, int64_t cap) {
   if (!floor_buf) exit(1);
   int64_t prompt_total = 0, hit_total = 0;
   const int nreq = quick ? 300 : 3000;
+  FILE *dump = NULL;
+  if (getenv("KVB_TRACE_DUMP")) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s-%d-%lld.bin", getenv("KVB_TRACE_DUMP"), trace_name[trace], ps, (long long)cap);
+    dump = fopen(path, "wb");
+    if (!dump) exit(1);
+  }
   for (int i = 0; i < nreq; i++) {
     int64_t outn;
     int64_t prompt = make_request(trace, cap, e.toks, &outn, conv, conv_len, sys, sys_len);
+    if (dump) {
+      const int64_t hdr[2] = {prompt, outn};
+      if (fwrite(hdr, sizeof hdr, 1, dump) != 1 ||
+          fwrite(e.toks, sizeof *e.toks, (size_t)(prompt + outn), dump) != (size_t)(prompt + outn))
+        exit(1);
+    }
     memset(&e.st, 0, sizeof e.st);
     memset(&e.rr, 0, sizeof e.rr);
     e.rr.tokens = e.toks;
@@ -634,6 +654,7 @@ static void replay(int trace, int ps, int64_t cap) {
     }
     KVB_CHECK(ctx, kvc_flow_release(flow, one, 1, 1, NULL));
   }
+  if (dump && fclose(dump)) exit(1);
   KVB_CHECK(ctx, kvc_flow_check(flow, NULL, 0));
   double hit = (double)hit_total / (double)prompt_total;
   char what[64];
@@ -647,6 +668,9 @@ static void replay(int trace, int ps, int64_t cap) {
   report("trace", what, ps, cap, &sh.finished, hit);
   snprintf(what, sizeof what, "%s cache_unfinished_req", trace_name[trace]);
   report("trace", what, ps, cap, &sh.unfinished, hit);
+  if (sh.evict.n)
+    printf("          %s: %d evictions, %.1f victims and %.0f tokens per eviction\n", trace_name[trace], sh.evict.n,
+           (double)sh.tf.calls / (double)sh.evict.n, (double)sh.tf.tokens / (double)sh.evict.n);
   snprintf(what, sizeof what, "%s evict", trace_name[trace]);
   report("trace", what, ps, cap, &sh.evict, hit);
   snprintf(what, sizeof what, "%s evict: allocator's free", trace_name[trace]);
