@@ -23,10 +23,22 @@
  * even ones). Eviction through a flow is split into the allocator's free of the victims
  * (timed inside the free hook) and the rest (the tree's share).
  *
- * Part 3, hybrid (Mamba) trees: match_prefix, insert, evict and cache_finished_req on a
- * kvc_mamba_radix_cache and a kvc_radix_cache holding the same requests (10^4..10^6
- * tokens, page 16), the same call timed on both, with the ratio; and the copy of a
- * matched 6.2 MB state beside a memcpy of it.
+ * KVB_TRACE_DUMP=DIR writes each replay's requests to DIR/<trace>-<page>-<capacity>.bin
+ * (per request: int64 prompt length, int64 output length, int32 tokens[prompt + output]),
+ * which bench/sglang_radix_ref.py --traces DIR replays through SGLang's own RadixCache.
+ *
+ * Part 3, SWA (section "swa"): the sysprompt and pressure traces replayed twice with the
+ * same requests, once through the full-attention radix cache (token / paged allocator) and
+ * once through the SWA radix cache (HYBRID: an SWA allocator with an SWA side of half the
+ * capacity, window 128, so window eviction tombstones what falls behind and SWA eviction
+ * runs under its own pressure), at the same capacities; match_req, the chunk checkpoint
+ * (an insert), cache_finished_req and evict (the flow's callback, frees included) are
+ * timed for both, and a "ratio" row gives SWA / full of the medians and the trees' sizes.
+ *
+ * Part 4, hybrid (Mamba) trees (section "hybrid"): match_prefix, insert, evict and
+ * cache_finished_req on a kvc_mamba_radix_cache and a kvc_radix_cache holding the same
+ * requests (10^4..10^6 tokens, page 16), the same call timed on both, with the ratio;
+ * and the copy of a matched 6.2 MB state beside a memcpy of it.
  *
  * Usage: kvc_bench_radix [--quick] [--csv FILE]   (host only by design)
  */
@@ -376,6 +388,7 @@ static void bench_finished(int ps, int64_t tree, int64_t present) {
 typedef struct timed_free {
   kvc_flow *flow;
   double us;
+  int64_t calls, tokens; /* victims freed and their tokens, over the run */
 } timed_free;
 
 static kvc_status timed_flow_free(void *user, const int64_t *slots, size_t n) {
@@ -383,13 +396,15 @@ static kvc_status timed_flow_free(void *user, const int64_t *slots, size_t n) {
   double t0 = kvb_now_us();
   kvc_status st = kvc_flow_free_slots(tf->flow, slots, n);
   tf->us += kvb_now_us() - t0;
+  tf->calls++;
+  tf->tokens += (int64_t)n;
   return st;
 }
 
 /* evict(4096) from a 10^6-token tree through a flow: the victims' slots go back to a real
  * allocator (the cost SGLang's eviction figure includes). */
 static void bench_evict_flow(int ps, int64_t tree) {
-  timed_free tf0 = {NULL, 0};
+  timed_free tf0 = {NULL, 0, 0, 0};
   flow_world w = flow_world_make(ps, tree, 1024, NULL, timed_flow_free, &tf0);
   tf0.flow = w.flow;
   samples s = {0}, s_alloc = {0}, s_tree = {0};
@@ -592,9 +607,22 @@ static void replay(int trace, int ps, int64_t cap) {
   if (!floor_buf) exit(1);
   int64_t prompt_total = 0, hit_total = 0;
   const int nreq = quick ? 300 : 3000;
+  FILE *dump = NULL;
+  if (getenv("KVB_TRACE_DUMP")) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s-%d-%lld.bin", getenv("KVB_TRACE_DUMP"), trace_name[trace], ps, (long long)cap);
+    dump = fopen(path, "wb");
+    if (!dump) exit(1);
+  }
   for (int i = 0; i < nreq; i++) {
     int64_t outn;
     int64_t prompt = make_request(trace, cap, e.toks, &outn, conv, conv_len, sys, sys_len);
+    if (dump) {
+      const int64_t hdr[2] = {prompt, outn};
+      if (fwrite(hdr, sizeof hdr, 1, dump) != 1 ||
+          fwrite(e.toks, sizeof *e.toks, (size_t)(prompt + outn), dump) != (size_t)(prompt + outn))
+        exit(1);
+    }
     memset(&e.st, 0, sizeof e.st);
     memset(&e.rr, 0, sizeof e.rr);
     e.rr.tokens = e.toks;
@@ -631,6 +659,7 @@ static void replay(int trace, int ps, int64_t cap) {
     }
     KVB_CHECK(ctx, kvc_flow_release(flow, one, 1, 1, NULL));
   }
+  if (dump && fclose(dump)) exit(1);
   KVB_CHECK(ctx, kvc_flow_check(flow, NULL, 0));
   double hit = (double)hit_total / (double)prompt_total;
   char what[64];
@@ -644,6 +673,9 @@ static void replay(int trace, int ps, int64_t cap) {
   report("trace", what, ps, cap, &sh.finished, hit);
   snprintf(what, sizeof what, "%s cache_unfinished_req", trace_name[trace]);
   report("trace", what, ps, cap, &sh.unfinished, hit);
+  if (sh.evict.n)
+    printf("          %s: %d evictions, %.1f victims and %.0f tokens per eviction\n", trace_name[trace], sh.evict.n,
+           (double)sh.tf.calls / (double)sh.evict.n, (double)sh.tf.tokens / (double)sh.evict.n);
   snprintf(what, sizeof what, "%s evict", trace_name[trace]);
   report("trace", what, ps, cap, &sh.evict, hit);
   snprintf(what, sizeof what, "%s evict: allocator's free", trace_name[trace]);
@@ -662,7 +694,265 @@ static void replay(int trace, int ps, int64_t cap) {
   kvc_radix_cache_destroy(rc);
 }
 
-/* --- Part 3: hybrid (Mamba) trees beside full-attention ones ----------------------------- */
+/* --- Part 3: SWA hybrid traces beside the full-attention cache ---------------------------- */
+
+/* The flow's callbacks of either cache, timed around the cache's own adapter (evict
+ * included its frees through the flow). */
+typedef struct gshim {
+  kvc_prefix_cache inner;
+  kvc_radix_cache *rc;     /* the full-attention cache, or */
+  kvc_swa_radix_cache *sc; /* the SWA cache (its SWA tokens count as evicted too) */
+  kvc_swa_allocator *sa;
+  timed_free tf; /* eviction's frees, timed: the allocator's share */
+  samples finished, unfinished, evict, evict_tree;
+  double evict_us, evict_tree_us;
+  int64_t evict_tokens; /* full tokens freed + SWA tokens released */
+} gshim;
+
+/* The SWA cache's SWA-side frees of an eviction, straight to the allocator, timed. */
+static kvc_status gs_free_swa(void *user, const int64_t *slots, size_t n) {
+  gshim *s = user;
+  double t0 = kvb_now_us();
+  kvc_status st = kvc_swa_allocator_free_swa(s->sa, slots, n, NULL);
+  s->tf.us += kvb_now_us() - t0;
+  return st;
+}
+
+static int64_t swa_cached_of(const gshim *s) {
+  kvc_swa_radix_sizes z = {0};
+  if (s->sc) KVB_CHECK(ctx, kvc_swa_radix_cache_sizes(s->sc, &z));
+  return z.swa_cached;
+}
+
+static kvc_status gs_finished(void *self, kvc_flow *f, kvc_req_state *r, int ins) {
+  gshim *s = self;
+  double t0 = kvb_now_us();
+  kvc_status st = s->inner.cache_finished_req(s->inner.self, f, r, ins);
+  add(&s->finished, kvb_now_us() - t0);
+  return st;
+}
+static kvc_status gs_unfinished(void *self, kvc_flow *f, kvc_req_state *r) {
+  gshim *s = self;
+  double t0 = kvb_now_us();
+  kvc_status st = s->inner.cache_unfinished_req(s->inner.self, f, r);
+  add(&s->unfinished, kvb_now_us() - t0);
+  return st;
+}
+static kvc_status gs_evict(void *self, kvc_flow *f, int64_t n, int64_t swa, int64_t mamba) {
+  gshim *s = self;
+  (void)mamba;
+  const int64_t c0 = s->inner.cached_size(s->inner.self), w0 = swa_cached_of(s);
+  /* As the adapters' evict (nothing evictable is no error), but without the flow, so
+   * that the victims' frees go through the timed hooks (which free through this flow,
+   * and the SWA sides straight to the allocator): the allocator's share timed apart. */
+  s->tf.flow = f;
+  s->tf.us = 0;
+  kvc_status st;
+  double t0 = kvb_now_us();
+  if (s->sc) st = kvc_swa_radix_cache_evict(s->sc, NULL, n, swa, NULL, NULL);
+  else st = kvc_radix_cache_evict(s->rc, NULL, n > swa ? n : swa, NULL);
+  const double dt = kvb_now_us() - t0;
+  if (st == KVC_ERR_OUT_OF_SLOTS) st = KVC_OK;
+  add(&s->evict, dt);
+  add(&s->evict_tree, dt - s->tf.us);
+  s->evict_us += dt;
+  s->evict_tree_us += dt - s->tf.us;
+  s->evict_tokens += c0 - s->inner.cached_size(s->inner.self) + w0 - swa_cached_of(s);
+  return st;
+}
+static int64_t gs_evictable(void *self) { return ((gshim *)self)->inner.evictable_size(((gshim *)self)->inner.self); }
+static int64_t gs_protected(void *self) { return ((gshim *)self)->inner.protected_size(((gshim *)self)->inner.self); }
+static int64_t gs_cached(void *self) { return ((gshim *)self)->inner.cached_size(((gshim *)self)->inner.self); }
+
+typedef struct swa_run {
+  double match, ckpt, finished, evict, evict_tree, evict_per_token,
+      tree_per_token; /* medians, us; us per token (all, the tree's share) */
+  int64_t nodes_sum, cached_sum, samples, hit, prompt;
+} swa_run;
+
+static double median_of(samples *s) {
+  if (s->n == 0) return 0;
+  qsort(s->t, (size_t)s->n, sizeof *s->t, kvb_cmp_double);
+  return s->t[s->n / 2];
+}
+
+/* One replay of `trace` (requests from a fixed seed) through the full cache (swa 0) or
+ * the SWA cache (swa 1); the rows are reported, the medians returned in *out. */
+static void replay_one(int trace, int ps, int64_t cap, int use_swa, swa_run *out) {
+  const int32_t window = 128;
+  kvc_radix_cache *rc = NULL;
+  kvc_swa_radix_cache *sc = NULL;
+  gshim sh;
+  memset(&sh, 0, sizeof sh);
+  if (use_swa) {
+    kvc_swa_radix_cache_config c = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
+    c.sliding_window = window;
+    c.radix.page_size = ps;
+    c.radix.num_slots = cap;
+    c.radix.req_of = req_of;
+    c.radix.free_slots = timed_flow_free;
+    c.radix.free_user = &sh.tf;
+    c.free_swa_slots = gs_free_swa;
+    c.free_swa_user = &sh;
+    KVB_CHECK(ctx, kvc_swa_radix_cache_create(ctx, &c, &sc));
+    sh.inner = kvc_swa_radix_cache_as_prefix_cache(sc);
+    sh.sc = sc;
+  } else {
+    kvc_radix_cache_config c = KVC_RADIX_CACHE_CONFIG_INIT;
+    c.page_size = ps;
+    c.num_slots = cap;
+    c.req_of = req_of;
+    c.free_slots = timed_flow_free;
+    c.free_user = &sh.tf;
+    KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &c, &rc));
+    sh.inner = kvc_radix_cache_as_prefix_cache(rc);
+    sh.rc = rc;
+  }
+  kvc_prefix_cache pc = sh.inner;
+  pc.self = &sh;
+  pc.evict = gs_evict;
+  pc.evictable_size = gs_evictable;
+  pc.protected_size = gs_protected;
+  pc.cached_size = gs_cached;
+  pc.cache_finished_req = gs_finished;
+  pc.cache_unfinished_req = gs_unfinished;
+  kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  qc.size = 4;
+  qc.max_context_len = MAXLEN + 512;
+  kvc_req_to_token_pool *pool;
+  KVB_CHECK(ctx, kvc_req_to_token_pool_create(ctx, &qc, &pool));
+  kvc_allocator *alloc = NULL;
+  kvc_swa_allocator *sa = NULL;
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  if (use_swa) {
+    kvc_swa_allocator_config ac = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+    ac.size_full = cap;
+    ac.size_swa = cap / 2 / ps * ps;
+    ac.page_size = ps;
+    KVB_CHECK(ctx, kvc_swa_allocator_create(ctx, &ac, &sa));
+    sh.sa = sa;
+    fc.swa_allocator = sa;
+    fc.sliding_window = window;
+  } else {
+    kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+    ac.kind = ps == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
+    ac.size = cap;
+    ac.page_size = ps;
+    KVB_CHECK(ctx, kvc_allocator_create(ctx, &ac, &alloc));
+    fc.allocator = alloc;
+  }
+  fc.page_size = ps;
+  fc.req_pool = pool;
+  fc.cache = pc;
+  kvc_flow *flow;
+  KVB_CHECK(ctx, kvc_flow_create(ctx, &fc, &flow));
+  int64_t *out_loc = malloc((MAXLEN + 512) * sizeof *out_loc);
+  static int32_t conv[CONVS][MAXLEN], sys[4][4096];
+  static int64_t conv_len[CONVS];
+  int64_t sys_len[4] = {1024, 2048, 3072, 4096};
+  memset(conv_len, 0, sizeof conv_len);
+  rng_s = 0x5ca1ab1e; /* the same requests for both caches */
+  for (int k = 0; k < 4; k++) random_tokens(sys[k], sys_len[k]);
+  ereq e;
+  e.toks = malloc((MAXLEN + 512) * sizeof *e.toks);
+  if (!out_loc || !e.toks) exit(1);
+  samples match = {0};
+  memset(out, 0, sizeof *out);
+  const int nreq = quick ? 300 : 3000;
+  for (int i = 0; i < nreq; i++) {
+    int64_t outn;
+    int64_t prompt = make_request(trace, cap, e.toks, &outn, conv, conv_len, sys, sys_len);
+    memset(&e.st, 0, sizeof e.st);
+    memset(&e.rr, 0, sizeof e.rr);
+    e.rr.tokens = e.toks;
+    e.rr.num_tokens = prompt;
+    e.rr.prompt_len = prompt;
+    double t0 = kvb_now_us();
+    if (use_swa) KVB_CHECK(ctx, kvc_swa_radix_cache_match_req(sc, &e.st, &e.rr));
+    else KVB_CHECK(ctx, kvc_radix_cache_match_req(rc, &e.st, &e.rr));
+    add(&match, kvb_now_us() - t0);
+    out->prompt += prompt;
+    out->hit += e.st.prefix_len;
+    kvc_req_state *one[] = {&e.st};
+    /* Chunks of up to 2048 page-aligned tokens, checkpointed, then the output in one
+     * step (window eviction runs before each step of the SWA flow). */
+    int64_t end = prompt + outn;
+    e.rr.num_tokens = end;
+    while (e.st.prefix_len < end) {
+      int64_t next = e.st.prefix_len + 2048 < prompt ? (e.st.prefix_len + 2048) / ps * ps : end;
+      e.st.seq_len = next;
+      KVB_CHECK(ctx, kvc_flow_alloc_for_extend(flow, one, 1, out_loc, NULL));
+      if (next < end) KVB_CHECK(ctx, kvc_flow_cache_unfinished(flow, &e.st));
+      else e.st.prefix_len = end;
+    }
+    KVB_CHECK(ctx, kvc_flow_release(flow, one, 1, 1, NULL));
+    kvc_radix_stats st;
+    if (use_swa) KVB_CHECK(ctx, kvc_swa_radix_cache_stats(sc, &st));
+    else KVB_CHECK(ctx, kvc_radix_cache_stats(rc, &st));
+    out->nodes_sum += (int64_t)st.nodes;
+    out->cached_sum += gs_cached(&sh);
+    out->samples++;
+  }
+  KVB_CHECK(ctx, kvc_flow_check(flow, NULL, 0));
+  const char *who = use_swa ? "swa" : "full";
+  const double hit = out->prompt ? (double)out->hit / (double)out->prompt : 0;
+  out->match = median_of(&match);
+  out->ckpt = median_of(&sh.unfinished);
+  out->finished = median_of(&sh.finished);
+  out->evict = median_of(&sh.evict);
+  out->evict_tree = median_of(&sh.evict_tree);
+  out->evict_per_token = sh.evict_tokens ? sh.evict_us / (double)sh.evict_tokens : 0;
+  out->tree_per_token = sh.evict_tokens ? sh.evict_tree_us / (double)sh.evict_tokens : 0;
+  char what[64];
+  snprintf(what, sizeof what, "%s %s match_req", trace_name[trace], who);
+  report("swa", what, ps, cap, &match, hit);
+  snprintf(what, sizeof what, "%s %s insert (chunk checkpoint)", trace_name[trace], who);
+  report("swa", what, ps, cap, &sh.unfinished, hit);
+  snprintf(what, sizeof what, "%s %s cache_finished_req", trace_name[trace], who);
+  report("swa", what, ps, cap, &sh.finished, hit);
+  snprintf(what, sizeof what, "%s %s evict (frees included)", trace_name[trace], who);
+  report("swa", what, ps, cap, &sh.evict, hit);
+  snprintf(what, sizeof what, "%s %s evict: the rest (tree)", trace_name[trace], who);
+  report("swa", what, ps, cap, &sh.evict_tree, hit);
+  free(match.t), free(sh.finished.t), free(sh.unfinished.t), free(sh.evict.t), free(sh.evict_tree.t);
+  free(e.toks);
+  free(out_loc);
+  kvc_flow_destroy(flow);
+  kvc_allocator_destroy(alloc);
+  kvc_swa_allocator_destroy(sa);
+  kvc_req_to_token_pool_destroy(pool);
+  kvc_radix_cache_destroy(rc);
+  kvc_swa_radix_cache_destroy(sc);
+}
+
+static void replay_swa(int trace, int ps, int64_t cap) {
+  swa_run f, w;
+  replay_one(trace, ps, cap, 0, &f);
+  replay_one(trace, ps, cap, 1, &w);
+  const double q[6][2] = {{w.match, f.match},
+                          {w.ckpt, f.ckpt},
+                          {w.finished, f.finished},
+                          {w.evict, f.evict},
+                          {w.evict_per_token, f.evict_per_token},
+                          {w.tree_per_token, f.tree_per_token}};
+  double r[6];
+  for (int k = 0; k < 6; k++) r[k] = q[k][1] > 0 ? q[k][0] / q[k][1] : 0;
+  const int64_t m = w.samples ? w.samples : 1, mf = f.samples ? f.samples : 1;
+  printf("ratio     %-9s p%-2d %7lld swa/full: match %.2f insert %.2f finished %.2f evict %.2f; evict per token %.2f, "
+         "its tree share per token %.2f (%.4f / %.4f us); mean tree %lld / %lld tokens, %lld / %lld nodes; hit %.3f / "
+         "%.3f\n",
+         trace_name[trace], ps, (long long)cap, r[0], r[1], r[2], r[3], r[4], r[5], w.tree_per_token, f.tree_per_token,
+         (long long)(w.cached_sum / m), (long long)(f.cached_sum / mf), (long long)(w.nodes_sum / m),
+         (long long)(f.nodes_sum / mf), w.prompt ? (double)w.hit / (double)w.prompt : 0,
+         f.prompt ? (double)f.hit / (double)f.prompt : 0);
+  if (csv)
+    fprintf(csv,
+            "ratio,\"%s swa/full: match insert finished evict evict_per_token tree_per_token\",%d,%lld,%.4f,%.4f,%.4f,"
+            "%.4f,%.4f,%.4f\n",
+            trace_name[trace], ps, (long long)cap, r[0], r[1], r[2], r[3], r[4], r[5]);
+}
+
+/* --- Part 4: hybrid (Mamba) trees beside full-attention ones ----------------------------- */
 /*
  * The same inserts go into a kvc_radix_cache and a kvc_mamba_radix_cache (page 16, a hybrid
  * pool with ping-pong track buffers; every insert donates a state, so each request's end
@@ -1040,6 +1330,9 @@ int main(int argc, char **argv) {
         /* pressure: capacity well below the working set (4096 stems x up to 2k tokens) */
         replay(trace, pss[p], sizes[z]);
       }
+  for (int trace = TRACE_SYSPROMPT; trace <= TRACE_PRESSURE && PART("swa"); trace++)
+    for (int p = 0; p < 2; p++)
+      for (int z = 0; z < 3; z++) replay_swa(trace, (int[]){1, 16}[p], sizes[z]);
   if (csv) fclose(csv);
   kvc_context_destroy(ctx);
   return 0;

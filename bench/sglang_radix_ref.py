@@ -16,7 +16,25 @@ time.perf_counter_ns around the one call; median and p99 in microseconds.
   evict 4096                                         RadixCache.evict (heap over all leaves)
   lock + unlock, 32-node path                        inc_lock_ref + dec_lock_ref
 
-Usage: sglang_radix_ref.py [--quick] [--csv FILE]
+Trace replays (--traces DIR): the requests kvc_bench_radix's part 2 generated, read from
+the files its KVB_TRACE_DUMP=DIR run wrote (so both sides replay the same tokens), through
+SGLang's RadixCache over SGLang's own CPU allocators (TokenToKVPoolAllocator at page 1,
+PagedTokenToKVPoolAllocator otherwise, need_sort as the scheduler builds them, capacity
+as the C flow's) and a request-to-token row, calling what SGLang's scheduler calls per
+request, in the order bench_radix's flow calls them:
+
+  match_req                 the key (prompt minus its last token, page-aligned by the
+                            tree), match_prefix, lock (inc_lock_ref) of the matched node and
+                            prefix_device_indices (the matched slots, a torch.cat over the path)
+  lock+unlock               inc_lock_ref + dec_lock_ref of the admitted node
+  evict                     RadixCache.evict for the same n the C flow asks (extend tokens,
+                            + one page when paged, when the allocator holds fewer), the
+                            allocator's free_segment of the victims included
+  cache_unfinished_req      checkpoint(req, up_to=chunk end): chunked prefill, 2048-token chunks
+  cache_finished_req        checkpoint(req, up_to=prompt + output) + free of the row's
+                            unaligned tail + unlock: release_kv_cache's cache work
+
+Usage: sglang_radix_ref.py [--quick] [--csv FILE] [--traces DIR [--max-requests N]]
 """
 import argparse
 import random
@@ -80,12 +98,12 @@ def timed(fn, reps):
     return out
 
 
-def report(rows, what, ps, tree, samples):
+def report(rows, what, ps, tree, samples, section="sglang", hit=-1.0):
     samples.sort()
     med = samples[len(samples) // 2]
     p99 = samples[int(len(samples) * 0.99)]
-    print(f"sglang    {what:<44} {ps:4d} {tree:8d} {med:9.3f} {p99:9.3f} {len(samples):7d}", flush=True)
-    rows.append(f'sglang,"{what}",{ps},{tree},{med:.4f},{p99:.4f},{len(samples)},-1.0000')
+    print(f"{section:<9} {what:<44} {ps:4d} {tree:8d} {med:9.3f} {p99:9.3f} {len(samples):7d}", flush=True)
+    rows.append(f'{section},"{what}",{ps},{tree},{med:.4f},{p99:.4f},{len(samples)},{hit:.4f}')
 
 
 def bench_match(rows, ps, tree, nodes, reps):
@@ -180,11 +198,131 @@ def bench_lock(rows, tree, reps):
     report(rows, "lock + unlock, 32-node path", 16, tree, timed(one, reps))
 
 
+class Row:
+    """ReqToTokenPool's row table (int32, as SGLang's) and its write()."""
+
+    def __init__(self, width):
+        self.req_to_token = torch.zeros((2, width), dtype=torch.int32)
+
+    def write(self, idx, values):
+        self.req_to_token[idx] = values
+
+
+def read_trace(path, limit):
+    import numpy as np
+
+    raw = np.fromfile(path, dtype=np.int32)
+    reqs, at = [], 0
+    while at < len(raw) and len(reqs) < limit:
+        prompt = int(raw[at : at + 2].view(np.int64)[0])
+        outn = int(raw[at + 2 : at + 4].view(np.int64)[0])
+        at += 4
+        reqs.append((prompt, outn, array("q", raw[at : at + prompt + outn].astype(np.int64).tobytes())))
+        at += prompt + outn
+    return reqs
+
+
+def replay(rows, path, trace, ps, cap, limit):
+    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+
+    reqs = read_trace(path, limit)
+    if ps == 1:
+        alloc = TokenToKVPoolAllocator(cap, torch.int64, "cpu", None, True)
+    else:
+        alloc = PagedTokenToKVPoolAllocator(cap, ps, torch.int64, "cpu", None, True)
+    cache = RadixCache.create_simulated(mock_allocator=alloc, page_size=ps)
+    pool = Row(8192 + 512)
+    cache.req_to_token_pool = pool
+    row = pool.req_to_token[1]
+    s = {k: [] for k in ("match_req", "lock+unlock", "cache_finished_req", "cache_unfinished_req", "evict")}
+    now = time.perf_counter_ns
+    prompt_total = hit_total = 0
+
+    def evict(n):
+        if alloc.available_size() < n and cache.evictable_size() > 0:
+            t0 = now()
+            cache.evict(EvictParams(num_tokens=n))
+            s["evict"].append((now() - t0) / 1000.0)
+
+    for prompt, outn, toks in reqs:
+        end = prompt + outn
+        kv = types.SimpleNamespace(
+            req_pool_idx=1, cache_inserted_len=0, cache_protected_len=0, swa_evict_floor=0,
+            get_evicted_seqlen=lambda c: 0, swa_dead_lo=lambda p: 0)
+        req = types.SimpleNamespace(kv=kv, extra_key=None, cache_salt=None, priority=None,
+                                    origin_input_ids=toks[:prompt], full_untruncated_fill_ids=toks,
+                                    lock=None, last_node=None)
+        t0 = now()
+        m = cache.match_prefix(MatchPrefixParams(key=RadixKey(toks[: prompt - 1])))
+        req.lock = cache.lock(m.last_device_node)
+        pl = m.device_prefix_len
+        prefix = cache.path_device_indices(m.last_device_node)[:pl]
+        s["match_req"].append((now() - t0) / 1000.0)
+        req.last_node = m.last_device_node
+        if pl:
+            t0 = now()
+            cache.inc_lock_ref(m.last_device_node)
+            cache.dec_lock_ref(m.last_device_node)
+            s["lock+unlock"].append((now() - t0) / 1000.0)
+            row[:pl] = prefix
+        kv.cache_protected_len = pl
+        prompt_total += prompt
+        hit_total += pl
+        while pl < end:
+            nxt = (pl + 2048) // ps * ps if pl + 2048 < prompt else end
+            ext = nxt - pl
+            evict(ext if ps == 1 else ext + ps)
+            got = alloc.alloc(ext if ps == 1 else (ext + ps - 1) // ps * ps)
+            if got is None:
+                sys.exit(f"{path}: out of memory allocating {ext}")
+            row[pl:nxt] = got[:ext]
+            if nxt < end:
+                t0 = now()
+                cache.checkpoint(req, up_to=nxt)
+                s["cache_unfinished_req"].append((now() - t0) / 1000.0)
+            pl = nxt
+        t0 = now()
+        cache.checkpoint(req, up_to=end)
+        cache.free_kv_row(kv, [(kv.cache_protected_len, end)])
+        cache.unlock(req.lock)
+        s["cache_finished_req"].append((now() - t0) / 1000.0)
+        req.lock = None
+    hit = hit_total / prompt_total
+    for k, v in s.items():
+        if v:
+            report(rows, f"{trace} {k}", ps, cap, v, section="trace", hit=hit)
+    print(f"          {trace}: {prompt_total} prompt tokens, {hit_total} from the cache (prefill saved), "
+          f"{len(reqs)} requests", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--csv")
+    ap.add_argument("--traces", help="replay the traces kvc_bench_radix dumped here (KVB_TRACE_DUMP)")
+    ap.add_argument("--max-requests", type=int, default=1 << 30)
+    ap.add_argument("--only", help="comma-separated trace-page-capacity names (default: all)")
     a = ap.parse_args()
+    if a.traces:
+        import os
+
+        rows = []
+        print(f"{'section':<9} {'what':<44} {'ps':>4} {'tree':>8} {'median':>9} {'p99':>9} {'n':>7}")
+        for trace in ("chat", "sysprompt", "pressure"):
+            for ps in (1, 16, 64):
+                for cap in (10_000, 100_000, 1_000_000):
+                    name = f"{trace}-{ps}-{cap}"
+                    if a.only and name not in a.only.split(","):
+                        continue
+                    path = os.path.join(a.traces, name + ".bin")
+                    if os.path.exists(path):
+                        replay(rows, path, trace, ps, cap, a.max_requests)
+        if a.csv:
+            with open(a.csv, "w") as f:
+                f.write("section,what,page_size,tree_tokens,median_us,p99_us,count,hit_rate\n")
+                f.write("\n".join(rows) + "\n")
+        return
     q = a.quick
     rows = []
     trees = (10_000, 100_000) if q else (10_000, 100_000, 1_000_000)

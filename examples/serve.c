@@ -9,19 +9,25 @@
  * requests (kvc_flow_release), keep multi-turn streaming sessions' KV between turns.
  * With --radix, prompts start with one of 8 shared system prompts and a radix prefix
  * cache (kvc_radix_cache, under the session cache) reuses their KV; the summary prints
- * the hit rate and the prefill tokens saved.
- * With --hybrid, the model is a hybrid one (3 linear-attention / Mamba layers per
- * full-attention layer): requests also hold Mamba states (kvc_hybrid_req_pool with
- * ping-pong track buffers, checkpointed at the end of the prompt and every 64 decoded
- * tokens), and the prefix cache is the Mamba radix cache (kvc_mamba_radix_cache), whose
- * hits also copy the matched state into the request's slot.
+ * the hit rate and the prefill tokens saved. With --swa the model is a hybrid SWA one
+ * (SGLang's SWA path): every other layer is sliding-window attention (window 128) in an
+ * SWA KV pool with an SWA allocator (the SWA side a quarter of the pool), and the prefix
+ * cache is the SWA radix cache (tombstones, window-valid matches) on the same
+ * shared-prefix trace; the summary prints its hit rate, the prefill tokens saved and
+ * both components' cached tokens. With --hybrid, the model is a hybrid Mamba one (3
+ * linear-attention / Mamba layers per full-attention layer): requests also hold Mamba
+ * states (kvc_hybrid_req_pool with ping-pong track buffers, checkpointed by a copy launch
+ * at chunk ends, the prompt end and every 64 decoded tokens), the prefix cache is the
+ * Mamba radix cache (kvc_mamba_radix_cache), whose hits also copy the matched state into
+ * the request's slot, and a request's first chunk stops at its branching length so that
+ * shared prefixes get a state.
  * The model shape is Llama-3-8B's KV (32 layers, 8 KV heads x 128, bf16); on the host
  * backend the default is a smaller run. Prints a progress line and a summary with host
  * microseconds per step, and checks at the end that everything was freed.
  *
  *   kvc_example_serve [--requests N] [--seed S] [--check] [--layers L] [--page-size P]
  *                     [--pool-tokens T] [--max-running R] [--chunk C] [--sessions F]
- *                     [--radix] [--hybrid] [--quiet]
+ *                     [--radix] [--swa] [--hybrid] [--quiet]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -38,7 +44,7 @@
 /* --- Options ------------------------------------------------------------------------- */
 
 typedef struct options {
-  int requests, layers, page_size, max_running, chunk, quiet, check, radix, hybrid;
+  int requests, layers, page_size, max_running, chunk, quiet, check, radix, swa, hybrid;
   int64_t pool_tokens;
   double sessions;
   uint64_t seed;
@@ -47,7 +53,7 @@ typedef struct options {
 static void usage(FILE *out, int code) {
   fprintf(out, "usage: kvc_example_serve [--requests N] [--seed S] [--check] [--layers L] [--page-size P]\n"
                "                         [--pool-tokens T] [--max-running R] [--chunk C] [--sessions F] [--radix]\n"
-               "                         [--hybrid] [--quiet]\n"
+               "                         [--swa] [--hybrid] [--quiet]\n"
                "  --requests N     requests in the generated trace (default 2000 on CUDA, 300 on host)\n"
                "  --seed S         trace seed (default 42)\n"
                "  --check          check mode: audit conservation after every call (as KVC_CHECK=1)\n"
@@ -58,8 +64,10 @@ static void usage(FILE *out, int code) {
                "  --chunk C        prefill chunk in tokens (default 8192)\n"
                "  --sessions F     fraction of requests that are multi-turn sessions, 0..1 (default 0.2)\n"
                "  --radix          radix prefix cache (shared-prefix trace; prints hit rate, prefill saved)\n"
-               "  --hybrid         hybrid model: 3 Mamba layers per KV layer, the Mamba radix cache (implies\n"
-               "                   the --radix trace)\n"
+               "  --swa            hybrid SWA model: every other layer sliding-window (128), SWA radix cache\n"
+               "                   on the shared-prefix trace (prints hit rate, prefill saved)\n"
+               "  --hybrid         hybrid Mamba model: 3 Mamba layers per KV layer, Mamba radix cache on the\n"
+               "                   shared-prefix trace (prints hit rate, prefill saved)\n"
                "  --quiet          no per-step progress lines\n"
                "  --help           this text\n"
                "Backend: KVC_BACKEND=auto|host|cuda (auto: CUDA when a GPU is usable).\n");
@@ -168,35 +176,49 @@ static int32_t *request_tokens(request *q, int64_t width, rng *r) {
     }                                                                                             \
   } while (0)
 
-/* --hybrid: the Mamba side (3 linear-attention layers per full-attention layer). */
+/* --- Plain or SWA model (--swa) -------------------------------------------------------- */
+
+static int64_t kv_available(const kvc_allocator *alloc, const kvc_swa_allocator *swa) {
+  return swa ? kvc_swa_allocator_available_size(swa) : kvc_allocator_available_size(alloc);
+}
+
+/* One layer's K/V rows at the step's slots (an SWA layer's through the full->SWA mapping). */
+static kvc_status set_kv(kvc_kv_pool *kv, kvc_swa_kv_pool *swa_kv, int layer, const int64_t *loc, size_t n,
+                         const void *k, const void *v) {
+  if (swa_kv)
+    return kvc_swa_kv_pool_set_kv(swa_kv, layer, loc, NULL, KVC_INDEX_I64, n, k, v, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f,
+                                  NULL, 1.0f, NULL);
+  return kvc_kv_pool_set_kv(kv, layer, loc, KVC_INDEX_I64, n, k, v, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f, NULL, 1.0f, NULL);
+}
+
+/* A waiting request gives back its admission match's locks (it matches again later). */
+static void unlock_admission(kvc_radix_cache *radix, kvc_swa_radix_cache *swar, request *q) {
+  if (swar) CHECK(kvc_swa_radix_cache_unlock(swar, q->kv.cache_node, q->rr.swa_lock));
+  else CHECK(kvc_radix_cache_unlock(radix, q->kv.cache_node));
+  q->rr.swa_lock = 0;
+  q->kv.cache_node = NULL;
+}
+
+/* --- Hybrid Mamba model (--hybrid) ------------------------------------------------------ */
+
 static kvc_mamba_pool *mamba;
 static kvc_hybrid_req_pool *hybrid;
 static kvc_mamba_radix_cache *mradix;
-static kvc_radix_cache *radix;
 
-/* The radix match + admission lock of a new request (SGLang match_prefix). */
-static void prefix_match(request *q, kvc_flow *flow) {
-  if (mradix) CHECK(kvc_mamba_radix_cache_match_req(mradix, flow, &q->kv, &q->rr, NULL));
-  else CHECK(kvc_radix_cache_match_req(radix, &q->kv, &q->rr));
-}
-
-/* Gives back the match of a request that has to wait (it is matched again when admitted),
- * with the Mamba slot a hit forked for it. */
-static void prefix_unmatch(request *q) {
-  if (mradix) CHECK(kvc_mamba_radix_cache_unlock(mradix, q->kv.cache_node));
-  else CHECK(kvc_radix_cache_unlock(radix, q->kv.cache_node));
-  if (mradix && q->kv.mamba_slot > 0 && !q->kv.req_row) {
+/* A waiting request's admission match under --hybrid: its lock, and the Mamba slot a hit
+ * forked for it (it matches again later). */
+static void unlock_admission_mamba(request *q) {
+  CHECK(kvc_mamba_radix_cache_unlock(mradix, q->kv.cache_node));
+  if (q->kv.mamba_slot > 0 && !q->kv.req_row) {
     CHECK(kvc_mamba_pool_free(mamba, &q->kv.mamba_slot, 1));
     q->kv.mamba_slot = 0;
   }
   q->kv.cache_node = NULL;
-  q->kv.prefix_slots = NULL;
-  q->kv.cache_protected_len = 0;
 }
 
-/* --hybrid: the model checkpoints the running state of a request into its next ping-pong
- * track slot (a real copy launch), for its committed tokens floored to a page; the cache
- * takes the newest checkpoint that fits when the request finishes. */
+/* The model checkpoints the running state of a request into its next ping-pong track slot
+ * (a real copy launch), for its committed tokens floored to a page; the cache takes the
+ * newest checkpoint that fits when the request finishes or between chunks. */
 static void checkpoint(request *q, int64_t page) {
   if (!hybrid || q->kv.mamba_slot <= 0) return;
   const int k = q->kv.mamba_track_seqlen[0] > q->kv.mamba_track_seqlen[1] ? 1 : 0;
@@ -207,7 +229,7 @@ static void checkpoint(request *q, int64_t page) {
 }
 
 int main(int argc, char **argv) {
-  options o = {0, 0, 16, 256, 8192, 0, 0, 0, 0, 0, 0.2, 42}; /* 0: the backend's default */
+  options o = {0, 0, 16, 256, 8192, 0, 0, 0, 0, 0, 0, 0.2, 42}; /* 0: the backend's default */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(stdout, 0);
@@ -223,8 +245,12 @@ int main(int argc, char **argv) {
       o.radix = 1;
       continue;
     }
-    if (!strcmp(a, "--hybrid")) {
-      o.radix = o.hybrid = 1;
+    if (!strcmp(a, "--swa")) { /* the shared-prefix trace of --radix, over the SWA cache */
+      o.swa = o.radix = 1;
+      continue;
+    }
+    if (!strcmp(a, "--hybrid")) { /* the shared-prefix trace of --radix, over the Mamba cache */
+      o.hybrid = o.radix = 1;
       continue;
     }
     if (strncmp(a, "--", 2) || i + 1 >= argc) {
@@ -245,6 +271,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "kvc_example_serve: unknown option '%s'\n", a);
       usage(stderr, 2);
     }
+  }
+  if (o.swa && o.hybrid) {
+    fprintf(stderr, "kvc_example_serve: --swa and --hybrid are two different models: choose one\n");
+    usage(stderr, 2);
   }
   kvc_context_config cc = KVC_CONTEXT_CONFIG_INIT;
   if (o.check) cc.flags |= KVC_CONTEXT_CHECK;
@@ -268,22 +298,51 @@ int main(int argc, char **argv) {
   rc.max_context_len = width;
   kvc_req_to_token_pool *rows;
   CHECK(kvc_req_to_token_pool_create(ctx, &rc, &rows));
-  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
-  ac.kind = o.page_size == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
-  ac.size = o.pool_tokens;
-  ac.page_size = o.page_size;
-  kvc_allocator *alloc;
-  CHECK(kvc_allocator_create(ctx, &ac, &alloc));
-  kvc_kv_pool_config kc = KVC_KV_POOL_CONFIG_INIT;
-  kc.kind = KVC_KV_MHA;
-  kc.size = o.pool_tokens;
-  kc.page_size = o.page_size;
-  kc.dtype = KVC_DTYPE_BF16;
-  kc.layer_num = o.layers;
-  kc.head_num = heads;
-  kc.head_dim = head_dim;
-  kvc_kv_pool *kv;
-  CHECK(kvc_kv_pool_create(ctx, &kc, &kv));
+  kvc_allocator *alloc = NULL;
+  kvc_kv_pool *kv = NULL;
+  kvc_swa_allocator *swa = NULL; /* --swa: instead of alloc / kv */
+  kvc_swa_kv_pool *swa_kv = NULL;
+  const int32_t window = 128;
+  const int64_t swa_tokens = (o.pool_tokens / 4 + o.page_size - 1) / o.page_size * o.page_size;
+  int32_t *layer_ids = malloc((size_t)o.layers * sizeof *layer_ids);
+  if (!o.swa) {
+    kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+    ac.kind = o.page_size == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
+    ac.size = o.pool_tokens;
+    ac.page_size = o.page_size;
+    CHECK(kvc_allocator_create(ctx, &ac, &alloc));
+    kvc_kv_pool_config kc = KVC_KV_POOL_CONFIG_INIT;
+    kc.kind = KVC_KV_MHA;
+    kc.size = o.pool_tokens;
+    kc.page_size = o.page_size;
+    kc.dtype = KVC_DTYPE_BF16;
+    kc.layer_num = o.layers;
+    kc.head_num = heads;
+    kc.head_dim = head_dim;
+    CHECK(kvc_kv_pool_create(ctx, &kc, &kv));
+  } else { /* full layers 0, 2, 4, ...; SWA layers 1, 3, 5, ... */
+    const int nfull = (o.layers + 1) / 2, nswa = o.layers / 2;
+    for (int l = 0; l < o.layers; l++) layer_ids[(l & 1) ? nfull + l / 2 : l / 2] = l;
+    kvc_swa_allocator_config sc = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+    sc.size_full = o.pool_tokens;
+    sc.size_swa = swa_tokens;
+    sc.page_size = o.page_size;
+    CHECK(kvc_swa_allocator_create(ctx, &sc, &swa));
+    kvc_swa_kv_pool_config kc = KVC_SWA_KV_POOL_CONFIG_INIT;
+    kc.size_full = o.pool_tokens;
+    kc.size_swa = swa_tokens;
+    kc.page_size = o.page_size;
+    kc.num_full_layers = nfull;
+    kc.num_swa_layers = nswa;
+    kc.head_num = heads;
+    kc.head_dim = head_dim;
+    kc.full_layer_ids = layer_ids;
+    kc.swa_layer_ids = layer_ids + nfull;
+    CHECK(kvc_swa_kv_pool_create(ctx, &kc, &swa_kv));
+    CHECK(kvc_swa_kv_pool_register_allocator(swa_kv, swa));
+  }
+  kvc_radix_cache *radix = NULL;
+  kvc_swa_radix_cache *swar = NULL;
   kvc_prefix_cache inner = kvc_chunk_cache();
   if (o.hybrid) { /* 3 Mamba layers per KV layer; slots for every row's running + 2 track
                      states, and 512 more for the cache */
@@ -310,6 +369,14 @@ int main(int argc, char **argv) {
     CHECK(kvc_mamba_radix_cache_create(ctx, &mx, &mradix));
     inner = kvc_mamba_radix_cache_as_prefix_cache(mradix);
     printf("hybrid model: %d Mamba layers, %d state slots\n", 3 * o.layers, mc.size);
+  } else if (o.swa) {
+    kvc_swa_radix_cache_config xc = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
+    xc.sliding_window = window;
+    xc.radix.page_size = o.page_size;
+    xc.radix.num_slots = o.pool_tokens;
+    xc.radix.req_of = req_of;
+    CHECK(kvc_swa_radix_cache_create(ctx, &xc, &swar));
+    inner = kvc_swa_radix_cache_as_prefix_cache(swar);
   } else if (o.radix) {
     kvc_radix_cache_config xc = KVC_RADIX_CACHE_CONFIG_INIT;
     xc.page_size = o.page_size;
@@ -324,6 +391,8 @@ int main(int argc, char **argv) {
   fc.page_size = o.page_size;
   fc.req_pool = rows;
   fc.allocator = alloc;
+  fc.swa_allocator = swa;
+  fc.sliding_window = o.swa ? window : 0;
   fc.cache = kvc_session_cache_as_prefix_cache(sessions);
   fc.hybrid_req_pool = hybrid;
   kvc_flow *flow;
@@ -382,7 +451,7 @@ int main(int argc, char **argv) {
   size_t nlive = 0, next_arrival = 0, steps_cap = 1 << 16, nsteps = 0;
   double *step_us = malloc(steps_cap * sizeof(double)), *alloc_us = malloc(steps_cap * sizeof(double));
   int64_t served = 0, turns = 0, prefill_tokens = 0, decode_tokens = 0, retractions = 0, peak_used = 0;
-  const int64_t capacity = kvc_allocator_size(alloc);
+  const int64_t capacity = swa ? kvc_swa_allocator_size_full(swa) : kvc_allocator_size(alloc);
   double t_start = now_us();
 
   for (int64_t step = 0;; step++) {
@@ -412,23 +481,27 @@ int main(int argc, char **argv) {
           CHECK(kvc_session_cache_match(sessions, &q->kv, q->prompt, &matched));
           if (matched) start = q->kv.prefix_len;
         }
-        if (o.radix && !matched) { /* the radix match + admission lock (SGLang match_prefix) */
+        if ((radix || swar || mradix) && !matched) { /* the radix match + admission lock (SGLang match_prefix) */
           if (!q->rr.tokens) q->rr.tokens = request_tokens(q, width, &r);
           q->rr.num_tokens = q->rr.prompt_len = q->prompt;
-          prefix_match(q, flow);
+          if (mradix) CHECK(kvc_mamba_radix_cache_match_req(mradix, flow, &q->kv, &q->rr, NULL));
+          else if (swar) CHECK(kvc_swa_radix_cache_match_req(swar, &q->kv, &q->rr));
+          else CHECK(kvc_radix_cache_match_req(radix, &q->kv, &q->rr));
           start = q->kv.prefix_len;
         }
         /* Keep room for one decode page per running request. */
         int64_t need = (q->prompt - start) + (running + 1) * o.page_size;
-        if (kvc_allocator_available_size(alloc) < (need < o.chunk ? need : o.chunk) ||
+        if (kv_available(alloc, swa) < (need < o.chunk ? need : o.chunk) ||
             (!q->kv.req_row && kvc_req_to_token_pool_available(rows) == 0)) {
           if (q->kv.cache_node && !q->kv.req_row) { /* wait unmatched: match again when admitted */
-            prefix_unmatch(q);
-            q->kv.prefix_len = 0;
+            if (mradix) unlock_admission_mamba(q);
+            else unlock_admission(radix, swar, q);
+            q->kv.prefix_slots = NULL;
+            q->kv.prefix_len = q->kv.cache_protected_len = 0;
           }
           break;
         }
-        q->radix_pending = o.radix && !matched;
+        q->radix_pending = (radix || swar || mradix) && !matched;
         q->branch = mradix && !matched ? q->rr.mamba_branching_len : 0;
         q->radix_hit = start;
         q->filled = start;
@@ -457,7 +530,10 @@ int main(int argc, char **argv) {
           q->state = R_WAITING;
           q->radix_pending = false;
           if (q->kv.cache_node && !q->kv.req_row) { /* its radix match is redone at admission */
-            prefix_unmatch(q);
+            if (mradix) unlock_admission_mamba(q);
+            else unlock_admission(radix, swar, q);
+            q->kv.prefix_slots = NULL;
+            q->kv.cache_protected_len = 0;
             q->filled = q->kv.prefix_len = 0;
           }
         }
@@ -466,9 +542,7 @@ int main(int argc, char **argv) {
         CHECK(st);
         int64_t ntok = 0;
         for (size_t i = 0; i < nb; i++) ntok += batch[i]->seq_len - batch[i]->prefix_len;
-        for (int l = 0; l < o.layers; l++)
-          CHECK(kvc_kv_pool_set_kv(kv, l, out_loc, KVC_INDEX_I64, (size_t)ntok, k_src, v_src, KVC_DTYPE_BF16, 0, 0,
-                                   NULL, 1.0f, NULL, 1.0f, NULL));
+        for (int l = 0; l < o.layers; l++) CHECK(set_kv(kv, swa_kv, l, out_loc, (size_t)ntok, k_src, v_src));
         prefill_tokens += ntok;
         for (size_t i = 0; i < nb; i++) {
           request *q = batch_req[i];
@@ -528,9 +602,7 @@ int main(int argc, char **argv) {
       retractions++;
     }
     if (nd) {
-      for (int l = 0; l < o.layers; l++)
-        CHECK(kvc_kv_pool_set_kv(kv, l, out_loc, KVC_INDEX_I64, nd, k_src, v_src, KVC_DTYPE_BF16, 0, 0, NULL, 1.0f,
-                                 NULL, 1.0f, NULL));
+      for (int l = 0; l < o.layers; l++) CHECK(set_kv(kv, swa_kv, l, out_loc, nd, k_src, v_src));
       for (size_t i = 0; i < nd; i++)
         if (++batch_req[i]->generated % 64 == 0) checkpoint(batch_req[i], o.page_size);
       decode_tokens += (int64_t)nd;
@@ -587,7 +659,7 @@ int main(int argc, char **argv) {
     }
     step_us[nsteps] = t1 - t0;
     alloc_us[nsteps++] = t_alloc;
-    int64_t used = capacity - kvc_allocator_available_size(alloc);
+    int64_t used = capacity - (swa ? kvc_swa_allocator_full_available_size(swa) : kvc_allocator_available_size(alloc));
     if (used > peak_used) peak_used = used;
     if (o.check) {
       size_t nk = 0;
@@ -608,31 +680,45 @@ int main(int argc, char **argv) {
   qsort(alloc_us, nsteps, sizeof(double), cmp_double);
   int64_t held = 0, held_reqs = 0;
   CHECK(kvc_session_cache_held(sessions, o.page_size, &held, NULL, &held_reqs));
-  if (o.radix) { /* the tree's KV goes back too */
+  if (radix) { /* the tree's KV goes back too */
     int64_t cached = 0;
-    kvc_mamba_radix_sizes ms = {0};
     CHECK(kvc_flow_check(flow, NULL, 0));
-    if (mradix) {
-      CHECK(kvc_mamba_radix_cache_sizes(mradix, &ms));
-      cached = ms.cached;
-    } else {
-      CHECK(kvc_radix_cache_sizes(radix, NULL, NULL, &cached));
-    }
+    CHECK(kvc_radix_cache_sizes(radix, NULL, NULL, &cached));
     printf("radix cache: hit rate %.3f (%lld of %lld prompt tokens of new requests reused), prefill tokens saved "
            "%lld; %lld tokens cached at the end\n",
            radix_prompt_tokens ? (double)radix_hit_tokens / (double)radix_prompt_tokens : 0.0,
            (long long)radix_hit_tokens, (long long)radix_prompt_tokens, (long long)radix_hit_tokens, (long long)cached);
-    if (mradix) {
-      printf("mamba radix cache: %lld Mamba states cached at the end (%d slots free of %d)\n",
-             (long long)ms.mamba_cached, kvc_mamba_pool_available(mamba), kvc_mamba_pool_size(mamba));
-      if (cached || ms.mamba_cached)
-        CHECK(kvc_mamba_radix_cache_evict(mradix, flow, cached, ms.mamba_cached, NULL, NULL));
-    } else if (cached) {
-      CHECK(kvc_radix_cache_evict(radix, flow, cached, NULL));
-    }
+    if (cached) CHECK(kvc_radix_cache_evict(radix, flow, cached, NULL));
   }
-  int64_t avail = kvc_allocator_available_size(alloc);
+  if (mradix) { /* both components go back too */
+    kvc_mamba_radix_sizes z;
+    CHECK(kvc_flow_check(flow, NULL, 0));
+    CHECK(kvc_mamba_radix_cache_sizes(mradix, &z));
+    printf("mamba radix cache (%d Mamba layers, %d state slots): hit rate %.3f (%lld of %lld prompt tokens of new "
+           "requests reused), prefill tokens saved %lld; cached at the end %lld tokens, %lld Mamba states\n",
+           kvc_mamba_pool_num_layers(mamba), kvc_mamba_pool_size(mamba),
+           radix_prompt_tokens ? (double)radix_hit_tokens / (double)radix_prompt_tokens : 0.0,
+           (long long)radix_hit_tokens, (long long)radix_prompt_tokens, (long long)radix_hit_tokens,
+           (long long)z.cached, (long long)z.mamba_cached);
+    if (z.cached || z.mamba_cached)
+      CHECK(kvc_mamba_radix_cache_evict(mradix, flow, z.cached, z.mamba_cached, NULL, NULL));
+  }
+  if (swar) { /* both components' KV goes back too */
+    kvc_swa_radix_sizes z;
+    CHECK(kvc_flow_check(flow, NULL, 0));
+    CHECK(kvc_swa_radix_cache_sizes(swar, &z));
+    printf("swa radix cache (window %d, layers alternate full/SWA, SWA pool %lld tokens): hit rate %.3f (%lld of %lld "
+           "prompt tokens of new requests reused), prefill tokens saved %lld; cached at the end %lld full, %lld with "
+           "live SWA\n",
+           window, (long long)swa_tokens,
+           radix_prompt_tokens ? (double)radix_hit_tokens / (double)radix_prompt_tokens : 0.0,
+           (long long)radix_hit_tokens, (long long)radix_prompt_tokens, (long long)radix_hit_tokens,
+           (long long)z.cached, (long long)z.swa_cached);
+    if (z.cached || z.swa_cached) CHECK(kvc_swa_radix_cache_evict(swar, flow, z.cached, z.swa_cached, NULL, NULL));
+  }
+  int64_t avail = swa ? kvc_swa_allocator_full_available_size(swa) : kvc_allocator_available_size(alloc);
   int all_free = avail == capacity && kvc_req_to_token_pool_available(rows) == rc.size && held == 0 &&
+                 (!swa || kvc_swa_allocator_swa_available_size(swa) == kvc_swa_allocator_size_swa(swa)) &&
                  (!mamba || kvc_mamba_pool_available(mamba) == kvc_mamba_pool_size(mamba));
   CHECK(kvc_flow_check(flow, NULL, 0));
   printf("served %lld requests (%lld turns), %lld prefill + %lld decode tokens, %lld retractions\n", (long long)served,
@@ -654,12 +740,16 @@ int main(int argc, char **argv) {
   kvc_flow_destroy(flow);
   kvc_session_cache_destroy(sessions);
   kvc_radix_cache_destroy(radix);
+  kvc_swa_radix_cache_destroy(swar);
   kvc_mamba_radix_cache_destroy(mradix);
   kvc_hybrid_req_pool_destroy(hybrid);
   kvc_mamba_pool_destroy(mamba);
   for (int k = 0; k < SYSTEM_PROMPTS; k++) free(sys_tokens[k]);
   kvc_kv_pool_destroy(kv);
   kvc_allocator_destroy(alloc);
+  kvc_swa_kv_pool_destroy(swa_kv);
+  kvc_swa_allocator_destroy(swa);
+  free(layer_ids);
   kvc_req_to_token_pool_destroy(rows);
   kvc_context_destroy(ctx);
   free(reqs);

@@ -479,7 +479,9 @@ typedef struct kvc_req_state {
   int64_t kv_committed_len;    /* tokens whose KV is final (flows set it = allocated) */
   int64_t kv_allocated_len;    /* tokens with KV slots in the row */
   int64_t cache_protected_len; /* page-aligned prefix owned by the prefix cache */
-  int64_t swa_evict_floor;     /* SWA: never evict below this */
+  int64_t swa_evict_floor;     /* SWA: window eviction never frees below this (a PURE SWA
+                                  radix cache caches up to it); must not rise past
+                                  swa_evicted_seqlen once eviction started */
   int64_t swa_evicted_seqlen;  /* SWA: tokens whose SWA KV is already freed */
   uint64_t session_id;         /* streaming session, 0 = none */
   void *cache_node;            /* prefix-cache handle of the matched node */
@@ -984,9 +986,8 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
 /** @defgroup kvc_swa_radix_cache SWA radix prefix cache (SGLang SWAComponent / SWARadixCache)
  *
  * The radix cache for models with sliding-window attention layers, driven through a flow
- * with a kvc_swa_allocator whose SWA side is a pool (not ring mode: a ring's SWA KV dies
- * with its request's row, so there is nothing to cache; the flows take no pure-SWA
- * allocator). It is
+ * with a kvc_swa_allocator of any kind: its pool mode (the rules below), KVC_SWA_PURE or
+ * ring mode (config.kind: see kvc_swa_radix_kind for what caching means there). It is
  * the radix tree above (same keys, namespaces, pages, full slots, full locks, policies
  * for the full eviction, events, handles) with an SWA component on every node: the node's
  * SWA side is live, or the node is a tombstone (its full slots cached, their SWA peers
@@ -998,21 +999,27 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
  *     tokens since the last tombstone reach sliding_window; a path with no tombstone is
  *     valid at every node. The walk still splits and stamps as kvc_radix_cache_match_prefix.
  *   - Insert: the part of the new leaf below the request's swa_evicted_seqlen (its SWA
- *     KV already freed by window eviction) becomes a tombstone node.
+ *     KV already freed by window eviction) becomes a tombstone node; its live part is
+ *     capped at one page-aligned window (split: an SWA lock then pins one window).
  *   - Locks: FULL locks the node and every ancestor; SWA only the nodes covering the last
  *     sliding_window tokens. The SWA part comes back as a receipt (kvc_radix_req.swa_lock
  *     for requests) and can be released early (kvc_swa_radix_cache_unlock_swa).
  *   - Eviction, per component with its own sizes: FULL evicts unlocked leaves in the
  *     policy's order (their SWA side goes with them); SWA takes SWA-unlocked live nodes
- *     in LRU order: an inner or full-locked node becomes a tombstone (SWA side released
- *     through the allocator's window free), an unlocked leaf is deleted, and so are its
- *     childless unlocked tombstone ancestors.
+ *     in LRU order (a separate SWA LRU, cost proportional to the victims): an inner or
+ *     full-locked node becomes a tombstone (SWA side released through the allocator's
+ *     window free), an unlocked leaf is deleted, and so are its childless unlocked
+ *     tombstone ancestors.
  * Conservation, per component: full free + held by requests + cached == full capacity;
  * SWA free + held + swa_cached == SWA capacity (kvc_swa_radix_cache_sizes).
- * Not done here: reviving a tombstone from an insert's slots (its incoming slots are freed
- * as duplicates), the request checkpoint between
- * chunks (the adapter's
- * cache_unfinished_req is NULL: a chunked request is cached when it finishes).
+ * Chunked prefill and revival: kvc_swa_radix_cache_cache_unfinished_req checkpoints a
+ * request between chunks (SGLang checkpoint_kv_cache). An insert of a request's row
+ * revives the tombstones it overlaps where the request's own slots are SWA-live (past its
+ * swa_evicted_seqlen and its cache_protected_len) and the node is not locked: the node
+ * takes the incoming slots and its old full slots are freed (full side only); the other
+ * overlapped slots are duplicates, freed as usual (below swa_evicted_seqlen that releases
+ * only their full side). kvc_swa_radix_cache_insert revives the same way from its slots
+ * (from 0, past its swa_evicted_seqlen).
  * KV events (config.radix.on_event): BlockStored for every new node's blocks, BlockRemoved
  * with component KVC_RADIX_COMPONENT_SWA when blocks become tombstones (evicted, or
  * inserted past the window), BlockRemoved with component ALL when a node is deleted.
@@ -1022,6 +1029,30 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
  * @{ */
 
 typedef struct kvc_swa_radix_cache kvc_swa_radix_cache;
+
+/** Which kind of kvc_swa_allocator the cache serves (kvc_swa_radix_cache_config.kind).
+ *  What caching means with each (SGLang 0.5.23):
+ *   - HYBRID: the allocator's pool mode (full and SWA pools): tombstones, window-valid
+ *     matches, SWA locks, SWA eviction, all the rules above.
+ *   - PURE (KVC_SWA_PURE: every layer SWA, one pool; SGLang PureSWARadixCache, a plain
+ *     RadixCache): no tombstones, no window rule, no SWA locks; evict frees
+ *     max(num_tokens, swa_num_tokens) tokens of leaves; a finished request caches its
+ *     committed tokens capped at swa_evict_floor (when > 0) and never past where window
+ *     eviction started freeing its slots, with the prompt split off as the radix cache
+ *     does; the full_* and swa_* sizes are the same numbers (one pool); insert refuses a
+ *     swa_evicted_seqlen other than 0 (those slots are gone).
+ *   - RING (ring_size > 0: per-request SWA rings that die with their row; SGLang's
+ *     swa_gates_prefix_match off): the tree caches full-attention KV only. A match is not
+ *     gated by SWA (valid at every node), kvc_swa_radix_cache_match_req caps the request's
+ *     key at num_tokens - sliding_window so the window is re-prefilled (SGLang's
+ *     swa_reprefill_tail_tokens: a reused window would read another request's ring), no
+ *     tombstones, no SWA locks, swa_* sizes 0 (no SWA capacity is the tree's), and SWA
+ *     eviction frees nothing (KVC_ERR_OUT_OF_SLOTS when only SWA tokens are asked for). */
+typedef enum kvc_swa_radix_kind {
+  KVC_SWA_RADIX_HYBRID = 0,
+  KVC_SWA_RADIX_PURE = 1,
+  KVC_SWA_RADIX_RING = 2
+} kvc_swa_radix_kind;
 
 /** kvc_swa_radix_cache_create()'s arguments. Fill with KVC_SWA_RADIX_CACHE_CONFIG_INIT. */
 typedef struct kvc_swa_radix_cache_config {
@@ -1033,12 +1064,15 @@ typedef struct kvc_swa_radix_cache_config {
   kvc_radix_free_fn free_swa_slots; /* standalone use (no flow): releases the SWA side of
                                        full slots; NULL = SWA eviction needs a flow */
   void *free_swa_user;
-  uint64_t reserved_[8];
+  int32_t kind; /* kvc_swa_radix_kind, 0 = HYBRID; must match the flow's allocator (calls
+                   given a flow over another kind return KVC_ERR_INVALID_ARGUMENT) */
+  int32_t reserved_i32_;
+  uint64_t reserved_[7];
 } kvc_swa_radix_cache_config;
 
 /* clang-format off */
 #define KVC_SWA_RADIX_CACHE_CONFIG_INIT \
-  { sizeof(kvc_swa_radix_cache_config), KVC_VERSION_NUMBER, 0, KVC_RADIX_CACHE_CONFIG_INIT, NULL, NULL, {0} }
+  { sizeof(kvc_swa_radix_cache_config), KVC_VERSION_NUMBER, 0, KVC_RADIX_CACHE_CONFIG_INIT, NULL, NULL, 0, 0, {0} }
 /* clang-format on */
 
 /** kvc_swa_radix_cache_create() : an empty tree. Copies the config.
@@ -1052,9 +1086,10 @@ KVC_API kvc_status kvc_swa_radix_cache_create(kvc_context *ctx,
 KVC_API void kvc_swa_radix_cache_destroy(kvc_swa_radix_cache *cache);
 /** kvc_swa_radix_cache_as_prefix_cache() : the kvc_prefix_cache for a flow with a
  *  kvc_swa_allocator: release calls cache_finished_req (with the request's
- *  swa_evicted_seqlen), allocation under pressure evicts each side's deficit. Its node-only
- *  lock callbacks (streaming sessions) take the FULL lock and an SWA chain lock (every live
- *  node up to the first tombstone: releasable without a receipt). */
+ *  swa_evicted_seqlen), kvc_flow_cache_unfinished calls cache_unfinished_req, allocation
+ *  under pressure evicts each side's deficit. Its node-only lock callbacks (streaming
+ *  sessions) take the FULL lock and (HYBRID) an SWA chain lock (every live node up to the
+ *  first tombstone: releasable without a receipt). */
 KVC_API kvc_prefix_cache kvc_swa_radix_cache_as_prefix_cache(kvc_swa_radix_cache *cache);
 
 /** kvc_swa_radix_cache_match_prefix() : match of tokens[0:n) (floored to pages) with the
@@ -1087,6 +1122,18 @@ KVC_API kvc_status kvc_swa_radix_cache_insert(kvc_swa_radix_cache *cache, kvc_fl
 KVC_API kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *cache,
                                                           kvc_flow *flow, kvc_req_state *req,
                                                           int is_insert);
+
+/** kvc_swa_radix_cache_cache_unfinished_req() : kvc_radix_cache_cache_unfinished_req for
+ *  the SWA tree (SGLang checkpoint_kv_cache between chunks): inserts the committed tokens
+ *  floored to pages (PURE: capped as for a finished request) with req->swa_evicted_seqlen
+ *  (tombstones below it, revival above: see the group), re-matches the key, writes the
+ *  tree's slots into the row where duplicates were, and moves the request's locks to the
+ *  new node: FULL on the path, SWA on its last window (rreq->swa_lock; 0 when that window
+ *  is not all live, or for PURE / RING). Sets cache_protected_len, prefix_len.
+ *  @return as cache_finished_req; KVC_ERR_MISUSE for a slot of the row over a revivable
+ *  tombstone that the tree already holds (nothing changed). */
+KVC_API kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *cache,
+                                                            kvc_flow *flow, kvc_req_state *req);
 
 /** kvc_swa_radix_cache_lock() : FULL lock of node and its ancestors, SWA lock of the last
  *  window; *swa_receipt (required) gets the SWA part's receipt (0 for the root).

@@ -148,9 +148,11 @@ typedef struct kvc_p_row_write {
 /* Inline payload capacities (words) of the compiled variants; a plan larger than the
  * biggest goes through the staging buffer instead. Header + payload <= 32764 bytes. The
  * driver copies the whole parameter block per launch: on the H200 a 4 KB block costs
- * about 0.3 us over none, 8 KB 0.6, 32 KB 3 (bench_kv), hence three sizes. */
+ * about 0.1-0.3 us over none, 8 KB 0.4-0.6, 16 KB 0.9-1.5, 32 KB 2.1-3.8 (bench_kv's raw
+ * sweep), hence four sizes: a decode step at batch 1024 (12 KB) takes the 16 KB one. */
 #define KVC_INLINE_SMALL 1000
 #define KVC_INLINE_MEDIUM 2048
+#define KVC_INLINE_WIDE 4000
 #define KVC_INLINE_LARGE 8000
 
 /* --- kv_store.cu: KV row scatter/gather with conversion (set_kv, gather_kv, store_kv) -

@@ -90,9 +90,14 @@ KVC_HD void kvc_decode_write(const uint32_t *e, int i, int64_t *out, int32_t *ta
 /* --- req_to_token ------------------------------------------------------------------ */
 
 /* SGLang get_last_loc for one request: the slot of token pre - 1, or -1. */
+/* The table entry last_loc reads, or -1 when there is none (no prefix, or outside). */
+KVC_HD int64_t kvc_last_loc_entry(int64_t num_rows, int64_t row_stride, int64_t row, int64_t pre) {
+  return pre > 0 && pre <= row_stride && row >= 0 && row < num_rows ? row * row_stride + pre - 1 : -1;
+}
+
 KVC_HD int64_t kvc_last_loc(const int32_t *table, int64_t num_rows, int64_t row_stride, int64_t row, int64_t pre) {
-  if (pre > 0 && pre <= row_stride && row >= 0 && row < num_rows) return (int64_t)table[row * row_stride + pre - 1];
-  return -1;
+  const int64_t at = kvc_last_loc_entry(num_rows, row_stride, row, pre);
+  return at >= 0 ? (int64_t)table[at] : -1;
 }
 
 /* --- Index maps (swa.cu: full->SWA, req->mamba) ----------------------------------- */

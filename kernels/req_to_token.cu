@@ -16,53 +16,135 @@
 #  define KVC_INLINE_WORDS 2
 #endif
 
+/* get_last_loc's loads go through the non-coherent (read-only) path: its inputs are
+ * constant while it runs, and on the H200 that path took 0.11-0.14 us off each launch
+ * (bench_small_kernels: 1.08-1.55 against 1.22-1.66 us per kernel in a graph). The write
+ * kernel streams whole rows and is faster with plain loads (8.3 against 10.7 us at
+ * 1024 x (1024 + 16)), so it keeps them. */
+template <typename T> KVC_DEVICE T kvc_r2t_ld(const T *a) { return __ldg(a); }
+
+template <bool I64> KVC_DEVICE int64_t kvc_r2t_index(uint64_t base, int64_t i) {
+  if (I64) return kvc_r2t_ld(kvc_ptr<const int64_t *>(base) + i);
+  return (int64_t)kvc_r2t_ld(kvc_ptr<const int32_t *>(base) + i);
+}
+
+/* get_last_loc for one index-type pair: the types are template arguments, so both input
+ * loads issue before any branch. */
+template <bool R64, bool L64> KVC_DEVICE void kvc_last_loc_one(const kvc_p_get_last_loc &p, int64_t i) {
+  const int64_t row = kvc_r2t_index<R64>(p.rows, i);
+  const int64_t pre = kvc_r2t_index<L64>(p.prefix_lens, i);
+  const int64_t at = kvc_last_loc_entry(p.num_rows, p.row_stride, row, pre);
+  const int64_t v = at >= 0 ? (int64_t)kvc_r2t_ld(kvc_ptr<const int32_t *>(p.table) + at) : -1;
+  if (L64) kvc_ptr<int64_t *>(p.out)[i] = v;
+  else kvc_ptr<int32_t *>(p.out)[i] = (int32_t)v;
+}
+
 extern "C" __global__ void __launch_bounds__(256) kvc_get_last_loc(const __grid_constant__ kvc_p_get_last_loc p) {
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= p.n) return;
-  const int64_t row = kvc_load_index(p.rows, i, p.rows_i64);
-  const int64_t pre = kvc_load_index(p.prefix_lens, i, p.lens_i64);
-  const int64_t v = kvc_last_loc(kvc_ptr<const int32_t *>(p.table), p.num_rows, p.row_stride, row, pre);
-  if (p.lens_i64) kvc_ptr<int64_t *>(p.out)[i] = v;
-  else kvc_ptr<int32_t *>(p.out)[i] = (int32_t)v;
+  if (p.rows_i64) {
+    if (p.lens_i64) kvc_last_loc_one<true, true>(p, i);
+    else kvc_last_loc_one<true, false>(p, i);
+  } else {
+    if (p.lens_i64) kvc_last_loc_one<false, true>(p, i);
+    else kvc_last_loc_one<false, false>(p, i);
+  }
 }
+
+/* Copies n values src[0, n) (int64) to dst[0, n) (int32) with the block's threads, four
+ * loads in flight per thread before any store: a plain strided loop waits out one memory
+ * round trip per 256 values, which is most of this kernel's time at 512 tokens. */
+KVC_DEVICE void kvc_narrow_copy(int32_t *dst, const int64_t *src, int64_t n) {
+  enum { U = 4 };
+  for (int64_t t0 = threadIdx.x; t0 < n; t0 += U * (int64_t)blockDim.x) {
+    int64_t v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int64_t t = t0 + u * (int64_t)blockDim.x;
+      v[u] = t < n ? src[t] : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int64_t t = t0 + u * (int64_t)blockDim.x;
+      if (t < n) dst[t] = (int32_t)v[u];
+    }
+  }
+}
+
+/* One request's write: the row, the prefix vector and the lengths are loaded before the
+ * block scan that yields its offset, so their latency overlaps the scan. */
+struct kvc_w2t_req {
+  int64_t row, pre, seq;
+  uint64_t src;
+};
+
+KVC_DEVICE kvc_w2t_req kvc_w2t_load(const kvc_p_write_req_to_token &p, int64_t r) {
+  kvc_w2t_req q;
+  q.row = kvc_load_index(p.rows, r, p.rows_i64);
+  q.pre = kvc_load_index(p.prefix_lens, r, p.lens_i64);
+  q.seq = kvc_load_index(p.seq_lens, r, p.lens_i64);
+  q.src = p.prefix_ptrs ? kvc_ptr<const uint64_t *>(p.prefix_ptrs)[r] : 0;
+  return q;
+}
+
+KVC_DEVICE int64_t kvc_w2t_len(const kvc_p_write_req_to_token &p, int64_t i) {
+  const int64_t seq = kvc_load_index(p.seq_lens, i, p.lens_i64), pre = kvc_load_index(p.prefix_lens, i, p.lens_i64);
+  return KVC_EXTEND_LEN(pre, seq);
+}
+
+/* Request r's rows, its extend slots starting at out_cache_loc[off]. */
+KVC_DEVICE void kvc_w2t_apply(const kvc_p_write_req_to_token &p, const kvc_w2t_req &q, int64_t off) {
+  if (q.row < 0 || q.row >= p.num_rows) return;
+  int32_t *dst = kvc_ptr<int32_t *>(p.table) + q.row * p.row_stride;
+  if (q.src && q.pre > 0)
+    kvc_narrow_copy(dst, kvc_ptr<const int64_t *>(q.src), q.pre < p.row_stride ? q.pre : p.row_stride);
+  /* Positions [pre, seq) clipped to [0, row_stride); the slot of position pos is
+   * out_cache_loc[off + pos - pre]. */
+  const int64_t lo = q.pre > 0 ? q.pre : 0, hi = q.seq < p.row_stride ? q.seq : p.row_stride;
+  if (hi > lo) kvc_narrow_copy(dst + lo, kvc_ptr<const int64_t *>(p.out_cache_loc) + off + (lo - q.pre), hi - lo);
+}
+
+#ifndef KVC_R2T_WARP_FAST
+#  define KVC_R2T_WARP_FAST 1
+#endif
 
 extern "C" __global__ void __launch_bounds__(256)
     kvc_write_req_to_token(const __grid_constant__ kvc_p_write_req_to_token p) {
   __shared__ int64_t warp_sums[32];
   __shared__ int64_t offsets[256];
-  int32_t *table = kvc_ptr<int32_t *>(p.table);
-  const int64_t *loc = kvc_ptr<const int64_t *>(p.out_cache_loc);
+#if KVC_R2T_WARP_FAST
+  if (p.n <= 32) {
+    /* Small batches: every warp sums the lengths before its request itself (one length
+     * per lane, a shuffle reduction), so no block scan and no barrier stand between the
+     * loads and the copy. */
+    const unsigned lane = threadIdx.x & 31u;
+    const int64_t e = lane < p.n ? kvc_w2t_len(p, lane) : 0;
+    for (int64_t r = blockIdx.x; r < p.n; r += gridDim.x) {
+      const kvc_w2t_req q = kvc_w2t_load(p, r);
+      int64_t off = lane < r ? e : 0;
+#  pragma unroll
+      for (int d = 16; d > 0; d >>= 1) off += __shfl_xor_sync(0xffffffffu, off, d);
+      kvc_w2t_apply(p, q, off);
+    }
+    return;
+  }
+#endif
   int64_t running = 0;
   for (int64_t base = 0; base < p.n; base += blockDim.x) {
     const int64_t i = base + threadIdx.x;
-    int64_t e = 0;
-    if (i < p.n) {
-      const int64_t seq = kvc_load_index(p.seq_lens, i, p.lens_i64), pre = kvc_load_index(p.prefix_lens, i, p.lens_i64);
-      e = KVC_EXTEND_LEN(pre, seq);
-    }
+    const int64_t end = base + blockDim.x < p.n ? base + blockDim.x : p.n;
+    const int64_t first = base + ((int64_t)blockIdx.x - base % gridDim.x + gridDim.x) % gridDim.x;
+    /* Issued before the scan; the loads complete while it runs. */
+    kvc_w2t_req q = {};
+    if (first < end) q = kvc_w2t_load(p, first);
+    const int64_t e = i < p.n ? kvc_w2t_len(p, i) : 0;
     int64_t total;
     const int64_t incl = kvc_block_inclusive_scan(e, warp_sums, &total);
     offsets[threadIdx.x] = running + incl - e;
     __syncthreads();
-    const int64_t end = base + blockDim.x < p.n ? base + blockDim.x : p.n;
-    int64_t first = base + ((int64_t)blockIdx.x - base % gridDim.x + gridDim.x) % gridDim.x;
     for (int64_t r = first; r < end; r += gridDim.x) {
-      const int64_t row = kvc_load_index(p.rows, r, p.rows_i64);
-      if (row < 0 || row >= p.num_rows) continue;
-      const int64_t pre = kvc_load_index(p.prefix_lens, r, p.lens_i64);
-      const int64_t seq = kvc_load_index(p.seq_lens, r, p.lens_i64);
-      int32_t *dst = table + row * p.row_stride;
-      const uint64_t src_addr = p.prefix_ptrs ? kvc_ptr<const uint64_t *>(p.prefix_ptrs)[r] : 0;
-      if (src_addr && pre > 0) {
-        const int64_t *src = kvc_ptr<const int64_t *>(src_addr);
-        const int64_t lim = pre < p.row_stride ? pre : p.row_stride;
-        for (int64_t t = threadIdx.x; t < lim; t += blockDim.x) dst[t] = (int32_t)src[t];
-      }
-      const int64_t off = offsets[r - base];
-      for (int64_t t = threadIdx.x; pre + t < seq; t += blockDim.x) {
-        const int64_t pos = pre + t;
-        if (pos >= 0 && pos < p.row_stride) dst[pos] = (int32_t)loc[off + t];
-      }
+      if (r != first) q = kvc_w2t_load(p, r);
+      kvc_w2t_apply(p, q, offsets[r - base]);
     }
     running += total;
     __syncthreads();

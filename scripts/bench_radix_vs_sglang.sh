@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Same-run comparison of the radix cache against SGLang 0.5.23's own RadixCache on the
-# shapes of bench_radix's part 1 (host only; no GPU). SGLang is not a dependency of
+# shapes of bench_radix's part 1, then on its trace replays (kvc_bench_radix dumps the
+# requests, SGLang replays the same ones; host only; no GPU). SGLang is not a dependency of
 # kvcache: this script sets up a throw-away virtual environment with torch and SGLang's
 # wheel unpacked (not installed: only its mem_cache and what that imports are used).
 # Env: SGL_VENV (default /tmp/kvc-sglang-venv), SGL_SRC (default /tmp/kvc-sglang-src),
-#      QUICK=1 for the short run, BUILD_DIR (default build).
+#      QUICK=1 for the short run, BUILD_DIR (default build), TRACE_ROUNDS (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${SGL_VENV:-/tmp/kvc-sglang-venv}
@@ -32,3 +33,21 @@ echo "== kvcache (bench_radix part 1 and trace replays)"
 echo "== SGLang 0.5.23 RadixCache, same shapes, same machine, right after"
 PYTHONPATH="$src" PYTHONWARNINGS=ignore "$venv/bin/python" bench/sglang_radix_ref.py "${q[@]}" \
   --csv bench/csv/radix/vs-sglang-sglang.csv
+
+# The trace replays on both sides: kvcache dumps its requests (an untimed run), then
+# kvcache and SGLang replay them alternately, TRACE_ROUNDS times (default 3).
+out=bench/csv/radix/vs-sglang-traces
+mkdir -p "$out"
+traces=$(mktemp -d)
+trap 'rm -rf "$traces"' EXIT
+KVB_ONLY=trace KVB_TRACE_DUMP="$traces" "$build/bench/kvc_bench_radix" "${q[@]}" >/dev/null
+for i in $(seq 1 "${TRACE_ROUNDS:-3}"); do
+  echo "== trace replays, round $i: kvcache"
+  cat /proc/loadavg >"$out/kvcache-$i.load"
+  KVB_ONLY=trace "$build/bench/kvc_bench_radix" "${q[@]}" --csv "$out/kvcache-$i.csv" | tee "$out/kvcache-$i.txt"
+  echo "== trace replays, round $i: SGLang 0.5.23 RadixCache, the same requests"
+  cat /proc/loadavg >"$out/sglang-$i.load"
+  PYTHONPATH="$src" PYTHONWARNINGS=ignore "$venv/bin/python" bench/sglang_radix_ref.py --traces "$traces" \
+    --csv "$out/sglang-$i.csv" | tee "$out/sglang-$i.txt"
+done
+python3 bench/radix_vs_sglang_traces.py "$out"

@@ -13,11 +13,14 @@ Scenarios, each timed through the adapter with time.perf_counter_ns and through 
                     kvc_allocator_free of its slots and kvc_flow_release
   match             RadixCache.match_prefix(key) of a 1023-token key (the cached prompt
                     minus its last token), page 1 and 16, token_ids a list ("list": the
-                    adapter converts it, about 10 ns a token) or an array('i') ("i32":
-                    read in place), vs kvc_radix_cache_match_prefix on int32 tokens
+                    adapter converts it, about 4 ns a token) or an array('i') ("i32":
+                    read in place), vs kvc_radix_cache_match_prefix on int32 tokens; a
+                    repeated match hands out the result kept for that node ("new": the
+                    kept results dropped before each call, so the tensor is built and,
+                    on CUDA, copied to the device again)
   release radix     common.release_kv_cache(req, RadixCache) of a finished 4096-token
                     request (inserted as a new leaf) vs kvc_radix_cache_cache_finished_req
-  alloc/free 256    TokenToKVPoolAllocator.alloc(256) and free() of its result vs
+  alloc/free 256    TokenToKVPoolAllocator / Paged...(ps 16).alloc(256) and free() of it vs
                     kvc_allocator_alloc / kvc_allocator_free (no target in issue 18)
 Then the host time of the framework operations the paths are built from (tensor from a
 list, add with out=, a slice, an address, the stream lookup; on CUDA also an empty
@@ -30,6 +33,8 @@ Targets (issue 18, CUDA backend on an H200): decode <= 15 us, extend <= 30 us,
 release <= 8 us, radix match <= 2x the C call.
 
   python3 bench/python/bench_sglang_adapter.py [--backend host|cuda] [--rounds N] [--csv F]
+  (the CSV goes to $OUT or the temp directory without --csv; the target rows are printed
+  again at the end, after the primitives)
   env: KVCACHE_LIB, KVCB_HELPER (libkvc_pybench.so, default: next to the library's
   bench/), KVCACHE_NO_FAST=1
 """
@@ -90,8 +95,13 @@ class Bench:
             noop.append(_ns() - t0)
         self.ctypes_ns = statistics.median(noop)
         self.keep = a
-        print("backend %s, fast path %s, ctypes call overhead %.2f us (subtracted from "
-              "C(ctypes))" % (args.backend, kvc.fast_path or "none", self.ctypes_ns / 1000))
+        self.head = ("backend %s, fast path %s, adapter entries %s, torch %s, ctypes call "
+                     "overhead %.2f us (subtracted from C(ctypes))" % (
+                         args.backend, kvc.fast_path or "none",
+                         "on" if T.fast is not None else "OFF (ctypes)",
+                         T.torch.__version__ if T.torch is not None else "none (NumPy)",
+                         self.ctypes_ns / 1000))
+        print(self.head)
         print("%-22s %9s %9s %10s %10s %8s  %s" % ("scenario", "adapter", "p90", "C(ctypes)",
                                                    "C(clock)", "ratio", "target"))
 
@@ -138,6 +148,8 @@ class Bench:
         seq = T.host_empty(batch)
         rows32 = T.host_empty(batch, T.I32)
         out_h = T.host_empty(batch)
+        out_d = T.empty(batch, T.I64, self.dev) if T.is_cuda(self.dev) else None
+        od = T.ptr(out_d) if out_d is not None else None
         ns = ctypes.c_int64()
         py, cc, ck = [], [], []
         fn = lib.kvc_allocator_alloc_decode
@@ -171,8 +183,9 @@ class Bench:
                         else:
                             T.np.add(s, 1, out=seq)
                         a1, a2, a3 = T.ptr(seq), T.ptr(rows32), T.ptr(out_h)
-                        t0 = _ns()
-                        fn(alloc._h, batch, a1, None, pool._h, a2, a3, None, None)
+                        sm = T.stream(T.is_cuda(self.dev))
+                        t0 = _ns()  # the adapter's call: host + device out, its stream
+                        fn(alloc._h, batch, a1, None, pool._h, a2, a3, od, sm)
                         cc.append(_ns() - t0)
                     s += 1
                     for q in reqs:
@@ -197,6 +210,8 @@ class Bench:
         rows32 = (ctypes.c_int32 * batch)()
         prefix = (ctypes.c_void_p * batch)()
         out_h = T.host_empty(batch * length)
+        out_d = T.empty(batch * length, T.I64, self.dev) if T.is_cuda(self.dev) else None
+        od = T.ptr(out_d) if out_d is not None else None
         py, cc, ck = [], [], []
         fn = lib.kvc_allocator_alloc_extend
         for r in range(reps):
@@ -224,8 +239,9 @@ class Bench:
                     for i, q in enumerate(reqs):
                         rows32[i] = q.req_pool_idx
                     a1, a2, a3 = T.ptr(pre), T.ptr(seqv), T.ptr(out_h)
-                    t0 = _ns()
-                    fn(alloc._h, batch, a1, a2, None, pool._h, rows32, prefix, a3, None, None)
+                    sm = T.stream(T.is_cuda(self.dev))
+                    t0 = _ns()  # the adapter's call: host + device out, its stream
+                    fn(alloc._h, batch, a1, a2, None, pool._h, rows32, prefix, a3, od, sm)
                     cc.append(_ns() - t0)
                 for q in reqs:
                     q.kv_committed_len = q.kv_allocated_len = length
@@ -297,7 +313,7 @@ class Bench:
                 cache.evict(S.EvictParams(num_tokens=length))
         self.report("release %d radix ps=%d" % (length, ps), py, cc, [], None, None)
 
-    def radix_match(self, length=1024, ps=1, reps=None, key_kind="list"):
+    def radix_match(self, length=1024, ps=1, reps=None, key_kind="list", fresh=False):
         reps = reps or max(self.args.rounds * 20, 200)
         pool, alloc, _ = self._world(4, length + ps, 4 * (length + ps), ps)
         cache = S.RadixCache(pool, alloc, ps)
@@ -318,16 +334,23 @@ class Bench:
                     fn(th, 0, c_toks, length - 1, ctypes.byref(m))
                     cc.append(_ns() - t0)
                 else:
+                    if fresh:  # no kept result: the tensor is built (and copied) again
+                        cache.clear_match_results()
                     t0 = _ns()
                     res = cache.match_prefix(key)
                     py.append(_ns() - t0)
         assert T.numel(res.device_indices) == m.len
-        self.report("match %d ps=%d %s" % (length, ps, key_kind), py, cc, [], 2, "x")
+        if fresh:
+            self.report("match %d ps=%d %s new" % (length, ps, key_kind), py, cc, [], None,
+                        None)
+        else:
+            self.report("match %d ps=%d %s" % (length, ps, key_kind), py, cc, [], 2, "x")
 
 
     def alloc_free(self, n=256, ps=1, reps=None):
         """The allocator-level calls (SGLang's alloc_token_slots / free paths):
-        alloc(n) returning a fresh tensor (on CUDA: with its device copy), then
+        alloc(n) returning a fresh tensor (on CUDA: the device result written by the
+        library's launch), then
         free(that tensor) (its host copy is read, no device read)."""
         reps = reps or max(self.args.rounds * 20, 200)
         _, alloc, _ = self._world(1, 16, 4 * n, ps)
@@ -395,6 +418,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--csv")
     args = ap.parse_args()
+    if not args.csv:  # always a CSV: $OUT (the GPU machine's result folder) or the temp dir
+        import tempfile
+        args.csv = os.path.join(os.environ.get("OUT") or tempfile.gettempdir(),
+                                "sglang-adapter-%s-%s.csv" % (
+                                    args.backend, "ext" if T.fast is not None else "ctypes"))
     b = Bench(args)
     for ps in (1, 16):
         b.decode(256, ps)
@@ -407,13 +435,22 @@ def main():
     for ps in (1, 16):
         for kind in ("list", "i32"):
             b.radix_match(1024, ps, key_kind=kind)
+    b.radix_match(1024, 16, key_kind="i32", fresh=True)
     b.alloc_free(256, 1)
+    b.alloc_free(256, 16)
     b.primitives()
-    if args.csv:
-        with open(args.csv, "w") as f:
-            f.write("scenario,adapter_us,adapter_p90_us,c_ctypes_us,c_clock_us,ratio,target\n")
-            for row in b.rows:
-                f.write("%s,%.3f,%.3f,%.3f,%.3f,%.3f,%s\n" % row)
+    with open(args.csv, "w") as f:
+        f.write("scenario,adapter_us,adapter_p90_us,c_ctypes_us,c_clock_us,ratio,target\n")
+        for row in b.rows:
+            f.write("%s,%.3f,%.3f,%.3f,%.3f,%.3f,%s\n" % row)
+    # Issue 18 item 4's rows again, last, so that a tail of the output always has them.
+    print("=== issue 18 item 4 targets (median us; CSV: %s)" % args.csv)
+    print(b.head)
+    print("%-22s %9s %10s %10s %8s  %s" % ("scenario", "adapter", "C(ctypes)", "C(clock)",
+                                           "ratio", "target"))
+    for name, pm, _, cc, ck, ratio, tgt in b.rows:
+        if tgt != "-":
+            print("%-22s %9.2f %10.2f %10.2f %7.2fx  %s" % (name, pm, cc, ck, ratio, tgt))
 
 
 if __name__ == "__main__":

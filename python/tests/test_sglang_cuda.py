@@ -140,3 +140,42 @@ def test_swa_and_hybrid_on_the_gpu():
     assert (a.mamba_pool_idx, b.mamba_pool_idx) == (1, 4)
     idx = hp.get_mamba_indices(torch.tensor([1, 2], dtype=torch.int64, device=DEV))
     assert idx.is_cuda and L(idx) == [1, 4]
+
+
+def test_alloc_result_written_by_the_library_launch():
+    """alloc() on CUDA: the device result comes from the library's own launch (alloc_extend
+    of one request), the host copy rides along; token and paged, and the refusals."""
+    for ps in (1, 4):
+        pool, alloc, cache = world(size=64, ps=ps)
+        twin = (S.TokenToKVPoolAllocator(64, torch.bfloat16, "cpu", None, False) if ps == 1
+                else S.PagedTokenToKVPoolAllocator(64, ps, torch.bfloat16, "cpu", None, False))
+        outs = []
+        for n in (8, 16, 4):
+            x, y = alloc.alloc(n), twin.alloc(n)
+            torch.cuda.synchronize()
+            assert x.is_cuda and x.dtype == torch.int64 and L(x) == L(y)
+            assert L(x._kvc_host) == L(y)
+            outs.append(x)
+        alloc.free(outs[1])
+        twin.free(cpu(L(outs[1])))
+        assert L(alloc.alloc(16)) == L(twin.alloc(16))
+        assert alloc.alloc(1024) is None
+        assert alloc.alloc(0).numel() == 0
+        if ps > 1:
+            with pytest.raises(kvcache.KvcacheError):
+                alloc.alloc(ps + 1)
+
+
+def test_match_results_kept_on_the_device():
+    pool, alloc, cache = world(size=64, radix=True)
+    a = S.Req(origin_input_ids=list(range(10)), fill_ids=list(range(10)))
+    S.ScheduleBatch([a], pool, cache, device=DEV).prepare_for_extend()
+    slots = L(pool.req_to_token[a.req_pool_idx, :8])
+    S.release_kv_cache(a, cache)
+    key = S.MatchPrefixParams(S.RadixKey(list(range(9))))
+    m1, m2 = cache.match_prefix(key), cache.match_prefix(key)
+    assert m1.device_indices.is_cuda and m2.device_indices is m1.device_indices
+    assert L(m2.device_indices) == slots and L(m1.device_indices._kvc_host) == slots
+    cache.clear_match_results()
+    m3 = cache.match_prefix(key)
+    assert m3.device_indices is not m1.device_indices and L(m3.device_indices) == slots

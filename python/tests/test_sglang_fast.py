@@ -137,3 +137,134 @@ def test_radix_finished_and_unfinished_tokens(kind):
     m = cache.match_prefix(S.MatchPrefixParams(S.RadixKey(toks[:29])))
     assert T.numel(m.device_indices) == 29
     assert cache.total_size() == 30
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_match_results_kept_only_while_the_tree_holds_them(ps):
+    """A repeated match hands out the result kept for its node; once the tree's slots
+    there change (evicted, re-cached at other slots) the next match builds a new one with
+    the new slots, never the kept values (issue 18 item 4's per-path results)."""
+    pool, alloc = world(ps, size=256)
+    cache = S.RadixCache(pool, alloc, ps)
+    toks = list(range(300, 320))
+    key = S.MatchPrefixParams(S.RadixKey(toks[:-1]))
+    want_len = (19 // ps) * ps
+
+    def cache_once():
+        r = S.Req(origin_input_ids=toks, fill_ids=list(toks))
+        S.ScheduleBatch([r], pool, cache).prepare_for_extend()
+        slots = L(pool.row_host(r.req_pool_idx, 0, want_len))
+        S.release_kv_cache(r, cache)
+        return slots
+
+    first = cache_once()
+    a = cache.match_prefix(key).device_indices
+    b = cache.match_prefix(key).device_indices
+    assert L(a) == L(b) == first
+    assert b is a  # kept and checked: no new tensor
+    # evict, take the freed slots (paged frees go to the front) so that the request
+    # cached again lands elsewhere
+    cache.evict(S.EvictParams(num_tokens=256))
+    assert T.numel(cache.match_prefix(key).device_indices) == 0
+    hold = alloc.alloc(32)
+    second = cache_once()
+    assert second != first
+    c = cache.match_prefix(key).device_indices
+    assert L(c) == second and L(a) == first  # the old tensor keeps its values
+    alloc.free(hold)
+    cache.reset()
+    assert T.numel(cache.match_prefix(key).device_indices) == 0
+
+
+@pytest.mark.parametrize("ps,need_sort", [(1, False), (1, True), (4, False), (4, True)])
+def test_alloc_launch_route_matches_alloc(ps, need_sort):
+    """The CUDA backend's alloc (the library writes the device result: alloc_extend of one
+    request) hands out exactly what kvc_allocator_alloc hands out, with the same None on
+    shortage and the same refusal of a length that is not page-aligned; here on the host
+    backend, where the same call writes the host result only."""
+    import kvcache
+
+    def make():
+        if ps == 1:
+            return S.TokenToKVPoolAllocator(64, "float16", "cpu", None, need_sort)
+        return S.PagedTokenToKVPoolAllocator(64, ps, "float16", "cpu", None, need_sort)
+
+    a, b = make(), make()
+    steps = [8, 4, ("free", 0), 12, ("free", 2), 16, 40, 4, ("free", 1), 24, 0]
+    got_a, got_b = [], []
+    for s in steps:
+        if isinstance(s, tuple):
+            i = s[1]
+            a.free(got_a[i])
+            b.free(got_b[i])
+            continue
+        x, y = a._alloc_launch(s), b.alloc(s)
+        assert (x is None) == (y is None)
+        if x is not None:
+            assert L(x) == L(y) and x.dtype == T.I64
+        got_a.append(x)
+        got_b.append(y)
+        assert a.available_size() == b.available_size()
+    if ps > 1:
+        with pytest.raises(kvcache.KvcacheError):
+            a._alloc_launch(ps + 1)
+        with pytest.raises(kvcache.KvcacheError):
+            b.alloc(ps + 1)
+
+
+def test_fresh_host_vectors():
+    """The helpers behind the fresh result vectors (views of new bytearrays)."""
+    if T.fast is not None:
+        assert T.fast.memeq(b"abcd", bytearray(b"abcd"), 4)
+        assert not T.fast.memeq(b"abcd", bytearray(b"abce"), 4)
+        assert T.fast.memeq(None, None, 0)
+        with pytest.raises(ValueError):
+            T.fast.copy_bytes(None, 8)
+        with pytest.raises(ValueError):
+            T.fast.widen_i32(None, 2)
+    src = T.host_array([5, -1, 7, 2 ** 40])
+    got = T.from_address_i64(T.ptr(src), 4)
+    assert L(got) == [5, -1, 7, 2 ** 40]
+    src[0] = 9
+    assert L(got)[0] == 5  # a copy
+    assert T.numel(T.from_address_i64(0, 0)) == 0
+    z = T.new_host_i64(3)
+    assert T.numel(z) == 3 and z.dtype == T.I64
+    z[1] = 4
+    assert L(z)[1] == 4
+    assert T.numel(T.new_host_i64(0)) == 0
+    import ctypes
+    rows = (ctypes.c_int32 * 4)(3, 1, 2 ** 31 - 1, 0)
+    r = T.rows_i64(rows, 3)
+    assert L(r) == [3, 1, 2 ** 31 - 1] and r.dtype == T.I64
+    assert T.numel(T.rows_i64(rows, 0)) == 0
+
+
+def test_extend_rows_cpu_is_int64_of_the_rows():
+    pool, alloc = world(rows=4, width=16, size=64)
+    cache = S.ChunkCache(pool, alloc, 1)
+    reqs = [S.Req(fill_ids=list(range(n))) for n in (3, 5)]
+    b = S.ScheduleBatch(reqs, pool, cache)
+    b.prefix_lens = [0, 0]
+    b.extend_num_tokens = 8
+    b.seq_lens_cpu = b.seq_lens = T.host_array([3, 5])
+    out, rows_dev, rows_cpu = S.alloc_for_extend(b)
+    assert rows_cpu.dtype == T.I64 and L(rows_cpu) == [q.req_pool_idx for q in reqs]
+    assert L(rows_dev) == L(rows_cpu)
+
+
+def test_token_list_conversion_in_place_and_general():
+    """The list -> int32 conversion (one-digit ints read in place, the rest through
+    PyLong_AsLong) gives what array('i') gives, and refuses what it refuses."""
+    if T.fast is None:
+        pytest.skip("the _kvcfast extension is not in use")
+    vals = [0, 1, -1, 5, -5, 2 ** 30 - 1, -(2 ** 30) + 1, 2 ** 30, -(2 ** 30), 2 ** 30 + 7,
+            2 ** 31 - 1, -(2 ** 31), True, T.np.int32(9), T.np.int64(-9)]
+    out = array.array("i", bytes(4 * len(vals)))
+    T.fast.fill_i32(out, vals, None, len(vals))
+    assert list(out) == list(array.array("i", [int(v) for v in vals]))
+    for bad in (2 ** 31, -(2 ** 31) - 1, 2 ** 40):
+        with pytest.raises(OverflowError):
+            T.fast.fill_i32(array.array("i", [0]), [bad], None, 1)
+    with pytest.raises(TypeError):
+        T.fast.fill_i32(array.array("i", [0]), [1.0], None, 1)

@@ -259,3 +259,52 @@ def test_swa_allocator_direct_calls():
     assert alloc.swa_available_size() == 8
     alloc.clear()
     assert alloc.full_available_size() == 16
+
+
+def test_seed_interface_gaps_closed():
+    """Issue 18 item 1 review: methods of the seeds' classes that were missing or named
+    their parameters differently."""
+    m = S.MambaPool(size=4, spec_state_size=2, cache_params=_mamba_params(),
+                    mamba_layer_ids=[1, 3], device="cpu", speculative_num_draft_tokens=3)
+    sp = m.get_speculative_mamba2_params_all_layers()
+    assert isinstance(sp, S.MambaPool.SpeculativeState)
+    assert tuple(sp.conv[0].shape) == (2, 5, 4, 3) and tuple(sp.temporal.shape) == (2, 5, 2, 2, 2)
+    assert tuple(sp.intermediate_ssm.shape)[:3] == (2, 3, 3)
+    assert len(sp.intermediate_conv_window) == 1
+    # the whole conv tensor aliases the per-layer view: layer index 1 is global layer 3
+    sp.conv[0][1, 2] = 5.0
+    assert float(npy(m.mamba2_layer_cache(3).conv[0])[2].sum()) == 5.0 * 12
+    plain = S.MambaPool(size=4, spec_state_size=0, cache_params=_mamba_params(),
+                        mamba_layer_ids=[1], device="cpu")
+    with pytest.raises(AssertionError):
+        plain.get_speculative_mamba2_params_all_layers()
+    h = _hybrid_pool(False)
+    seen = []
+
+    class Counter:
+        def wait_until(self, i):
+            seen.append(i)
+
+    h.register_layer_transfer_counter(Counter())
+    h.mamba2_layer_cache(2)
+    assert seen == [2]
+    # NSA: KV rows in get_contiguous_buf_infos, index-key pages in get_state_buf_infos
+    nsa = S.NSATokenToKVPool(128, 64, 512, "float8_e4m3fn", 64, 2, "cpu", index_head_dim=128,
+                             enable_memory_saver=False, kv_cache_dim=656)
+    kv_p, kv_l, kv_i = nsa.get_contiguous_buf_infos()
+    ix_p, ix_l, ix_i = nsa.get_state_buf_infos()
+    assert len(kv_p) == 2 and len(ix_p) == 2 and not set(kv_p) & set(ix_p)
+    assert ix_i[0] == 64 * 132 and ix_l[0] == 3 * 64 * 132
+    saved = nsa.get_cpu_copy(arr([64]))
+    nsa.load_cpu_copy(kv_cache_cpu_dict=saved, indices=arr([128]))
+    # SWA allocator: no request ring; the mapping is the allocator's own
+    a = S.SWATokenToKVPoolAllocator(16, 8, 1, "float16", "cpu", None, False)
+    assert a.swa_req_ring is False and a.swa_ring_cost_tokens == 0
+    for call in (lambda: a.set_full_to_swa_mapping(arr([1]), arr([1])),
+                 lambda: a.clear_full_to_swa_mapping(arr([1])), lambda: a.resize(None)):
+        with pytest.raises(NotImplementedError):
+            call()
+    # get_last_loc with SGLang's keyword names
+    pool = S.ReqToTokenPool(2, 8, "cpu")
+    assert L(S.get_last_loc(pool.req_to_token, req_pool_indices_tensor=arr([1]),
+                            prefix_lens_tensor=arr([0]))) == [-1]

@@ -90,6 +90,10 @@ typedef struct kvc__slot_ops {
   /* Whether a step of `tokens` needs the cache to evict, and how much of each side
    * (SGLang asks one pool for n, the SWA composite for each side's deficit). */
   bool (*evict_need)(const kvc__slot_allocator *sa, int64_t tokens, int64_t *full, int64_t *swa);
+  /* Whether free_window releases the slots themselves rather than one side of them (a
+   * pure-SWA pool: every layer SWA, one pool): the part of a request's row that window
+   * eviction released is then not the request's any more (kvc__flow_row_dead). NULL: no. */
+  bool (*window_frees_slots)(const kvc__slot_allocator *sa);
   /* Extra text for an out-of-memory message ("" or each side's availability). */
   void (*describe)(const kvc__slot_allocator *sa, char *buf, size_t cap);
   kvc_status (*check)(const kvc__slot_allocator *sa);

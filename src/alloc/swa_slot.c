@@ -86,12 +86,21 @@ static kvc_status tell(const kvc__slot_allocator *sa, const kvc__free_args *x, s
   return st;
 }
 
+/* A pure-SWA allocator is one token allocator serving both sides with the identity
+ * mapping: the flows' extend and decode are that allocator's (SGLang allocates with
+ * alloc(n) at page size 1 and writes the row: the same slots in the same order). */
 static kvc_status swa_extend(const kvc__slot_allocator *sa, const kvc__extend_args *x) {
+  if (impl(sa)->pure)
+    return kvc_allocator_alloc_extend(impl(sa)->full, x->bs, x->prefix_lens, x->seq_lens, x->last_locs, x->req_pool,
+                                      x->rows, x->prefix_slots, x->out_host, x->out_device, x->stream);
   return kvc_swa_allocator_alloc_extend(impl(sa), x->bs, x->prefix_lens, x->seq_lens, x->last_locs, x->req_pool,
                                         x->rows, x->prefix_slots, x->out_host, x->out_device, x->stream);
 }
 
 static kvc_status swa_decode(const kvc__slot_allocator *sa, const kvc__decode_args *x) {
+  if (impl(sa)->pure)
+    return kvc_allocator_alloc_decode(impl(sa)->full, x->bs, x->seq_lens, x->last_locs, x->req_pool, x->rows,
+                                      x->out_host, x->out_device, x->stream);
   return kvc_swa_allocator_alloc_decode(impl(sa), x->bs, x->seq_lens, x->last_locs, x->req_pool, x->rows, x->out_host,
                                         x->out_device, x->stream);
 }
@@ -152,6 +161,10 @@ static bool swa_evict_need(const kvc__slot_allocator *sa, int64_t tokens, int64_
   return f < tokens || w < tokens;
 }
 
+/* Window eviction of a pure-SWA pool frees the slots themselves (there is no full side
+ * to keep): the flows must not free that part of a row again. */
+static bool swa_window_frees_slots(const kvc__slot_allocator *sa) { return impl(sa)->pure; }
+
 static void swa_describe(const kvc__slot_allocator *sa, char *buf, size_t cap) {
   snprintf(buf, cap, " (full %lld, swa %lld)", (long long)kvc_swa_allocator_full_available_size(impl(sa)),
            (long long)kvc_swa_allocator_swa_available_size(impl(sa)));
@@ -208,6 +221,7 @@ static const kvc__slot_ops swa_ops = {
     .available = swa_available,
     .fits = swa_fits,
     .evict_need = swa_evict_need,
+    .window_frees_slots = swa_window_frees_slots,
     .describe = swa_describe,
     .check = swa_check,
     .full = swa_full,

@@ -12,6 +12,15 @@
  * the next load (~11 us per 4096 slots here), and with page_size > 1 eviction reads only
  * each page's first slot. */
 
+/* Page size 1, slot i not followed by slot i + 1: a run of one slot, as kvc__rx_run_end
+ * would find it, tested and set without the run scan and word-mask loop (same bits, same
+ * order, same status and *bad as the run path). A token allocator hands out recycled
+ * slots in free order, so under eviction pressure a request's slots are mostly lone slots
+ * and short runs, where the scan's mispredicted run ends cost more than a bit each. */
+static inline bool lone_slot(int64_t ps, const int64_t *s, int64_t i, int64_t n) {
+  return ps == 1 && i + 1 < n && (uint64_t)s[i + 1] - (uint64_t)s[i] != 1;
+}
+
 static uint64_t word_mask(int64_t w, int64_t a, int64_t b) { /* bits of [a, b] in word w */
   uint64_t m = ~0ull;
   if ((a >> 6) == w) m &= ~0ull << (a & 63);
@@ -58,6 +67,23 @@ kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, in
   int64_t i = 0;
   kvc_status st = KVC_OK;
   while (i < n) {
+    if (lone_slot(ps, slots, i, n)) {
+      const int64_t a = slots[i];
+      if (a < 1 || a > top) {
+        st = KVC_ERR_INVALID_ARGUMENT;
+        break;
+      }
+      uint64_t *w = &rc->held[a >> 6];
+      const uint64_t bit = 1ull << (a & 63);
+      if (*w & bit) {
+        st = KVC_ERR_MISUSE;
+        break;
+      }
+      *w |= bit;
+      if (run_first) *run_first = -1; /* not the whole key: i + 1 < n */
+      i++;
+      continue;
+    }
     const int64_t j = kvc__rx_run_end(slots, i, n, 1), a = slots[i], b = slots[j - 1];
     if (a < 1 || b > top || (j - i) % ps || a - rx_page(rc, a) * ps) {
       st = KVC_ERR_INVALID_ARGUMENT;
@@ -81,6 +107,15 @@ kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, in
 kvc_status kvc__rx_check_free(const kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad) {
   const int64_t top = rc->top_slot;
   for (int64_t i = 0; i < n;) {
+    if (lone_slot(1, slots, i, n)) { /* a run of one slot (the run path's checks, for one bit) */
+      const int64_t s = slots[i];
+      if (s < 1 || s > top || rx_slot_held(rc, s)) {
+        *bad = i;
+        return s < 1 || s > top ? KVC_ERR_INVALID_ARGUMENT : KVC_ERR_MISUSE;
+      }
+      i++;
+      continue;
+    }
     const int64_t j = kvc__rx_run_end(slots, i, n, 1), a = slots[i], b = slots[j - 1];
     if (a < 1 || b > top || range_any(rc->held, rx_page(rc, a), rx_page(rc, b))) {
       for (*bad = i; *bad < j; ++*bad) {
@@ -96,6 +131,24 @@ kvc_status kvc__rx_check_free(const kvc_radix_cache *rc, const int64_t *slots, i
 
 void kvc__rx_unmark(kvc_radix_cache *rc, const int64_t *slots, int64_t n) {
   const int64_t ps = rc->ps, np = n / ps;
+  /* Page size 1: nothing to check, so a bit per slot, and the run path only where 16 slots
+   * in a row may be one run (short runs were ~5 ns a slot through the scan: evicting the
+   * ~1,100 recycled slots of a chat eviction at capacity 10^4 took 5.2-5.7 us of tree
+   * work, 1.4-1.6 us this way). */
+  if (ps == 1) {
+    uint64_t *h = rc->held;
+    for (int64_t k = 0; k < n;) {
+      if (k + 16 <= n && (uint64_t)slots[k + 15] - (uint64_t)slots[k] == 15) {
+        const int64_t j = kvc__rx_run_end(slots, k, n, 1);
+        range_set(h, slots[k], slots[j - 1], false);
+        k = j;
+      } else {
+        h[slots[k] >> 6] &= ~(1ull << (slots[k] & 63));
+        k++;
+      }
+    }
+    return;
+  }
   for (int64_t k = 0; k < np;) {
     int64_t j = kvc__rx_run_end(slots, k, np, ps);
     range_set(rc->held, rx_page(rc, slots[k * ps]), rx_page(rc, slots[(j - 1) * ps]), false);

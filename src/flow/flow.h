@@ -77,4 +77,25 @@ void kvc__flow_canary_free(kvc_flow *f);
 
 static inline int64_t kvc__ceil_align(int64_t n, int64_t ps) { return (n + ps - 1) / ps * ps; }
 
+/** Where window eviction starts in a request's row (flow_window.c): past what the cache
+ *  owns and the engine's floor. */
+static inline int64_t kvc__flow_window_lo(const kvc_flow *f, const kvc_req_state *r) {
+  int64_t lo = KVC__MAX(r->cache_protected_len, r->swa_evict_floor);
+  if (f->ps > 1 && lo > r->cache_protected_len) lo = kvc__ceil_align(lo, f->ps);
+  return lo;
+}
+
+/** The part [*lo, *hi) of a request's row whose slots window eviction released entirely
+ *  (an allocator whose free_window frees the slots themselves, a pure-SWA pool): neither
+ *  the request's nor anybody's to free again. Empty (*lo == *hi) otherwise. Window
+ *  eviction runs from kvc__flow_window_lo to swa_evicted_seqlen in one contiguous range,
+ *  because what the cache owns never grows past where it started (the pure-SWA caches
+ *  cap their keys there) and the engine's floor must not rise past swa_evicted_seqlen. */
+static inline void kvc__flow_row_dead(const kvc_flow *f, const kvc_req_state *r, int64_t *lo, int64_t *hi) {
+  *lo = *hi = 0;
+  if (!f->sa.ops->window_frees_slots || !f->sa.ops->window_frees_slots(&f->sa)) return;
+  const int64_t a = kvc__flow_window_lo(f, r), b = KVC__MIN(r->swa_evicted_seqlen, r->kv_allocated_len);
+  if (b > a) *lo = a, *hi = b;
+}
+
 #endif

@@ -17,8 +17,7 @@ kvc_status kvc_flow_free_swa_out_of_window(kvc_flow *f, kvc_req_state *r, int64_
   KVC_RETURN_IF(pre_len < 0 || pre_len > r->kv_allocated_len, f->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "pre_len %lld outside [0, kv_allocated_len %lld]", (long long)pre_len, (long long)r->kv_allocated_len);
   if (f->cfg.sliding_window <= 0) return KVC_OK;
-  int64_t floor = KVC__MAX(r->cache_protected_len, r->swa_evict_floor);
-  if (ps > 1 && floor > r->cache_protected_len) floor = kvc__ceil_align(floor, ps);
+  const int64_t floor = kvc__flow_window_lo(f, r);
   int64_t evicted = KVC__MAX(r->swa_evicted_seqlen, floor);
   /* One page of margin keeps the radix insert boundary from becoming an SWA tombstone. */
   int64_t threshold = pre_len - f->cfg.sliding_window - (f->cfg.swa_drop_page_margin ? 0 : ps);

@@ -58,12 +58,22 @@ kvc_status kvc__flow_free_mamba(kvc_flow *f, kvc_req_state *r) {
   return KVC_OK;
 }
 
-/* Frees row[a0, a1) ++ row[b0, b1) in ONE allocator call, so both ranges go or neither. */
-static kvc_status free_row_ranges(kvc_flow *f, int32_t row, int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
-  const int64_t na = a1 > a0 ? a1 - a0 : 0, nb = b1 > b0 ? b1 - b0 : 0;
-  if (na) KVC_FORWARD(kvc_flow_row_slots(f, row, a0, a1, f->row_slots));
-  if (nb) KVC_FORWARD(kvc_flow_row_slots(f, row, b0, b1, f->row_slots + na));
-  return kvc_flow_free_slots(f, f->row_slots, (size_t)(na + nb)); /* na + nb <= width */
+/* Frees row[a0, a1) ++ row[b0, b1) in ONE allocator call, so both ranges go or neither,
+ * leaving out the part window eviction released whole (kvc__flow_row_dead; ranges in
+ * ascending order, so the result stays in SGLang's free order). */
+static kvc_status free_row_ranges(kvc_flow *f, const kvc_req_state *r, int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+  int64_t d0, d1;
+  kvc__flow_row_dead(f, r, &d0, &d1);
+  const int64_t rg[4][2] = {
+      {a0, KVC__MIN(a1, d0)}, {KVC__MAX(a0, d1), a1}, {b0, KVC__MIN(b1, d0)}, {KVC__MAX(b0, d1), b1}};
+  size_t k = 0; /* with no dead part (d0 = d1 = 0) the even ranges are empty */
+  for (int i = 0; i < 4; i++) {
+    const int64_t lo = rg[i][0], hi = rg[i][1];
+    if (hi <= lo) continue;
+    KVC_FORWARD(kvc_flow_row_slots(f, r->req_row, lo, hi, f->row_slots + k));
+    k += (size_t)(hi - lo);
+  }
+  return kvc_flow_free_slots(f, f->row_slots, k); /* k <= width */
 }
 
 /* First slot of the over-allocated tail: the page holding the last committed token goes
@@ -82,7 +92,7 @@ static kvc_status release_one(kvc_flow *f, kvc_req_state *r, int is_insert) {
     /* The chunk cache frees [0, committed): together with the tail, one free. */
     const int64_t committed = r->kv_committed_len;
     if (mamba) KVC_FORWARD(kvc__flow_free_mamba(f, r));
-    KVC_FORWARD(free_row_ranges(f, row, 0, committed, tail_start(f, committed), r->kv_allocated_len));
+    KVC_FORWARD(free_row_ranges(f, r, 0, committed, tail_start(f, committed), r->kv_allocated_len));
   } else {
     /* The callback may keep the row and the Mamba state (sessions), so it goes first and
      * the Mamba state after it; the tail follows it in SGLang's free order. */
@@ -94,7 +104,7 @@ static kvc_status release_one(kvc_flow *f, kvc_req_state *r, int is_insert) {
     }
     const int64_t start = tail_start(f, r->kv_committed_len);
     if (start < r->kv_allocated_len) {
-      KVC_FORWARD(free_row_ranges(f, row, 0, 0, start, r->kv_allocated_len));
+      KVC_FORWARD(free_row_ranges(f, r, 0, 0, start, r->kv_allocated_len));
       r->kv_allocated_len = start;
     }
     if (mamba) KVC_FORWARD(kvc__flow_free_mamba(f, r));
@@ -198,6 +208,10 @@ kvc_status kvc_flow_check(const kvc_flow *f, kvc_req_state *const *live, size_t 
     const int64_t from =
         cached ? tail_start(f, live[i]->kv_committed_len) : KVC__MAX(0, live[i]->cache_protected_len) / f->ps * f->ps;
     held += KVC__MAX(0, kvc__ceil_align(live[i]->kv_allocated_len, f->ps) - from) / f->ps;
+    int64_t d0, d1; /* what window eviction released whole is nobody's */
+    kvc__flow_row_dead(f, live[i], &d0, &d1);
+    d0 = KVC__MAX(d0, from);
+    if (d1 > d0) held -= (d1 - d0) / f->ps;
   }
   int64_t cached = f->cache.cached_size ? f->cache.cached_size(f->cache.self) : 0;
   held += (cached + f->ps - 1) / f->ps;

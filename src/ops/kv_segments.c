@@ -88,7 +88,11 @@ kvc_status kvc__kv_move_launch(kvc_context *ctx, const char *fn, kvc_p_kv_move *
   const int64_t smem = cnt * (stages * w + 8);
   p->stages = (int32_t)stages;
   const int64_t per_sm = KVC__MAX(1, sm_max / (smem + 1024));
-  const int threads = tt ? tt : per_sm >= 4 ? 256 : 512;
+  /* 512 threads keep more bytes in flight per CTA where few chunks run (N = 1024: 81%
+   * of a copy against 80% with 256); with many chunks 256 threads do better (N = 8192:
+   * 88.0-88.2% against 87.0-87.3%; run 13 in bench/RESULTS.md, three rounds each). The
+   * threshold sits between the two measured sizes. */
+  const int threads = tt ? tt : (per_sm >= 4 || p->n > 8 * chunk) ? 256 : 512;
   const int64_t resident = (int64_t)kvc__num_sms(ctx) * KVC__MIN(per_sm, 2048 / threads);
   /* Equal tile counts per CTA: k tiles each on ceil(ctas / k) CTAs, k the fewest that
    * fits the resident CTAs (a persistent grid with some CTAs owning one tile more would

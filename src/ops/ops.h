@@ -51,16 +51,16 @@ extern const size_t kvc__kernel_table_len;
 
 /* Scratch an object owns for building inline parameter blocks (one per writer). */
 #define KVC__PARAM_SCRATCH_BYTES 32768
-/* Plan variants: 0..2 inline (KVC_INLINE_SMALL / _MEDIUM / _LARGE words), 3 staged. A
- * kernel cache (kcache) for plan launches has KVC__PLAN_INLINE_VARIANTS entries. */
-#define KVC__PLAN_INLINE_VARIANTS 3
-#define KVC__PLAN_STAGED 3
+/* Plan variants: 0..3 inline (KVC_INLINE_SMALL / _MEDIUM / _WIDE / _LARGE words), then
+ * staged. A kernel cache (kcache) for plan launches has KVC__PLAN_INLINE_VARIANTS entries. */
+#define KVC__PLAN_INLINE_VARIANTS 4
+#define KVC__PLAN_STAGED KVC__PLAN_INLINE_VARIANTS
 
 typedef struct kvc__plan {
   unsigned char *scratch; /* object-owned, KVC__PARAM_SCRATCH_BYTES, 8-aligned */
   size_t header_bytes;
   size_t words;
-  int variant;         /* 0 small, 1 medium, 2 large inline; KVC__PLAN_STAGED */
+  int variant;         /* 0 small, 1 medium, 2 wide, 3 large inline; KVC__PLAN_STAGED */
   uint32_t *payload;   /* where the caller writes the payload */
   uint64_t staged_dev; /* device address of the payload when staged, else 0 */
 } kvc__plan;
@@ -83,11 +83,11 @@ kvc_status kvc__plan_launch_smem(kvc_context *ctx, kvc__plan *plan, const kvc__k
                                  kvc_stream stream, const void *header);
 void kvc__plan_cancel(kvc_context *ctx, kvc__plan *plan);
 
-/** The kernel of inline variant `variant` (0 small, 1 medium, 2 large; staged plans use 0) for `def`
+/** The kernel of inline variant `variant` (0 small .. 3 large; staged plans use 0) for `def`
  *  with `extra` defines. */
 kvc_status kvc__plan_kernel(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *extra, int variant,
                             const kvc__kfunc **out);
-/** Resolves every inline variant into kcache[0..2] (entries already set are kept), so a
+/** Resolves every inline variant into kcache[0..3] (entries already set are kept), so a
  *  hot path never hashes or compiles. */
 kvc_status kvc__plan_prefetch(kvc_context *ctx, const kvc__kernel_def *def, const kvc__spec *extra,
                               const kvc__kfunc **kcache);

@@ -14,7 +14,8 @@
 
 #include <string.h>
 
-static const size_t variant_words[KVC__PLAN_INLINE_VARIANTS] = {KVC_INLINE_SMALL, KVC_INLINE_MEDIUM, KVC_INLINE_LARGE};
+static const size_t variant_words[KVC__PLAN_INLINE_VARIANTS] = {KVC_INLINE_SMALL, KVC_INLINE_MEDIUM, KVC_INLINE_WIDE,
+                                                                KVC_INLINE_LARGE};
 
 kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch, size_t header_bytes,
                            size_t words) {

@@ -41,7 +41,9 @@ kvc_status kvc_get_last_loc(kvc_context *ctx, const int32_t *req_to_token, int64
       row_stride,         (int64_t)n, rows_type == KVC_INDEX_I64, lens_type == KVC_INDEX_I64};
   const kvc__kfunc *f;
   KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_get_last_loc, NULL, &f));
-  return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)((n + 255) / 256), 1, 1), kvc__dim(256, 1, 1), 0, stream, &p,
+  /* 128-thread blocks: at batch 256 and 1024 they measured 0.04 us per kernel faster
+   * than 256 on the H200 (more, smaller blocks start sooner), the same below. */
+  return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)((n + 127) / 128), 1, 1), kvc__dim(128, 1, 1), 0, stream, &p,
                             sizeof p);
 }
 

@@ -2,7 +2,9 @@
  * Model-based test of the SWA radix cache against a naive reference: a trie with one
  * entry per cached page (page size 1 or 2 by the seed's parity; its first full slot,
  * tombstone flag, FULL and SWA lock counts).
- * Random inserts (with random swa_evicted_seqlen), matches, locks, early SWA releases,
+ * Random inserts (with random swa_evicted_seqlen; an overlapped unlocked tombstone past it
+ * is revived from the incoming slots, its old slots freed after the duplicates), matches,
+ * locks, early SWA releases,
  * unlocks and evictions of both components. Checked at every step:
  *   - insert's prefix and the duplicates it frees;
  *   - match: length and slots equal the reference's deepest valid end, computed per
@@ -11,7 +13,11 @@
  *     subtrees, SWA releases are live tokens outside every lock's last window; the
  *     returned counts match the frees;
  *   - sizes of both components equal the reference's, and the audit passes.
- * Steps: 10^6 by default; SWA_MODEL_STEPS=<n> changes it; KVT_SEED fixes the seed.
+ * The same over the PURE and RING kinds (kvc_swa_radix_kind): no tombstones, matches
+ * not gated, no SWA locks; PURE evicts max(full, SWA) tokens and reports one pool's
+ * sizes twice, RING frees nothing for SWA and reports no SWA sizes.
+ * Steps: 10^6 by default for HYBRID, a fifth of that for each other kind;
+ * SWA_MODEL_STEPS=<n> changes it; KVT_SEED fixes the seed.
  */
 #include "harness.h"
 
@@ -50,7 +56,8 @@ static lk L[MAXLOCK];
 static kvc_prefix_cache PC;
 static int nlk;
 static int64_t W, PS;
-static int64_t n_hit, n_ev, n_swaev;
+static int32_t KIND; /* kvc_swa_radix_kind of the run */
+static int64_t n_hit, n_ev, n_swaev, n_rev;
 
 typedef struct logs {
   int64_t full[SLOTS * 2], swa[SLOTS * 2];
@@ -78,6 +85,7 @@ static int32_t entry_new(int32_t parent, int32_t tok, int64_t slot, bool tomb) {
   R.parent[e] = parent;
   R.slot[e] = slot;
   R.used[e] = 1;
+  tomb = tomb && KIND == KVC_SWA_RADIX_HYBRID;
   R.tomb[e] = tomb;
   R.full_lock[e] = R.swa_lock[e] = 0;
   R.child[parent][tok] = e;
@@ -92,7 +100,8 @@ static void give_slot(int64_t s) { R.free_slots[R.nslots++] = s; }
 static void sizes_agree(kvc_swa_radix_cache *c, uint64_t seed, int64_t step) {
   kvc_swa_radix_sizes s;
   KVT_OK(kvc_swa_radix_cache_sizes(c, &s));
-  if (s.cached != R.cached || s.swa_cached != R.swa_cached)
+  const int64_t swa = KIND == KVC_SWA_RADIX_RING ? 0 : R.swa_cached;
+  if (s.cached != R.cached || s.swa_cached != swa || (KIND == KVC_SWA_RADIX_PURE && s.swa_evictable != s.evictable))
     fail_msg("seed %llu step %lld: sizes %lld/%lld, reference %lld/%lld", (unsigned long long)seed, (long long)step,
              (long long)s.cached, (long long)s.swa_cached, (long long)R.cached, (long long)R.swa_cached);
 }
@@ -107,19 +116,44 @@ static void op_insert(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t
     const int64_t base = R.free_slots[--R.nslots];
     for (int64_t k = 0; k < PS; k++) slots[i + k] = base + k;
   }
-  const int64_t ev = kvt_range(g, 0, 2) ? 0 : kvt_range(g, 0, n) / PS * PS;
+  const int64_t ev = kvt_range(g, 0, 2) || KIND == KVC_SWA_RADIX_PURE ? 0 : kvt_range(g, 0, n) / PS * PS;
   int64_t want = 0;
-  for (int32_t e = 0; want < n && R.child[e][page_of(key + want)]; want += PS) e = R.child[e][page_of(key + want)];
+  int32_t pe[MAXKEY];
+  for (int32_t e = 0; want < n && R.child[e][page_of(key + want)]; want += PS)
+    e = pe[want / PS] = R.child[e][page_of(key + want)];
+  /* Revival (HYBRID): an overlapped page that is an unlocked tombstone at or past ev takes
+   * the incoming slots; its old ones are freed after the duplicates of the others. */
+  bool rev[MAXKEY];
+  for (int64_t i = 0; i < want; i += PS)
+    rev[i / PS] = KIND == KVC_SWA_RADIX_HYBRID && R.tomb[pe[i / PS]] && !R.full_lock[pe[i / PS]] && i >= ev;
+  int64_t expect[MAXKEY], ne = 0;
+  for (int64_t i = 0; i < want; i++)
+    if (!rev[i / PS]) expect[ne++] = slots[i];
+  for (int64_t i = 0; i < want; i++)
+    if (rev[i / PS]) expect[ne++] = R.slot[pe[i / PS]] + i % PS;
   G.nfull = 0;
   int64_t prefix = -1;
   KVT_OK(kvc_swa_radix_cache_insert(c, NULL, 0, key, slots, n, ev, &prefix));
   if (prefix != want || (int64_t)G.nfull != want)
     fail_msg("seed %llu step %lld: insert prefix %lld (%zu freed), reference %lld", (unsigned long long)seed,
              (long long)step, (long long)prefix, G.nfull, (long long)want);
-  for (int64_t i = 0; i < want; i++) {
-    if (G.full[i] != slots[i])
-      fail_msg("seed %llu step %lld: duplicate %lld", (unsigned long long)seed, (long long)step, (long long)i);
-    if (i % PS == 0) give_slot(slots[i]);
+  for (int64_t i = 0; i < want; i++)
+    if (G.full[i] != expect[i])
+      fail_msg("seed %llu step %lld: free %lld is slot %lld, reference %lld (duplicates, then revived pages' old "
+               "slots)",
+               (unsigned long long)seed, (long long)step, (long long)i, (long long)G.full[i], (long long)expect[i]);
+  for (int64_t i = 0; i < want; i += PS) {
+    const int32_t e = pe[i / PS];
+    if (!rev[i / PS]) {
+      give_slot(slots[i]);
+      continue;
+    }
+    give_slot(R.slot[e]);
+    for (int64_t k = 0; k < PS; k++) R.owner[R.slot[e] + k] = 0, R.owner[slots[i] + k] = e;
+    R.slot[e] = slots[i];
+    R.tomb[e] = 0;
+    R.swa_cached += PS;
+    n_rev++;
   }
   int32_t e = 0;
   for (int64_t i = 0; i < n; i += PS)
@@ -138,7 +172,7 @@ static int64_t ref_match(const int32_t *key, int64_t n, int32_t *path) {
     path[i / PS] = e;
     if (R.tomb[e]) seen = true, since = 0;
     else since += PS;
-    if (!seen || since >= W) best = i + PS;
+    if (!seen || since >= W || KIND != KVC_SWA_RADIX_HYBRID) best = i + PS;
   }
   return best;
 }
@@ -164,16 +198,19 @@ static void op_match(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t 
   l->chain = kvt_range(g, 0, 3) == 0;
   if (l->chain) {
     PC.inc_lock_ref(PC.self, m.node);
-    l->receipt = 3; /* the chain receipt */
+    l->receipt = KIND == KVC_SWA_RADIX_HYBRID ? 3 : 0; /* the chain receipt */
   } else {
     KVT_OK(kvc_swa_radix_cache_lock(c, m.node, &l->receipt));
+    if (KIND != KVC_SWA_RADIX_HYBRID && l->receipt)
+      fail_msg("seed %llu step %lld: an SWA receipt from a kind without SWA locks", (unsigned long long)seed,
+               (long long)step);
   }
   int64_t k = 0;
   bool chain_on = true;
   for (int32_t x = l->at; x; x = R.parent[x], k++) {
     R.full_lock[x]++;
     chain_on = chain_on && !R.tomb[x];
-    if (l->chain ? chain_on : k * PS < W) R.swa_lock[x]++;
+    if (l->receipt && (l->chain ? chain_on : k * PS < W)) R.swa_lock[x]++;
   }
 }
 
@@ -191,7 +228,8 @@ static void op_unlock(kvc_swa_radix_cache *c, kvt_rng *g) {
     ref_swa_release(l);
     return;
   }
-  if (l->chain && l->receipt) PC.dec_lock_ref(PC.self, l->node); /* logs, never fails silently: sizes */
+  if (l->chain && (l->receipt || KIND != KVC_SWA_RADIX_HYBRID))
+    PC.dec_lock_ref(PC.self, l->node); /* logs, never fails silently: sizes */
   else KVT_OK(kvc_swa_radix_cache_unlock(c, l->node, l->receipt));
   if (l->receipt) ref_swa_release(l);
   for (int32_t x = l->at; x; x = R.parent[x]) R.full_lock[x]--;
@@ -202,9 +240,19 @@ static void op_evict(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t 
   const int64_t swa_n = kvt_range(g, 0, 1) ? kvt_range(g, 0, 60) : 0;
   G.nfull = G.nswa = 0;
   int64_t ev = -1, sev = -1;
+  kvc_swa_radix_sizes before;
+  KVT_OK(kvc_swa_radix_cache_sizes(c, &before));
   kvc_status st = kvc_swa_radix_cache_evict(c, NULL, full_n, swa_n, &ev, &sev);
   if (st == KVC_ERR_OUT_OF_SLOTS) return;
   KVT_OK(st);
+  if (KIND != KVC_SWA_RADIX_HYBRID && G.nswa)
+    fail_msg("seed %llu step %lld: %zu SWA releases by a kind without an SWA component", (unsigned long long)seed,
+             (long long)step, G.nswa);
+  /* PURE: max(full_n, swa_n) tokens of leaves, or every unlocked one (whole subtrees). */
+  const int64_t want = full_n > swa_n ? full_n : swa_n;
+  if (KIND == KVC_SWA_RADIX_PURE && ev < (want < before.evictable ? want : before.evictable))
+    fail_msg("seed %llu step %lld: PURE evicted %lld of max(%lld, %lld)", (unsigned long long)seed, (long long)step,
+             (long long)ev, (long long)full_n, (long long)swa_n);
   n_ev += (int64_t)G.nfull;
   n_swaev += (int64_t)G.nswa;
   /* SWA releases first (a node tombstoned, then deleted by a cascade, appears in both). */
@@ -249,13 +297,15 @@ static void op_evict(kvc_swa_radix_cache *c, kvt_rng *g, uint64_t seed, int64_t 
     R.free_ids[R.nfree++] = e;
     give_slot(s);
   }
+  if (KIND == KVC_SWA_RADIX_RING) swa_with_full = 0; /* the rings are the rows' */
   if (ev != (int64_t)G.nfull || sev != (int64_t)G.nswa + swa_with_full)
     fail_msg("seed %llu step %lld: evicted %lld/%lld, freed %zu full %zu SWA + %lld", (unsigned long long)seed,
              (long long)step, (long long)ev, (long long)sev, G.nfull, G.nswa, (long long)swa_with_full);
 }
 
-static void run(uint64_t seed, int64_t steps) {
+static void run(uint64_t seed, int64_t steps, int32_t kind) {
   kvt_rng g = {seed};
+  KIND = kind;
   memset(&R, 0, sizeof R);
   nlk = 0;
   for (int32_t i = MAXN - 1; i >= 1; i--) R.free_ids[R.nfree++] = i;
@@ -268,6 +318,7 @@ static void run(uint64_t seed, int64_t steps) {
   cfg.radix.page_size = (int32_t)PS;
   cfg.radix.free_slots = log_full;
   cfg.free_swa_slots = log_swa;
+  cfg.kind = kind;
   kvc_swa_radix_cache *c;
   KVT_OK(kvc_swa_radix_cache_create(kvt_ctx, &cfg, &c));
   PC = kvc_swa_radix_cache_as_prefix_cache(c);
@@ -289,8 +340,8 @@ static void run(uint64_t seed, int64_t steps) {
     fail_msg("seed %llu: locks left after every unlock: %lld full, %lld SWA tokens", (unsigned long long)seed,
              (long long)z.protected_size, (long long)z.swa_protected);
   if (getenv("SWA_MODEL_VERBOSE"))
-    print_message("W %lld: %lld hits, %lld full frees, %lld SWA releases\n", (long long)W, (long long)n_hit,
-                  (long long)n_ev, (long long)n_swaev);
+    print_message("W %lld: %lld hits, %lld full frees, %lld SWA releases, %lld pages revived\n", (long long)W,
+                  (long long)n_hit, (long long)n_ev, (long long)n_swaev, (long long)n_rev);
   kvc_swa_radix_cache_destroy(c);
 }
 
@@ -299,7 +350,11 @@ static void test_swa_radix_matches_the_reference(void **state) {
   const char *env = getenv("SWA_MODEL_STEPS");
   const int64_t steps = env ? atoll(env) : 1000000;
   const uint64_t seed = kvt_seed();
-  for (int k = 0; k < 4; k++) run(seed + (uint64_t)k, steps / 4);
+  for (int k = 0; k < 4; k++) run(seed + (uint64_t)k, steps / 4, KVC_SWA_RADIX_HYBRID);
+  for (int k = 0; k < 2; k++) {
+    run(seed + 4 + (uint64_t)k, steps / 10, KVC_SWA_RADIX_PURE);
+    run(seed + 6 + (uint64_t)k, steps / 10, KVC_SWA_RADIX_RING);
+  }
 }
 
 static const struct CMUnitTest tests[] = {

@@ -2,12 +2,15 @@
  * fuzz_swa_radix.c — libFuzzer harness: the bytes drive a scheduler over a flow with an
  * SWA allocator (page size 1/2/4, window 4..32) whose prefix cache is the SWA radix
  * cache: requests matched and admitted (FULL + SWA locks), extends, decodes (window
- * eviction frees SWA pages behind them), early SWA releases, releases (insert with
- * tombstones, or abort), evictions of either component, locks and unlocks of real, stale
+ * eviction frees SWA pages behind them), early SWA releases, chunk checkpoints
+ * (cache_unfinished_req, reviving tombstones), releases (insert with tombstones and
+ * revival, or abort), evictions of either component, locks and unlocks of real, stale
  * and garbage handles and receipts, matches. Every status must be a known one, and after
  * every step both components' audit, the SWA allocator's and the flow's conservation check
  * pass; at the end, with everything released and evicted, every slot of both sides is
- * free.
+ * free. The first byte also picks the allocator kind and the cache's with it: pool mode
+ * (HYBRID), KVC_SWA_PURE (PURE, page size 1) or ring mode (RING); requests get a random
+ * swa_evict_floor.
  */
 #include "fuzz_common.h"
 
@@ -50,7 +53,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_host_context(&g_ctx, &g_out, 4096 * sizeof(int64_t));
   fz f = {data, size};
-  const int32_t ps = (int32_t[]){1, 2, 4, 1}[fz_u8(&f) & 3];
+  const uint8_t b0 = fz_u8(&f);
+  const int32_t kind = (b0 >> 2) % 3;
+  const int32_t ps = kind == KVC_SWA_RADIX_PURE ? 1 : (int32_t[]){1, 2, 4, 1}[b0 & 3];
   const int32_t window = 4 + fz_u8(&f) % 29;
   kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
   qc.size = NREQ + 2;
@@ -61,6 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ac.size_full = 768;
   ac.size_swa = 256;
   ac.page_size = ps;
+  if (kind == KVC_SWA_RADIX_PURE) ac.flags = KVC_SWA_PURE, ac.size_swa = 512;
+  if (kind == KVC_SWA_RADIX_RING) ac.ring_size = 8 + window, ac.req_pool = pool;
   kvc_swa_allocator *a;
   if (kvc_swa_allocator_create(g_ctx, &ac, &a) != KVC_OK) abort();
   kvc_swa_radix_cache_config cc = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
@@ -69,6 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cc.radix.num_slots = kvc_swa_allocator_size_full(a);
   cc.radix.policy = (kvc_radix_policy)(fz_u8(&f) % 7);
   cc.radix.req_of = req_of;
+  cc.kind = kind;
   kvc_swa_radix_cache *c;
   if (kvc_swa_radix_cache_create(g_ctx, &cc, &c) != KVC_OK) abort();
   kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
@@ -97,6 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       for (int64_t i = 0; i < n; i++) e->toks[i] = i < 48 ? stem : fz_u8(&f) & 3;
       e->rr.tokens = e->toks;
       e->rr.num_tokens = e->rr.prompt_len = n;
+      e->st.swa_evict_floor = fz_u8(&f) % 4 ? 0 : fz_u8(&f) % (n + 1);
       kvc_status st = kvc_swa_radix_cache_match_req(c, &e->st, &e->rr);
       FZ_STATUS(st);
       if (st != KVC_OK) break;
@@ -107,8 +116,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       else drop_admission(c, e);
       break;
     }
-    case 2: /* early SWA release of the admission lock */
-      if (!e->live || !e->st.cache_node) break;
+    case 2: /* early SWA release of the admission lock, or a chunk checkpoint */
+      if (!e->live) break;
+      if (fz_u8(&f) & 1) {
+        FZ_STATUS(kvc_flow_cache_unfinished(flow, &e->st));
+        break;
+      }
+      if (!e->st.cache_node) break;
       FZ_STATUS(kvc_swa_radix_cache_unlock_swa(c, e->st.cache_node, &e->rr.swa_lock));
       break;
     case 3: { /* decode a few tokens (their ids join the key) */

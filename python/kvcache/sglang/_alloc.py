@@ -48,6 +48,8 @@ class _AllocatorBase:
         self._kvcache = kvcache
         self._ctx = T.get_context(device)
         self._cuda = T.is_cuda(device)
+        self._one_len = (ctypes.c_int64 * 2)()  # [prefix 0, n] of _alloc_launch
+        self._lens_addr = ctypes.addressof(self._one_len)
 
     @property
     def size(self):
@@ -66,10 +68,10 @@ class _AllocatorBase:
         """(device tensor, its address or None, host tensor, its address) for n slots:
         fresh tensors (callers may keep them). On the host backend one tensor serves
         as both (C writes the host output only)."""
-        host = T.empty(max(n, 1), T.I64, "cpu")[:n]
-        if not T.is_cuda(self.device):
+        host = T.new_host_i64(n)
+        if not self._cuda:
             return host, None, host, T.ptr(host)
-        dev = T.empty(max(n, 1), T.I64, self.device)[:n]
+        dev = T.empty(n, T.I64, self.device)  # (no slice: n == 0 gives address 0)
         return dev, T.ptr(dev), host, T.ptr(host)
 
     def _device_result(self, dev, host):
@@ -166,21 +168,45 @@ class TokenToKVPoolAllocator(_AllocatorBase):
 
     def alloc(self, need_size: int):
         fast = T.fast
-        if fast is not None and not self._cuda:  # host backend: one host result
-            host = T.empty(max(need_size, 1), T.I64, "cpu")[:need_size]
-            st = fast.alloc(False, self._h, need_size, T.arg(host), None, None)
+        if not self._cuda:  # host backend: one host result
+            host = T.new_host_i64(need_size)
+            st = fast.alloc(False, self._h, need_size, T.arg(host), None, None) \
+                if fast is not None else lib.kvc_allocator_alloc(self._h, need_size, T.ptr(host))
             if st and T.status_ok_or_none(st, self._ctx, "alloc") is None:
                 return None
             return host
-        dev, dptr, host, hptr = self._result(need_size)
+        return self._alloc_launch(need_size)
+
+    def _alloc_launch(self, n):
+        """alloc(n) whose device result the library writes in its own launch on the
+        current stream: kvc_allocator_alloc_extend of one request with no prefix and n
+        new tokens (the same slots and merge trigger as kvc_allocator_alloc(n): TOKEN is
+        alloc(sum) by definition, PAGED takes n / ps pages from the front, page-major),
+        instead of a host result copied to the device by torch (a pageable copy, about
+        6 us on the H200's host). A length that is not page-aligned goes to
+        kvc_allocator_alloc, which refuses it as before. On the host backend the same
+        call writes the host result only (tests run it there)."""
+        if n <= 0 or n % self.page_size:
+            dev, dptr, host, hptr = self._result(max(n, 0))
+            st = lib.kvc_allocator_alloc(self._h, n, hptr)
+            if st and T.status_ok_or_none(st, self._ctx, "alloc") is None:
+                return None
+            if dev is not host and n > 0:  # pragma: no cover - n > 0 here is refused above
+                dev.copy_(host, non_blocking=True)
+            return self._device_result(dev, host)
+        dev, dptr, host, hptr = self._result(n)
+        lens = self._one_len
+        lens[1] = n
+        a = self._lens_addr
+        fast = T.fast
         if fast is not None:
-            st = fast.alloc(False, self._h, need_size, hptr, None, None)
+            st = fast.alloc_extend(False, self._h, 1, a, a + 8, None, None, None, None, hptr,
+                                   dptr, T.stream(self._cuda))
         else:
-            st = lib.kvc_allocator_alloc(self._h, need_size, hptr)
+            st = lib.kvc_allocator_alloc_extend(self._h, 1, a, a + 8, None, None, None, None,
+                                                hptr, dptr, T.stream(self._cuda))
         if st and T.status_ok_or_none(st, self._ctx, "alloc") is None:
             return None
-        if dev is not host:  # no stream synchronization: host stays alive as _kvc_host
-            dev.copy_(host, non_blocking=True)
         return self._device_result(dev, host)
 
     def alloc_extend(self, *args, **kwargs):
@@ -415,3 +441,24 @@ class SWATokenToKVPoolAllocator(_AllocatorBase):
 
     def clear(self):
         self._ctx._check(lib.kvc_swa_allocator_clear(self._h, T.stream(self._cuda)))
+
+    @property
+    def swa_req_ring(self) -> bool:
+        """False: kvcache has no per-request SWA ring mode (every SWA slot is pooled)."""
+        return False
+
+    @property
+    def swa_ring_cost_tokens(self) -> int:
+        return 0
+
+    def set_full_to_swa_mapping(self, full_indices, swa_indices):
+        raise NotImplementedError(
+            "the full->SWA mapping is the allocator's own (host-authoritative, device copy "
+            "written by its launches): pair slots through alloc / alloc_extend / alloc_decode")
+
+    def clear_full_to_swa_mapping(self, full_indices):
+        raise NotImplementedError(
+            "the full->SWA mapping is the allocator's own: free_swa / free release pairs")
+
+    def resize(self, config):
+        raise NotImplementedError("kvcache allocators have a fixed size: create a new one")

@@ -211,6 +211,9 @@ class RadixCache(_PrefixCacheBase):
         self._empty_match = T.to_device(empty, self.device) if self._cuda else empty
         if T.fast is not None:
             self._match = self._match_fast
+        self._same = T.fast.memeq if T.fast is not None else self._same_ctypes
+        self._results = {}
+        self._result_tokens = 0
 
     # --- matching ---------------------------------------------------------------------
 
@@ -234,11 +237,41 @@ class RadixCache(_PrefixCacheBase):
         k = getattr(k, "key", k)  # self._key(), inlined: this is a per-request call
         n, addr, node = self._match(getattr(k, "token_ids", k), getattr(k, "extra_key", None))
         if n == 0:  # a miss: one shared empty result (no copy, no device tensor built)
-            dev = self._empty_match
-        else:
-            host = T.from_address_i64(addr, n)
-            dev = T.to_device(host, self.device) if self._cuda else host
-        return MatchResult(device_indices=dev, last_device_node=node, last_host_node=node)
+            return MatchResult(self._empty_match, node, node)
+        ent = self._results.get((node, n))
+        if ent is not None and self._same(addr, ent[0], 8 * n):
+            return MatchResult(ent[1], node, node)
+        return MatchResult(self._new_result(node, n, addr), node, node)
+
+    # Match results, one per (node, length) matched: the tensor built for a match is
+    # handed out again while the tree still holds the same slots there, which is checked
+    # on every hit by comparing the tree's slots with the host copy the tensor was built
+    # from (one memcmp; a node freed and its address reused, or values changed, miss).
+    # So a hit costs no tensor creation and, on CUDA, no device allocation or copy. The
+    # tensor is shared by every request that matched the same path: SGLang's callers only
+    # read device_indices (it becomes req.prefix_indices, replaced, never written in
+    # place); write into it only after clone(). At most _RESULT_TOKENS tokens are kept
+    # (then the table starts afresh).
+    _RESULT_TOKENS = 1 << 20
+
+    def _same_ctypes(self, addr, buf, nbytes):
+        return ctypes.string_at(addr, nbytes) == buf
+
+    def _new_result(self, node, n, addr):
+        buf = T.copy_bytes(addr, 8 * n)
+        host = T.host_from_bytes(buf)
+        dev = T.to_device(host, self.device) if self._cuda else host
+        if self._result_tokens + n > self._RESULT_TOKENS:
+            self._results.clear()
+            self._result_tokens = 0
+        self._results[(node, n)] = (buf, dev)
+        self._result_tokens += n
+        return dev
+
+    def clear_match_results(self):
+        """Drops the kept match results (their memory goes when no request holds them)."""
+        self._results.clear()
+        self._result_tokens = 0
 
     def _match(self, toks, extra):
         """(length, address of the slots, node) of a match (no lock)."""
@@ -351,6 +384,7 @@ class RadixCache(_PrefixCacheBase):
 
     def reset(self):
         self._tree.reset()
+        self.clear_match_results()
 
     def pretty_print(self):
         s = self._tree.dump()

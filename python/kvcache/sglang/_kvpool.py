@@ -258,6 +258,28 @@ class NSATokenToKVPool(MLATokenToKVPool):
         self._wait(layer_id)
         return self.index_k_with_scale_buffer[layer_id - self.start_layer]
 
+    def get_contiguous_buf_infos(self):
+        """The KV rows, one buffer per layer (as SGLang's NSA pool, which inherits MLA's);
+        the index-key pages are get_state_buf_infos()'s."""
+        p, l, i = _KVBase.get_contiguous_buf_infos(self)
+        n = self.layer_num
+        return p[:n], l[:n], i[:n]
+
+    def get_state_buf_infos(self):
+        """The index-key pages of every layer: (data_ptrs, data_lens, item_lens), item = one
+        page (SGLang: index_k_with_scale_buffer[l], its first page's bytes)."""
+        p, l, i = _KVBase.get_contiguous_buf_infos(self)
+        n = self.layer_num
+        return p[n:], l[n:], i[n:]
+
+    def get_cpu_copy(self, indices):
+        return _KVBase.get_cpu_copy(self, indices)
+
+    def load_cpu_copy(self, kv_cache_cpu_dict, indices):
+        """kv_cache_cpu_dict: what get_cpu_copy returned (SGLang's name; here one opaque
+        host buffer, not a dict)."""
+        return _KVBase.load_cpu_copy(self, kv_cache_cpu_dict, indices)
+
     def set_index_k_scale_buffer(self, layer_id: int, loc, index_k, index_k_scale):
         n = T.numel(loc)
         if n == 0:
@@ -346,6 +368,9 @@ class HybridLinearKVPool(_KVBase):
 
     def get_state_buf_infos(self):
         return self.mamba_pool.get_contiguous_buf_infos()
+
+    def load_cpu_copy(self, cache_cpu, indices, mamba_indices=None):
+        return _KVBase.load_cpu_copy(self, cache_cpu, indices, mamba_indices)
 
     def get_state_dim_per_tensor(self):
         return self.mamba_pool.get_state_dim_per_tensor()
@@ -467,7 +492,7 @@ class SWAKVPool(_KVBase):
     def get_state_buf_infos(self):
         return contiguous_infos(lib.kvc_kv_pool_contiguous_infos, self._swa.swa.handle)
 
-    def get_cpu_copy(self, indices, mamba_indices=None):
+    def get_cpu_copy(self, indices, mamba_indices=None, req_pool_index=None):
         """{"full", "swa", "swa_mask"}: the full rows of every slot, the SWA rows of the
         slots that still have an SWA peer (mask from the host mapping), one gather per
         pool (SGLang syncs and reads the mapping from the device)."""
@@ -485,7 +510,7 @@ class SWAKVPool(_KVBase):
         self._ctx.synchronize(T.stream(self._cuda))
         return {"full": full, "swa": swa, "swa_mask": mask[:n]}
 
-    def load_cpu_copy(self, kv_cache_cpu, indices, mamba_indices=None):
+    def load_cpu_copy(self, kv_cache_cpu, indices, mamba_indices=None, req_pool_index=None):
         """The inverse at new full slots: SWA rows only where the saved mask and the new
         slot's SWA peer both exist."""
         idx = T.host_i64(indices)

@@ -114,8 +114,17 @@ if torch is not None:
         d = _norm_device(device)
         return "cpu" if not d.startswith("cuda") else d
 
+    _Tensor = torch.Tensor
+
+    def host_from_bytes(buf):
+        """A host int64 tensor over the bytes of `buf` (a bytearray; kept alive by it)."""
+        return torch.frombuffer(buf, dtype=I64) if len(buf) else torch.empty(0, dtype=I64)
+
     def host_i64(x):
         """A contiguous host int64 tensor with x's values (x itself when it is one)."""
+        if type(x) is _Tensor and not x.is_cuda and x.dtype is I64 and x.dim() == 1 \
+                and x.is_contiguous():
+            return x  # the common case first: no reshape (about 1.5 us a call)
         if isinstance(x, torch.Tensor):
             if x.is_cuda:
                 h = getattr(x, "_kvc_host", None)
@@ -191,6 +200,10 @@ else:
             raise RuntimeError("CUDA tensors need torch")
         return host.copy()
 
+    def host_from_bytes(buf):
+        """A host int64 array over the bytes of `buf` (a bytearray; kept alive by it)."""
+        return np.frombuffer(buf, dtype=np.int64)
+
     def host_i64(x):
         if isinstance(x, np.ndarray):
             if x.dtype != np.int64 or not x.flags.c_contiguous:
@@ -233,22 +246,36 @@ def host_i64_ptr(x):
     return h, ptr(h)
 
 
+def copy_bytes(addr, nbytes):
+    """A new bytearray with the nbytes of host memory at addr (one C call with _kvcfast)."""
+    if fast is not None:
+        return fast.copy_bytes(addr, nbytes)
+    return bytearray(ctypes.string_at(addr, nbytes)) if nbytes else bytearray()
+
+
 def from_address_i64(addr, n):
-    """A new host int64 tensor with the n values at addr."""
+    """A new host int64 tensor with the n values at addr: a view of a bytearray copy
+    (torch.frombuffer / np.frombuffer: about 1 us, a torch.empty plus a copy about 2.5)."""
     if n == 0:
         return host_empty(0)
-    if torch is not None:
-        t = torch.empty(n, dtype=I64)
-        if fast is not None:
-            fast.memcpy(t.data_ptr(), addr, 8 * n)
-        else:
-            ctypes.memmove(t.data_ptr(), addr, 8 * n)
-        return t
+    return host_from_bytes(copy_bytes(addr, 8 * n))
+
+
+def new_host_i64(n):
+    """A fresh writable host int64 vector of n, content undefined: with torch a view of a
+    new bytearray (about 1 us; torch.empty and a slice about 4), with NumPy np.empty."""
+    if n <= 0:
+        return host_empty(0)
+    if torch is None:
+        return np.empty(n, np.int64)
+    return host_from_bytes(bytearray(8 * n))
+
+
+def rows_i64(rows32, n):
+    """Host int64 vector of the first n int32 of rows32 (a ctypes int32 array)."""
     if fast is not None:
-        a = np.empty(n, np.int64)
-        fast.memcpy(a, addr, 8 * n)
-        return a
-    return np.frombuffer((ctypes.c_int64 * n).from_address(addr), np.int64).copy()
+        return host_from_bytes(fast.widen_i32(rows32, n))
+    return host_array(rows32[:n])
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) if torch is not None else None

@@ -19,6 +19,19 @@ proto("kvc_hybrid_req_pool_set_track_slot", _st, c_void_p, c_int32, c_int32, c_i
 proto("kvc_mamba_pool_contiguous_infos", _st, c_void_p, c_void_p, c_size_t,
       ctypes.POINTER(c_size_t))
 proto("kvc_mamba_pool_state_dims", _st, c_void_p, c_void_p, c_size_t, ctypes.POINTER(c_size_t))
+proto("kvc_mamba_pool_num_tensors", c_int32, c_void_p)
+proto("kvc_mamba_pool_describe_tensor", _st, c_void_p, c_int32, c_void_p)
+
+
+class _MambaTensorDesc(ctypes.Structure):
+    """kvc_mamba_tensor_desc: a whole Mamba tensor (all layers)."""
+    _fields_ = [("struct_size", c_size_t), ("version", ctypes.c_uint32),
+                ("region", ctypes.c_int), ("index", c_int32), ("dtype", ctypes.c_int),
+                ("ndim", c_int32), ("device", c_int32), ("data", c_void_p),
+                ("shape", ctypes.c_int64 * 6), ("strides", ctypes.c_int64 * 6),
+                ("bytes_per_layer", ctypes.c_int64), ("bytes_per_slot", ctypes.c_int64),
+                ("total_bytes", ctypes.c_int64), ("sliceable_dim", ctypes.c_int64),
+                ("reserved_", ctypes.c_uint64 * 4)]
 
 
 class _ContiguousInfo(ctypes.Structure):
@@ -185,6 +198,11 @@ class MambaPool:
         conv: list
         temporal: object
 
+    @dataclass
+    class SpeculativeState(State):
+        intermediate_ssm: object = None
+        intermediate_conv_window: list = None
+
     def __init__(self, *, size: int, spec_state_size: int, cache_params, mamba_layer_ids,
                  device: str, enable_memory_saver: bool = False,
                  speculative_num_draft_tokens: Optional[int] = None):
@@ -247,6 +265,29 @@ class MambaPool:
             self._layers[layer_id] = st
         return st
 
+    def _whole_tensors(self):
+        """Every whole tensor (all layers) in SGLang's field order, zero-copy."""
+        h = self._pool.handle
+        out = []
+        for i in range(T.lib.kvc_mamba_pool_num_tensors(h)):
+            d = _MambaTensorDesc()
+            d.struct_size, d.version = ctypes.sizeof(d), _kvc.VERSION_NUMBER
+            self._ctx._check(T.lib.kvc_mamba_pool_describe_tensor(h, i, ctypes.byref(d)))
+            out.append(T.from_dlpack(_kvc.Tensor(self._pool, d.data,
+                                                 tuple(d.shape[:d.ndim]), d.dtype)))
+        return out
+
+    def get_speculative_mamba2_params_all_layers(self):
+        """SpeculativeState(conv=[(L, size + 1, *c)], temporal, intermediate_ssm,
+        intermediate_conv_window=[...]): the whole tensors, zero-copy. As in SGLang, only
+        for a pool made with speculative draft tokens (AssertionError otherwise)."""
+        ts = self._whole_tensors()
+        k = self.num_conv
+        assert len(ts) > k + 1, "the Mamba pool has no speculative state"
+        return MambaPool.SpeculativeState(conv=ts[:k], temporal=ts[k],
+                                          intermediate_ssm=ts[k + 1],
+                                          intermediate_conv_window=ts[k + 2:])
+
     def get_contiguous_buf_infos(self):
         return contiguous_infos(T.lib.kvc_mamba_pool_contiguous_infos, self._pool.handle)
 
@@ -290,6 +331,7 @@ class HybridReqToTokenPool(ReqToTokenPool):
         self.enable_mamba_extra_buffer = enable_mamba_extra_buffer
         self.enable_mamba_extra_buffer_lazy = False
         self.start_layer = start_layer or 0
+        self.layer_transfer_counter = None
         self.mamba_pool = MambaPool(size=mamba_size, spec_state_size=mamba_spec_state_size,
                                     cache_params=cache_params, mamba_layer_ids=mamba_layer_ids,
                                     device=device,
@@ -354,7 +396,15 @@ class HybridReqToTokenPool(ReqToTokenPool):
 
     def mamba2_layer_cache(self, layer_id: int):
         assert layer_id in self.mamba_map
+        if self.layer_transfer_counter is not None:
+            self.layer_transfer_counter.wait_until(layer_id - self.start_layer)
         return self.mamba_pool.mamba2_layer_cache(layer_id)
+
+    def register_layer_transfer_counter(self, layer_transfer_counter):
+        self.layer_transfer_counter = layer_transfer_counter
+
+    def get_speculative_mamba2_params_all_layers(self):
+        return self.mamba_pool.get_speculative_mamba2_params_all_layers()
 
     def get_state_buf_infos(self):
         return self.mamba_pool.get_contiguous_buf_infos()

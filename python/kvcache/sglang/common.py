@@ -50,10 +50,12 @@ def ceil_align(length: int, page_size: int) -> int:
     return -(-length // page_size) * page_size
 
 
-def get_last_loc(req_to_token, req_pool_indices, prefix_lens):
+def get_last_loc(req_to_token, req_pool_indices_tensor, prefix_lens_tensor):
     """last_loc[i] = req_to_token[rows[i], prefix_lens[i] - 1], -1 for an empty prefix
     (int64). Given the ReqToTokenPool itself, read from its host mirror (no device
-    read); given the req_to_token tensor (SGLang's call), a gather on that tensor."""
+    read); given the req_to_token tensor (SGLang's call), a gather on that tensor.
+    (Parameter names as SGLang's, so keyword calls work.)"""
+    req_pool_indices, prefix_lens = req_pool_indices_tensor, prefix_lens_tensor
     mirror = getattr(req_to_token, "_mirror", None)
     if mirror is not None:
         rows = T.tolist(T.host_i64(req_pool_indices))
@@ -332,7 +334,10 @@ def alloc_for_extend(batch):
         if st == 2:
             _oom("Prefill out of memory", n, tree)
         allocator._ctx._check(st, "alloc_for_extend")
-    rows_cpu = T.host_array(rows)
+    # req_pool_indices_cpu: a fresh int64 vector (the batch keeps it; widened from the
+    # int32 rows in one C call, about 1 us instead of torch.tensor(list)'s 4), and its
+    # device copy, as SGLang's (non_blocking; the host tensor stays alive on it).
+    rows_cpu = T.rows_i64(rows32, bs)
     rows_dev = T.to_device(rows_cpu, pool.device) if hot.cuda else rows_cpu
     return dev, rows_dev, rows_cpu
 
