@@ -35,6 +35,11 @@
  * (an insert), cache_finished_req and evict (the flow's callback, frees included) are
  * timed for both, and a "ratio" row gives SWA / full of the medians and the trees' sizes.
  *
+ * Part 4, hybrid (Mamba) trees (section "hybrid"): match_prefix, insert, evict and
+ * cache_finished_req on a kvc_mamba_radix_cache and a kvc_radix_cache holding the same
+ * requests (10^4..10^6 tokens, page 16), the same call timed on both, with the ratio;
+ * and the copy of a matched 6.2 MB state beside a memcpy of it.
+ *
  * Usage: kvc_bench_radix [--quick] [--csv FILE]   (host only by design)
  */
 #define _POSIX_C_SOURCE 200809L
@@ -947,6 +952,323 @@ static void replay_swa(int trace, int ps, int64_t cap) {
             trace_name[trace], ps, (long long)cap, r[0], r[1], r[2], r[3], r[4], r[5]);
 }
 
+/* --- Part 4: hybrid (Mamba) trees beside full-attention ones ----------------------------- */
+/*
+ * The same inserts go into a kvc_radix_cache and a kvc_mamba_radix_cache (page 16, a hybrid
+ * pool with ping-pong track buffers; every insert donates a state, so each request's end
+ * has one); each row times the same call on both trees, alternating, and reports both
+ * and their ratio. The Mamba pool's states are tiny here (the tree's work is timed, not
+ * the copy); the state copy of a matched request is timed apart with a realistic state
+ * size, beside a memcpy of the same bytes.
+ */
+typedef struct hyb_world {
+  kvc_radix_cache *rc;
+  kvc_mamba_radix_cache *mc;
+  kvc_req_to_token_pool *rp;
+  kvc_mamba_pool *mp;
+  kvc_hybrid_req_pool *hp;
+  int64_t next_full, next_mamba, dropped; /* slot ids of each tree only grow */
+} hyb_world;
+
+static void hyb_make(hyb_world *w, int32_t states, const kvc_mamba_shape *conv, const int64_t *temporal, int32_t layers,
+                     int64_t num_slots) {
+  memset(w, 0, sizeof *w);
+  kvc_radix_cache_config c = KVC_RADIX_CACHE_CONFIG_INIT;
+  c.page_size = 16;
+  c.num_slots = num_slots;
+  c.free_slots = drop;
+  c.free_user = &w->dropped;
+  KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &c, &w->rc));
+  kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  qc.size = 4;
+  qc.max_context_len = 4096 + 64;
+  KVB_CHECK(ctx, kvc_req_to_token_pool_create(ctx, &qc, &w->rp));
+  kvc_mamba_pool_config pc = KVC_MAMBA_POOL_CONFIG_INIT;
+  pc.size = states;
+  pc.num_layers = layers;
+  pc.num_conv = 1;
+  pc.conv_shapes = conv;
+  pc.conv_dtype = KVC_DTYPE_BF16;
+  pc.temporal_dtype = KVC_DTYPE_F32;
+  memcpy(pc.temporal_shape, temporal, sizeof pc.temporal_shape);
+  pc.flags = KVC_MAMBA_POOL_NO_ZERO_ON_ALLOC;
+  KVB_CHECK(ctx, kvc_mamba_pool_create(ctx, &pc, &w->mp));
+  kvc_hybrid_req_pool_config hc = KVC_HYBRID_REQ_POOL_CONFIG_INIT;
+  hc.flags = KVC_HYBRID_TRACK;
+  hc.req_pool = w->rp;
+  hc.mamba_pool = w->mp;
+  KVB_CHECK(ctx, kvc_hybrid_req_pool_create(ctx, &hc, &w->hp));
+  kvc_mamba_radix_cache_config mc = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
+  mc.radix = c;
+  mc.hybrid_req_pool = w->hp;
+  KVB_CHECK(ctx, kvc_mamba_radix_cache_create(ctx, &mc, &w->mc));
+  w->next_full = w->next_mamba = 64;
+}
+
+static void hyb_free(hyb_world *w) {
+  kvc_radix_cache_destroy(w->rc);
+  kvc_mamba_radix_cache_destroy(w->mc);
+  kvc_hybrid_req_pool_destroy(w->hp);
+  kvc_mamba_pool_destroy(w->mp);
+  kvc_req_to_token_pool_destroy(w->rp);
+}
+
+/* Inserts t[0:n) into both trees (the Mamba one with a new state); *ft / *mt (may be NULL)
+ * get the two calls' times. */
+static void hyb_put(hyb_world *w, const int32_t *t, int64_t n, double *ft, double *mt) {
+  static int64_t slots[1 << 13];
+  w->next_full = (w->next_full + 63) / 64 * 64;
+  for (int64_t i = 0; i < n; i++) slots[i] = w->next_full++;
+  double t0 = kvb_now_us();
+  KVB_CHECK(ctx, kvc_radix_cache_insert(w->rc, NULL, 0, t, slots, n, 0, NULL));
+  if (ft) *ft = kvb_now_us() - t0;
+  w->next_mamba = (w->next_mamba + 63) / 64 * 64;
+  for (int64_t i = 0; i < n; i++) slots[i] = w->next_mamba++;
+  int32_t st = 0;
+  KVB_CHECK(ctx, kvc_mamba_pool_alloc(w->mp, 1, &st, NULL));
+  int taken = 0;
+  t0 = kvb_now_us();
+  KVB_CHECK(ctx, kvc_mamba_radix_cache_insert(w->mc, NULL, 0, t, slots, n, st, NULL, &taken));
+  if (mt) *mt = kvb_now_us() - t0;
+  if (!taken) KVB_CHECK(ctx, kvc_mamba_pool_free(w->mp, &st, 1));
+}
+
+static void hyb_fill(hyb_world *w, int64_t tokens) {
+  int32_t t[1024];
+  for (int64_t cached = 0; cached < tokens;) {
+    int64_t n = range(16, 64) * 16;
+    random_tokens(t, n);
+    hyb_put(w, t, n, NULL, NULL);
+    KVB_CHECK(ctx, kvc_radix_cache_sizes(w->rc, NULL, NULL, &cached));
+  }
+}
+
+static void hyb_report(const char *what, int64_t tree, samples *f, samples *m) {
+  char name[96];
+  snprintf(name, sizeof name, "%s: full attention", what);
+  qsort(f->t, (size_t)f->n, sizeof *f->t, kvb_cmp_double);
+  qsort(m->t, (size_t)m->n, sizeof *m->t, kvb_cmp_double);
+  const double ratio = m->t[m->n / 2] / f->t[f->n / 2];
+  report("hybrid", name, 16, tree, f, -1);
+  snprintf(name, sizeof name, "%s: Mamba (x%.2f)", what, ratio);
+  report("hybrid", name, 16, tree, m, -1);
+  free(f->t), free(m->t);
+}
+
+static const kvc_mamba_shape tiny_conv = {1, 0, {4, 0, 0}};
+static const int64_t tiny_temporal[3] = {1, 1, 4};
+
+static void bench_hybrid(int64_t tree) {
+  hyb_world w;
+  hyb_make(&w, 16384, &tiny_conv, tiny_temporal, 1, (int64_t)1 << 26);
+  hyb_fill(&w, tree);
+  samples fm = {0}, mm = {0}, fi = {0}, mi = {0}, fe = {0}, me = {0};
+  /* match_prefix of 4096 with a 3584-token prefix cached as 8 growing inserts */
+  enum { K = 16 };
+  static int32_t q[K][4096];
+  for (int k = 0; k < K; k++) {
+    random_tokens(q[k], 4096);
+    for (int j = 1; j <= 8; j++) hyb_put(&w, q[k], 3584 / 8 * j, NULL, NULL);
+  }
+  const int reps = quick ? 2000 : 20000;
+  for (int r = 0; r < reps; r++) {
+    kvc_radix_match m;
+    int32_t st;
+    double t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_radix_cache_match_prefix(w.rc, 0, q[r % K], 4096, &m));
+    add(&fm, kvb_now_us() - t0);
+    if (m.len != 3584) exit(3);
+    t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_mamba_radix_cache_match_prefix(w.mc, 0, q[r % K], 4096, &m, &st, NULL));
+    add(&mm, kvb_now_us() - t0);
+    if (m.len != 3584 || !st) exit(3);
+  }
+  hyb_report("match_prefix 4096 (3584 cached, 8 nodes)", tree, &fm, &mm);
+  /* insert of 4096 with 3584 present, then evict 4096 to keep the size (LRU: this one) */
+  const int ireps = quick ? 500 : 5000;
+  static int32_t t[4096];
+  for (int r = 0; r < ireps; r++) {
+    random_tokens(t, 4096);
+    hyb_put(&w, t, 3584, NULL, NULL);
+    double ft, mt;
+    hyb_put(&w, t, 4096, &ft, &mt);
+    add(&fi, ft);
+    add(&mi, mt);
+    double t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_radix_cache_evict(w.rc, NULL, 4096, NULL));
+    add(&fe, kvb_now_us() - t0);
+    t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_mamba_radix_cache_evict(w.mc, NULL, 4096, 0, NULL, NULL));
+    add(&me, kvb_now_us() - t0);
+    hyb_fill(&w, tree); /* refill (not timed) */
+  }
+  hyb_report("insert 4096 (3584 present)", tree, &fi, &mi);
+  hyb_report("evict 4096", tree, &fe, &me);
+  hyb_free(&w);
+}
+
+/* cache_finished_req of a 4096-token request (3584 present) through a flow: the radix
+ * cache behind a plain flow, the Mamba one behind a hybrid flow (the request donates its
+ * track checkpoint of 4096 tokens; the hybrid pool's mapping launch is part of the call). */
+static void bench_hybrid_finished(int64_t tree) {
+  hyb_world w;
+  hyb_make(&w, 16384, &tiny_conv, tiny_temporal, 1, (int64_t)1 << 26);
+  kvc_mamba_radix_cache_destroy(w.mc);
+  kvc_radix_cache_destroy(w.rc);
+  const int64_t cap = tree + 65536;
+  kvc_radix_cache_config c = KVC_RADIX_CACHE_CONFIG_INIT;
+  c.page_size = 16;
+  c.num_slots = cap;
+  c.req_of = req_of;
+  KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &c, &w.rc));
+  kvc_mamba_radix_cache_config mc = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
+  mc.radix = c;
+  mc.hybrid_req_pool = w.hp;
+  KVB_CHECK(ctx, kvc_mamba_radix_cache_create(ctx, &mc, &w.mc));
+  kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  qc.size = 4;
+  qc.max_context_len = 4096 + 64;
+  kvc_req_to_token_pool *fpool;
+  KVB_CHECK(ctx, kvc_req_to_token_pool_create(ctx, &qc, &fpool));
+  kvc_allocator *fa, *ma;
+  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
+  ac.kind = KVC_ALLOCATOR_PAGED;
+  ac.size = cap;
+  ac.page_size = 16;
+  KVB_CHECK(ctx, kvc_allocator_create(ctx, &ac, &fa));
+  KVB_CHECK(ctx, kvc_allocator_create(ctx, &ac, &ma));
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.page_size = 16;
+  fc.req_pool = fpool;
+  fc.allocator = fa;
+  fc.cache = kvc_radix_cache_as_prefix_cache(w.rc);
+  kvc_flow *ff, *mf;
+  KVB_CHECK(ctx, kvc_flow_create(ctx, &fc, &ff));
+  fc.req_pool = w.rp;
+  fc.allocator = ma;
+  fc.hybrid_req_pool = w.hp;
+  fc.cache = kvc_mamba_radix_cache_as_prefix_cache(w.mc);
+  KVB_CHECK(ctx, kvc_flow_create(ctx, &fc, &mf));
+  static int32_t q[4096];
+  static int64_t slots[4096], out[4096];
+  int64_t cached = 0;
+  while (cached < tree) { /* the same unrelated requests in both, allocator slots */
+    int64_t n = range(16, 64) * 16;
+    random_tokens(q, n);
+    KVB_CHECK(ctx, kvc_allocator_alloc(fa, (size_t)n, slots));
+    KVB_CHECK(ctx, kvc_radix_cache_insert(w.rc, ff, 0, q, slots, n, 0, NULL));
+    KVB_CHECK(ctx, kvc_allocator_alloc(ma, (size_t)n, slots));
+    int32_t st;
+    int taken;
+    KVB_CHECK(ctx, kvc_mamba_pool_alloc(w.mp, 1, &st, NULL));
+    KVB_CHECK(ctx, kvc_mamba_radix_cache_insert(w.mc, mf, 0, q, slots, n, st, NULL, &taken));
+    if (!taken) KVB_CHECK(ctx, kvc_mamba_pool_free(w.mp, &st, 1));
+    KVB_CHECK(ctx, kvc_radix_cache_sizes(w.rc, NULL, NULL, &cached));
+  }
+  samples fs = {0}, ms = {0};
+  const int reps = quick ? 300 : 3000;
+  ereq e;
+  e.toks = q;
+  for (int r = 0; r < reps; r++) {
+    random_tokens(q, 4096);
+    for (int side = 0; side < 2; side++) {
+      kvc_flow *flow = side ? mf : ff;
+      kvc_allocator *a = side ? ma : fa;
+      KVB_CHECK(ctx, kvc_allocator_alloc(a, 3584, slots));
+      if (side) {
+        int32_t st;
+        int taken;
+        KVB_CHECK(ctx, kvc_mamba_pool_alloc(w.mp, 1, &st, NULL));
+        KVB_CHECK(ctx, kvc_mamba_radix_cache_insert(w.mc, flow, 0, q, slots, 3584, st, NULL, &taken));
+        if (!taken) KVB_CHECK(ctx, kvc_mamba_pool_free(w.mp, &st, 1));
+      } else {
+        KVB_CHECK(ctx, kvc_radix_cache_insert(w.rc, flow, 0, q, slots, 3584, 0, NULL));
+      }
+      memset(&e.st, 0, sizeof e.st);
+      memset(&e.rr, 0, sizeof e.rr);
+      e.rr.tokens = q;
+      e.rr.num_tokens = e.rr.prompt_len = 4096;
+      if (side) KVB_CHECK(ctx, kvc_mamba_radix_cache_match_req(w.mc, flow, &e.st, &e.rr, NULL));
+      else KVB_CHECK(ctx, kvc_radix_cache_match_req(w.rc, &e.st, &e.rr));
+      e.st.seq_len = 4096;
+      kvc_req_state *one[] = {&e.st};
+      KVB_CHECK(ctx, kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+      e.st.mamba_track_seqlen[0] = 4096; /* the model's checkpoint at the end */
+      double t0 = kvb_now_us();
+      if (side) KVB_CHECK(ctx, kvc_mamba_radix_cache_cache_finished_req(w.mc, flow, &e.st, 1));
+      else KVB_CHECK(ctx, kvc_radix_cache_cache_finished_req(w.rc, flow, &e.st, 1));
+      add(side ? &ms : &fs, kvb_now_us() - t0);
+      KVB_CHECK(ctx, kvc_req_to_token_pool_free(side ? w.rp : fpool, e.st.req_row));
+      if (side) KVB_CHECK(ctx, kvc_mamba_radix_cache_evict(w.mc, flow, 4096, 0, NULL, NULL));
+      else KVB_CHECK(ctx, kvc_radix_cache_evict(w.rc, flow, 4096, NULL)); /* keep the size */
+    }
+  }
+  KVB_CHECK(ctx, kvc_flow_check(ff, NULL, 0));
+  KVB_CHECK(ctx, kvc_flow_check(mf, NULL, 0));
+  hyb_report("cache_finished_req 4096 (3584 present)", tree, &fs, &ms);
+  kvc_flow_destroy(ff);
+  kvc_flow_destroy(mf);
+  kvc_allocator_destroy(fa);
+  kvc_allocator_destroy(ma);
+  kvc_req_to_token_pool_destroy(fpool);
+  hyb_free(&w);
+}
+
+/* The copy of a matched state into the request's slot (match_req: one launch of the Mamba
+ * pool's copy kernel) with a realistic state: 24 Mamba layers of a conv state (4 x 1024
+ * bf16) and an SSM state (16 x 64 x 64 f32), 6.2 MB a slot; beside a memcpy of the same
+ * bytes (host backend: the kernel's host twin does the copy). */
+static void bench_hybrid_copy(void) {
+  hyb_world w;
+  const kvc_mamba_shape conv = {2, 0, {4, 1024, 0}};
+  const int64_t temporal[3] = {16, 64, 64};
+  const int32_t layers = 24;
+  hyb_make(&w, 8, &conv, temporal, layers, 1 << 16);
+  static int32_t q[1024];
+  random_tokens(q, 1024);
+  hyb_put(&w, q, 512, NULL, NULL);
+  size_t state_bytes = 0, spec = 0;
+  KVB_CHECK(ctx, kvc_mamba_pool_memory_bytes(w.mp, &state_bytes, &spec));
+  const size_t slot_bytes = state_bytes / 9; /* size + 1 rows */
+  unsigned char *a = malloc(slot_bytes), *b = malloc(slot_bytes);
+  if (!a || !b) exit(1);
+  memset(a, 1, slot_bytes), memset(b, 2, slot_bytes);
+  samples s = {0}, f = {0};
+  const int reps = quick ? 50 : 500;
+  ereq e;
+  e.toks = q;
+  int32_t own = 0;
+  KVB_CHECK(ctx, kvc_mamba_pool_alloc(w.mp, 1, &own, NULL));
+  for (int r = 0; r < reps; r++) {
+    memset(&e.st, 0, sizeof e.st);
+    memset(&e.rr, 0, sizeof e.rr);
+    e.rr.tokens = q;
+    e.rr.num_tokens = 1024;
+    e.st.mamba_slot = own;
+    double t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_mamba_radix_cache_match_req(w.mc, NULL, &e.st, &e.rr, NULL));
+    KVB_CHECK(ctx, kvc_stream_synchronize(ctx, NULL));
+    add(&s, kvb_now_us() - t0);
+    if (e.st.prefix_len != 512) exit(3);
+    KVB_CHECK(ctx, kvc_mamba_radix_cache_unlock(w.mc, e.st.cache_node));
+    t0 = kvb_now_us();
+    memcpy(b, a, slot_bytes);
+    __asm__ volatile("" : : "r"(b) : "memory");
+    add(&f, kvb_now_us() - t0);
+  }
+  qsort(s.t, (size_t)s.n, sizeof *s.t, kvb_cmp_double);
+  qsort(f.t, (size_t)f.n, sizeof *f.t, kvb_cmp_double);
+  char what[96];
+  snprintf(what, sizeof what, "match_req + state copy %zu B (%.1f GB/s)", slot_bytes,
+           (double)slot_bytes / s.t[s.n / 2] * 1e-3);
+  report("hybrid", what, 16, 512, &s, -1);
+  snprintf(what, sizeof what, "memcpy %zu B (%.1f GB/s)", slot_bytes, (double)slot_bytes / f.t[f.n / 2] * 1e-3);
+  report("floor", what, 16, 512, &f, -1);
+  free(s.t), free(f.t), free(a), free(b);
+  KVB_CHECK(ctx, kvc_mamba_pool_free(w.mp, &own, 1));
+  hyb_free(&w);
+}
+
 int main(int argc, char **argv) {
   kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
   const char *csv_path = NULL;
@@ -995,6 +1317,11 @@ int main(int argc, char **argv) {
     bench_evict(1, 1000000);
     bench_evict_flow(16, 1000000);
     bench_evict_flow(1, 1000000);
+  }
+  if (PART("hybrid")) {
+    for (int z = 0; z < 3; z++) bench_hybrid(sizes[z]);
+    for (int z = 0; z < 3; z++) bench_hybrid_finished(sizes[z]);
+    bench_hybrid_copy();
   }
   for (int trace = 0; trace < 3 && PART("trace"); trace++)
     for (int p = 0; p < 3; p++)

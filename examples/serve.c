@@ -14,14 +14,20 @@
  * SWA KV pool with an SWA allocator (the SWA side a quarter of the pool), and the prefix
  * cache is the SWA radix cache (tombstones, window-valid matches) on the same
  * shared-prefix trace; the summary prints its hit rate, the prefill tokens saved and
- * both components' cached tokens.
+ * both components' cached tokens. With --hybrid, the model is a hybrid Mamba one (3
+ * linear-attention / Mamba layers per full-attention layer): requests also hold Mamba
+ * states (kvc_hybrid_req_pool with ping-pong track buffers, checkpointed by a copy launch
+ * at chunk ends, the prompt end and every 64 decoded tokens), the prefix cache is the
+ * Mamba radix cache (kvc_mamba_radix_cache), whose hits also copy the matched state into
+ * the request's slot, and a request's first chunk stops at its branching length so that
+ * shared prefixes get a state.
  * The model shape is Llama-3-8B's KV (32 layers, 8 KV heads x 128, bf16); on the host
  * backend the default is a smaller run. Prints a progress line and a summary with host
  * microseconds per step, and checks at the end that everything was freed.
  *
  *   kvc_example_serve [--requests N] [--seed S] [--check] [--layers L] [--page-size P]
  *                     [--pool-tokens T] [--max-running R] [--chunk C] [--sessions F]
- *                     [--radix] [--swa] [--quiet]
+ *                     [--radix] [--swa] [--hybrid] [--quiet]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -38,7 +44,7 @@
 /* --- Options ------------------------------------------------------------------------- */
 
 typedef struct options {
-  int requests, layers, page_size, max_running, chunk, quiet, check, radix, swa;
+  int requests, layers, page_size, max_running, chunk, quiet, check, radix, swa, hybrid;
   int64_t pool_tokens;
   double sessions;
   uint64_t seed;
@@ -47,7 +53,7 @@ typedef struct options {
 static void usage(FILE *out, int code) {
   fprintf(out, "usage: kvc_example_serve [--requests N] [--seed S] [--check] [--layers L] [--page-size P]\n"
                "                         [--pool-tokens T] [--max-running R] [--chunk C] [--sessions F] [--radix]\n"
-               "                         [--swa] [--quiet]\n"
+               "                         [--swa] [--hybrid] [--quiet]\n"
                "  --requests N     requests in the generated trace (default 2000 on CUDA, 300 on host)\n"
                "  --seed S         trace seed (default 42)\n"
                "  --check          check mode: audit conservation after every call (as KVC_CHECK=1)\n"
@@ -60,6 +66,8 @@ static void usage(FILE *out, int code) {
                "  --radix          radix prefix cache (shared-prefix trace; prints hit rate, prefill saved)\n"
                "  --swa            hybrid SWA model: every other layer sliding-window (128), SWA radix cache\n"
                "                   on the shared-prefix trace (prints hit rate, prefill saved)\n"
+               "  --hybrid         hybrid Mamba model: 3 Mamba layers per KV layer, Mamba radix cache on the\n"
+               "                   shared-prefix trace (prints hit rate, prefill saved)\n"
                "  --quiet          no per-step progress lines\n"
                "  --help           this text\n"
                "Backend: KVC_BACKEND=auto|host|cuda (auto: CUDA when a GPU is usable).\n");
@@ -114,6 +122,8 @@ typedef struct request {
   kvc_radix_req rr;  /* --radix: token ids (system prompt + random), kept for every turn */
   int sys;           /* --radix: its system prompt */
   int64_t radix_hit; /* --radix: tokens matched at its admission, counted once it is extended */
+  int64_t branch;    /* --hybrid: where the first chunk stops to cache a state (SGLang
+                        mamba_branching_seqlen), 0 = nowhere */
   bool radix_pending;
   int64_t arrival;   /* step at which it becomes visible */
   int64_t prompt;    /* tokens of this turn's prompt (incl. the session's history) */
@@ -189,8 +199,37 @@ static void unlock_admission(kvc_radix_cache *radix, kvc_swa_radix_cache *swar, 
   q->kv.cache_node = NULL;
 }
 
+/* --- Hybrid Mamba model (--hybrid) ------------------------------------------------------ */
+
+static kvc_mamba_pool *mamba;
+static kvc_hybrid_req_pool *hybrid;
+static kvc_mamba_radix_cache *mradix;
+
+/* A waiting request's admission match under --hybrid: its lock, and the Mamba slot a hit
+ * forked for it (it matches again later). */
+static void unlock_admission_mamba(request *q) {
+  CHECK(kvc_mamba_radix_cache_unlock(mradix, q->kv.cache_node));
+  if (q->kv.mamba_slot > 0 && !q->kv.req_row) {
+    CHECK(kvc_mamba_pool_free(mamba, &q->kv.mamba_slot, 1));
+    q->kv.mamba_slot = 0;
+  }
+  q->kv.cache_node = NULL;
+}
+
+/* The model checkpoints the running state of a request into its next ping-pong track slot
+ * (a real copy launch), for its committed tokens floored to a page; the cache takes the
+ * newest checkpoint that fits when the request finishes or between chunks. */
+static void checkpoint(request *q, int64_t page) {
+  if (!hybrid || q->kv.mamba_slot <= 0) return;
+  const int k = q->kv.mamba_track_seqlen[0] > q->kv.mamba_track_seqlen[1] ? 1 : 0;
+  const int64_t len = q->kv.kv_committed_len / page * page;
+  if (len == 0 || q->kv.mamba_track[k] <= 0) return;
+  CHECK(kvc_mamba_pool_copy_from(mamba, &q->kv.mamba_slot, &q->kv.mamba_track[k], 1, NULL));
+  q->kv.mamba_track_seqlen[k] = len;
+}
+
 int main(int argc, char **argv) {
-  options o = {0, 0, 16, 256, 8192, 0, 0, 0, 0, 0, 0.2, 42}; /* 0: the backend's default */
+  options o = {0, 0, 16, 256, 8192, 0, 0, 0, 0, 0, 0, 0.2, 42}; /* 0: the backend's default */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(stdout, 0);
@@ -208,6 +247,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(a, "--swa")) { /* the shared-prefix trace of --radix, over the SWA cache */
       o.swa = o.radix = 1;
+      continue;
+    }
+    if (!strcmp(a, "--hybrid")) { /* the shared-prefix trace of --radix, over the Mamba cache */
+      o.hybrid = o.radix = 1;
       continue;
     }
     if (strncmp(a, "--", 2) || i + 1 >= argc) {
@@ -228,6 +271,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "kvc_example_serve: unknown option '%s'\n", a);
       usage(stderr, 2);
     }
+  }
+  if (o.swa && o.hybrid) {
+    fprintf(stderr, "kvc_example_serve: --swa and --hybrid are two different models: choose one\n");
+    usage(stderr, 2);
   }
   kvc_context_config cc = KVC_CONTEXT_CONFIG_INIT;
   if (o.check) cc.flags |= KVC_CONTEXT_CHECK;
@@ -297,7 +344,32 @@ int main(int argc, char **argv) {
   kvc_radix_cache *radix = NULL;
   kvc_swa_radix_cache *swar = NULL;
   kvc_prefix_cache inner = kvc_chunk_cache();
-  if (o.swa) {
+  if (o.hybrid) { /* 3 Mamba layers per KV layer; slots for every row's running + 2 track
+                     states, and 512 more for the cache */
+    kvc_mamba_pool_config mc = KVC_MAMBA_POOL_CONFIG_INIT;
+    kvc_mamba_shape conv = {2, 0, {4, cuda ? 1024 : 64, 0}};
+    mc.size = 3 * rc.size + 512;
+    mc.num_layers = 3 * o.layers;
+    mc.num_conv = 1;
+    mc.conv_shapes = &conv;
+    mc.temporal_shape[0] = cuda ? 8 : 2;
+    mc.temporal_shape[1] = cuda ? 64 : 16;
+    mc.temporal_shape[2] = cuda ? 32 : 16;
+    CHECK(kvc_mamba_pool_create(ctx, &mc, &mamba));
+    kvc_hybrid_req_pool_config hc = KVC_HYBRID_REQ_POOL_CONFIG_INIT;
+    hc.flags = KVC_HYBRID_TRACK;
+    hc.req_pool = rows;
+    hc.mamba_pool = mamba;
+    CHECK(kvc_hybrid_req_pool_create(ctx, &hc, &hybrid));
+    kvc_mamba_radix_cache_config mx = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
+    mx.radix.page_size = o.page_size;
+    mx.radix.num_slots = o.pool_tokens;
+    mx.radix.req_of = req_of;
+    mx.hybrid_req_pool = hybrid;
+    CHECK(kvc_mamba_radix_cache_create(ctx, &mx, &mradix));
+    inner = kvc_mamba_radix_cache_as_prefix_cache(mradix);
+    printf("hybrid model: %d Mamba layers, %d state slots\n", 3 * o.layers, mc.size);
+  } else if (o.swa) {
     kvc_swa_radix_cache_config xc = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
     xc.sliding_window = window;
     xc.radix.page_size = o.page_size;
@@ -322,6 +394,7 @@ int main(int argc, char **argv) {
   fc.swa_allocator = swa;
   fc.sliding_window = o.swa ? window : 0;
   fc.cache = kvc_session_cache_as_prefix_cache(sessions);
+  fc.hybrid_req_pool = hybrid;
   kvc_flow *flow;
   CHECK(kvc_flow_create(ctx, &fc, &flow));
 
@@ -408,10 +481,11 @@ int main(int argc, char **argv) {
           CHECK(kvc_session_cache_match(sessions, &q->kv, q->prompt, &matched));
           if (matched) start = q->kv.prefix_len;
         }
-        if ((radix || swar) && !matched) { /* the radix match + admission lock (SGLang match_prefix) */
+        if ((radix || swar || mradix) && !matched) { /* the radix match + admission lock (SGLang match_prefix) */
           if (!q->rr.tokens) q->rr.tokens = request_tokens(q, width, &r);
           q->rr.num_tokens = q->rr.prompt_len = q->prompt;
-          if (swar) CHECK(kvc_swa_radix_cache_match_req(swar, &q->kv, &q->rr));
+          if (mradix) CHECK(kvc_mamba_radix_cache_match_req(mradix, flow, &q->kv, &q->rr, NULL));
+          else if (swar) CHECK(kvc_swa_radix_cache_match_req(swar, &q->kv, &q->rr));
           else CHECK(kvc_radix_cache_match_req(radix, &q->kv, &q->rr));
           start = q->kv.prefix_len;
         }
@@ -420,13 +494,15 @@ int main(int argc, char **argv) {
         if (kv_available(alloc, swa) < (need < o.chunk ? need : o.chunk) ||
             (!q->kv.req_row && kvc_req_to_token_pool_available(rows) == 0)) {
           if (q->kv.cache_node && !q->kv.req_row) { /* wait unmatched: match again when admitted */
-            unlock_admission(radix, swar, q);
+            if (mradix) unlock_admission_mamba(q);
+            else unlock_admission(radix, swar, q);
             q->kv.prefix_slots = NULL;
             q->kv.prefix_len = q->kv.cache_protected_len = 0;
           }
           break;
         }
-        q->radix_pending = (radix || swar) && !matched;
+        q->radix_pending = (radix || swar || mradix) && !matched;
+        q->branch = mradix && !matched ? q->rr.mamba_branching_len : 0;
         q->radix_hit = start;
         q->filled = start;
         q->kv.prefix_len = start;
@@ -435,6 +511,7 @@ int main(int argc, char **argv) {
         continue;
       }
       int64_t take = q->prompt - q->filled < budget ? q->prompt - q->filled : budget;
+      if (q->branch > q->filled && q->filled + take > q->branch) take = q->branch - q->filled;
       q->kv.prefix_len = q->filled;
       q->kv.seq_len = q->filled + take;
       q->kv.flags = q->kv.seq_len < q->prompt ? KVC_REQ_CHUNKED : 0;
@@ -453,7 +530,8 @@ int main(int argc, char **argv) {
           q->state = R_WAITING;
           q->radix_pending = false;
           if (q->kv.cache_node && !q->kv.req_row) { /* its radix match is redone at admission */
-            unlock_admission(radix, swar, q);
+            if (mradix) unlock_admission_mamba(q);
+            else unlock_admission(radix, swar, q);
             q->kv.prefix_slots = NULL;
             q->kv.cache_protected_len = 0;
             q->filled = q->kv.prefix_len = 0;
@@ -473,11 +551,13 @@ int main(int argc, char **argv) {
           q->filled = q->kv.seq_len;
           if (q->filled < q->prompt) {
             q->rr.num_tokens = q->kv.kv_committed_len;
+            checkpoint(q, o.page_size); /* the state at the chunk's end, for the cache */
             double a1 = now_us();
             CHECK(kvc_flow_cache_unfinished(flow, &q->kv));
             t_alloc += now_us() - a1;
           } else {
             q->generated = 1; /* the prefill produces the first token */
+            checkpoint(q, o.page_size);
           }
         }
       }
@@ -523,7 +603,8 @@ int main(int argc, char **argv) {
     }
     if (nd) {
       for (int l = 0; l < o.layers; l++) CHECK(set_kv(kv, swa_kv, l, out_loc, nd, k_src, v_src));
-      for (size_t i = 0; i < nd; i++) batch_req[i]->generated++;
+      for (size_t i = 0; i < nd; i++)
+        if (++batch_req[i]->generated % 64 == 0) checkpoint(batch_req[i], o.page_size);
       decode_tokens += (int64_t)nd;
     }
 
@@ -609,6 +690,19 @@ int main(int argc, char **argv) {
            (long long)radix_hit_tokens, (long long)radix_prompt_tokens, (long long)radix_hit_tokens, (long long)cached);
     if (cached) CHECK(kvc_radix_cache_evict(radix, flow, cached, NULL));
   }
+  if (mradix) { /* both components go back too */
+    kvc_mamba_radix_sizes z;
+    CHECK(kvc_flow_check(flow, NULL, 0));
+    CHECK(kvc_mamba_radix_cache_sizes(mradix, &z));
+    printf("mamba radix cache (%d Mamba layers, %d state slots): hit rate %.3f (%lld of %lld prompt tokens of new "
+           "requests reused), prefill tokens saved %lld; cached at the end %lld tokens, %lld Mamba states\n",
+           kvc_mamba_pool_num_layers(mamba), kvc_mamba_pool_size(mamba),
+           radix_prompt_tokens ? (double)radix_hit_tokens / (double)radix_prompt_tokens : 0.0,
+           (long long)radix_hit_tokens, (long long)radix_prompt_tokens, (long long)radix_hit_tokens,
+           (long long)z.cached, (long long)z.mamba_cached);
+    if (z.cached || z.mamba_cached)
+      CHECK(kvc_mamba_radix_cache_evict(mradix, flow, z.cached, z.mamba_cached, NULL, NULL));
+  }
   if (swar) { /* both components' KV goes back too */
     kvc_swa_radix_sizes z;
     CHECK(kvc_flow_check(flow, NULL, 0));
@@ -624,7 +718,8 @@ int main(int argc, char **argv) {
   }
   int64_t avail = swa ? kvc_swa_allocator_full_available_size(swa) : kvc_allocator_available_size(alloc);
   int all_free = avail == capacity && kvc_req_to_token_pool_available(rows) == rc.size && held == 0 &&
-                 (!swa || kvc_swa_allocator_swa_available_size(swa) == kvc_swa_allocator_size_swa(swa));
+                 (!swa || kvc_swa_allocator_swa_available_size(swa) == kvc_swa_allocator_size_swa(swa)) &&
+                 (!mamba || kvc_mamba_pool_available(mamba) == kvc_mamba_pool_size(mamba));
   CHECK(kvc_flow_check(flow, NULL, 0));
   printf("served %lld requests (%lld turns), %lld prefill + %lld decode tokens, %lld retractions\n", (long long)served,
          (long long)turns, (long long)prefill_tokens, (long long)decode_tokens, (long long)retractions);
@@ -646,6 +741,9 @@ int main(int argc, char **argv) {
   kvc_session_cache_destroy(sessions);
   kvc_radix_cache_destroy(radix);
   kvc_swa_radix_cache_destroy(swar);
+  kvc_mamba_radix_cache_destroy(mradix);
+  kvc_hybrid_req_pool_destroy(hybrid);
+  kvc_mamba_pool_destroy(mamba);
   for (int k = 0; k < SYSTEM_PROMPTS; k++) free(sys_tokens[k]);
   kvc_kv_pool_destroy(kv);
   kvc_allocator_destroy(alloc);

@@ -485,7 +485,10 @@ typedef struct kvc_req_state {
   int64_t swa_evicted_seqlen;  /* SWA: tokens whose SWA KV is already freed */
   uint64_t session_id;         /* streaming session, 0 = none */
   void *cache_node;            /* prefix-cache handle of the matched node */
-  uint64_t reserved_[4];
+  /* Tokens the state in mamba_track[k] covers (SGLang mamba_last/prev_track_seqlen), 0 =
+   * none; the engine sets them when it checkpoints (kvc_mamba_radix_cache). */
+  int64_t mamba_track_seqlen[2];
+  uint64_t reserved_[2];
 } kvc_req_state;
 
 /** The prefix-cache interface the flows call (SGLang BasePrefixCache subset). Implement it
@@ -776,7 +779,9 @@ typedef struct kvc_radix_req {
                             valid until the next call on the cache) */
   uint64_t swa_lock;    /* kvc_swa_radix_cache: the request's SWA lock receipt (0 = none);
                             zero-initialise, the cache sets and clears it */
-  uint64_t reserved_[1];
+  int64_t mamba_branching_len; /* kvc_mamba_radix_cache_match_req: SGLang mamba_branching_seqlen,
+                                  the full-attention hit floored to pages when it is past the
+                                  Mamba hit, else 0 (stop a chunk there and cache it) */
 } kvc_radix_req;
 
 /** KV events (SGLang / vLLM BlockStored, BlockRemoved, AllBlocksCleared). */
@@ -790,10 +795,12 @@ typedef enum kvc_radix_event_kind {
  *  valid only during the callback. */
 /** Which component of the blocks an event is about (SGLang's unified cache components). */
 typedef enum kvc_radix_component {
-  KVC_RADIX_COMPONENT_ALL = 0, /* the blocks themselves: every component (a plain radix
+  KVC_RADIX_COMPONENT_ALL = 0,  /* the blocks themselves: every component (a plain radix
                                   cache's events, and a node stored or deleted whole) */
-  KVC_RADIX_COMPONENT_SWA = 2  /* REMOVED only: the SWA side of the blocks is gone (an SWA
+  KVC_RADIX_COMPONENT_SWA = 2,  /* REMOVED only: the SWA side of the blocks is gone (an SWA
                                   tombstone), their full-attention KV stays cached */
+  KVC_RADIX_COMPONENT_MAMBA = 3 /* REMOVED only: the Mamba state at the end of the blocks is
+                                   gone (kvc_mamba_radix_cache), their KV stays cached */
 } kvc_radix_component;
 
 typedef struct kvc_radix_event {
@@ -1177,6 +1184,200 @@ KVC_API kvc_status kvc_swa_radix_cache_stats(const kvc_swa_radix_cache *cache,
 KVC_API kvc_status kvc_swa_radix_cache_check(const kvc_swa_radix_cache *cache);
 
 /** @} */ /* end of kvc_swa_radix_cache */
+
+/* --- Mamba radix prefix cache (SGLang unified cache, Mamba component) ------------------ */
+
+/** @defgroup kvc_mamba_radix_cache Mamba radix prefix cache (SGLang MambaComponent)
+ *
+ * The radix cache for hybrid models (linear-attention / Mamba layers next to
+ * full-attention layers), driven through a flow with a kvc_hybrid_req_pool. It is the
+ * radix tree above (same keys, namespaces, pages, full slots, full locks, policies for the
+ * full eviction, events, handles) with a Mamba component: a node holds at most one
+ * recurrent-state slot of the hybrid pool's kvc_mamba_pool, the state after exactly the
+ * tokens from the root to the node's end.
+ *
+ * Rules (SGLang 0.5.23 unified_cache/components/mamba.py):
+ *   - Split: the state stays with the lower node (the exact prefix it belongs to); the
+ *     new upper node has none.
+ *   - Match: the result ends at the deepest node of the matched path that has a state (the
+ *     walk still splits and stamps as kvc_radix_cache_match_prefix); that state becomes
+ *     the most recently used one. kvc_mamba_radix_cache_match_req copies it into the
+ *     request's own Mamba slot with ONE launch of the Mamba pool's copy kernel (taking a
+ *     slot first, kvc_mamba_pool_fork_from, when the request has none).
+ *   - Insert: the donated state goes to the node ending at the key's end (the new leaf,
+ *     or an existing node without a state); when that node already has one the donor
+ *     keeps its slot (SGLang mamba_exist).
+ *   - A finished request donates, without the hybrid pool's TRACK buffers, its running
+ *     slot for its committed tokens (page size must be 1, as SGLang asserts); with them,
+ *     the newest track slot whose mamba_track_seqlen fits the committed tokens, for that
+ *     many tokens (KV past it is freed, SGLang's cache_len). Every other Mamba slot of
+ *     the request goes back to the pool.
+ *   - Locks: FULL locks the node and every ancestor; MAMBA locks the node only.
+ *   - Eviction, per component with its own sizes (Mamba sizes count states): FULL evicts
+ *     unlocked leaves in the policy's order, their states with them; MAMBA takes
+ *     MAMBA-unlocked states in LRU order (last match, insert or attach): an unlocked
+ *     childless node is deleted whole, any other node keeps its KV and loses its state.
+ * Conservation, per component: full free + held by requests + cached == full capacity;
+ * Mamba pool available + slots held by requests + mamba_cached == pool size.
+ *   - Between chunks (cache_unfinished_req) a copy of the state is inserted; match_req
+ *     reports SGLang's mamba_branching_seqlen (on the page grid) in
+ *     kvc_radix_req.mamba_branching_len: a chunk that ends there caches a state at the
+ *     point where requests branch.
+ * Not done here: mamba_max_states_per_path, host offload (HiCache).
+ * KV events (config.radix.on_event): BlockStored for every new node's blocks, BlockRemoved
+ * with component KVC_RADIX_COMPONENT_MAMBA when a node loses its state but keeps its KV,
+ * BlockRemoved with component ALL when a node is deleted.
+ * Stream work: match_req's one copy launch, cache_unfinished_req's one fork launch (and
+ * its row write) and cache_finished_req's one mapping launch (the hybrid pool's), on the
+ * stream given / the flow's; none is capturable. Single
+ * writer; a failed call changes nothing, except a free during eviction that the flow
+ * reports (the victims before it stay evicted) and a failed mapping launch in
+ * cache_finished_req after its insert (the KV stays cached; the request keeps every Mamba
+ * slot, so releasing it again finishes the job).
+ * @{ */
+
+typedef struct kvc_mamba_radix_cache kvc_mamba_radix_cache;
+
+/** kvc_mamba_radix_cache_create()'s arguments. Fill with KVC_MAMBA_RADIX_CACHE_CONFIG_INIT. */
+typedef struct kvc_mamba_radix_cache_config {
+  size_t struct_size;
+  uint32_t version;
+  int32_t pad_;
+  kvc_radix_cache_config radix;         /* the tree and its FULL component */
+  kvc_hybrid_req_pool *hybrid_req_pool; /* required, borrowed: the flow's; the states are
+                                           slots of its kvc_mamba_pool */
+  uint64_t reserved_[8];
+} kvc_mamba_radix_cache_config;
+
+/* clang-format off */
+#define KVC_MAMBA_RADIX_CACHE_CONFIG_INIT \
+  { sizeof(kvc_mamba_radix_cache_config), KVC_VERSION_NUMBER, 0, KVC_RADIX_CACHE_CONFIG_INIT, NULL, {0} }
+/* clang-format on */
+
+/** kvc_mamba_radix_cache_create() : an empty tree. Copies the config (the hybrid pool is
+ *  borrowed and must outlive the cache). Host memory only.
+ *  @return KVC_ERR_INVALID_ARGUMENT (no hybrid pool, page_size > 1 without the pool's
+ *  TRACK buffers, or what kvc_radix_cache_create refuses in radix), KVC_ERR_VERSION,
+ *  KVC_ERR_HOST_OOM. */
+KVC_API kvc_status kvc_mamba_radix_cache_create(kvc_context *ctx,
+                                                const kvc_mamba_radix_cache_config *config,
+                                                kvc_mamba_radix_cache **out);
+/** kvc_mamba_radix_cache_destroy() : frees the host memory; cached KV slots and Mamba
+ *  states are NOT given back (reset the pools, or evict everything first). NULL is a
+ *  no-op. */
+KVC_API void kvc_mamba_radix_cache_destroy(kvc_mamba_radix_cache *cache);
+/** kvc_mamba_radix_cache_as_prefix_cache() : the kvc_prefix_cache for a flow with the same
+ *  hybrid pool: supports_mamba is 1 (release leaves the Mamba state to
+ *  cache_finished_req; allocation under pressure asks for Mamba states),
+ *  kvc_flow_cache_unfinished calls cache_unfinished_req, evict frees each
+ *  component's deficit, the node-only lock callbacks (streaming sessions) take the FULL
+ *  path lock and the node's MAMBA lock. */
+KVC_API kvc_prefix_cache kvc_mamba_radix_cache_as_prefix_cache(kvc_mamba_radix_cache *cache);
+
+/** kvc_mamba_radix_cache_match_prefix() : match of tokens[0:n) (floored to pages) with the
+ *  Mamba rule above: out->len / slots / node are the deepest node with a state (the root
+ *  and len 0 when there is none). *mamba_slot (may be NULL) gets that node's state slot
+ *  (0 = none), *full_len (may be NULL) the tokens of the full-attention match. No lock is
+ *  taken, no stream work. Copies (when needed) go to the cache's scratch. */
+KVC_API kvc_status kvc_mamba_radix_cache_match_prefix(kvc_mamba_radix_cache *cache, uint64_t ns,
+                                                      const int32_t *tokens, int64_t n,
+                                                      kvc_radix_match *out, int32_t *mamba_slot,
+                                                      int64_t *full_len);
+/** kvc_mamba_radix_cache_match_req() : kvc_radix_cache_match_req with the Mamba rule: locks
+ *  the match's node (FULL path, MAMBA node) and, when it has a state, copies the state
+ *  into the request's Mamba slot in ONE launch on `stream`: req->mamba_slot if it holds
+ *  one (a held slot of the pool, not the tree's), else a new slot (fork: alloc + copy,
+ *  still one launch; when the pool is empty one unlocked state is evicted first, through
+ *  flow, else the free_slots hook). A request without a match keeps req->mamba_slot as it
+ *  was (the flow's row allocation gives it a zeroed slot). Not capturable.
+ *  @return KVC_ERR_MISUSE for a request already holding a row or a node, or a mamba_slot
+ *  not held / held by the tree; KVC_ERR_OUT_OF_SLOTS when no slot can be had; KVC_ERR_CUDA.
+ *  Nothing changed on failure (but the walk's split, which changes no match). */
+KVC_API kvc_status kvc_mamba_radix_cache_match_req(kvc_mamba_radix_cache *cache, kvc_flow *flow,
+                                                   kvc_req_state *req, kvc_radix_req *rreq,
+                                                   kvc_stream stream);
+/** kvc_mamba_radix_cache_insert() : kvc_radix_cache_insert (priority 0) of tokens[0:n) ->
+ *  slots[0:n) (floored to pages), then the state mamba_slot (> 0, held in the pool and not
+ *  the tree's) for the node ending at the key's end. *mamba_taken (may be NULL) gets 1 when
+ *  the tree took the slot, 0 when that node already had a state (the caller keeps the
+ *  slot). With n floored to 0 nothing is inserted and the slot is not taken.
+ *  @return as kvc_radix_cache_insert; KVC_ERR_MISUSE for a mamba_slot not held or already
+ *  the tree's; KVC_ERR_INVALID_ARGUMENT for one outside [1, pool size]. */
+KVC_API kvc_status kvc_mamba_radix_cache_insert(kvc_mamba_radix_cache *cache, kvc_flow *flow,
+                                                uint64_t ns, const int32_t *tokens,
+                                                const int64_t *slots, int64_t n, int32_t mamba_slot,
+                                                int64_t *prefix_len, int *mamba_taken);
+/** kvc_mamba_radix_cache_cache_finished_req() : kvc_radix_cache_cache_finished_req for the
+ *  hybrid tree: drops the request's locks; with is_insert, inserts the tokens its donated
+ *  state covers (rules above; no prompt split, as SGLang with a Mamba component) and frees
+ *  the KV past them; then gives the request's other Mamba slots back (ONE mapping launch
+ *  of the hybrid pool on the flow's stream) and clears req->mamba_slot / mamba_track /
+ *  mamba_track_seqlen. Without is_insert (abort) it frees [cache_protected_len,
+ *  committed) and every Mamba slot of the request.
+ *  @return the errors of kvc_radix_cache_cache_finished_req; KVC_ERR_INVALID_ARGUMENT for
+ *  a mamba_track_seqlen that is negative or not page-aligned; KVC_ERR_MISUSE for a flow
+ *  over another hybrid pool. */
+KVC_API kvc_status kvc_mamba_radix_cache_cache_finished_req(kvc_mamba_radix_cache *cache,
+                                                            kvc_flow *flow, kvc_req_state *req,
+                                                            int is_insert);
+
+/** kvc_mamba_radix_cache_cache_unfinished_req() : SGLang cache_unfinished_req with a Mamba
+ *  component (chunked prefill): a copy of the request's state (the running state without
+ *  track buffers, else the newest track checkpoint within the committed tokens) goes into
+ *  a new slot (ONE fork launch on the flow's stream; one unlocked state is evicted when the
+ *  pool is empty), the tokens it covers are inserted with it (a node that already has a
+ *  state keeps it and the copy goes back), the tree's slots are written into the row where
+ *  the request's duplicates were, the lock moves to the new node, and cache_protected_len
+ *  = those tokens, prefix_len = kv_committed_len. With no state past cache_protected_len
+ *  to copy, only prefix_len = kv_committed_len (and prefix_slots = NULL) is set.
+ *  @return as cache_finished_req; KVC_ERR_OUT_OF_SLOTS when no slot can be had. */
+KVC_API kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *cache,
+                                                              kvc_flow *flow, kvc_req_state *req);
+
+/** kvc_mamba_radix_cache_lock() / _unlock() : FULL lock of node and its ancestors and
+ *  MAMBA lock of the node (NULL = root: nothing).
+ *  @return KVC_ERR_INVALID_ARGUMENT for a stale or foreign handle, KVC_ERR_MISUSE for an
+ *  unlock below zero. */
+KVC_API kvc_status kvc_mamba_radix_cache_lock(kvc_mamba_radix_cache *cache, void *node);
+KVC_API kvc_status kvc_mamba_radix_cache_unlock(kvc_mamba_radix_cache *cache, void *node);
+
+/** kvc_mamba_radix_cache_evict() : SGLang evict(EvictParams(num_tokens, mamba_num)):
+ *  unlocked leaves in the policy's order until num_tokens full tokens are freed (each
+ *  frees its state too), then MAMBA eviction (rules above) until mamba_num states are
+ *  freed in all. KV frees go through flow (else the free_slots hook), states back to the
+ *  Mamba pool (host only, no stream work). *evicted / *mamba_evicted (may be NULL) get the
+ *  full tokens and states freed.
+ *  @return KVC_ERR_OUT_OF_SLOTS when nothing is evictable for any requested component
+ *  (nothing changed), KVC_ERR_UNSUPPORTED without a flow or hook (when KV must be freed). */
+KVC_API kvc_status kvc_mamba_radix_cache_evict(kvc_mamba_radix_cache *cache, kvc_flow *flow,
+                                               int64_t num_tokens, int64_t mamba_num,
+                                               int64_t *evicted, int64_t *mamba_evicted);
+/** kvc_mamba_radix_cache_reset() : drops every node without freeing KV slots or states
+ *  (as kvc_radix_cache_reset: the pools are being cleared). */
+KVC_API kvc_status kvc_mamba_radix_cache_reset(kvc_mamba_radix_cache *cache);
+
+/** Sizes per component from kvc_mamba_radix_cache_sizes(). */
+typedef struct kvc_mamba_radix_sizes {
+  int64_t evictable, protected_size, cached;              /* FULL tokens: evictable + protected */
+  int64_t mamba_evictable, mamba_protected, mamba_cached; /* MAMBA states (slots) */
+  int64_t reserved_[4];
+} kvc_mamba_radix_sizes;
+/** kvc_mamba_radix_cache_sizes() : both components' sizes. */
+KVC_API kvc_status kvc_mamba_radix_cache_sizes(const kvc_mamba_radix_cache *cache,
+                                               kvc_mamba_radix_sizes *out);
+/** kvc_mamba_radix_cache_node_state() : the state slot of a node (0 = none, also for the
+ *  root). @return KVC_ERR_INVALID_ARGUMENT for a stale or foreign handle. */
+KVC_API kvc_status kvc_mamba_radix_cache_node_state(const kvc_mamba_radix_cache *cache, void *node,
+                                                    int32_t *mamba_slot);
+/** kvc_mamba_radix_cache_stats() : as kvc_radix_cache_stats. */
+KVC_API kvc_status kvc_mamba_radix_cache_stats(const kvc_mamba_radix_cache *cache,
+                                               kvc_radix_stats *out);
+/** kvc_mamba_radix_cache_check() : O(n) audit of both components (states held in the pool
+ *  and owned once, MAMBA locks within FULL locks, sizes, the LRU list, then
+ *  kvc_radix_cache_check's). @return KVC_ERR_INTERNAL with the first violation. */
+KVC_API kvc_status kvc_mamba_radix_cache_check(const kvc_mamba_radix_cache *cache);
+
+/** @} */ /* end of kvc_mamba_radix_cache */
 
 /** @} */ /* end of kvc_prefix_caches */
 

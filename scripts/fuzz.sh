@@ -5,7 +5,7 @@
 # Env: FUZZ_SECONDS (default 60 per harness), FUZZ_RUNS (optional -runs limit),
 #      FUZZ_JOBS (parallel fuzzing processes per harness, default 1), BUILD_DIR,
 #      FUZZ_HARNESSES (default: fuzz_allocator fuzz_flow fuzz_flow_hybrid fuzz_kv_pool fuzz_radix
-#      fuzz_swa_radix).
+#      fuzz_swa_radix fuzz_mamba_radix).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build-fuzz}
@@ -15,7 +15,7 @@ cc_version=$("$CC" --version 2>/dev/null) || cc_version=""
 [[ ${cc_version,,} == *clang* ]] || CC=clang
 cmake -S . -B "$build" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVC_BUILD_FUZZ=ON \
   -DKVC_BUILD_TESTS=OFF -DKVC_BUILD_BENCH=OFF -DKVC_BUILD_EXAMPLES=OFF -DKVC_BUILD_SHARED=OFF -DKVC_WERROR=ON >/dev/null
-harnesses=(${FUZZ_HARNESSES:-fuzz_allocator fuzz_flow fuzz_flow_hybrid fuzz_kv_pool fuzz_radix fuzz_swa_radix})
+harnesses=(${FUZZ_HARNESSES:-fuzz_allocator fuzz_flow fuzz_flow_hybrid fuzz_kv_pool fuzz_radix fuzz_swa_radix fuzz_mamba_radix})
 cmake --build "$build" -j "$(nproc)" --target "${harnesses[@]}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

@@ -1109,7 +1109,8 @@ class ReqState(ctypes.Structure):
                 ("kv_committed_len", c_int64), ("kv_allocated_len", c_int64),
                 ("cache_protected_len", c_int64), ("swa_evict_floor", c_int64),
                 ("swa_evicted_seqlen", c_int64), ("session_id", ctypes.c_uint64),
-                ("cache_node", c_void_p), ("reserved_", ctypes.c_uint64 * 4)]
+                ("cache_node", c_void_p), ("mamba_track_seqlen", c_int64 * 2),
+                ("reserved_", ctypes.c_uint64 * 2)]
 
     @property
     def prefix_slots(self):

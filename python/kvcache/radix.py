@@ -32,7 +32,7 @@ class RadixReq(Structure):
     _fields_ = [("tokens", POINTER(c_int32)), ("num_tokens", c_int64), ("prompt_len", c_int64),
                 ("ns", c_uint64), ("priority", c_int32), ("reserved_i32_", c_int32),
                 ("inserted_len", c_int64), ("prefix_buf", POINTER(c_int64)),
-                ("reserved_", c_uint64 * 2)]
+                ("swa_lock", c_uint64), ("mamba_branching_len", c_int64)]
 
 
 _REQ_OF = CFUNCTYPE(c_void_p, c_void_p, c_void_p)

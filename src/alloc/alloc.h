@@ -62,6 +62,11 @@ kvc_context *kvc__mamba_pool_context(const kvc_mamba_pool *p);
  *  kvc__req_pool_unalloc. KVC_ERR_INTERNAL when there is nothing to undo. */
 typedef struct kvc_hybrid_req_pool kvc_hybrid_req_pool;
 kvc_status kvc__hybrid_req_pool_unalloc(kvc_hybrid_req_pool *p, kvc_stream stream);
+/** Frees row's Mamba slots and clears every mapping entry of the row in ONE launch, except
+ *  that slot `kept` (-1 none, 0 the running slot, 1 + k track entry k) is neither freed nor
+ *  kept mapped: a prefix cache took it (kvc_mamba_radix_cache). MISUSE for a row without a
+ *  Mamba slot; nothing changes on failure. */
+kvc_status kvc__hybrid_req_pool_donate(kvc_hybrid_req_pool *p, int32_t row, int32_t kept, kvc_stream stream);
 
 static inline bool kvc__req_pool_row_held(const kvc_req_to_token_pool *p, int64_t row) {
   return row >= 1 && row <= p->size && (p->rowflag[row] & KVC__ROW_HELD);

@@ -64,6 +64,10 @@ typedef struct rx_node {
    * ones stay; swa_uuid marks where an SWA lock walk stopped (0 = none). */
   int32_t swa_lock;
   uint32_t swa_uuid;
+  /* The Mamba component (mamba_radix.c; 0 in other trees): the node's state slot (0 =
+   * none) and MAMBA lock count. node_new zeroes both, so a split's new upper node has
+   * neither: the state stays with the lower node, which keeps its id. */
+  int32_t mamba_slot, mamba_lock;
 } rx_node;
 
 #define RX_SWA_TOMB (-1)
@@ -116,6 +120,10 @@ struct kvc_radix_cache {
    * Kept by insert_leaf / delete_leaf for every tree (one add each), read only by
    * swa_radix.c. */
   int64_t swa_live, swa_protected;
+  /* Component hook (mamba_radix.c; NULL otherwise): kvc__rx_delete_leaf calls it for a
+   * node that holds a Mamba state, before the node goes. */
+  void (*on_delete_state)(void *user, int32_t id);
+  void *comp_user;
 };
 
 /* --- radix_tree.c ------------------------------------------------------------------- */

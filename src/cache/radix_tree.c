@@ -717,6 +717,7 @@ void kvc__rx_delete_leaf(kvc_radix_cache *rc, int32_t id) {
   rx_node *n = &rc->nodes[id];
   const int32_t parent = rc->hot[id].parent, len = rc->hot[id].len;
   if (rc->events_on) kvc__rx_event_removed(rc, id);
+  if (n->mamba_slot && rc->on_delete_state) rc->on_delete_state(rc->comp_user, id);
   heap_remove(rc, id);
   if (n->swa_lock != RX_SWA_TOMB) rc->swa_live -= len;
   if (n->run_first >= 0) kvc__rx_clear_pages(rc, n->run_first, n->run_first + len - 1);

@@ -224,25 +224,25 @@ kvc_status kvc__hybrid_req_pool_unalloc(kvc_hybrid_req_pool *p, kvc_stream strea
   return KVC_OK;
 }
 
-kvc_status kvc_hybrid_req_pool_free_mamba_cache(kvc_hybrid_req_pool *p, int32_t row, int32_t keep, kvc_stream stream) {
-  KVC_API_ENTRY();
-  HYB_ENTRY(p);
-  p->undo_live = false;
+/* Frees the row's Mamba slots (running slot, track slots) in ONE mapping launch, except
+ * `kept`: with `donate` the kept slot's entry is cleared too (its slot now belongs to a
+ * prefix cache), else it stays mapped (SGLang's keep index). kept: -1 none, 0 the running
+ * slot, 1 + k track entry k. */
+static kvc_status release_row(kvc_hybrid_req_pool *p, int32_t row, int32_t kept, bool donate, kvc_stream stream) {
   kvc_context *ctx = p->ctx;
-  KVC_RETURN_IF(row < 1 || row > p->size, ctx, KVC_ERR_INVALID_ARGUMENT, "row %d outside [1, %d]", row, p->size);
-  KVC_RETURN_IF(p->hmap[row] <= 0, ctx, KVC_ERR_MISUSE, "row %d holds no Mamba slot", row);
-  KVC_RETURN_IF(keep < -1 || keep >= p->pp || (keep >= 0 && !p->track), ctx, KVC_ERR_INVALID_ARGUMENT,
-                "keep %d must be -1 or a track index < pp %d", keep, p->pp);
   KVC_FORWARD(reserve(p, __func__, 1));
   int32_t ids[3];
   size_t nid = 0, w = 0;
-  ids[nid++] = p->hmap[row];
+  if (kept != 0) ids[nid++] = p->hmap[row];
   p->widx[w] = row, p->wval[w] = 0, w++;
   if (p->track) {
     const int64_t t = track_at(p, row);
     for (int32_t k = 0; k < p->pp; k++) {
-      if (keep >= 0 && (p->pp == 1 || k == keep)) continue;
       if (p->hmap[t + k] <= 0) continue; /* lazy -1 / none */
+      if (kept == 1 + k) {
+        if (donate) p->widx[w] = t + k, p->wval[w] = p->lazy ? -1 : 0, w++;
+        continue;
+      }
       ids[nid++] = p->hmap[t + k];
       p->widx[w] = t + k, p->wval[w] = p->lazy ? -1 : 0, w++;
     }
@@ -257,10 +257,33 @@ kvc_status kvc_hybrid_req_pool_free_mamba_cache(kvc_hybrid_req_pool *p, int32_t 
       KVC_RETURN_IF(ids[j] == ids[i], ctx, KVC_ERR_MISUSE, "row %d maps Mamba slot %d twice", row, ids[i]);
   }
   KVC_FORWARD(write_map(p, w, stream));
-  kvc_status st = kvc_mamba_pool_free(p->mp, ids, nid);
+  kvc_status st = nid ? kvc_mamba_pool_free(p->mp, ids, nid) : KVC_OK;
   if (st != KVC_OK) return st;
   for (size_t j = 0; j < w; j++) p->hmap[p->widx[j]] = (int32_t)p->wval[j];
   return KVC_OK;
+}
+
+kvc_status kvc_hybrid_req_pool_free_mamba_cache(kvc_hybrid_req_pool *p, int32_t row, int32_t keep, kvc_stream stream) {
+  KVC_API_ENTRY();
+  HYB_ENTRY(p);
+  p->undo_live = false;
+  kvc_context *ctx = p->ctx;
+  KVC_RETURN_IF(row < 1 || row > p->size, ctx, KVC_ERR_INVALID_ARGUMENT, "row %d outside [1, %d]", row, p->size);
+  KVC_RETURN_IF(p->hmap[row] <= 0, ctx, KVC_ERR_MISUSE, "row %d holds no Mamba slot", row);
+  KVC_RETURN_IF(keep < -1 || keep >= p->pp || (keep >= 0 && !p->track), ctx, KVC_ERR_INVALID_ARGUMENT,
+                "keep %d must be -1 or a track index < pp %d", keep, p->pp);
+  /* pp 1 with a keep frees no track entry: the only one is kept. */
+  return release_row(p, row, keep < 0 ? -1 : 1 + (p->pp == 1 ? 0 : keep), false, stream);
+}
+
+kvc_status kvc__hybrid_req_pool_donate(kvc_hybrid_req_pool *p, int32_t row, int32_t kept, kvc_stream stream) {
+  HYB_ENTRY(p);
+  p->undo_live = false;
+  KVC_RETURN_IF(row < 1 || row > p->size || p->hmap[row] <= 0, p->ctx, KVC_ERR_MISUSE, "row %d holds no Mamba slot",
+                row);
+  KVC_RETURN_IF(kept < -1 || kept > (p->track ? p->pp : 0) || (kept > 0 && p->hmap[track_at(p, row) + kept - 1] <= 0),
+                p->ctx, KVC_ERR_INVALID_ARGUMENT, "row %d: no Mamba slot %d to keep", row, kept);
+  return release_row(p, row, kept, true, stream);
 }
 
 kvc_status kvc_hybrid_req_pool_set_track_slot(kvc_hybrid_req_pool *p, int32_t row, int32_t index, int32_t slot,

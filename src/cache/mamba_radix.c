@@ -1,0 +1,739 @@
+/*
+ * mamba_radix.c — the Mamba component of the radix tree (SGLang's unified cache
+ * MambaComponent, components/mamba.py): kvc_mamba_radix_cache is a kvc_radix_cache (the
+ * FULL component: nodes, keys, full slots, full locks, the full eviction heap, all of
+ * radix_tree.c unchanged) plus a Mamba component kept on the same nodes:
+ *
+ *   rx_node.mamba_slot   the node's recurrent-state slot of the hybrid pool's Mamba pool
+ *                        (0 = none): the state after exactly the tokens root..node end
+ *   rx_node.mamba_lock   the node's MAMBA lock count (a lock is on the node only)
+ *
+ * and, here, per state slot: the node that owns it and a doubly linked LRU list (most
+ * recent at the head), so Mamba eviction walks from the tail without sorting anything.
+ * A split keeps the state on the lower node for free: the lower node keeps its id and
+ * the new upper node comes zeroed from node_new. The tree tells this file when a node
+ * holding a state is deleted (full eviction, or a Mamba eviction of a whole leaf) through
+ * rc->on_delete_state, and the state goes back to the Mamba pool there (host only).
+ *
+ * Sizes of the component count states (slots), as SGLang's reclaimable_value_len does for
+ * Mamba: mamba_cached, and mamba_protected of those whose node is MAMBA-locked.
+ */
+#include "radix.h"
+#include "../alloc/alloc.h"
+#include "../flow/flow.h"
+
+#include <string.h>
+
+#define KVC__MAMBA_RADIX_MAGIC 0x6b76632d6d616d78ull /* "kvc-mamx" */
+
+struct kvc_mamba_radix_cache {
+  uint64_t magic;
+  kvc_context *ctx;
+  kvc_radix_cache *rc; /* the tree and its FULL component */
+  kvc_hybrid_req_pool *hybrid;
+  kvc_mamba_pool *pool;
+  int32_t size; /* Mamba pool slots */
+  bool track;   /* the hybrid pool has ping-pong track buffers */
+  int32_t pp;
+  /* per slot [0, size]: owning node (0 = not the tree's), LRU links (0 = end) */
+  int32_t *owner, *prev, *next;
+  int32_t head, tail; /* most / least recently used state */
+  int64_t states, protected_states;
+  kvc_status hook_st; /* a Mamba pool free refused inside the delete hook */
+};
+
+#define MAMBA_RADIX_ENTRY(c) KVC_CHECK_HANDLE(c, KVC__MAMBA_RADIX_MAGIC, "cache", "kvc_mamba_radix_cache")
+
+static kvc_status post(kvc_mamba_radix_cache *c, kvc_status st) {
+  if (st == KVC_OK && c->hook_st != KVC_OK) st = c->hook_st, c->hook_st = KVC_OK;
+  if (st == KVC_OK && c->rc->check) return kvc_mamba_radix_cache_check(c);
+  return st;
+}
+
+/* --- The LRU list and state ownership ------------------------------------------------------ */
+
+static void lru_unlink(kvc_mamba_radix_cache *c, int32_t s) {
+  const int32_t p = c->prev[s], n = c->next[s];
+  if (p) c->next[p] = n;
+  else c->head = n;
+  if (n) c->prev[n] = p;
+  else c->tail = p;
+  c->prev[s] = c->next[s] = 0;
+}
+
+static void lru_push(kvc_mamba_radix_cache *c, int32_t s) {
+  c->prev[s] = 0;
+  c->next[s] = c->head;
+  if (c->head) c->prev[c->head] = s;
+  else c->tail = s;
+  c->head = s;
+}
+
+/* SGLang reset_node_mru: node id's state becomes the most recently used. */
+static void touch(kvc_mamba_radix_cache *c, int32_t id) {
+  const int32_t s = c->rc->nodes[id].mamba_slot;
+  if (!s || c->head == s) return;
+  lru_unlink(c, s);
+  lru_push(c, s);
+}
+
+static void attach(kvc_mamba_radix_cache *c, int32_t id, int32_t s) {
+  rx_node *n = &c->rc->nodes[id];
+  n->mamba_slot = s;
+  c->owner[s] = id;
+  lru_push(c, s);
+  c->states++;
+  if (n->mamba_lock > 0) c->protected_states++;
+}
+
+/* Takes node id's state off the tree (not freed): returns its slot. */
+static int32_t detach(kvc_mamba_radix_cache *c, int32_t id) {
+  rx_node *n = &c->rc->nodes[id];
+  const int32_t s = n->mamba_slot;
+  lru_unlink(c, s);
+  c->owner[s] = 0;
+  c->states--;
+  if (n->mamba_lock > 0) c->protected_states--;
+  n->mamba_slot = 0;
+  return s;
+}
+
+/* rc->on_delete_state: a node with a state is being deleted (its KV freed by the caller). */
+static void on_delete(void *user, int32_t id) {
+  kvc_mamba_radix_cache *c = user;
+  int32_t s = detach(c, id);
+  /* Cannot fail for a slot the tree owns, unless it was freed behind the cache's back. */
+  kvc_status st = kvc_mamba_pool_free(c->pool, &s, 1);
+  if (st != KVC_OK && c->hook_st == KVC_OK) c->hook_st = st;
+}
+
+/* --- Create / destroy ------------------------------------------------------------------- */
+
+kvc_status kvc_mamba_radix_cache_create(kvc_context *ctx, const kvc_mamba_radix_cache_config *config,
+                                        kvc_mamba_radix_cache **out) {
+  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
+  KVC_RETURN_IF(!config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "config or out is NULL");
+  KVC_RETURN_IF(config->struct_size < offsetof(kvc_mamba_radix_cache_config, reserved_) ||
+                    config->struct_size > sizeof(kvc_mamba_radix_cache_config),
+                ctx, KVC_ERR_VERSION, "config.struct_size %zu not understood", config->struct_size);
+  kvc_mamba_radix_cache_config cfg = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
+  memcpy(&cfg, config, config->struct_size);
+  kvc_mamba_pool *pool = kvc_hybrid_req_pool_mamba_pool(cfg.hybrid_req_pool);
+  KVC_RETURN_IF(!pool, ctx, KVC_ERR_INVALID_ARGUMENT, "hybrid_req_pool is NULL or not a hybrid request pool");
+  const bool track = kvc_hybrid_req_pool_track_mapping(cfg.hybrid_req_pool) != NULL;
+  /* SGLang: without the extra buffer only the sequence-end state exists. */
+  KVC_RETURN_IF(!track && cfg.radix.page_size > 1, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "page_size %d needs the hybrid pool's TRACK buffers (only the sequence-end state exists without them)",
+                cfg.radix.page_size);
+  const int32_t size = kvc_mamba_pool_size(pool);
+  kvc_mamba_radix_cache *c = kvc__calloc(ctx, 1, sizeof *c);
+  KVC_RETURN_IF(!c, ctx, KVC_ERR_HOST_OOM, "Mamba radix cache");
+  c->owner = kvc__calloc(ctx, (size_t)size + 1, sizeof *c->owner);
+  c->prev = kvc__calloc(ctx, (size_t)size + 1, sizeof *c->prev);
+  c->next = kvc__calloc(ctx, (size_t)size + 1, sizeof *c->next);
+  kvc_status st = !c->owner || !c->prev || !c->next
+                      ? kvc__error(ctx, KVC_ERR_HOST_OOM, __func__, "state tables for %d slots", size)
+                      : kvc_radix_cache_create(ctx, &cfg.radix, &c->rc);
+  if (st != KVC_OK) {
+    kvc__free(ctx, c->owner);
+    kvc__free(ctx, c->prev);
+    kvc__free(ctx, c->next);
+    kvc__free(ctx, c);
+    return st;
+  }
+  c->magic = KVC__MAMBA_RADIX_MAGIC;
+  c->ctx = ctx;
+  c->hybrid = cfg.hybrid_req_pool;
+  c->pool = pool;
+  c->size = size;
+  c->track = track;
+  c->pp = kvc_hybrid_req_pool_pp(cfg.hybrid_req_pool);
+  c->rc->on_delete_state = on_delete;
+  c->rc->comp_user = c;
+  *out = c;
+  return KVC_OK;
+}
+
+void kvc_mamba_radix_cache_destroy(kvc_mamba_radix_cache *c) {
+  if (!c || c->magic != KVC__MAMBA_RADIX_MAGIC) return;
+  kvc_context *ctx = c->ctx;
+  kvc_radix_cache_destroy(c->rc);
+  kvc__free(ctx, c->owner);
+  kvc__free(ctx, c->prev);
+  kvc__free(ctx, c->next);
+  c->magic = 0;
+  kvc__free(ctx, c);
+}
+
+/* --- Locks --------------------------------------------------------------------------------- */
+
+static void lock(kvc_mamba_radix_cache *c, int32_t id) {
+  if (!id) return;
+  kvc__rx_lock(c->rc, id);
+  rx_node *n = &c->rc->nodes[id];
+  if (n->mamba_lock++ == 0 && n->mamba_slot) c->protected_states++;
+}
+
+static kvc_status unlockable(const kvc_mamba_radix_cache *c, int32_t id, const char *fn) {
+  if (!id) return KVC_OK;
+  KVC_RETURN_IF(c->rc->hot[id].lock_ref <= 0 || c->rc->nodes[id].mamba_lock <= 0, c->ctx, KVC_ERR_MISUSE,
+                "%s: node %d is not locked (unlocked twice?)", fn, id);
+  return KVC_OK;
+}
+
+/* After unlockable: cannot fail. */
+static void unlock(kvc_mamba_radix_cache *c, int32_t id, const char *fn) {
+  if (!id) return;
+  rx_node *n = &c->rc->nodes[id];
+  if (--n->mamba_lock == 0 && n->mamba_slot) c->protected_states--;
+  (void)kvc__rx_unlock(c->rc, id, fn);
+}
+
+static kvc_status node_of(const kvc_mamba_radix_cache *c, void *handle, int32_t *id, const char *fn) {
+  *id = 0;
+  if (!handle) return KVC_OK;
+  KVC_RETURN_IF(!kvc__rx_from_handle(c->rc, handle, id), c->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "%s: node %p is not a node of this cache (stale, evicted, or from before a reset)", fn, handle);
+  return KVC_OK;
+}
+
+kvc_status kvc_mamba_radix_cache_lock(kvc_mamba_radix_cache *c, void *node) {
+  MAMBA_RADIX_ENTRY(c);
+  int32_t id;
+  KVC_FORWARD(node_of(c, node, &id, __func__));
+  lock(c, id);
+  return post(c, KVC_OK);
+}
+
+kvc_status kvc_mamba_radix_cache_unlock(kvc_mamba_radix_cache *c, void *node) {
+  MAMBA_RADIX_ENTRY(c);
+  int32_t id;
+  KVC_FORWARD(node_of(c, node, &id, __func__));
+  KVC_FORWARD(unlockable(c, id, __func__));
+  unlock(c, id, __func__);
+  return post(c, KVC_OK);
+}
+
+kvc_status kvc_mamba_radix_cache_node_state(const kvc_mamba_radix_cache *c, void *node, int32_t *mamba_slot) {
+  MAMBA_RADIX_ENTRY(c);
+  KVC_RETURN_IF(!mamba_slot, c->ctx, KVC_ERR_INVALID_ARGUMENT, "mamba_slot is NULL");
+  int32_t id;
+  KVC_FORWARD(node_of(c, node, &id, __func__));
+  *mamba_slot = id ? c->rc->nodes[id].mamba_slot : 0;
+  return KVC_OK;
+}
+
+/* --- Eviction -------------------------------------------------------------------------------- */
+
+static kvc_status free_full(kvc_mamba_radix_cache *c, kvc_flow *flow, int32_t x) {
+  rx_free_path fp = {c->rc, flow};
+  return kvc__rx_free_through(&fp, rx_vals(&c->rc->nodes[x]), (size_t)c->rc->hot[x].len);
+}
+
+/* MAMBA eviction: MAMBA-unlocked states from the LRU end until *mamba_done >= need. An
+ * unlocked childless node goes whole, any other node keeps its KV. */
+static kvc_status mamba_evict(kvc_mamba_radix_cache *c, kvc_flow *flow, int64_t need, int64_t *mamba_done,
+                              int64_t *full_done) {
+  kvc_radix_cache *rc = c->rc;
+  for (int32_t s = c->tail; s && *mamba_done < need;) {
+    const int32_t x = c->owner[s], before = c->prev[s];
+    if (rc->nodes[x].mamba_lock > 0) {
+      s = before;
+      continue;
+    }
+    const int32_t len = rc->hot[x].len;
+    if (rc->hot[x].nchild == 0 && rc->hot[x].lock_ref == 0) {
+      KVC_FORWARD(free_full(c, flow, x)); /* the victim stays: its free changed nothing */
+      kvc__rx_delete_leaf(rc, x);         /* the hook frees the state */
+      *full_done += len;
+    } else {
+      int32_t slot = detach(c, x);
+      kvc_status st = kvc_mamba_pool_free(c->pool, &slot, 1);
+      if (st != KVC_OK) { /* freed behind the cache's back: put it back as it was */
+        attach(c, x, slot);
+        return st;
+      }
+      if (rc->events_on) kvc__rx_event_removed_as(rc, x, KVC_RADIX_COMPONENT_MAMBA);
+    }
+    ++*mamba_done;
+    s = before; /* unlinking s left its predecessor where it was */
+  }
+  return KVC_OK;
+}
+
+static kvc_status evict(kvc_mamba_radix_cache *c, kvc_flow *flow, int64_t num, int64_t mamba_num, int64_t *evicted,
+                        int64_t *mamba_evicted, const char *fn) {
+  kvc_radix_cache *rc = c->rc;
+  const bool full_ok = rc->heap_len > 0, mamba_ok = c->states > c->protected_states;
+  KVC_RETURN_IF(!(num > 0 && full_ok) && !(mamba_num > 0 && mamba_ok), c->ctx, KVC_ERR_OUT_OF_SLOTS,
+                "%s: nothing evictable for %lld tokens / %lld Mamba states (evictable %lld tokens, %lld states)", fn,
+                (long long)num, (long long)mamba_num, (long long)rc->evictable,
+                (long long)(c->states - c->protected_states));
+  KVC_RETURN_IF(!kvc__rx_can_free(rc, flow), c->ctx, KVC_ERR_UNSUPPORTED,
+                "%s: no flow and no free_slots hook to free through", fn);
+  /* SGLang: full leaves first (each takes its state with it), then states for what is left. */
+  int64_t full_done = 0, mamba_done = 0;
+  kvc_status st = KVC_OK;
+  if (num > 0) {
+    rx_free_path fp = {rc, flow};
+    const int64_t states0 = c->states;
+    st = kvc__rx_evict(rc, num, kvc__rx_free_through, &fp, &full_done);
+    mamba_done = states0 - c->states;
+  }
+  if (st == KVC_OK && mamba_done < mamba_num) st = mamba_evict(c, flow, mamba_num, &mamba_done, &full_done);
+  if (evicted) *evicted = full_done;
+  if (mamba_evicted) *mamba_evicted = mamba_done;
+  return st;
+}
+
+kvc_status kvc_mamba_radix_cache_evict(kvc_mamba_radix_cache *c, kvc_flow *flow, int64_t num_tokens, int64_t mamba_num,
+                                       int64_t *evicted, int64_t *mamba_evicted) {
+  MAMBA_RADIX_ENTRY(c);
+  KVC_RETURN_IF(num_tokens < 0 || mamba_num < 0, c->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "num_tokens %lld / mamba_num %lld < 0", (long long)num_tokens, (long long)mamba_num);
+  if (evicted) *evicted = 0;
+  if (mamba_evicted) *mamba_evicted = 0;
+  if (num_tokens == 0 && mamba_num == 0) return KVC_OK;
+  return post(c, evict(c, flow, num_tokens, mamba_num, evicted, mamba_evicted, __func__));
+}
+
+/* --- Match ---------------------------------------------------------------------------------- */
+
+static kvc_status match(kvc_mamba_radix_cache *c, const char *fn, uint64_t ns, const int32_t *tokens, int64_t n,
+                        int64_t *buf, kvc_radix_match *out, int32_t *state, int64_t *full_len) {
+  kvc_radix_cache *rc = c->rc;
+  KVC_RETURN_IF(n < 0 || n > INT32_MAX || (n > 0 && !tokens), c->ctx, KVC_ERR_INVALID_ARGUMENT, "%s: %lld tokens at %p",
+                fn, (long long)n, (const void *)tokens);
+  n = n / rc->ps * rc->ps;
+  memset(out, 0, sizeof *out);
+  out->node = kvc__rx_handle(rc, 0);
+  *state = 0;
+  *full_len = 0;
+  if (n == 0) return KVC_OK;
+  KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)n));
+  int64_t matched;
+  int32_t node;
+  size_t depth;
+  KVC_FORWARD(kvc__rx_match(rc, ns, tokens, n, &matched, &node, &depth));
+  *full_len = matched;
+  /* SGLang's validator: the deepest node of the path with a state. */
+  size_t d = depth;
+  while (d > 0 && !rc->nodes[rc->path[d - 1]].mamba_slot) d--;
+  if (d == 0) return KVC_OK;
+  int64_t len = 0;
+  for (size_t i = 0; i < d; i++) len += rc->hot[rc->path[i]].len;
+  const int32_t id = rc->path[d - 1];
+  int copied = 0;
+  out->len = len;
+  out->slots = kvc__rx_path_values(rc, d, len, buf, &copied);
+  out->copied = copied;
+  out->node = kvc__rx_handle(rc, id);
+  *state = rc->nodes[id].mamba_slot;
+  touch(c, id); /* SGLang MATCH_END: only the used state is refreshed */
+  return KVC_OK;
+}
+
+kvc_status kvc_mamba_radix_cache_match_prefix(kvc_mamba_radix_cache *c, uint64_t ns, const int32_t *tokens, int64_t n,
+                                              kvc_radix_match *out, int32_t *mamba_slot, int64_t *full_len) {
+  MAMBA_RADIX_ENTRY(c);
+  KVC_RETURN_IF(!out, c->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
+  int32_t s;
+  int64_t fl;
+  KVC_FORWARD(match(c, __func__, ns, tokens, n, NULL, out, &s, &fl));
+  if (mamba_slot) *mamba_slot = s;
+  if (full_len) *full_len = fl;
+  return post(c, KVC_OK);
+}
+
+/* A slot a caller hands in: a held slot of the pool that the tree does not own. */
+static kvc_status check_slot(const kvc_mamba_radix_cache *c, int32_t s, const char *fn, const char *what) {
+  KVC_RETURN_IF(s < 1 || s > c->size, c->ctx, KVC_ERR_INVALID_ARGUMENT, "%s: %s %d outside [1, %d]", fn, what, s,
+                c->size);
+  KVC_RETURN_IF(!kvc_mamba_pool_is_held(c->pool, s), c->ctx, KVC_ERR_MISUSE, "%s: %s %d is not a held Mamba slot", fn,
+                what, s);
+  KVC_RETURN_IF(c->owner[s], c->ctx, KVC_ERR_MISUSE, "%s: %s %d is the cache's own state (of node %d)", fn, what, s,
+                c->owner[s]);
+  return KVC_OK;
+}
+
+kvc_status kvc_mamba_radix_cache_match_req(kvc_mamba_radix_cache *c, kvc_flow *flow, kvc_req_state *req,
+                                           kvc_radix_req *rreq, kvc_stream stream) {
+  MAMBA_RADIX_ENTRY(c);
+  const char *fn = __func__;
+  KVC_RETURN_IF(!req || !rreq, c->ctx, KVC_ERR_INVALID_ARGUMENT, "req or rreq is NULL");
+  KVC_RETURN_IF(req->req_row || req->cache_node, c->ctx, KVC_ERR_MISUSE,
+                "the request already holds a row (%d) or a node: match only new requests", req->req_row);
+  KVC_RETURN_IF(rreq->num_tokens < 0 || (rreq->num_tokens > 0 && !rreq->tokens), c->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "rreq: %lld tokens at %p", (long long)rreq->num_tokens, (const void *)rreq->tokens);
+  KVC_RETURN_IF(req->mamba_slot < 0, c->ctx, KVC_ERR_INVALID_ARGUMENT, "mamba_slot %d < 0", req->mamba_slot);
+  if (req->mamba_slot) KVC_FORWARD(check_slot(c, req->mamba_slot, fn, "mamba_slot"));
+  kvc_radix_match m;
+  int32_t src;
+  int64_t full;
+  /* SGLang _compute_max_prefix_len: the last token is always recomputed. */
+  KVC_FORWARD(
+      match(c, fn, rreq->ns, rreq->tokens, KVC__MAX(0, rreq->num_tokens - 1), rreq->prefix_buf, &m, &src, &full));
+  int32_t node = 0;
+  kvc__rx_from_handle(c->rc, m.node, &node);
+  lock(c, node); /* before any eviction below: the matched state is safe */
+  if (src) {
+    kvc_status st;
+    if (req->mamba_slot) {
+      st = kvc_mamba_pool_copy_from(c->pool, &src, &req->mamba_slot, 1, stream);
+    } else {
+      int32_t dst = 0;
+      st = kvc_mamba_pool_fork_from(c->pool, src, &dst, stream);
+      if (st == KVC_ERR_OUT_OF_SLOTS) { /* SGLang: evict one state, then alloc again */
+        int64_t got = 0, full_done = 0;
+        st = c->states > c->protected_states && kvc__rx_can_free(c->rc, flow)
+                 ? mamba_evict(c, flow, 1, &got, &full_done)
+                 : kvc__error(c->ctx, KVC_ERR_OUT_OF_SLOTS, fn, "no free Mamba slot and no evictable state");
+        if (st == KVC_OK) st = kvc_mamba_pool_fork_from(c->pool, src, &dst, stream);
+      }
+      if (st == KVC_OK) req->mamba_slot = dst;
+    }
+    if (st != KVC_OK) {
+      unlock(c, node, fn);
+      return st;
+    }
+  }
+  req->prefix_len = req->cache_protected_len = m.len;
+  req->prefix_slots = m.len ? m.slots : NULL;
+  req->cache_node = node ? m.node : NULL;
+  /* SGLang mamba_branching_seqlen, on the page grid. */
+  const int64_t branch = full / c->rc->ps * c->rc->ps;
+  rreq->mamba_branching_len = branch > m.len ? branch : 0;
+  return post(c, KVC_OK);
+}
+
+/* --- Insert ------------------------------------------------------------------------------------ */
+
+kvc_status kvc_mamba_radix_cache_insert(kvc_mamba_radix_cache *c, kvc_flow *flow, uint64_t ns, const int32_t *tokens,
+                                        const int64_t *slots, int64_t n, int32_t mamba_slot, int64_t *prefix_len,
+                                        int *mamba_taken) {
+  MAMBA_RADIX_ENTRY(c);
+  kvc_radix_cache *rc = c->rc;
+  KVC_RETURN_IF(n < 0 || n > INT32_MAX || (n > 0 && (!tokens || !slots)), c->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "%lld tokens / slots at %p / %p", (long long)n, (const void *)tokens, (const void *)slots);
+  KVC_FORWARD(check_slot(c, mamba_slot, __func__, "mamba_slot"));
+  n = n / rc->ps * rc->ps;
+  int64_t prefix = 0;
+  int taken = 0;
+  if (n > 0) {
+    int32_t node;
+    KVC_FORWARD(kvc__rx_insert(rc, flow, __func__, ns, tokens, slots, NULL, 0, n, 0, 0, 0, &prefix, &node, NULL, NULL));
+    if (!rc->nodes[node].mamba_slot) attach(c, node, mamba_slot), taken = 1;
+    else touch(c, node); /* SGLang mamba_exist: the existing state is refreshed */
+  }
+  if (prefix_len) *prefix_len = prefix;
+  if (mamba_taken) *mamba_taken = taken;
+  return post(c, KVC_OK);
+}
+
+/* --- Request-level checkpoint --------------------------------------------------------------- */
+
+static kvc_status free_row(kvc_radix_cache *rc, kvc_flow *flow, int32_t row, int64_t from, int64_t to) {
+  if (to <= from) return KVC_OK;
+  rx_free_path fp = {rc, flow};
+  KVC_FORWARD(kvc_flow_row_slots(flow, row, from, to, flow->row_slots));
+  return kvc__rx_free_through(&fp, flow->row_slots, (size_t)(to - from));
+}
+
+/* The state a finished request donates for its committed tokens (floored to pages, `limit`):
+ * *kept as kvc__hybrid_req_pool_donate names it (-1 = none), *slot and *len its tokens. */
+static kvc_status pick_donor(const kvc_mamba_radix_cache *c, const kvc_req_state *req, int64_t limit, int32_t *kept,
+                             int32_t *slot, int64_t *len, const char *fn) {
+  *kept = -1, *slot = 0, *len = 0;
+  const int32_t row = req->req_row, running = kvc_hybrid_req_pool_mamba_slot(c->hybrid, row);
+  if (running <= 0) return KVC_OK; /* no Mamba state: nothing can be cached */
+  if (!c->track) {                 /* the running state is the sequence-end state (page 1) */
+    if (limit > 0) *kept = 0, *slot = running, *len = limit;
+  } else {
+    /* SGLang _select_finished_checkpoint: the newest checkpoint that fits the key. */
+    const int32_t *ts = kvc_hybrid_req_pool_track_slots(c->hybrid, row);
+    for (int32_t k = 0; k < c->pp; k++) {
+      const int64_t l = req->mamba_track_seqlen[k];
+      KVC_RETURN_IF(l < 0 || l % c->rc->ps, c->ctx, KVC_ERR_INVALID_ARGUMENT,
+                    "%s: mamba_track_seqlen[%d] %lld is not a page-aligned length", fn, k, (long long)l);
+      if (ts[k] > 0 && l > *len && l <= limit) *kept = 1 + k, *slot = ts[k], *len = l;
+    }
+  }
+  if (*slot)
+    KVC_RETURN_IF(c->owner[*slot], c->ctx, KVC_ERR_MISUSE, "%s: the request's Mamba slot %d is node %d's state", fn,
+                  *slot, c->owner[*slot]);
+  return KVC_OK;
+}
+
+static void clear_mamba(kvc_req_state *req) {
+  req->mamba_slot = 0;
+  req->mamba_track[0] = req->mamba_track[1] = 0;
+  req->mamba_track_seqlen[0] = req->mamba_track_seqlen[1] = 0;
+}
+
+kvc_status kvc_mamba_radix_cache_cache_finished_req(kvc_mamba_radix_cache *c, kvc_flow *flow, kvc_req_state *req,
+                                                    int is_insert) {
+  MAMBA_RADIX_ENTRY(c);
+  const char *fn = __func__;
+  kvc_radix_cache *rc = c->rc;
+  int32_t old;
+  KVC_FORWARD(kvc__rx_req_check(rc, flow, req, fn, &old));
+  KVC_RETURN_IF(flow->hybrid != c->hybrid, c->ctx, KVC_ERR_MISUSE, "%s: the flow binds another hybrid pool", fn);
+  kvc_status st;
+  kvc_radix_req *rr = kvc__rx_req_of(rc, req, fn, &st);
+  KVC_FORWARD(st);
+  const int32_t row = req->req_row;
+  const bool has_mamba = kvc_hybrid_req_pool_mamba_slot(c->hybrid, row) > 0;
+  const int64_t committed = req->kv_committed_len;
+  KVC_FORWARD(unlockable(c, old, fn));
+  if (!is_insert) {
+    /* Abort: the Mamba slots first (one launch; on failure nothing changed), then the KV as
+     * the radix cache does. A retry after a KV failure finds the Mamba side released. */
+    if (has_mamba) KVC_FORWARD(kvc__hybrid_req_pool_donate(c->hybrid, row, -1, flow->stream));
+    clear_mamba(req);
+    unlock(c, old, fn);
+    st = free_row(rc, flow, row, req->cache_protected_len, committed);
+    if (st != KVC_OK) {
+      lock(c, old);
+      return st;
+    }
+    req->cache_node = NULL;
+    req->cache_protected_len = 0;
+    return post(c, KVC_OK);
+  }
+  int32_t kept, donor;
+  int64_t key_len;
+  KVC_FORWARD(pick_donor(c, req, committed / rc->ps * rc->ps, &kept, &donor, &key_len, fn));
+  KVC_FORWARD(kvc__rx_req_key(rc, rr, old, key_len, fn));
+  unlock(c, old, fn);
+  int64_t keep = req->cache_protected_len; /* the tree keeps at least what it had */
+  int32_t node = 0;
+  bool take = false;
+  if (key_len > 0) {
+    const rx_row_src src = {flow, row};
+    int64_t prefix;
+    st = kvc__rx_insert(rc, flow, fn, rr->ns, rr->tokens, NULL, &src, KVC__MIN(req->cache_protected_len, key_len),
+                        key_len, rr->priority, rr->inserted_len, 0, &prefix, &node, NULL, NULL);
+    if (st != KVC_OK) {
+      lock(c, old);
+      return st;
+    }
+    rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
+    keep = KVC__MAX(keep, key_len);
+    take = !rc->nodes[node].mamba_slot;
+    if (!take) touch(c, node); /* SGLang mamba_exist */
+  }
+  if (has_mamba) {
+    st = kvc__hybrid_req_pool_donate(c->hybrid, row, take ? kept : -1, flow->stream);
+    if (st != KVC_OK) {
+      /* The KV of [0, key_len) is the tree's now: the request holds it like a chunked
+       * request between chunks (locked at its node, cache_protected_len), with every
+       * Mamba slot still its own, so a second release finishes without freeing twice. */
+      if (key_len > 0) {
+        lock(c, node);
+        req->cache_node = kvc__rx_handle(rc, node);
+        req->cache_protected_len = keep;
+      } else {
+        lock(c, old);
+      }
+      return st;
+    }
+  }
+  if (take) attach(c, node, donor);
+  clear_mamba(req);
+  req->cache_node = NULL;
+  req->cache_protected_len = 0;
+  /* The unaligned tail and the KV past the donated state are freed. */
+  KVC_FORWARD(free_row(rc, flow, row, keep, committed));
+  return post(c, KVC_OK);
+}
+
+kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *c, kvc_flow *flow, kvc_req_state *req) {
+  MAMBA_RADIX_ENTRY(c);
+  const char *fn = __func__;
+  kvc_radix_cache *rc = c->rc;
+  int32_t old;
+  KVC_FORWARD(kvc__rx_req_check(rc, flow, req, fn, &old));
+  KVC_RETURN_IF(flow->hybrid != c->hybrid, c->ctx, KVC_ERR_MISUSE, "%s: the flow binds another hybrid pool", fn);
+  kvc_status st;
+  kvc_radix_req *rr = kvc__rx_req_of(rc, req, fn, &st);
+  KVC_FORWARD(st);
+  const int64_t committed = req->kv_committed_len;
+  int32_t kept, src;
+  int64_t key_len;
+  KVC_FORWARD(pick_donor(c, req, committed / rc->ps * rc->ps, &kept, &src, &key_len, fn));
+  if (!src || key_len <= req->cache_protected_len) { /* nothing new to cache: the row holds the KV */
+    req->prefix_len = committed;
+    req->prefix_slots = NULL;
+    return KVC_OK;
+  }
+  KVC_FORWARD(kvc__rx_req_key(rc, rr, old, key_len, fn));
+  KVC_FORWARD(unlockable(c, old, fn));
+  /* The tree's copy of the state: SGLang alloc + copy_from, one fork launch. */
+  int32_t copy = 0;
+  st = kvc_mamba_pool_fork_from(c->pool, src, &copy, flow->stream);
+  if (st == KVC_ERR_OUT_OF_SLOTS && c->states > c->protected_states) {
+    int64_t got = 0, full_done = 0; /* the request's node is locked: its path stays */
+    st = mamba_evict(c, flow, 1, &got, &full_done);
+    if (st == KVC_OK) st = kvc_mamba_pool_fork_from(c->pool, src, &copy, flow->stream);
+  }
+  KVC_FORWARD(st);
+  int64_t prefix;
+  int32_t node;
+  size_t nd = 0, depth;
+  const rx_row_src rs = {flow, req->req_row};
+  st = kvc__rx_insert(rc, flow, fn, rr->ns, rr->tokens, NULL, &rs, KVC__MIN(req->cache_protected_len, key_len), key_len,
+                      rr->priority, rr->inserted_len, 0, &prefix, &node, &nd, &depth);
+  if (st != KVC_OK) {
+    kvc__mamba_pool_unalloc(c->pool, &copy, 1); /* back to the front: the pool as before */
+    return st;
+  }
+  rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
+  kvc__rx_touch_path(rc, depth); /* SGLang re-matches the key */
+  if (!rc->nodes[node].mamba_slot) {
+    attach(c, node, copy);
+  } else {
+    touch(c, node);
+    (void)kvc_mamba_pool_free(c->pool, &copy, 1);
+  }
+  /* The tree's slots go into the row where the request's duplicates were. */
+  if (nd) {
+    int copied;
+    const int64_t *v = kvc__rx_path_values(rc, depth, key_len, NULL, &copied);
+    const int64_t from = req->cache_protected_len;
+    st = kvc_req_to_token_pool_write(flow->cfg.req_pool, req->req_row, (int32_t)from, v + from,
+                                     (size_t)(key_len - from), flow->stream);
+  }
+  lock(c, node);
+  unlock(c, old, fn);
+  req->cache_node = kvc__rx_handle(rc, node);
+  req->cache_protected_len = key_len;
+  req->prefix_len = committed;
+  req->prefix_slots = NULL;
+  return post(c, st);
+}
+
+/* --- Reset, sizes, audit ------------------------------------------------------------------- */
+
+kvc_status kvc_mamba_radix_cache_reset(kvc_mamba_radix_cache *c) {
+  MAMBA_RADIX_ENTRY(c);
+  KVC_FORWARD(kvc_radix_cache_reset(c->rc));
+  const size_t n = (size_t)c->size + 1;
+  memset(c->owner, 0, n * sizeof *c->owner);
+  memset(c->prev, 0, n * sizeof *c->prev);
+  memset(c->next, 0, n * sizeof *c->next);
+  c->head = c->tail = 0;
+  c->states = c->protected_states = 0;
+  return KVC_OK;
+}
+
+kvc_status kvc_mamba_radix_cache_sizes(const kvc_mamba_radix_cache *c, kvc_mamba_radix_sizes *out) {
+  MAMBA_RADIX_ENTRY(c);
+  KVC_RETURN_IF(!out, c->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
+  const kvc_radix_cache *rc = c->rc;
+  memset(out, 0, sizeof *out);
+  out->evictable = rc->evictable;
+  out->protected_size = rc->protected_;
+  out->cached = rc->evictable + rc->protected_;
+  out->mamba_evictable = c->states - c->protected_states;
+  out->mamba_protected = c->protected_states;
+  out->mamba_cached = c->states;
+  return KVC_OK;
+}
+
+kvc_status kvc_mamba_radix_cache_stats(const kvc_mamba_radix_cache *c, kvc_radix_stats *out) {
+  MAMBA_RADIX_ENTRY(c);
+  KVC_FORWARD(kvc_radix_cache_stats(c->rc, out));
+  /* The component's tables, at their capacity. */
+  out->bytes += (int64_t)(3 * ((size_t)c->size + 1) * sizeof(int32_t));
+  return KVC_OK;
+}
+
+kvc_status kvc_mamba_radix_cache_check(const kvc_mamba_radix_cache *c) {
+  MAMBA_RADIX_ENTRY(c);
+  const kvc_radix_cache *rc = c->rc;
+  const char *fn = __func__;
+  int64_t st = 0, pr = 0;
+  for (int32_t i = 1; i < rc->nodes_used; i++) {
+    const rx_node *n = &rc->nodes[i];
+    if (!n->seg) continue;
+    if (n->mamba_lock < 0 || n->mamba_lock > rc->hot[i].lock_ref)
+      return kvc__error(c->ctx, KVC_ERR_INTERNAL, fn, "node %d: MAMBA lock %d, FULL lock %d", i, n->mamba_lock,
+                        rc->hot[i].lock_ref);
+    const int32_t s = n->mamba_slot;
+    if (!s) continue;
+    if (s < 1 || s > c->size || c->owner[s] != i || !kvc_mamba_pool_is_held(c->pool, s))
+      return kvc__error(c->ctx, KVC_ERR_INTERNAL, fn, "node %d: state %d not owned once / not held", i, s);
+    st++;
+    pr += n->mamba_lock > 0;
+  }
+  if (rc->nodes[0].mamba_slot || rc->nodes[0].mamba_lock)
+    return kvc__error(c->ctx, KVC_ERR_INTERNAL, fn, "the root holds Mamba state");
+  if (st != c->states || pr != c->protected_states)
+    return kvc__error(c->ctx, KVC_ERR_INTERNAL, fn, "Mamba sizes: states %lld/%lld, protected %lld/%lld", (long long)st,
+                      (long long)c->states, (long long)pr, (long long)c->protected_states);
+  int64_t k = 0, owned = 0;
+  for (int32_t s = c->head, p = 0; s; p = s, s = c->next[s]) {
+    if (++k > c->states || c->prev[s] != p || !c->owner[s] || rc->nodes[c->owner[s]].mamba_slot != s ||
+        (!c->next[s] && c->tail != s))
+      return kvc__error(c->ctx, KVC_ERR_INTERNAL, fn, "Mamba LRU list broken at state %d", s);
+  }
+  for (int32_t s = 1; s <= c->size; s++) owned += c->owner[s] != 0;
+  if (k != c->states || owned != c->states || (!k && (c->head || c->tail)))
+    return kvc__error(c->ctx, KVC_ERR_INTERNAL, fn, "Mamba LRU list holds %lld of %lld states (%lld owned)",
+                      (long long)k, (long long)c->states, (long long)owned);
+  return kvc__rx_audit(rc, fn);
+}
+
+/* --- kvc_prefix_cache adapter -------------------------------------------------------------- */
+
+static int pc_zero(void *self) {
+  (void)self;
+  return 0;
+}
+static int pc_one(void *self) {
+  (void)self;
+  return 1;
+}
+static kvc_status pc_evict(void *self, kvc_flow *flow, int64_t n, int64_t swa_n, int64_t mamba_n) {
+  (void)swa_n;
+  /* Under pressure the flow asks for what it lacks: what nothing can give is its call. */
+  kvc_status st = kvc_mamba_radix_cache_evict(self, flow, n, mamba_n, NULL, NULL);
+  return st == KVC_ERR_OUT_OF_SLOTS ? KVC_OK : st;
+}
+static int64_t pc_evictable(void *self) { return ((kvc_mamba_radix_cache *)self)->rc->evictable; }
+static int64_t pc_protected(void *self) { return ((kvc_mamba_radix_cache *)self)->rc->protected_; }
+static int64_t pc_cached(void *self) {
+  const kvc_radix_cache *rc = ((kvc_mamba_radix_cache *)self)->rc;
+  return rc->evictable + rc->protected_;
+}
+static kvc_status pc_finished(void *self, kvc_flow *flow, kvc_req_state *req, int is_insert) {
+  return kvc_mamba_radix_cache_cache_finished_req(self, flow, req, is_insert);
+}
+static kvc_status pc_unfinished(void *self, kvc_flow *flow, kvc_req_state *req) {
+  return kvc_mamba_radix_cache_cache_unfinished_req(self, flow, req);
+}
+static void pc_inc(void *self, void *node) {
+  kvc_mamba_radix_cache *c = self;
+  if (kvc_mamba_radix_cache_lock(c, node) != KVC_OK) kvc__log(c->ctx, KVC_LOG_WARN, "%s", kvc_last_error(c->ctx));
+}
+static void pc_dec(void *self, void *node) {
+  kvc_mamba_radix_cache *c = self;
+  if (kvc_mamba_radix_cache_unlock(c, node) != KVC_OK) kvc__log(c->ctx, KVC_LOG_WARN, "%s", kvc_last_error(c->ctx));
+}
+
+kvc_prefix_cache kvc_mamba_radix_cache_as_prefix_cache(kvc_mamba_radix_cache *c) {
+  kvc_prefix_cache p;
+  memset(&p, 0, sizeof p);
+  p.self = c;
+  p.is_chunk_cache = pc_zero;
+  p.supports_mamba = pc_one;
+  p.evict = pc_evict;
+  p.evictable_size = pc_evictable;
+  p.protected_size = pc_protected;
+  p.cached_size = pc_cached;
+  p.cache_finished_req = pc_finished;
+  p.cache_unfinished_req = pc_unfinished;
+  p.inc_lock_ref = pc_inc;
+  p.dec_lock_ref = pc_dec;
+  return p;
+}
