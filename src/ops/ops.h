@@ -190,23 +190,48 @@ static inline kvc__dim3 kvc__dim(unsigned x, unsigned y, unsigned z) {
 extern const kvc__kernel_def kvc__k_swa_map_write;
 extern const kvc__kernel_def kvc__k_swa_gather;
 
-/** One planned launch of kvc_swa_map_write: `count` items of `mode` (KVC_SWA_MAP_*),
- *  `nwords` payload words, into dst (int32 or int64, dst_len entries). kcache: 3 entries
- *  owned by the caller's object. count == 0: no launch. */
-kvc_status kvc__swa_map_write(kvc_context *ctx, unsigned char *scratch, const kvc__kfunc **kcache, void *dst,
-                              int dst_i64, int64_t dst_len, int mode, int64_t count, const uint32_t *words,
-                              size_t nwords, kvc_stream stream);
+/* Where kvc__swa_map_write writes: a device mapping or index vector (int32 or int64,
+ * len entries) and the writing object's launch memory (scratch and memoised kernels). */
+typedef struct kvc__swa_map_dst {
+  unsigned char *scratch;    /* the writer's KVC__PARAM_SCRATCH_BYTES */
+  const kvc__kfunc **kcache; /* 3 entries owned by the writer */
+  void *dst;
+  int64_t len;
+  int i64;
+} kvc__swa_map_dst;
+
+/* One write's payload: `count` items of `mode` (KVC_SWA_MAP_*) in `nwords` words. */
+typedef struct kvc__swa_map_items {
+  const uint32_t *words;
+  size_t nwords;
+  int64_t count;
+  int mode;
+} kvc__swa_map_items;
+
+/** One planned launch of kvc_swa_map_write applying `items` to `d`. count == 0: no
+ *  launch. */
+kvc_status kvc__swa_map_write(kvc_context *ctx, const kvc__swa_map_dst *d, const kvc__swa_map_items *items,
+                              kvc_stream stream);
 
 /** Builds the payload for dst[idx[i]] = val[i] (i < n) in `words` (capacity >= 3n words),
- *  choosing coalesced RUNS when smaller than PAIRS. Returns the item count; *mode and
- *  *nwords are set. idx == NULL means idx[i] = i. */
-int64_t kvc__swa_build_pairs(const int64_t *idx, const int64_t *val, size_t n, uint32_t *words, int *mode,
-                             size_t *nwords);
+ *  choosing coalesced RUNS when smaller than PAIRS, and returns it as items over `words`.
+ *  idx == NULL means idx[i] = i. */
+kvc__swa_map_items kvc__swa_build_pairs(const int64_t *idx, const int64_t *val, size_t n, uint32_t *words);
 
-/** One launch of kvc_swa_gather: out[i] = map[in[i]] (oob outside [0, map_len)). */
-kvc_status kvc__swa_gather(kvc_context *ctx, const kvc__kfunc **kf, const void *map, int map_i64, int64_t map_len,
-                           const void *in, int in_i64, void *out, int out_i64, int64_t oob, size_t n,
-                           kvc_stream stream);
+/* One gather out[i] = map[in[i]], i < n; an in[i] outside [0, map_len) gives oob. Each
+ * vector is int32 or, where its *_i64 is set, int64. */
+typedef struct kvc__swa_gather_args {
+  const void *map;
+  int64_t map_len;
+  const void *in;
+  void *out;
+  size_t n;
+  int64_t oob;
+  int map_i64, in_i64, out_i64;
+} kvc__swa_gather_args;
+
+/** One launch of kvc_swa_gather for `g` (n == 0: none); `*kf` memoises the kernel. */
+kvc_status kvc__swa_gather(kvc_context *ctx, const kvc__kfunc **kf, const kvc__swa_gather_args *g, kvc_stream stream);
 
 /** The decode channel's kernel, resolved at create (enqueue may run during stream
  *  capture, where compiling or loading a module is not allowed). */

@@ -123,10 +123,9 @@ static kvc_status reserve(kvc_hybrid_req_pool *p, const char *fn, size_t n) {
 
 /* One launch writing map[widx[i]] = wval[i], i < n. */
 static kvc_status write_map(kvc_hybrid_req_pool *p, size_t n, kvc_stream stream) {
-  int mode;
-  size_t nwords;
-  int64_t items = kvc__swa_build_pairs(p->widx, p->wval, n, p->words, &mode, &nwords);
-  return kvc__swa_map_write(p->ctx, p->scratch, p->k_map, p->dmap, 0, p->len, mode, items, p->words, nwords, stream);
+  const kvc__swa_map_dst d = {p->scratch, p->k_map, p->dmap, p->len, 0};
+  const kvc__swa_map_items items = kvc__swa_build_pairs(p->widx, p->wval, n, p->words);
+  return kvc__swa_map_write(p->ctx, &d, &items, stream);
 }
 
 static bool has_track(const kvc_hybrid_req_pool *p, const int32_t *v) {
@@ -307,8 +306,14 @@ kvc_status kvc_hybrid_req_pool_get_mamba_indices(const kvc_hybrid_req_pool *pc, 
   KVC_CHECK_INDEX_TYPE(p->ctx, rows_type);
   if (!n) return KVC_OK;
   KVC_RETURN_IF(!rows || !out, p->ctx, KVC_ERR_INVALID_ARGUMENT, "rows and out must be non-NULL");
-  return kvc__swa_gather(p->ctx, &p->k_gather, p->dmap, 0, p->size + 1, rows, rows_type == KVC_INDEX_I64, out, 0, 0, n,
-                         stream);
+  const kvc__swa_gather_args g = {.map = p->dmap,
+                                  .map_len = p->size + 1,
+                                  .in = rows,
+                                  .out = out,
+                                  .n = n,
+                                  .oob = 0,
+                                  .in_i64 = rows_type == KVC_INDEX_I64};
+  return kvc__swa_gather(p->ctx, &p->k_gather, &g, stream);
 }
 
 kvc_status kvc_hybrid_req_pool_clear(kvc_hybrid_req_pool *p, kvc_stream stream) {
