@@ -69,9 +69,8 @@ static void alloc_free_all(kvc_context *ctx, kvc_allocator *a) {
 
 kvc_status kvc_allocator_create(kvc_context *ctx, const kvc_allocator_config *config, kvc_allocator **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx || !config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "ctx, config and out must be non-NULL");
   kvc_allocator_config c = KVC_ALLOCATOR_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_allocator_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &c, kvc_allocator_config);
   KVC_RETURN_IF(c.kind != KVC_ALLOCATOR_TOKEN && c.kind != KVC_ALLOCATOR_PAGED, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "kind %d is not TOKEN or PAGED", (int)c.kind);
   KVC_RETURN_IF(c.page_size < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "page_size %d must be >= 1", c.page_size);

@@ -38,11 +38,8 @@ void kvc_swa_allocator_destroy(kvc_swa_allocator *a) {
 
 kvc_status kvc_swa_allocator_create(kvc_context *ctx, const kvc_swa_allocator_config *config, kvc_swa_allocator **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_ARG_NOT_NULL(ctx, config);
-  KVC_ARG_NOT_NULL(ctx, out);
   kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_swa_allocator_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &c, kvc_swa_allocator_config);
   const bool pure = (c.flags & KVC_SWA_PURE) != 0, ring = c.ring_size > 0;
   const int64_t ps = c.page_size;
   KVC_RETURN_IF(c.flags & ~(KVC_SWA_NEED_SORT | KVC_SWA_PURE), ctx, KVC_ERR_INVALID_ARGUMENT, "unknown flags 0x%x",

@@ -50,11 +50,8 @@ void kvc_swa_kv_pool_destroy(kvc_swa_kv_pool *p) {
 
 kvc_status kvc_swa_kv_pool_create(kvc_context *ctx, const kvc_swa_kv_pool_config *config, kvc_swa_kv_pool **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_ARG_NOT_NULL(ctx, config);
-  KVC_ARG_NOT_NULL(ctx, out);
   kvc_swa_kv_pool_config c = KVC_SWA_KV_POOL_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_swa_kv_pool_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &c, kvc_swa_kv_pool_config);
   KVC_RETURN_IF(c.num_full_layers < 0 || c.num_swa_layers < 0 || c.num_full_layers + c.num_swa_layers < 1, ctx,
                 KVC_ERR_INVALID_ARGUMENT, "layer counts %d / %d", c.num_full_layers, c.num_swa_layers);
   KVC_RETURN_IF((c.num_full_layers && !c.full_layer_ids) || (c.num_swa_layers && !c.swa_layer_ids), ctx,

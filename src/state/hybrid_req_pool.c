@@ -59,11 +59,8 @@ void kvc_hybrid_req_pool_destroy(kvc_hybrid_req_pool *p) {
 kvc_status kvc_hybrid_req_pool_create(kvc_context *ctx, const kvc_hybrid_req_pool_config *config,
                                       kvc_hybrid_req_pool **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_ARG_NOT_NULL(ctx, config);
-  KVC_ARG_NOT_NULL(ctx, out);
   kvc_hybrid_req_pool_config c = KVC_HYBRID_REQ_POOL_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_hybrid_req_pool_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &c, kvc_hybrid_req_pool_config);
   KVC_RETURN_IF(!c.req_pool || !c.mamba_pool, ctx, KVC_ERR_INVALID_ARGUMENT, "req_pool and mamba_pool are required");
   KVC_RETURN_IF(c.flags & ~(KVC_HYBRID_TRACK | KVC_HYBRID_LAZY), ctx, KVC_ERR_INVALID_ARGUMENT, "unknown flags 0x%x",
                 c.flags);

@@ -156,10 +156,8 @@ void kvc_mamba_pool_config_default(kvc_mamba_pool_config *config) {
 
 kvc_status kvc_mamba_pool_create(kvc_context *ctx, const kvc_mamba_pool_config *config, kvc_mamba_pool **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_RETURN_IF(!config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "config or out is NULL");
   kvc_mamba_pool_config c = KVC_MAMBA_POOL_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_mamba_pool_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &c, kvc_mamba_pool_config);
   KVC_FORWARD(validate(ctx, &c));
 
   kvc_status st = KVC_OK;
