@@ -1,6 +1,6 @@
 /*
- * kv_pool.c — KV pool creation, geometry and descriptors (the operations live in
- * kv_mha.c and kv_mla.c). See kv_pool.h for the memory layout.
+ * kv_pool.c — KV pool creation, geometry and descriptors (the operations live in the
+ * other kv_*.c files, listed in kv_pool.h with the memory layout).
  *
  * Geometry per kind (rows = size + page_size; NoOp: page_size placeholder rows):
  *   MHA      K (rows, H, D) and V (rows, H, Dv) of dtype

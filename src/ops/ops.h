@@ -11,6 +11,8 @@
  *   kv_store.c                     the KV row kernel (pools' set/gather, kvc_store_kv)
  *   mla.c  nsa_index.c             MLA latent rows (pools and level 1), NSA index-K pages
  *   kv_segments.c                  whole-pool move and host offload
+ *   swa_map.c                      SWA mapping writes and gathers, kvc_swa_translate
+ *   decode_channel_launch.c        the decode channel's fixed-parameter kernel
  *   kernels.c                      the kernel table; compile_check.c, abi_check.c
  */
 #ifndef KVC_OPS_H
