@@ -126,8 +126,21 @@ static inline int kvc__align16(const uint64_t *v, int count) {
 
 /** A validated-on-use description of one MLA launch (either direction), shared by the
  *  level-1 ops (kvc_set_mla_kv, kvc_get_mla_kv) and the KV pools (set_mla_kv / get_mla_kv). */
-typedef struct kvc__mla_args {
+/* What every MLA entry point takes from its caller unchanged: the direction, the slots,
+ * the value buffers and their strides. One struct for the level-1 ops and the pools, so
+ * they cannot drift apart in what reaches the kernel. */
+typedef struct kvc__mla_values {
   int get; /* 0: set (values -> rows), 1: get (rows -> values) */
+  const void *loc;
+  kvc_index_type loc_type;
+  size_t n;
+  const void *nope, *rope;          /* set: sources; get: outputs, written by the kernel
+                                       (either may be NULL) */
+  kvc_dtype val_dtype;              /* dtype of nope/rope */
+  int64_t nope_stride, rope_stride; /* elements of val_dtype; 0 = dense */
+} kvc__mla_values;
+
+typedef struct kvc__mla_args {
   kvc_mla_format format;
   void *data, *scale; /* rows; FP4 scale rows */
   int64_t num_rows;
@@ -135,21 +148,8 @@ typedef struct kvc__mla_args {
   int64_t scale_stride; /* FP4, bytes; 0 = dense */
   kvc_dtype row_dtype;  /* ROWS only */
   int32_t R, Q;
-  const void *loc;
-  kvc_index_type loc_type;
-  size_t n;
-  void *nope, *rope;                /* set: sources; get: outputs (either may be NULL) */
-  kvc_dtype val_dtype;              /* dtype of nope/rope */
-  int64_t nope_stride, rope_stride; /* elements of val_dtype; 0 = dense */
+  kvc__mla_values v; /* the caller's */
 } kvc__mla_args;
-
-/** Fills the fields of `a` that every MLA entry point takes from its caller unchanged (the
- *  direction, the slots, the value buffers and their strides), so the level-1 ops and the
- *  pools cannot drift apart in what reaches the kernel. `nope`/`rope` are const because a
- *  set only reads them; a get (get = 1) writes through them. */
-void kvc__mla_args_values(kvc__mla_args *a, int get, const void *loc, kvc_index_type loc_type, size_t n,
-                          const void *nope, const void *rope, kvc_dtype val_dtype, int64_t nope_stride,
-                          int64_t rope_stride);
 
 /** Validates `a` (errors name `fn`) and launches one kernel on `stream` (none for n == 0). */
 kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a, kvc_stream stream);
