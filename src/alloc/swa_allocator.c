@@ -173,15 +173,7 @@ kvc_status kvc_swa_allocator_translate(const kvc_swa_allocator *ac, const void *
   KVC_CHECK_INDEX_TYPE(a->ctx, out_type);
   if (!n) return KVC_OK;
   KVC_RETURN_IF(!loc || !out, a->ctx, KVC_ERR_INVALID_ARGUMENT, "loc and out must be non-NULL");
-  const kvc__swa_gather_args g = {.map = a->dmap,
-                                  .map_len = a->map_len,
-                                  .in = loc,
-                                  .out = out,
-                                  .n = n,
-                                  .oob = -1,
-                                  .map_i64 = 1,
-                                  .in_i64 = loc_type == KVC_INDEX_I64,
-                                  .out_i64 = out_type == KVC_INDEX_I64};
+  const kvc__swa_gather_args g = kvc__swa_translate_args(a->dmap, a->map_len, loc, loc_type, out, out_type, n);
   return kvc__swa_gather(a->ctx, &a->k_gather, &g, stream);
 }
 

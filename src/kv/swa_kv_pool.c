@@ -160,16 +160,7 @@ static size_t src_elem(kvc_dtype d) { return kvc_dtype_size(d); }
 /* The gather translating m full-pool locs to SWA slots (int64, -1 where unmapped). */
 static kvc__swa_gather_args translate_args(const kvc_swa_kv_pool *p, const void *loc, kvc_index_type loc_type,
                                            int64_t *out, size_t m) {
-  const kvc__swa_gather_args g = {.map = p->dmap,
-                                  .map_len = p->map_len,
-                                  .in = loc,
-                                  .out = out,
-                                  .n = m,
-                                  .oob = -1,
-                                  .map_i64 = 1,
-                                  .in_i64 = loc_type == KVC_INDEX_I64,
-                                  .out_i64 = 1};
-  return g;
+  return kvc__swa_translate_args(p->dmap, p->map_len, loc, loc_type, out, KVC_INDEX_I64, m);
 }
 
 kvc_status kvc_swa_kv_pool_set_kv(kvc_swa_kv_pool *p, int32_t layer_id, const void *loc, const void *swa_loc,

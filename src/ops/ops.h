@@ -232,6 +232,23 @@ typedef struct kvc__swa_gather_args {
   int map_i64, in_i64, out_i64;
 } kvc__swa_gather_args;
 
+/** The gather of kvc_swa_translate: n locs (int32 or int64) through an int64 full->SWA
+ *  mapping of map_len entries into out (int32 or int64), -1 where a loc is outside it. */
+static inline kvc__swa_gather_args kvc__swa_translate_args(const int64_t *map, int64_t map_len, const void *loc,
+                                                           kvc_index_type loc_type, void *out, kvc_index_type out_type,
+                                                           size_t n) {
+  const kvc__swa_gather_args g = {.map = map,
+                                  .map_len = map_len,
+                                  .in = loc,
+                                  .out = out,
+                                  .n = n,
+                                  .oob = -1,
+                                  .map_i64 = 1,
+                                  .in_i64 = loc_type == KVC_INDEX_I64,
+                                  .out_i64 = out_type == KVC_INDEX_I64};
+  return g;
+}
+
 /** One launch of kvc_swa_gather for `g` (n == 0: none); `*kf` memoises the kernel. */
 kvc_status kvc__swa_gather(kvc_context *ctx, const kvc__kfunc **kf, const kvc__swa_gather_args *g, kvc_stream stream);
 

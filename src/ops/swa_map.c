@@ -90,14 +90,6 @@ kvc_status kvc_swa_translate(kvc_context *ctx, const int64_t *mapping, int64_t m
   KVC_RETURN_IF(!mapping || !loc || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "mapping, loc and out must be non-NULL");
   KVC_RETURN_IF(mapping_len < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "mapping_len %lld < 1", (long long)mapping_len);
   const kvc__kfunc *kf = NULL;
-  const kvc__swa_gather_args g = {.map = mapping,
-                                  .map_len = mapping_len,
-                                  .in = loc,
-                                  .out = out,
-                                  .n = n,
-                                  .oob = -1,
-                                  .map_i64 = 1,
-                                  .in_i64 = loc_type == KVC_INDEX_I64,
-                                  .out_i64 = out_type == KVC_INDEX_I64};
+  const kvc__swa_gather_args g = kvc__swa_translate_args(mapping, mapping_len, loc, loc_type, out, out_type, n);
   return kvc__swa_gather(ctx, &kf, &g, stream);
 }
