@@ -1,6 +1,6 @@
 /*
  * harness.h — what every test file shares: the backend-parameterised runner, device
- * buffer helpers and a seeded RNG.
+ * buffer helpers, a seeded RNG and the KV pool configs the KV and transfer tests build.
  *
  * Each test executable is registered twice with CTest: NAME_host runs its tests on the
  * host backend; NAME_cuda runs the same bodies on the CUDA backend, or exits 77 (CTest:
@@ -100,5 +100,36 @@ static inline void kvt_digest_i64(int64_t v) { kvt_digest(&v, sizeof v); }
 /* Folds every row of `pool`'s host mirror and, when `swa` is not NULL, its host full->SWA
  * mapping and both sides' availability (the flow tests' state after a step). */
 void kvt_digest_tables(const kvc_req_to_token_pool *pool, const kvc_swa_allocator *swa);
+
+/* --- Pool configs ---------------------------------------------------------------- */
+
+/* The config of an MHA-family pool: H heads of D (K) and Dv (V) values per token. */
+static inline kvc_kv_pool_config kvt_mha_config(kvc_kv_pool_kind kind, kvc_dtype dt, int H, int D, int Dv, int64_t size,
+                                                int layers, int ps) {
+  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
+  c.kind = kind;
+  c.dtype = dt;
+  c.head_num = H;
+  c.head_dim = D;
+  c.v_head_dim = Dv;
+  c.size = size;
+  c.layer_num = layers;
+  c.page_size = ps;
+  return c;
+}
+
+/* The config of a latent-row pool (MLA, MLA_FP4 or NSA): R + Q values per token. */
+static inline kvc_kv_pool_config kvt_latent_config(kvc_kv_pool_kind kind, kvc_dtype dt, int R, int Q, int64_t size,
+                                                   int layers, int ps) {
+  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
+  c.kind = kind;
+  c.dtype = dt;
+  c.kv_lora_rank = R;
+  c.qk_rope_head_dim = Q;
+  c.size = size;
+  c.layer_num = layers;
+  c.page_size = ps;
+  return c;
+}
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * alloc.h — internal layout of the slot-allocation objects (req_to_token pool,
- * token/paged allocator) shared by the level-2 sources (src/alloc, src/state, the flows).
+ * token/paged allocator) shared by the level-2 sources (src/alloc, src/state, the flows)
+ * and the transfer layouts.
  * Nothing above the flows (and no public consumer) includes it; white-box tests may.
  *
  * Both objects keep their metadata on the host; the device only receives what the host

@@ -54,7 +54,7 @@ kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n) 
 /* --- Create / destroy -------------------------------------------------------------- */
 
 static void alloc_free_all(kvc_context *ctx, kvc_allocator *a) {
-  kvc__free(ctx, a->ring.buf);
+  kvc__ring_fini(ctx, &a->ring);
   kvc__free(ctx, a->state);
   kvc__free(ctx, a->deferred);
   kvc__free(ctx, a->group);
@@ -69,9 +69,8 @@ static void alloc_free_all(kvc_context *ctx, kvc_allocator *a) {
 
 kvc_status kvc_allocator_create(kvc_context *ctx, const kvc_allocator_config *config, kvc_allocator **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx || !config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "ctx, config and out must be non-NULL");
   kvc_allocator_config c = KVC_ALLOCATOR_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_allocator_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &c, kvc_allocator_config);
   KVC_RETURN_IF(c.kind != KVC_ALLOCATOR_TOKEN && c.kind != KVC_ALLOCATOR_PAGED, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "kind %d is not TOKEN or PAGED", (int)c.kind);
   KVC_RETURN_IF(c.page_size < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "page_size %d must be >= 1", c.page_size);
@@ -95,11 +94,8 @@ kvc_status kvc_allocator_create(kvc_context *ctx, const kvc_allocator_config *co
   a->check = kvc_context_check_mode(ctx) != 0;
   a->num_pages = c.size / c.page_size;
   a->ps_shift = (c.page_size & (c.page_size - 1)) ? -1 : __builtin_ctz((unsigned)c.page_size);
-  uint64_t cap = 1;
-  while (cap < (uint64_t)a->num_pages) cap <<= 1;
-  a->ring.mask = cap - 1;
+  KVC_CHECK_GOTO(kvc__ring_init(ctx, __func__, &a->ring, a->num_pages), st, fail);
   const size_t np = (size_t)a->num_pages, w = sizeof(uint32_t);
-  a->ring.buf = kvc__malloc(ctx, (size_t)cap * w);
   a->state = kvc__malloc(ctx, np + 1);
   a->deferred = kvc__malloc(ctx, np * w);
   a->group = kvc__malloc(ctx, np * w);
@@ -107,9 +103,8 @@ kvc_status kvc_allocator_create(kvc_context *ctx, const kvc_allocator_config *co
   a->tmp_a = kvc__malloc(ctx, np * w);
   a->tmp_b = kvc__malloc(ctx, np * w);
   a->scratch = kvc__malloc(ctx, KVC__PARAM_SCRATCH_BYTES);
-  KVC_FAIL_GOTO(!a->ring.buf || !a->state || !a->deferred || !a->group || !a->saved || !a->tmp_a || !a->tmp_b ||
-                    !a->scratch,
-                ctx, st, KVC_ERR_HOST_OOM, fail, "host metadata for %lld pages", (long long)a->num_pages);
+  KVC_FAIL_GOTO(!a->state || !a->deferred || !a->group || !a->saved || !a->tmp_a || !a->tmp_b || !a->scratch, ctx, st,
+                KVC_ERR_HOST_OOM, fail, "host metadata for %lld pages", (long long)a->num_pages);
   KVC_CHECK_GOTO(kvc__alloc_batch_reserve(a, __func__, 64), st, fail);
   kvc__fl_reset(a);
   a->magic = KVC__ALLOCATOR_MAGIC;

@@ -105,9 +105,8 @@ static void reset_rows(kvc_req_to_token_pool *p) {
 kvc_status kvc_req_to_token_pool_create(kvc_context *ctx, const kvc_req_to_token_pool_config *config,
                                         kvc_req_to_token_pool **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx || !config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "ctx, config and out must be non-NULL");
   kvc_req_to_token_pool_config c = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_req_to_token_pool_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &c, kvc_req_to_token_pool_config);
   KVC_RETURN_IF(c.size < 1 || c.max_context_len < 1, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "size %d and max_context_len %d must be >= 1", c.size, c.max_context_len);
   KVC_RETURN_IF(c.size > INT32_MAX - 1, ctx, KVC_ERR_INVALID_ARGUMENT, "size %d too large", c.size);

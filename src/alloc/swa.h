@@ -64,6 +64,12 @@ static inline kvc_status kvc__swa_finish(kvc_swa_allocator *a, kvc_status st) {
   return st;
 }
 
+/* The device mapping as a map-write target (its last entry, -1, is never written). */
+static inline kvc__swa_map_dst kvc__swa_dmap_dst(kvc_swa_allocator *a) {
+  const kvc__swa_map_dst d = {a->scratch, a->k_map, a->dmap, a->map_len - 1, 1};
+  return d;
+}
+
 /* Work space for n tokens / n requests (HOST_OOM, nothing changed). */
 kvc_status kvc__swa_ensure_tok(kvc_swa_allocator *a, const char *fn, size_t n);
 kvc_status kvc__swa_ensure_bs(kvc_swa_allocator *a, const char *fn, size_t n);

@@ -38,11 +38,8 @@ void kvc_swa_allocator_destroy(kvc_swa_allocator *a) {
 
 kvc_status kvc_swa_allocator_create(kvc_context *ctx, const kvc_swa_allocator_config *config, kvc_swa_allocator **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_ARG_NOT_NULL(ctx, config);
-  KVC_ARG_NOT_NULL(ctx, out);
   kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_swa_allocator_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &c, kvc_swa_allocator_config);
   const bool pure = (c.flags & KVC_SWA_PURE) != 0, ring = c.ring_size > 0;
   const int64_t ps = c.page_size;
   KVC_RETURN_IF(c.flags & ~(KVC_SWA_NEED_SORT | KVC_SWA_PURE), ctx, KVC_ERR_INVALID_ARGUMENT, "unknown flags 0x%x",
@@ -176,8 +173,8 @@ kvc_status kvc_swa_allocator_translate(const kvc_swa_allocator *ac, const void *
   KVC_CHECK_INDEX_TYPE(a->ctx, out_type);
   if (!n) return KVC_OK;
   KVC_RETURN_IF(!loc || !out, a->ctx, KVC_ERR_INVALID_ARGUMENT, "loc and out must be non-NULL");
-  return kvc__swa_gather(a->ctx, &a->k_gather, a->dmap, 1, a->map_len, loc, loc_type == KVC_INDEX_I64, out,
-                         out_type == KVC_INDEX_I64, -1, n, stream);
+  const kvc__swa_gather_args g = kvc__swa_translate_args(a->dmap, a->map_len, loc, loc_type, out, out_type, n);
+  return kvc__swa_gather(a->ctx, &a->k_gather, &g, stream);
 }
 
 /* --- Work space --------------------------------------------------------------------- */
@@ -213,11 +210,9 @@ kvc_status kvc__swa_ensure_bs(kvc_swa_allocator *a, const char *fn, size_t n) {
 /* Writes the new pairs mapping[f[i]] = w[i] to the device (one launch), then the host. */
 kvc_status kvc__swa_map_set(kvc_swa_allocator *a, const int64_t *f, const int64_t *w, size_t n, kvc_stream stream) {
   if (!n) return KVC_OK;
-  int mode;
-  size_t nwords;
-  int64_t items = kvc__swa_build_pairs(f, w, n, a->words, &mode, &nwords);
-  KVC_FORWARD(kvc__swa_map_write(a->ctx, a->scratch, a->k_map, a->dmap, 1, a->map_len - 1, mode, items, a->words,
-                                 nwords, stream));
+  const kvc__swa_map_dst d = kvc__swa_dmap_dst(a);
+  const kvc__swa_map_items items = kvc__swa_build_pairs(f, w, n, a->words);
+  KVC_FORWARD(kvc__swa_map_write(a->ctx, &d, &items, stream));
   for (size_t i = 0; i < n; i++) a->map[f[i]] = (int32_t)w[i];
   return KVC_OK;
 }
@@ -226,11 +221,9 @@ kvc_status kvc__swa_map_set(kvc_swa_allocator *a, const int64_t *f, const int64_
 kvc_status kvc__swa_write_out(kvc_swa_allocator *a, int64_t *out_device, const int64_t *f, size_t n,
                               kvc_stream stream) {
   if (!out_device || !n) return KVC_OK;
-  int mode;
-  size_t nwords;
-  int64_t items = kvc__swa_build_pairs(NULL, f, n, a->words, &mode, &nwords);
-  return kvc__swa_map_write(a->ctx, a->scratch, a->k_map, out_device, 1, (int64_t)n, mode, items, a->words, nwords,
-                            stream);
+  const kvc__swa_map_dst d = {a->scratch, a->k_map, out_device, (int64_t)n, 1};
+  const kvc__swa_map_items items = kvc__swa_build_pairs(NULL, f, n, a->words);
+  return kvc__swa_map_write(a->ctx, &d, &items, stream);
 }
 
 /* --- alloc(n) ---------------------------------------------------------------------- */

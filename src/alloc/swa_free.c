@@ -105,8 +105,9 @@ static kvc_status zero_entries(kvc_swa_allocator *a, int64_t np, kvc_stream stre
     a->words[2 * items + 1] = (uint32_t)ps;
     items++;
   }
-  KVC_FORWARD(kvc__swa_map_write(a->ctx, a->scratch, a->k_map, a->dmap, 1, a->map_len - 1, KVC_SWA_MAP_ZERO, items,
-                                 a->words, (size_t)(2 * items), stream));
+  const kvc__swa_map_dst d = kvc__swa_dmap_dst(a);
+  const kvc__swa_map_items zero = {a->words, (size_t)(2 * items), items, KVC_SWA_MAP_ZERO};
+  KVC_FORWARD(kvc__swa_map_write(a->ctx, &d, &zero, stream));
   for (int64_t i = 0; i < np; i++) memset(a->map + a->pages[i] * ps, 0, (size_t)ps * sizeof *a->map);
   return KVC_OK;
 }

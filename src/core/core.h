@@ -239,6 +239,18 @@ kvc_status kvc__config_copy(const kvc_context *ctx, const char *what, void *dst,
 #define KVC__CONFIG_COPY(ctx, what, dst, src, type) \
   kvc__config_copy((ctx), (what), (dst), sizeof(type), (src), offsetof(type, reserved_))
 
+/** The prologue of every create that takes a versioned config: ctx, config and out must
+ *  be non-NULL (KVC_ERR_INVALID_ARGUMENT naming the first that is not), then the caller's
+ *  config is copied over *c, which holds the defaults (the type's *_CONFIG_INIT).
+ *  Returns from the create on failure; the messages name it. */
+#define KVC__CREATE_CONFIG(ctx, config, out, c, type)                     \
+  do {                                                                    \
+    KVC_RETURN_IF(!(ctx), NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL"); \
+    KVC_ARG_NOT_NULL(ctx, config);                                        \
+    KVC_ARG_NOT_NULL(ctx, out);                                           \
+    KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", c, config, type));        \
+  } while (0)
+
 /* --- Logging ----------------------------------------------------------------------- */
 
 void kvc__log(const kvc_context *ctx, int level, const char *fmt, ...)

@@ -142,10 +142,17 @@ const char *kvc__embedded_find(const char *name);
 kvc_status kvc__nvrtc_load(const kvc_context *ctx_for_errors, const char *override_path);
 int kvc__nvrtc_version(void);
 
-/** Compiles kernels/<file> (all headers of kernels/ available) with `options` for `sm`.
- *  *image is a cubin (or PTX when *is_ptx), malloc'd; free with free(). */
+/* What kvc__nvrtc_compile hands back: a cubin, or PTX when is_ptx; malloc'd (free()). */
+typedef struct kvc__nvrtc_image {
+  void *data;
+  size_t bytes;
+  bool is_ptx;
+} kvc__nvrtc_image;
+
+/** Compiles kernels/<file> (all headers of kernels/ available) with `options` for `sm`
+ *  into *out (written only on success). */
 kvc_status kvc__nvrtc_compile(const kvc_context *ctx, const char *file, const char *const *options, int num_options,
-                              int sm, bool dump_on_error, void **image, size_t *image_bytes, bool *is_ptx);
+                              int sm, bool dump_on_error, kvc__nvrtc_image *out);
 
 /** Formats spec as -D options into buf; returns the number of options (pointers into buf). */
 int kvc__spec_options(const kvc__spec *spec, char *buf, size_t cap, const char **opts, int max_opts);

@@ -213,8 +213,11 @@ static kvc_status build(kvc_context *ctx, const kvc__kernel_def *def, const char
     }
   }
   double t0 = kvc__now();
-  bool is_ptx = false;
-  KVC_FORWARD(kvc__nvrtc_compile(ctx, def->file, opts, nopts, ctx->sm, o->dump_kernels, &image, &bytes, &is_ptx));
+  kvc__nvrtc_image img = {NULL, 0, false};
+  KVC_FORWARD(kvc__nvrtc_compile(ctx, def->file, opts, nopts, ctx->sm, o->dump_kernels, &img));
+  image = img.data;
+  bytes = img.bytes;
+  const bool is_ptx = img.is_ptx;
   kc->stats.compiles++;
   kc->stats.compile_seconds += kvc__now() - t0;
   t0 = kvc__now();

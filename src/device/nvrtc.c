@@ -134,7 +134,7 @@ static void dump_source(const char *file, const char *src, const char *const *op
 }
 
 kvc_status kvc__nvrtc_compile(const kvc_context *ctx, const char *file, const char *const *options, int num_options,
-                              int sm, bool dump_on_error, void **image, size_t *image_bytes, bool *is_ptx) {
+                              int sm, bool dump_on_error, kvc__nvrtc_image *out) {
   KVC_FORWARD(kvc__nvrtc_load(ctx, NULL));
   if (ctx) {
     kvc__core *core = kvc__core_of(ctx);
@@ -206,9 +206,9 @@ kvc_status kvc__nvrtc_compile(const kvc_context *ctx, const char *file, const ch
     st = kvc__error(ctx, KVC_ERR_NVRTC, "kvc__nvrtc_compile", "fetching code: %s", nv.nvrtcGetErrorString(r));
     goto cleanup;
   }
-  *image = buf;
-  *image_bytes = n;
-  *is_ptx = !cubin;
+  out->data = buf;
+  out->bytes = n;
+  out->is_ptx = !cubin;
 cleanup:
   free(log);
   if (prog) nv.nvrtcDestroyProgram(&prog);

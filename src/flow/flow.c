@@ -69,10 +69,8 @@ kvc_status kvc__flow_reserve(kvc_flow *f, const char *fn, size_t n) {
 
 kvc_status kvc_flow_create(kvc_context *ctx, const kvc_flow_config *config, kvc_flow **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_RETURN_IF(!config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "config or out is NULL");
   kvc_flow_config cfg = KVC_FLOW_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &cfg, config, kvc_flow_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &cfg, kvc_flow_config);
   KVC_RETURN_IF(!cfg.req_pool, ctx, KVC_ERR_INVALID_ARGUMENT, "config.req_pool is NULL");
   KVC_RETURN_IF(!cfg.allocator == !cfg.swa_allocator, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "exactly one of config.allocator and config.swa_allocator must be set");

@@ -2,7 +2,7 @@
  * flow.h — internal state of a kvc_flow, shared by flow.c (the per-step calls),
  * flow_window.c (SWA window eviction), release.c (finished requests), flow_canary.c
  * (canary mode) and the prefix caches (src/cache: chunk_cache.c, session.c,
- * radix_cache.c). The flows reach their allocator only through `sa`.
+ * radix_cache.c, swa_radix.c). The flows reach their allocator only through `sa`.
  */
 #ifndef KVC_FLOW_H
 #define KVC_FLOW_H

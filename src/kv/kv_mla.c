@@ -1,7 +1,7 @@
 /*
  * kv_mla.c — MLA / MLA-FP4 / NSA latent rows of a KV pool: kvc_kv_pool_set_mla_kv and
  * kvc_kv_pool_get_mla_kv, thin adapters from the pool's geometry (kv_pool.c) onto what
- * the level-1 ops use too: kvc__mla_args_values and the launcher kvc__mla_run
+ * the level-1 ops use too: kvc__mla_values and the launcher kvc__mla_run
  * (src/ops/mla.c, kernels/mla.cu).
  *
  *   kind       region(s)               format
@@ -45,7 +45,16 @@ kvc_status kvc_kv_pool_set_mla_kv(kvc_kv_pool *pool, int32_t layer_id, const voi
   KVC_API_ENTRY();
   kvc__mla_args a = {0};
   KVC_FORWARD(pool_args(pool, __func__, layer_id, &a));
-  kvc__mla_args_values(&a, 0, loc, loc_type, n, nope, rope, src_dtype, nope_stride, rope_stride);
+  const kvc__mla_values v = {.get = 0,
+                             .loc = loc,
+                             .loc_type = loc_type,
+                             .n = n,
+                             .nope = nope,
+                             .rope = rope,
+                             .val_dtype = src_dtype,
+                             .nope_stride = nope_stride,
+                             .rope_stride = rope_stride};
+  a.v = v;
   return kvc__mla_run(pool->ctx, __func__, &a, stream);
 }
 
@@ -55,6 +64,8 @@ kvc_status kvc_kv_pool_get_mla_kv(kvc_kv_pool *pool, int32_t layer_id, const voi
   kvc__mla_args a = {0};
   KVC_FORWARD(pool_args(pool, __func__, layer_id, &a));
   /* Outputs are dense: the pool's get takes no strides (0 = dense). */
-  kvc__mla_args_values(&a, 1, loc, loc_type, n, nope_out, rope_out, out_dtype, 0, 0);
+  const kvc__mla_values v = {
+      .get = 1, .loc = loc, .loc_type = loc_type, .n = n, .nope = nope_out, .rope = rope_out, .val_dtype = out_dtype};
+  a.v = v;
   return kvc__mla_run(pool->ctx, __func__, &a, stream);
 }

@@ -1,6 +1,6 @@
 /*
- * kv_pool.c — KV pool creation, geometry and descriptors (the operations live in
- * kv_mha.c and kv_mla.c). See kv_pool.h for the memory layout.
+ * kv_pool.c — KV pool creation, geometry and descriptors (the operations live in the
+ * other kv_*.c files, listed in kv_pool.h with the memory layout).
  *
  * Geometry per kind (rows = size + page_size; NoOp: page_size placeholder rows):
  *   MHA      K (rows, H, D) and V (rows, H, Dv) of dtype
@@ -169,10 +169,8 @@ static void geometry(kvc_kv_pool *p, region_spec specs[KVC__REGION_KINDS]) {
 
 kvc_status kvc_kv_pool_create(kvc_context *ctx, const kvc_kv_pool_config *config, kvc_kv_pool **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_RETURN_IF(!config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "config or out is NULL");
   kvc_kv_pool_config cfg = KVC_KV_POOL_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &cfg, config, kvc_kv_pool_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &cfg, kvc_kv_pool_config);
   KVC_FORWARD(validate(ctx, &cfg));
 
   kvc_status st = KVC_OK;

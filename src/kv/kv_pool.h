@@ -1,7 +1,9 @@
 /*
  * kv_pool.h — internal layout of a KV pool, shared by the files that implement its
- * operations (kv_pool.c: create/describe; kv_mha.c: set_kv/move/gather/offload;
- * kv_mla.c: MLA/NSA writers and readers).
+ * operations (kv_pool.c: create/describe; kv_mha.c: set_kv/gather; kv_mla.c: MLA/NSA
+ * latent rows; kv_nsa.c: NSA index keys; kv_move.c, kv_offload.c: whole-pool move and
+ * host offload; kv_canary.c: canary rows; kv_dlpack.c: DLPack export) and by the SWA KV
+ * pool, canary mode and the transfer layouts, which read a pool's buffers.
  *
  * One device allocation holds every buffer; each (region, layer) buffer is `rows` rows of
  * `row_bytes`, 256-byte aligned:

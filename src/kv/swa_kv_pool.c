@@ -50,11 +50,8 @@ void kvc_swa_kv_pool_destroy(kvc_swa_kv_pool *p) {
 
 kvc_status kvc_swa_kv_pool_create(kvc_context *ctx, const kvc_swa_kv_pool_config *config, kvc_swa_kv_pool **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_ARG_NOT_NULL(ctx, config);
-  KVC_ARG_NOT_NULL(ctx, out);
   kvc_swa_kv_pool_config c = KVC_SWA_KV_POOL_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_swa_kv_pool_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &c, kvc_swa_kv_pool_config);
   KVC_RETURN_IF(c.num_full_layers < 0 || c.num_swa_layers < 0 || c.num_full_layers + c.num_swa_layers < 1, ctx,
                 KVC_ERR_INVALID_ARGUMENT, "layer counts %d / %d", c.num_full_layers, c.num_swa_layers);
   KVC_RETURN_IF((c.num_full_layers && !c.full_layer_ids) || (c.num_swa_layers && !c.swa_layer_ids), ctx,
@@ -160,6 +157,12 @@ kvc_status kvc_swa_kv_pool_register_allocator(kvc_swa_kv_pool *p, const kvc_swa_
 
 static size_t src_elem(kvc_dtype d) { return kvc_dtype_size(d); }
 
+/* The gather translating m full-pool locs to SWA slots (int64, -1 where unmapped). */
+static kvc__swa_gather_args translate_args(const kvc_swa_kv_pool *p, const void *loc, kvc_index_type loc_type,
+                                           int64_t *out, size_t m) {
+  return kvc__swa_translate_args(p->dmap, p->map_len, loc, loc_type, out, KVC_INDEX_I64, m);
+}
+
 kvc_status kvc_swa_kv_pool_set_kv(kvc_swa_kv_pool *p, int32_t layer_id, const void *loc, const void *swa_loc,
                                   kvc_index_type loc_type, size_t n, const void *k, const void *v, kvc_dtype src_dtype,
                                   int64_t k_stride, int64_t v_stride, const float *k_scale_device, float k_scale,
@@ -189,8 +192,8 @@ kvc_status kvc_swa_kv_pool_set_kv(kvc_swa_kv_pool *p, int32_t layer_id, const vo
                 p->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu rows of the given strides overflow the address range", n);
   for (size_t off = 0; off < n; off += (size_t)p->cap) {
     const size_t m = KVC__MIN(n - off, (size_t)p->cap);
-    KVC_FORWARD(kvc__swa_gather(p->ctx, &p->k_gather, p->dmap, 1, p->map_len, (const char *)loc + off * lw,
-                                loc_type == KVC_INDEX_I64, p->scratch_dev, 1, -1, m, stream));
+    const kvc__swa_gather_args g = translate_args(p, (const char *)loc + off * lw, loc_type, p->scratch_dev, m);
+    KVC_FORWARD(kvc__swa_gather(p->ctx, &p->k_gather, &g, stream));
     KVC_FORWARD(kvc_kv_pool_set_kv(p->swa, idx, p->scratch_dev, KVC_INDEX_I64, m, (const char *)k + off * kb,
                                    (const char *)v + off * vb, src_dtype, k_stride ? k_stride : p->swa_row_k,
                                    v_stride ? v_stride : p->swa_row_v, k_scale_device, k_scale, v_scale_device, v_scale,
@@ -211,13 +214,13 @@ kvc_status kvc_swa_kv_pool_move(kvc_swa_kv_pool *p, const void *tgt, const void 
   if (p->full) KVC_FORWARD(kvc_kv_pool_move(p->full, tgt, src, loc_type, n, stream));
   if (!p->swa) return KVC_OK;
   const size_t lw = loc_type == KVC_INDEX_I64 ? 8 : 4;
-  const int i64 = loc_type == KVC_INDEX_I64;
   for (size_t off = 0; off < n; off += (size_t)p->cap) {
     const size_t m = KVC__MIN(n - off, (size_t)p->cap);
-    KVC_FORWARD(kvc__swa_gather(p->ctx, &p->k_gather, p->dmap, 1, p->map_len, (const char *)tgt + off * lw, i64,
-                                p->scratch_dev, 1, -1, m, stream));
-    KVC_FORWARD(kvc__swa_gather(p->ctx, &p->k_gather, p->dmap, 1, p->map_len, (const char *)src + off * lw, i64,
-                                p->scratch_dev + p->cap, 1, -1, m, stream));
+    const kvc__swa_gather_args gt = translate_args(p, (const char *)tgt + off * lw, loc_type, p->scratch_dev, m);
+    const kvc__swa_gather_args gs =
+        translate_args(p, (const char *)src + off * lw, loc_type, p->scratch_dev + p->cap, m);
+    KVC_FORWARD(kvc__swa_gather(p->ctx, &p->k_gather, &gt, stream));
+    KVC_FORWARD(kvc__swa_gather(p->ctx, &p->k_gather, &gs, stream));
     KVC_FORWARD(kvc_kv_pool_move(p->swa, p->scratch_dev, p->scratch_dev + p->cap, KVC_INDEX_I64, m, stream));
   }
   return KVC_OK;
@@ -256,11 +259,9 @@ static kvc_status stage_locs(kvc_swa_kv_pool *p, const char *fn, const int64_t *
     if (mask) mask[i] = w > 0;
     idx[n + i] = p->cap + (int64_t)i, val[n + i] = on ? w : -1;
   }
-  int mode;
-  size_t nwords;
-  int64_t items = kvc__swa_build_pairs(idx, val, 2 * n, words, &mode, &nwords);
-  st = kvc__swa_map_write(p->ctx, p->pscratch, p->k_map, p->scratch_dev, 1, 2 * p->cap, mode, items, words, nwords,
-                          stream);
+  const kvc__swa_map_dst d = {p->pscratch, p->k_map, p->scratch_dev, 2 * p->cap, 1};
+  const kvc__swa_map_items items = kvc__swa_build_pairs(idx, val, 2 * n, words);
+  st = kvc__swa_map_write(p->ctx, &d, &items, stream);
 done:
   kvc__free(p->ctx, idx), kvc__free(p->ctx, val), kvc__free(p->ctx, words);
   return st;

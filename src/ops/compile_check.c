@@ -75,11 +75,9 @@ kvc_status kvc_compile_check(int sm, int *compiled) {
   for (size_t i = 0; i < KVC__ARRAY_LEN(cases); i++) {
     int nopt = 0;
     while (nopt < 8 && cases[i].defines[nopt]) nopt++;
-    void *image = NULL;
-    size_t bytes = 0;
-    bool is_ptx = false;
-    KVC_FORWARD(kvc__nvrtc_compile(NULL, cases[i].file, cases[i].defines, nopt, sm, false, &image, &bytes, &is_ptx));
-    free(image);
+    kvc__nvrtc_image img = {NULL, 0, false};
+    KVC_FORWARD(kvc__nvrtc_compile(NULL, cases[i].file, cases[i].defines, nopt, sm, false, &img));
+    free(img.data);
     n++;
   }
   if (compiled) *compiled = n;

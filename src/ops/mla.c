@@ -1,6 +1,6 @@
 /*
  * mla.c — level 1: kvc_set_mla_kv / kvc_get_mla_kv on engine-owned buffers, and what
- * the KV pools share with them: kvc__mla_args_values (the caller's half of a launch's
+ * the KV pools share with them: kvc__mla_values (the caller's half of a launch's
  * arguments) and kvc__mla_run, the launcher.
  *
  * The kernel (kernels/mla.cu) is specialised on (direction, format, the two dtypes, R,
@@ -25,12 +25,12 @@ static bool aligned_for(uint64_t addr, int g, size_t es) {
 }
 
 static int pick_group(const kvc__mla_args *a, int64_t nope_stride, int64_t rope_stride, int64_t row_stride) {
-  const size_t vs = kvc_dtype_size(a->val_dtype);
+  const size_t vs = kvc_dtype_size(a->v.val_dtype);
   const size_t rs = a->format == KVC_MLA_ROWS ? kvc_dtype_size(a->row_dtype) : 0;
   for (int g = 8; g > 1; g >>= 1) {
     if (a->R % g || a->Q % g) continue;
-    if (a->nope && (nope_stride % g || !aligned_for(ADDR(a->nope), g, vs))) continue;
-    if (a->rope && a->Q > 0 && (rope_stride % g || !aligned_for(ADDR(a->rope), g, vs))) continue;
+    if (a->v.nope && (nope_stride % g || !aligned_for(ADDR(a->v.nope), g, vs))) continue;
+    if (a->v.rope && a->Q > 0 && (rope_stride % g || !aligned_for(ADDR(a->v.rope), g, vs))) continue;
     if (rs && (row_stride % g || !aligned_for(ADDR(a->data), g, rs))) continue;
     return g;
   }
@@ -38,19 +38,19 @@ static int pick_group(const kvc__mla_args *a, int64_t nope_stride, int64_t rope_
 }
 
 kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a, kvc_stream stream) {
-  KVC_CHECK_INDEX_TYPE(ctx, a->loc_type);
+  KVC_CHECK_INDEX_TYPE(ctx, a->v.loc_type);
   const int64_t R = a->R, Q = a->Q, T = R + Q;
   if (R < 1 || Q < 0)
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "kv_lora_rank %d must be >= 1 and qk_rope_head_dim %d >= 0",
                       a->R, a->Q);
-  if (!value_dtype_ok(a->val_dtype))
+  if (!value_dtype_ok(a->v.val_dtype))
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn,
-                      "%s dtype %s not supported (f32, f16, bf16, fp8_e4m3, fp8_e5m2)", a->get ? "out" : "src",
-                      kvc_dtype_name(a->val_dtype));
-  if (a->nope_stride < 0 || a->rope_stride < 0 || a->row_stride < 0 || a->scale_stride < 0)
+                      "%s dtype %s not supported (f32, f16, bf16, fp8_e4m3, fp8_e5m2)", a->v.get ? "out" : "src",
+                      kvc_dtype_name(a->v.val_dtype));
+  if (a->v.nope_stride < 0 || a->v.rope_stride < 0 || a->row_stride < 0 || a->scale_stride < 0)
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "negative stride");
-  const int64_t nope_stride = a->nope_stride ? a->nope_stride : R;
-  const int64_t rope_stride = a->rope_stride ? a->rope_stride : Q;
+  const int64_t nope_stride = a->v.nope_stride ? a->v.nope_stride : R;
+  const int64_t rope_stride = a->v.rope_stride ? a->v.rope_stride : Q;
   if (nope_stride < R || rope_stride < Q)
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "nope_stride %lld < %lld or rope_stride %lld < %lld",
                       (long long)nope_stride, (long long)R, (long long)rope_stride, (long long)Q);
@@ -92,44 +92,44 @@ kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a
   }
   if (a->num_rows < 0)
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "num_rows %lld < 0", (long long)a->num_rows);
-  if (a->n == 0) return KVC_OK;
-  if (a->n > (size_t)INT64_MAX / (size_t)(T > 0 ? T : 1))
-    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "n = %zu too large", a->n);
-  if (!a->loc || !a->data || (mode == KVC_MLA_MODE_FP4 && !a->scale))
+  if (a->v.n == 0) return KVC_OK;
+  if (a->v.n > (size_t)INT64_MAX / (size_t)(T > 0 ? T : 1))
+    return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "n = %zu too large", a->v.n);
+  if (!a->v.loc || !a->data || (mode == KVC_MLA_MODE_FP4 && !a->scale))
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "loc, data%s must be non-NULL for n = %zu",
-                      mode == KVC_MLA_MODE_FP4 ? " and scale" : "", a->n);
-  if (!a->get && (!a->nope || (Q > 0 && !a->rope)))
+                      mode == KVC_MLA_MODE_FP4 ? " and scale" : "", a->v.n);
+  if (!a->v.get && (!a->v.nope || (Q > 0 && !a->v.rope)))
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "nope%s must be non-NULL for n = %zu",
-                      Q > 0 ? " and rope" : "", a->n);
-  if (a->get && !a->nope && (!a->rope || Q == 0)) return KVC_OK; /* nothing wanted */
+                      Q > 0 ? " and rope" : "", a->v.n);
+  if (a->v.get && !a->v.nope && (!a->v.rope || Q == 0)) return KVC_OK; /* nothing wanted */
   if (mode == KVC_MLA_MODE_FP4 && ADDR(a->data) % 8)
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "FP4 data must be 8-byte aligned");
   if (mode == KVC_MLA_MODE_NSA && ADDR(a->data) % 16)
     return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "NSA data must be 16-byte aligned");
 
   const int g = pick_group(a, nope_stride, rope_stride, row_stride);
-  const int val = (int)a->val_dtype, row = mode == KVC_MLA_MODE_ROWS ? (int)a->row_dtype : (int)KVC_DTYPE_BF16;
-  kvc_p_mla p = {ADDR(a->loc),
-                 ADDR(a->nope),
-                 Q > 0 ? ADDR(a->rope) : 0,
+  const int val = (int)a->v.val_dtype, row = mode == KVC_MLA_MODE_ROWS ? (int)a->row_dtype : (int)KVC_DTYPE_BF16;
+  kvc_p_mla p = {ADDR(a->v.loc),
+                 ADDR(a->v.nope),
+                 Q > 0 ? ADDR(a->v.rope) : 0,
                  ADDR(a->data),
                  mode == KVC_MLA_MODE_FP4 ? ADDR(a->scale) : 0,
-                 (int64_t)a->n,
+                 (int64_t)a->v.n,
                  a->num_rows,
                  nope_stride,
                  rope_stride,
                  row_stride,
                  scale_stride,
-                 a->loc_type == KVC_INDEX_I64,
+                 a->v.loc_type == KVC_INDEX_I64,
                  mode,
-                 a->get ? row : val,
-                 a->get ? val : row,
+                 a->v.get ? row : val,
+                 a->v.get ? val : row,
                  a->R,
                  a->Q,
                  g,
                  0};
   kvc__spec spec = {7,
-                    {{"KVC_DIR", a->get},
+                    {{"KVC_DIR", a->v.get},
                      {"KVC_MODE", mode},
                      {"KVC_SRC", p.src_dt},
                      {"KVC_DST", p.dst_dt},
@@ -137,35 +137,21 @@ kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a
                      {"KVC_Q", Q},
                      {"KVC_G", g}}};
   const kvc__kfunc *f;
-  KVC_FORWARD(kvc__kernel_get(ctx, a->get ? &kvc__k_mla_get : &kvc__k_mla_set, &spec, &f));
+  KVC_FORWARD(kvc__kernel_get(ctx, a->v.get ? &kvc__k_mla_get : &kvc__k_mla_set, &spec, &f));
 
   int64_t blocks;
   if (mode == KVC_MLA_MODE_NSA) {
-    blocks = ((int64_t)a->n + 7) / 8; /* one warp per row, 8 rows per block */
+    blocks = ((int64_t)a->v.n + 7) / 8; /* one warp per row, 8 rows per block */
   } else {
     const int64_t per_row = mode == KVC_MLA_MODE_FP4 ? T / 16 : T / g;
     int64_t units;
-    if (a->n > (size_t)INT64_MAX || !kvc__mul_i64((int64_t)a->n, per_row, &units) || units > INT64_MAX - 255)
-      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "n = %zu too large", a->n);
+    if (a->v.n > (size_t)INT64_MAX || !kvc__mul_i64((int64_t)a->v.n, per_row, &units) || units > INT64_MAX - 255)
+      return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "n = %zu too large", a->v.n);
     blocks = (units + 255) / 256; /* grid-stride beyond the cap */
     if (blocks > ((int64_t)1 << 20)) blocks = (int64_t)1 << 20;
   }
-  if (blocks > INT32_MAX) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "n = %zu too large", a->n);
+  if (blocks > INT32_MAX) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "n = %zu too large", a->v.n);
   return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)blocks, 1, 1), kvc__dim(256, 1, 1), 0, stream, &p, sizeof p);
-}
-
-void kvc__mla_args_values(kvc__mla_args *a, int get, const void *loc, kvc_index_type loc_type, size_t n,
-                          const void *nope, const void *rope, kvc_dtype val_dtype, int64_t nope_stride,
-                          int64_t rope_stride) {
-  a->get = get;
-  a->loc = loc;
-  a->loc_type = loc_type;
-  a->n = n;
-  a->nope = (void *)(uintptr_t)nope;
-  a->rope = (void *)(uintptr_t)rope;
-  a->val_dtype = val_dtype;
-  a->nope_stride = nope_stride;
-  a->rope_stride = rope_stride;
 }
 
 /* --- Level 1 ------------------------------------------------------------------------ */
@@ -189,13 +175,12 @@ static kvc_status buffer_args(kvc_context *ctx, const char *fn, const kvc_mla_bu
 }
 
 /* Both level-1 calls in one place; `fn` is the public name, for the error messages. */
-static kvc_status level1_run(kvc_context *ctx, const char *fn, const kvc_mla_buffer *buf, int get, const void *loc,
-                             kvc_index_type loc_type, size_t n, const void *nope, const void *rope, kvc_dtype val_dtype,
-                             int64_t nope_stride, int64_t rope_stride, kvc_stream stream) {
+static kvc_status level1_run(kvc_context *ctx, const char *fn, const kvc_mla_buffer *buf, const kvc__mla_values *v,
+                             kvc_stream stream) {
   if (!ctx) return kvc__error(NULL, KVC_ERR_INVALID_ARGUMENT, fn, "ctx is NULL");
   kvc__mla_args a = {0};
   KVC_FORWARD(buffer_args(ctx, fn, buf, &a));
-  kvc__mla_args_values(&a, get, loc, loc_type, n, nope, rope, val_dtype, nope_stride, rope_stride);
+  a.v = *v;
   return kvc__mla_run(ctx, fn, &a, stream);
 }
 
@@ -203,13 +188,30 @@ kvc_status kvc_set_mla_kv(kvc_context *ctx, const kvc_mla_buffer *buf, const voi
                           size_t n, const void *nope, const void *rope, kvc_dtype src_dtype, int64_t nope_stride,
                           int64_t rope_stride, kvc_stream stream) {
   KVC_API_ENTRY();
-  return level1_run(ctx, __func__, buf, 0, loc, loc_type, n, nope, rope, src_dtype, nope_stride, rope_stride, stream);
+  const kvc__mla_values v = {.get = 0,
+                             .loc = loc,
+                             .loc_type = loc_type,
+                             .n = n,
+                             .nope = nope,
+                             .rope = rope,
+                             .val_dtype = src_dtype,
+                             .nope_stride = nope_stride,
+                             .rope_stride = rope_stride};
+  return level1_run(ctx, __func__, buf, &v, stream);
 }
 
 kvc_status kvc_get_mla_kv(kvc_context *ctx, const kvc_mla_buffer *buf, const void *loc, kvc_index_type loc_type,
                           size_t n, void *nope_out, void *rope_out, kvc_dtype out_dtype, int64_t nope_stride,
                           int64_t rope_stride, kvc_stream stream) {
   KVC_API_ENTRY();
-  return level1_run(ctx, __func__, buf, 1, loc, loc_type, n, nope_out, rope_out, out_dtype, nope_stride, rope_stride,
-                    stream);
+  const kvc__mla_values v = {.get = 1,
+                             .loc = loc,
+                             .loc_type = loc_type,
+                             .n = n,
+                             .nope = nope_out,
+                             .rope = rope_out,
+                             .val_dtype = out_dtype,
+                             .nope_stride = nope_stride,
+                             .rope_stride = rope_stride};
+  return level1_run(ctx, __func__, buf, &v, stream);
 }

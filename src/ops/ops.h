@@ -11,6 +11,8 @@
  *   kv_store.c                     the KV row kernel (pools' set/gather, kvc_store_kv)
  *   mla.c  nsa_index.c             MLA latent rows (pools and level 1), NSA index-K pages
  *   kv_segments.c                  whole-pool move and host offload
+ *   swa_map.c                      SWA mapping writes and gathers, kvc_swa_translate
+ *   decode_channel_launch.c        the decode channel's fixed-parameter kernel
  *   kernels.c                      the kernel table; compile_check.c, abi_check.c
  */
 #ifndef KVC_OPS_H
@@ -124,8 +126,21 @@ static inline int kvc__align16(const uint64_t *v, int count) {
 
 /** A validated-on-use description of one MLA launch (either direction), shared by the
  *  level-1 ops (kvc_set_mla_kv, kvc_get_mla_kv) and the KV pools (set_mla_kv / get_mla_kv). */
-typedef struct kvc__mla_args {
+/* What every MLA entry point takes from its caller unchanged: the direction, the slots,
+ * the value buffers and their strides. One struct for the level-1 ops and the pools, so
+ * they cannot drift apart in what reaches the kernel. */
+typedef struct kvc__mla_values {
   int get; /* 0: set (values -> rows), 1: get (rows -> values) */
+  const void *loc;
+  kvc_index_type loc_type;
+  size_t n;
+  const void *nope, *rope;          /* set: sources; get: outputs, written by the kernel
+                                       (either may be NULL) */
+  kvc_dtype val_dtype;              /* dtype of nope/rope */
+  int64_t nope_stride, rope_stride; /* elements of val_dtype; 0 = dense */
+} kvc__mla_values;
+
+typedef struct kvc__mla_args {
   kvc_mla_format format;
   void *data, *scale; /* rows; FP4 scale rows */
   int64_t num_rows;
@@ -133,21 +148,8 @@ typedef struct kvc__mla_args {
   int64_t scale_stride; /* FP4, bytes; 0 = dense */
   kvc_dtype row_dtype;  /* ROWS only */
   int32_t R, Q;
-  const void *loc;
-  kvc_index_type loc_type;
-  size_t n;
-  void *nope, *rope;                /* set: sources; get: outputs (either may be NULL) */
-  kvc_dtype val_dtype;              /* dtype of nope/rope */
-  int64_t nope_stride, rope_stride; /* elements of val_dtype; 0 = dense */
+  kvc__mla_values v; /* the caller's */
 } kvc__mla_args;
-
-/** Fills the fields of `a` that every MLA entry point takes from its caller unchanged (the
- *  direction, the slots, the value buffers and their strides), so the level-1 ops and the
- *  pools cannot drift apart in what reaches the kernel. `nope`/`rope` are const because a
- *  set only reads them; a get (get = 1) writes through them. */
-void kvc__mla_args_values(kvc__mla_args *a, int get, const void *loc, kvc_index_type loc_type, size_t n,
-                          const void *nope, const void *rope, kvc_dtype val_dtype, int64_t nope_stride,
-                          int64_t rope_stride);
 
 /** Validates `a` (errors name `fn`) and launches one kernel on `stream` (none for n == 0). */
 kvc_status kvc__mla_run(kvc_context *ctx, const char *fn, const kvc__mla_args *a, kvc_stream stream);
@@ -190,23 +192,65 @@ static inline kvc__dim3 kvc__dim(unsigned x, unsigned y, unsigned z) {
 extern const kvc__kernel_def kvc__k_swa_map_write;
 extern const kvc__kernel_def kvc__k_swa_gather;
 
-/** One planned launch of kvc_swa_map_write: `count` items of `mode` (KVC_SWA_MAP_*),
- *  `nwords` payload words, into dst (int32 or int64, dst_len entries). kcache: 3 entries
- *  owned by the caller's object. count == 0: no launch. */
-kvc_status kvc__swa_map_write(kvc_context *ctx, unsigned char *scratch, const kvc__kfunc **kcache, void *dst,
-                              int dst_i64, int64_t dst_len, int mode, int64_t count, const uint32_t *words,
-                              size_t nwords, kvc_stream stream);
+/* Where kvc__swa_map_write writes: a device mapping or index vector (int32 or int64,
+ * len entries) and the writing object's launch memory (scratch and memoised kernels). */
+typedef struct kvc__swa_map_dst {
+  unsigned char *scratch;    /* the writer's KVC__PARAM_SCRATCH_BYTES */
+  const kvc__kfunc **kcache; /* 3 entries owned by the writer */
+  void *dst;
+  int64_t len;
+  int i64;
+} kvc__swa_map_dst;
+
+/* One write's payload: `count` items of `mode` (KVC_SWA_MAP_*) in `nwords` words. */
+typedef struct kvc__swa_map_items {
+  const uint32_t *words;
+  size_t nwords;
+  int64_t count;
+  int mode;
+} kvc__swa_map_items;
+
+/** One planned launch of kvc_swa_map_write applying `items` to `d`. count == 0: no
+ *  launch. */
+kvc_status kvc__swa_map_write(kvc_context *ctx, const kvc__swa_map_dst *d, const kvc__swa_map_items *items,
+                              kvc_stream stream);
 
 /** Builds the payload for dst[idx[i]] = val[i] (i < n) in `words` (capacity >= 3n words),
- *  choosing coalesced RUNS when smaller than PAIRS. Returns the item count; *mode and
- *  *nwords are set. idx == NULL means idx[i] = i. */
-int64_t kvc__swa_build_pairs(const int64_t *idx, const int64_t *val, size_t n, uint32_t *words, int *mode,
-                             size_t *nwords);
+ *  choosing coalesced RUNS when smaller than PAIRS, and returns it as items over `words`.
+ *  idx == NULL means idx[i] = i. */
+kvc__swa_map_items kvc__swa_build_pairs(const int64_t *idx, const int64_t *val, size_t n, uint32_t *words);
 
-/** One launch of kvc_swa_gather: out[i] = map[in[i]] (oob outside [0, map_len)). */
-kvc_status kvc__swa_gather(kvc_context *ctx, const kvc__kfunc **kf, const void *map, int map_i64, int64_t map_len,
-                           const void *in, int in_i64, void *out, int out_i64, int64_t oob, size_t n,
-                           kvc_stream stream);
+/* One gather out[i] = map[in[i]], i < n; an in[i] outside [0, map_len) gives oob. Each
+ * vector is int32 or, where its *_i64 is set, int64. */
+typedef struct kvc__swa_gather_args {
+  const void *map;
+  int64_t map_len;
+  const void *in;
+  void *out;
+  size_t n;
+  int64_t oob;
+  int map_i64, in_i64, out_i64;
+} kvc__swa_gather_args;
+
+/** The gather of kvc_swa_translate: n locs (int32 or int64) through an int64 full->SWA
+ *  mapping of map_len entries into out (int32 or int64), -1 where a loc is outside it. */
+static inline kvc__swa_gather_args kvc__swa_translate_args(const int64_t *map, int64_t map_len, const void *loc,
+                                                           kvc_index_type loc_type, void *out, kvc_index_type out_type,
+                                                           size_t n) {
+  const kvc__swa_gather_args g = {.map = map,
+                                  .map_len = map_len,
+                                  .in = loc,
+                                  .out = out,
+                                  .n = n,
+                                  .oob = -1,
+                                  .map_i64 = 1,
+                                  .in_i64 = loc_type == KVC_INDEX_I64,
+                                  .out_i64 = out_type == KVC_INDEX_I64};
+  return g;
+}
+
+/** One launch of kvc_swa_gather for `g` (n == 0: none); `*kf` memoises the kernel. */
+kvc_status kvc__swa_gather(kvc_context *ctx, const kvc__kfunc **kf, const kvc__swa_gather_args *g, kvc_stream stream);
 
 /** The decode channel's kernel, resolved at create (enqueue may run during stream
  *  capture, where compiling or loading a module is not allowed). */

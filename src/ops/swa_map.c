@@ -9,31 +9,31 @@
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-kvc_status kvc__swa_map_write(kvc_context *ctx, unsigned char *scratch, const kvc__kfunc **kcache, void *dst,
-                              int dst_i64, int64_t dst_len, int mode, int64_t count, const uint32_t *words,
-                              size_t nwords, kvc_stream stream) {
+kvc_status kvc__swa_map_write(kvc_context *ctx, const kvc__swa_map_dst *d, const kvc__swa_map_items *items,
+                              kvc_stream stream) {
+  const int64_t count = items->count;
   if (count <= 0) return KVC_OK;
   KVC_RETURN_IF(count > INT32_MAX, ctx, KVC_ERR_INVALID_ARGUMENT, "%lld map items in one call exceed 2^31",
                 (long long)count);
+  const kvc__kfunc **const kcache = d->kcache;
   if (!kcache[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_swa_map_write, NULL, kcache));
   kvc__plan plan;
-  KVC_FORWARD(kvc__plan_begin(ctx, &plan, scratch, sizeof(kvc_p_swa_map_write), nwords));
-  memcpy(plan.payload, words, nwords * 4);
+  KVC_FORWARD(kvc__plan_begin(ctx, &plan, d->scratch, sizeof(kvc_p_swa_map_write), items->nwords));
+  memcpy(plan.payload, items->words, items->nwords * 4);
   kvc_p_swa_map_write h;
   memset(&h, 0, sizeof h);
-  h.dst = (uint64_t)(uintptr_t)dst;
+  h.dst = (uint64_t)(uintptr_t)d->dst;
   h.staged = plan.staged_dev;
-  h.dst_len = dst_len;
-  h.mode = mode;
+  h.dst_len = d->len;
+  h.mode = items->mode;
   h.count = (int32_t)count;
-  h.dst_i64 = dst_i64;
+  h.dst_i64 = d->i64;
   const unsigned blocks = (unsigned)ceil_div(count, 8); /* one warp per item */
   return kvc__plan_launch(ctx, &plan, &kvc__k_swa_map_write, NULL, kcache, kvc__dim(blocks, 1, 1), kvc__dim(256, 1, 1),
                           stream, &h);
 }
 
-int64_t kvc__swa_build_pairs(const int64_t *idx, const int64_t *val, size_t n, uint32_t *words, int *mode,
-                             size_t *nwords) {
+kvc__swa_map_items kvc__swa_build_pairs(const int64_t *idx, const int64_t *val, size_t n, uint32_t *words) {
   size_t runs = 0;
   for (size_t i = 0; i < n; i++) {
     const int64_t x = idx ? idx[i] : (int64_t)i;
@@ -51,36 +51,32 @@ int64_t kvc__swa_build_pairs(const int64_t *idx, const int64_t *val, size_t n, u
       }
       words[3 * (r - 1) + 2]++;
     }
-    *mode = KVC_SWA_MAP_RUNS;
-    *nwords = 3 * runs;
-    return (int64_t)runs;
+    const kvc__swa_map_items it = {words, 3 * runs, (int64_t)runs, KVC_SWA_MAP_RUNS};
+    return it;
   }
   for (size_t i = 0; i < n; i++) {
     words[2 * i] = (uint32_t)(idx ? idx[i] : (int64_t)i);
     words[2 * i + 1] = (uint32_t)val[i];
   }
-  *mode = KVC_SWA_MAP_PAIRS;
-  *nwords = 2 * n;
-  return (int64_t)n;
+  const kvc__swa_map_items it = {words, 2 * n, (int64_t)n, KVC_SWA_MAP_PAIRS};
+  return it;
 }
 
-kvc_status kvc__swa_gather(kvc_context *ctx, const kvc__kfunc **kf, const void *map, int map_i64, int64_t map_len,
-                           const void *in, int in_i64, void *out, int out_i64, int64_t oob, size_t n,
-                           kvc_stream stream) {
-  if (n == 0) return KVC_OK;
+kvc_status kvc__swa_gather(kvc_context *ctx, const kvc__kfunc **kf, const kvc__swa_gather_args *g, kvc_stream stream) {
+  if (g->n == 0) return KVC_OK;
   if (!*kf) KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_swa_gather, NULL, kf));
   kvc_p_swa_gather p;
   memset(&p, 0, sizeof p);
-  p.map = (uint64_t)(uintptr_t)map;
-  p.in = (uint64_t)(uintptr_t)in;
-  p.out = (uint64_t)(uintptr_t)out;
-  p.n = (int64_t)n;
-  p.map_len = map_len;
-  p.oob = oob;
-  p.map_i64 = map_i64;
-  p.in_i64 = in_i64;
-  p.out_i64 = out_i64;
-  return kvc__kernel_launch(ctx, *kf, kvc__dim((unsigned)ceil_div((int64_t)n, 256), 1, 1), kvc__dim(256, 1, 1), 0,
+  p.map = (uint64_t)(uintptr_t)g->map;
+  p.in = (uint64_t)(uintptr_t)g->in;
+  p.out = (uint64_t)(uintptr_t)g->out;
+  p.n = (int64_t)g->n;
+  p.map_len = g->map_len;
+  p.oob = g->oob;
+  p.map_i64 = g->map_i64;
+  p.in_i64 = g->in_i64;
+  p.out_i64 = g->out_i64;
+  return kvc__kernel_launch(ctx, *kf, kvc__dim((unsigned)ceil_div((int64_t)g->n, 256), 1, 1), kvc__dim(256, 1, 1), 0,
                             stream, &p, sizeof p);
 }
 
@@ -94,6 +90,6 @@ kvc_status kvc_swa_translate(kvc_context *ctx, const int64_t *mapping, int64_t m
   KVC_RETURN_IF(!mapping || !loc || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "mapping, loc and out must be non-NULL");
   KVC_RETURN_IF(mapping_len < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "mapping_len %lld < 1", (long long)mapping_len);
   const kvc__kfunc *kf = NULL;
-  return kvc__swa_gather(ctx, &kf, mapping, 1, mapping_len, loc, loc_type == KVC_INDEX_I64, out,
-                         out_type == KVC_INDEX_I64, -1, n, stream);
+  const kvc__swa_gather_args g = kvc__swa_translate_args(mapping, mapping_len, loc, loc_type, out, out_type, n);
+  return kvc__swa_gather(ctx, &kf, &g, stream);
 }

@@ -32,11 +32,8 @@ void kvc_hybrid_kv_pool_destroy(kvc_hybrid_kv_pool *p) {
 kvc_status kvc_hybrid_kv_pool_create(kvc_context *ctx, const kvc_hybrid_kv_pool_config *config,
                                      kvc_hybrid_kv_pool **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_ARG_NOT_NULL(ctx, config);
-  KVC_ARG_NOT_NULL(ctx, out);
   kvc_hybrid_kv_pool_config c = KVC_HYBRID_KV_POOL_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_hybrid_kv_pool_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &c, kvc_hybrid_kv_pool_config);
   KVC_RETURN_IF(c.num_full_layers < 1 || !c.full_layer_ids || !c.kv, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "num_full_layers >= 1, full_layer_ids and kv are required");
   KVC_RETURN_IF(c.kv->kind != KVC_KV_MHA && c.kv->kind != KVC_KV_MLA && c.kv->kind != KVC_KV_MHA_FP4 &&

@@ -59,11 +59,8 @@ void kvc_hybrid_req_pool_destroy(kvc_hybrid_req_pool *p) {
 kvc_status kvc_hybrid_req_pool_create(kvc_context *ctx, const kvc_hybrid_req_pool_config *config,
                                       kvc_hybrid_req_pool **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_ARG_NOT_NULL(ctx, config);
-  KVC_ARG_NOT_NULL(ctx, out);
   kvc_hybrid_req_pool_config c = KVC_HYBRID_REQ_POOL_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_hybrid_req_pool_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &c, kvc_hybrid_req_pool_config);
   KVC_RETURN_IF(!c.req_pool || !c.mamba_pool, ctx, KVC_ERR_INVALID_ARGUMENT, "req_pool and mamba_pool are required");
   KVC_RETURN_IF(c.flags & ~(KVC_HYBRID_TRACK | KVC_HYBRID_LAZY), ctx, KVC_ERR_INVALID_ARGUMENT, "unknown flags 0x%x",
                 c.flags);
@@ -123,10 +120,9 @@ static kvc_status reserve(kvc_hybrid_req_pool *p, const char *fn, size_t n) {
 
 /* One launch writing map[widx[i]] = wval[i], i < n. */
 static kvc_status write_map(kvc_hybrid_req_pool *p, size_t n, kvc_stream stream) {
-  int mode;
-  size_t nwords;
-  int64_t items = kvc__swa_build_pairs(p->widx, p->wval, n, p->words, &mode, &nwords);
-  return kvc__swa_map_write(p->ctx, p->scratch, p->k_map, p->dmap, 0, p->len, mode, items, p->words, nwords, stream);
+  const kvc__swa_map_dst d = {p->scratch, p->k_map, p->dmap, p->len, 0};
+  const kvc__swa_map_items items = kvc__swa_build_pairs(p->widx, p->wval, n, p->words);
+  return kvc__swa_map_write(p->ctx, &d, &items, stream);
 }
 
 static bool has_track(const kvc_hybrid_req_pool *p, const int32_t *v) {
@@ -330,8 +326,14 @@ kvc_status kvc_hybrid_req_pool_get_mamba_indices(const kvc_hybrid_req_pool *pc, 
   KVC_CHECK_INDEX_TYPE(p->ctx, rows_type);
   if (!n) return KVC_OK;
   KVC_RETURN_IF(!rows || !out, p->ctx, KVC_ERR_INVALID_ARGUMENT, "rows and out must be non-NULL");
-  return kvc__swa_gather(p->ctx, &p->k_gather, p->dmap, 0, p->size + 1, rows, rows_type == KVC_INDEX_I64, out, 0, 0, n,
-                         stream);
+  const kvc__swa_gather_args g = {.map = p->dmap,
+                                  .map_len = p->size + 1,
+                                  .in = rows,
+                                  .out = out,
+                                  .n = n,
+                                  .oob = 0,
+                                  .in_i64 = rows_type == KVC_INDEX_I64};
+  return kvc__swa_gather(p->ctx, &p->k_gather, &g, stream);
 }
 
 kvc_status kvc_hybrid_req_pool_clear(kvc_hybrid_req_pool *p, kvc_stream stream) {

@@ -60,10 +60,18 @@ static inline bool kvc__mamba_live(const kvc_mamba_pool *p) { return p && p->mag
 
 /** Resolves every inline variant of kernel 0 (row ops) or 1 (staged copy) for `vec`. */
 kvc_status kvc__mamba_ensure_kernels(kvc_mamba_pool *p, int kernel, int vec);
-/** One launch over every state tensor and layer: `mode` (KVC_MAMBA_ZERO / COPY / TO_HOST /
- *  FROM_HOST) on the n ids of `a` (COPY: from a[i] to b[i]); `staged_copy` selects the
- *  overlapping-copy kernel; `host` is the offload buffer. */
-kvc_status kvc__mamba_launch(kvc_mamba_pool *p, int mode, bool staged_copy, const int32_t *a, const int32_t *b,
-                             size_t n, void *host, int vec, kvc_stream stream);
+/* One state operation over every state tensor and layer. */
+typedef struct kvc__mamba_op {
+  int mode;         /* KVC_MAMBA_ZERO / COPY / TO_HOST / FROM_HOST */
+  bool staged_copy; /* the overlapping-copy kernel (COPY only) */
+  const int32_t *a; /* the n ids (COPY: the sources) */
+  const int32_t *b; /* COPY: the targets, b[i] <- a[i]; else NULL */
+  size_t n;
+  void *host; /* TO_HOST / FROM_HOST: the offload buffer */
+  int vec;    /* access width: the pool's, or narrower for the host buffer */
+} kvc__mamba_op;
+
+/** One launch of `op` (n == 0: none). */
+kvc_status kvc__mamba_launch(kvc_mamba_pool *p, const kvc__mamba_op *op, kvc_stream stream);
 
 #endif /* KVC_MAMBA_H */

@@ -29,17 +29,20 @@ kvc_status kvc__mamba_ensure_kernels(kvc_mamba_pool *p, int kernel, int vec) {
   return kvc__plan_prefetch(p->ctx, kernel ? &kvc__k_mamba_copy_staged : &kvc__k_mamba_rows, &spec, kc);
 }
 
-kvc_status kvc__mamba_launch(kvc_mamba_pool *p, int mode, bool staged_copy, const int32_t *a, const int32_t *b,
-                             size_t n, void *host, int vec, kvc_stream stream) {
+kvc_status kvc__mamba_launch(kvc_mamba_pool *p, const kvc__mamba_op *op, kvc_stream stream) {
+  const size_t n = op->n;
   if (n == 0) return KVC_OK;
+  const bool staged_copy = op->staged_copy;
+  const int32_t *const a = op->a, *const b = op->b;
+  const int vec = op->vec;
   const int kernel = staged_copy ? 1 : 0;
   KVC_FORWARD(kvc__mamba_ensure_kernels(p, kernel, vec));
   kvc_p_mamba_rows h;
   memset(&h, 0, sizeof h);
-  h.host = (uint64_t)(uintptr_t)host;
+  h.host = (uint64_t)(uintptr_t)op->host;
   h.n = (int64_t)n;
   h.slots = (int64_t)p->size + 1;
-  h.mode = mode;
+  h.mode = op->mode;
   h.nseg = p->nstate;
   h.vec = vec;
   if (staged_copy) {
@@ -100,7 +103,8 @@ kvc_status kvc_mamba_pool_clear_slots(kvc_mamba_pool *pool, const int32_t *slots
   KVC__MAMBA_ENTRY(pool);
   if (n == 0) return KVC_OK;
   KVC_FORWARD(check_ids(pool, __func__, "slots", slots, n));
-  return kvc__mamba_launch(pool, KVC_MAMBA_ZERO, false, slots, NULL, n, NULL, pool->vec, stream);
+  const kvc__mamba_op op = {.mode = KVC_MAMBA_ZERO, .a = slots, .n = n, .vec = pool->vec};
+  return kvc__mamba_launch(pool, &op, stream);
 }
 
 kvc_status kvc_mamba_pool_copy_from(kvc_mamba_pool *pool, const int32_t *src, const int32_t *dst, size_t n,
@@ -137,8 +141,13 @@ kvc_status kvc_mamba_pool_copy_from(kvc_mamba_pool *pool, const int32_t *src, co
   KVC_RETURN_IF(overlap && m > KVC__MAMBA_STAGED_MAX_PAIRS, pool->ctx, KVC_ERR_UNSUPPORTED,
                 "%zu overlapping pairs: at most %d per call (split into disjoint calls)", m,
                 KVC__MAMBA_STAGED_MAX_PAIRS);
-  return kvc__mamba_launch(pool, KVC_MAMBA_COPY, overlap, pool->tmp, pool->tmp + (pool->size + 1), m, NULL, pool->vec,
-                           stream);
+  const kvc__mamba_op op = {.mode = KVC_MAMBA_COPY,
+                            .staged_copy = overlap,
+                            .a = pool->tmp,
+                            .b = pool->tmp + (pool->size + 1),
+                            .n = m,
+                            .vec = pool->vec};
+  return kvc__mamba_launch(pool, &op, stream);
 }
 
 /* --- Host offload ------------------------------------------------------------------ */
@@ -164,7 +173,8 @@ static kvc_status offload(kvc_mamba_pool *pool, const char *fn, int mode, const 
   KVC_RETURN_IF(n > (size_t)INT32_MAX, pool->ctx, KVC_ERR_INVALID_ARGUMENT, "n = %zu too large", n);
   int vec = pool->vec;
   while (vec > 1 && ((uintptr_t)host % (uintptr_t)vec)) vec >>= 1;
-  return kvc__mamba_launch(pool, mode, false, slots, NULL, n, host, vec, stream);
+  const kvc__mamba_op op = {.mode = mode, .a = slots, .n = n, .host = host, .vec = vec};
+  return kvc__mamba_launch(pool, &op, stream);
 }
 
 kvc_status kvc_mamba_pool_copy_to_host(kvc_mamba_pool *pool, const int32_t *slots, size_t n, void *host,

@@ -156,10 +156,8 @@ void kvc_mamba_pool_config_default(kvc_mamba_pool_config *config) {
 
 kvc_status kvc_mamba_pool_create(kvc_context *ctx, const kvc_mamba_pool_config *config, kvc_mamba_pool **out) {
   KVC_API_ENTRY();
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_RETURN_IF(!config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "config or out is NULL");
   kvc_mamba_pool_config c = KVC_MAMBA_POOL_CONFIG_INIT;
-  KVC_FORWARD(KVC__CONFIG_COPY(ctx, "config", &c, config, kvc_mamba_pool_config));
+  KVC__CREATE_CONFIG(ctx, config, out, &c, kvc_mamba_pool_config);
   KVC_FORWARD(validate(ctx, &c));
 
   kvc_status st = KVC_OK;
@@ -250,7 +248,8 @@ static kvc_status zero_front(kvc_mamba_pool *p, size_t n, kvc_stream stream) {
   if (!zero_on_alloc(p) || n == 0) return KVC_OK;
   int32_t *ids = p->tmp;
   kvc__ring_copy(&p->free_slots, 0, (int64_t)n, (uint32_t *)ids);
-  return kvc__mamba_launch(p, KVC_MAMBA_ZERO, false, ids, NULL, n, NULL, p->vec, stream);
+  const kvc__mamba_op op = {.mode = KVC_MAMBA_ZERO, .a = ids, .n = n, .vec = p->vec};
+  return kvc__mamba_launch(p, &op, stream);
 }
 
 kvc_status kvc_mamba_pool_alloc(kvc_mamba_pool *pool, size_t n, int32_t *out_slots, kvc_stream stream) {
@@ -360,10 +359,11 @@ kvc_status kvc_mamba_pool_fork_from(kvc_mamba_pool *pool, int32_t src, int32_t *
   /* alloc(1) would zero dst and copy_from overwrites every row it zeroed: one launch.
    * src == dst (forking a free slot that is next in line) degenerates to the zeroing. */
   if (src == dst) {
-    if (zero_on_alloc(pool) && !from_group)
-      KVC_FORWARD(kvc__mamba_launch(pool, KVC_MAMBA_ZERO, false, &dst, NULL, 1, NULL, pool->vec, stream));
+    const kvc__mamba_op zero = {.mode = KVC_MAMBA_ZERO, .a = &dst, .n = 1, .vec = pool->vec};
+    if (zero_on_alloc(pool) && !from_group) KVC_FORWARD(kvc__mamba_launch(pool, &zero, stream));
   } else {
-    KVC_FORWARD(kvc__mamba_launch(pool, KVC_MAMBA_COPY, false, &src, &dst, 1, NULL, pool->vec, stream));
+    const kvc__mamba_op copy = {.mode = KVC_MAMBA_COPY, .a = &src, .b = &dst, .n = 1, .vec = pool->vec};
+    KVC_FORWARD(kvc__mamba_launch(pool, &copy, stream));
   }
   if (from_group) pool->group_pos++;
   else kvc__ring_pop_front(&pool->free_slots, pool->flag, FL_HELD);

@@ -6,31 +6,16 @@
  * corrupt. Every status must be a known one, and after every step the tree's audit and
  * the flow's conservation check (free + held by live requests + cached == capacity) pass.
  */
-#include "fuzz_common.h"
+#define NREQ 6
+#define MAXT 256
+#include "fuzz_radix_world.h"
 
 static kvc_context *g_ctx;
 static int64_t *g_out;
 
-#define NREQ 6
-#define MAXT 256
-
-typedef struct ereq {
-  kvc_req_state st;
-  kvc_radix_req rr;
-  int32_t toks[MAXT + 8];
-  int live;
-} ereq;
-
-static kvc_radix_req *req_of(void *user, const kvc_req_state *r) {
-  (void)user;
-  return &((ereq *)(uintptr_t)r)->rr;
-}
-
 static void check_all(kvc_flow *flow, kvc_radix_cache *rc, ereq *reqs) {
   kvc_req_state *live[NREQ];
-  size_t n = 0;
-  for (int i = 0; i < NREQ; i++)
-    if (reqs[i].live) live[n++] = &reqs[i].st;
+  const size_t n = fz_rx_live(reqs, live);
   FZ_AUDIT(kvc_radix_cache_check(rc));
   FZ_AUDIT(kvc_flow_check(flow, live, n));
 }
@@ -44,11 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz f = {data, size};
   const int32_t ps = (int32_t[]){1, 2, 4, 16}[fz_u8(&f) & 3];
   const int64_t cap = 1024;
-  kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  qc.size = NREQ + 2;
-  qc.max_context_len = MAXT + 32;
-  kvc_req_to_token_pool *pool;
-  if (kvc_req_to_token_pool_create(g_ctx, &qc, &pool) != KVC_OK) abort();
+  kvc_req_to_token_pool *pool = fz_rx_req_pool(g_ctx);
   kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
   ac.kind = ps == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
   ac.size = cap;
@@ -64,11 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (kvc_radix_cache_create(g_ctx, &rcfg, &rc) != KVC_OK) abort();
   kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
   fc.page_size = ps;
-  fc.req_pool = pool;
   fc.allocator = alloc;
-  fc.cache = kvc_radix_cache_as_prefix_cache(rc);
-  kvc_flow *flow;
-  if (kvc_flow_create(g_ctx, &fc, &flow) != KVC_OK) abort();
+  kvc_flow *flow = fz_rx_flow(g_ctx, fc, pool, kvc_radix_cache_as_prefix_cache(rc));
   static ereq reqs[NREQ];
   memset(reqs, 0, sizeof reqs);
   void *stale[8] = {0};

@@ -12,31 +12,16 @@
  * (HYBRID), KVC_SWA_PURE (PURE, page size 1) or ring mode (RING); requests get a random
  * swa_evict_floor.
  */
-#include "fuzz_common.h"
+#define NREQ 6
+#define MAXT 192
+#include "fuzz_radix_world.h"
 
 static kvc_context *g_ctx;
 static int64_t *g_out;
 
-#define NREQ 6
-#define MAXT 192
-
-typedef struct ereq {
-  kvc_req_state st;
-  kvc_radix_req rr;
-  int32_t toks[MAXT + 8];
-  int live;
-} ereq;
-
-static kvc_radix_req *req_of(void *user, const kvc_req_state *r) {
-  (void)user;
-  return &((ereq *)(uintptr_t)r)->rr;
-}
-
 static void check_all(kvc_flow *flow, kvc_swa_radix_cache *c, kvc_swa_allocator *a, ereq *reqs) {
   kvc_req_state *live[NREQ];
-  size_t n = 0;
-  for (int i = 0; i < NREQ; i++)
-    if (reqs[i].live) live[n++] = &reqs[i].st;
+  const size_t n = fz_rx_live(reqs, live);
   FZ_AUDIT(kvc_swa_radix_cache_check(c));
   FZ_AUDIT(kvc_swa_allocator_check(a));
   FZ_AUDIT(kvc_flow_check(flow, live, n));
@@ -57,11 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const int32_t kind = (b0 >> 2) % 3;
   const int32_t ps = kind == KVC_SWA_RADIX_PURE ? 1 : (int32_t[]){1, 2, 4, 1}[b0 & 3];
   const int32_t window = 4 + fz_u8(&f) % 29;
-  kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  qc.size = NREQ + 2;
-  qc.max_context_len = MAXT + 32;
-  kvc_req_to_token_pool *pool;
-  if (kvc_req_to_token_pool_create(g_ctx, &qc, &pool) != KVC_OK) abort();
+  kvc_req_to_token_pool *pool = fz_rx_req_pool(g_ctx);
   kvc_swa_allocator_config ac = KVC_SWA_ALLOCATOR_CONFIG_INIT;
   ac.size_full = 768;
   ac.size_swa = 256;
@@ -81,12 +62,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (kvc_swa_radix_cache_create(g_ctx, &cc, &c) != KVC_OK) abort();
   kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
   fc.page_size = ps;
-  fc.req_pool = pool;
   fc.swa_allocator = a;
   fc.sliding_window = window;
-  fc.cache = kvc_swa_radix_cache_as_prefix_cache(c);
-  kvc_flow *flow;
-  if (kvc_flow_create(g_ctx, &fc, &flow) != KVC_OK) abort();
+  kvc_flow *flow = fz_rx_flow(g_ctx, fc, pool, kvc_swa_radix_cache_as_prefix_cache(c));
   static ereq reqs[NREQ];
   memset(reqs, 0, sizeof reqs);
   void *stale[8] = {0};

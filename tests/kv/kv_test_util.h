@@ -16,35 +16,6 @@ static inline kvc_kv_pool *kvt_pool_on(kvc_context *ctx, kvc_kv_pool_config c) {
   return p;
 }
 
-/* The config of an MHA-family pool: H heads of D (K) and Dv (V) values per token. */
-static inline kvc_kv_pool_config kvt_mha_config(kvc_kv_pool_kind kind, kvc_dtype dt, int H, int D, int Dv, int64_t size,
-                                                int layers, int ps) {
-  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
-  c.kind = kind;
-  c.dtype = dt;
-  c.head_num = H;
-  c.head_dim = D;
-  c.v_head_dim = Dv;
-  c.size = size;
-  c.layer_num = layers;
-  c.page_size = ps;
-  return c;
-}
-
-/* The config of a latent-row pool (MLA, MLA_FP4 or NSA): R + Q values per token. */
-static inline kvc_kv_pool_config kvt_latent_config(kvc_kv_pool_kind kind, kvc_dtype dt, int R, int Q, int64_t size,
-                                                   int layers, int ps) {
-  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
-  c.kind = kind;
-  c.dtype = dt;
-  c.kv_lora_rank = R;
-  c.qk_rope_head_dim = Q;
-  c.size = size;
-  c.layer_num = layers;
-  c.page_size = ps;
-  return c;
-}
-
 /* An MHA-family pool on the test's context. */
 static inline kvc_kv_pool *kvt_mha_pool(kvc_kv_pool_kind kind, kvc_dtype dt, int H, int D, int Dv, int64_t size,
                                         int layers, int ps) {

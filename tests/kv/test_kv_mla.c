@@ -29,6 +29,14 @@ typedef struct scen {
   float zero_tile;        /* NSA: make tile 1 of row 0 all zero when != 0 */
 } scen;
 
+/* One scenario in a line: row format, pool dtype, R, Q, size, page size, source and
+ * output dtypes, n, then the flags by name (at least one). */
+#define SCEN(kind_, dtype_, R_, Q_, size_, ps_, src_, out_, n_, ...)                                 \
+  {                                                                                                  \
+    .kind = KVC_KV_##kind_, .dtype = KVC_DTYPE_##dtype_, .R = R_, .Q = Q_, .size = size_, .ps = ps_, \
+    .src = KVC_DTYPE_##src_, .out = KVC_DTYPE_##out_, .n = n_, __VA_ARGS__                           \
+  }
+
 typedef struct result {
   uint8_t *kv, *scale, *nope_out, *rope_out;
   size_t kv_bytes, scale_bytes, nope_bytes, rope_bytes;
@@ -392,42 +400,11 @@ static void test_mla_rows_all_dtypes(void **state) {
 static void test_mla_rows_non_pow2_and_strides(void **state) {
   (void)state;
   const scen cases[] = {
-      {.kind = KVC_KV_MLA,
-       .dtype = KVC_DTYPE_BF16,
-       .R = 96,
-       .Q = 32,
-       .size = 50,
-       .ps = 1,
-       .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_F32,
-       .n = 30,
-       .loc64 = 1,
-       .nope_pad = 8,
-       .rope_pad = 3,
-       .bad_locs = 1},
+      SCEN(MLA, BF16, 96, 32, 50, 1, BF16, F32, 30, .loc64 = 1, .nope_pad = 8, .rope_pad = 3, .bad_locs = 1),
       /* odd R and Q */
-      {.kind = KVC_KV_MLA,
-       .dtype = KVC_DTYPE_F16,
-       .R = 97,
-       .Q = 31,
-       .size = 20,
-       .ps = 2,
-       .src = KVC_DTYPE_F32,
-       .out = KVC_DTYPE_BF16,
-       .n = 17,
-       .nope_pad = 1,
-       .bad_locs = 1},
+      SCEN(MLA, F16, 97, 31, 20, 2, F32, BF16, 17, .nope_pad = 1, .bad_locs = 1),
       /* no rope part */
-      {.kind = KVC_KV_MLA,
-       .dtype = KVC_DTYPE_BF16,
-       .R = 40,
-       .Q = 0,
-       .size = 20,
-       .ps = 2,
-       .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_BF16,
-       .n = 9,
-       .loc64 = 1},
+      SCEN(MLA, BF16, 40, 0, 20, 2, BF16, BF16, 9, .loc64 = 1),
   };
   for (size_t i = 0; i < NCASES(cases); i++) run_and_check(&cases[i], 1);
 }
@@ -435,31 +412,12 @@ static void test_mla_rows_non_pow2_and_strides(void **state) {
 static void test_mla_edge_counts(void **state) {
   (void)state;
   for (size_t n = 0; n <= 2; n++) {
-    const scen s = {.kind = KVC_KV_MLA,
-                    .dtype = KVC_DTYPE_BF16,
-                    .R = 64,
-                    .Q = 16,
-                    .size = 8,
-                    .ps = 1,
-                    .src = KVC_DTYPE_BF16,
-                    .out = KVC_DTYPE_BF16,
-                    .n = n,
-                    .loc64 = 1};
+    const scen s = SCEN(MLA, BF16, 64, 16, 8, 1, BF16, BF16, n, .loc64 = 1);
     run_and_check(&s, 1);
   }
   /* Large N on CUDA (differential only); moderate on the host. */
   const size_t big = kvt_host ? 65536 : 1500;
-  const scen s = {.kind = KVC_KV_MLA,
-                  .dtype = KVC_DTYPE_BF16,
-                  .R = 512,
-                  .Q = 64,
-                  .size = (int64_t)big + 64,
-                  .ps = 64,
-                  .src = KVC_DTYPE_BF16,
-                  .out = KVC_DTYPE_BF16,
-                  .n = big,
-                  .loc64 = 1,
-                  .bad_locs = 1};
+  const scen s = SCEN(MLA, BF16, 512, 64, (int64_t)big + 64, 64, BF16, BF16, big, .loc64 = 1, .bad_locs = 1);
   run_and_check(&s, 0);
 }
 
@@ -482,40 +440,10 @@ static void run_big_differential(kvc_kv_pool_kind kind, kvc_dtype dtype) {
 static void test_mla_fp4(void **state) {
   (void)state;
   const scen cases[] = {
-      {.kind = KVC_KV_MLA_FP4,
-       .dtype = KVC_DTYPE_BF16,
-       .R = 512,
-       .Q = 64,
-       .size = 24,
-       .ps = 4,
-       .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_BF16,
-       .n = 12,
-       .loc64 = 1,
-       .bad_locs = 1},
-      {.kind = KVC_KV_MLA_FP4,
-       .dtype = KVC_DTYPE_F32,
-       .R = 96,
-       .Q = 32,
-       .size = 30,
-       .ps = 1,
-       .src = KVC_DTYPE_F32,
-       .out = KVC_DTYPE_F16,
-       .n = 20,
-       .nope_pad = 2,
-       .rope_pad = 4,
-       .bad_locs = 1},
+      SCEN(MLA_FP4, BF16, 512, 64, 24, 4, BF16, BF16, 12, .loc64 = 1, .bad_locs = 1),
+      SCEN(MLA_FP4, F32, 96, 32, 30, 1, F32, F16, 20, .nope_pad = 2, .rope_pad = 4, .bad_locs = 1),
       /* a 16-value block straddles nope and rope */
-      {.kind = KVC_KV_MLA_FP4,
-       .dtype = KVC_DTYPE_BF16,
-       .R = 88,
-       .Q = 8,
-       .size = 30,
-       .ps = 1,
-       .src = KVC_DTYPE_F16,
-       .out = KVC_DTYPE_F32,
-       .n = 20,
-       .bad_locs = 1},
+      SCEN(MLA_FP4, BF16, 88, 8, 30, 1, F16, F32, 20, .bad_locs = 1),
   };
   for (size_t i = 0; i < NCASES(cases); i++) run_and_check(&cases[i], 1);
   run_big_differential(KVC_KV_MLA_FP4, KVC_DTYPE_BF16);
@@ -524,41 +452,10 @@ static void test_mla_fp4(void **state) {
 static void test_nsa_fp8_rows(void **state) {
   (void)state;
   const scen cases[] = {
-      {.kind = KVC_KV_NSA,
-       .dtype = KVC_DTYPE_FP8_E4M3,
-       .R = 512,
-       .Q = 64,
-       .size = 20,
-       .ps = 4,
-       .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_BF16,
-       .n = 10,
-       .loc64 = 1,
-       .bad_locs = 1,
-       .zero_tile = 1},
-      {.kind = KVC_KV_NSA,
-       .dtype = KVC_DTYPE_FP8_E4M3,
-       .R = 512,
-       .Q = 64,
-       .size = 20,
-       .ps = 4,
-       .src = KVC_DTYPE_F32,
-       .out = KVC_DTYPE_F32,
-       .n = 10,
-       .nope_pad = 4,
-       .rope_pad = 2,
-       .bad_locs = 1},
+      SCEN(NSA, FP8_E4M3, 512, 64, 20, 4, BF16, BF16, 10, .loc64 = 1, .bad_locs = 1, .zero_tile = 1),
+      SCEN(NSA, FP8_E4M3, 512, 64, 20, 4, F32, F32, 10, .nope_pad = 4, .rope_pad = 2, .bad_locs = 1),
       /* bf16 rows: the plain ROWS format */
-      {.kind = KVC_KV_NSA,
-       .dtype = KVC_DTYPE_BF16,
-       .R = 512,
-       .Q = 64,
-       .size = 20,
-       .ps = 4,
-       .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_F32,
-       .n = 10,
-       .bad_locs = 1},
+      SCEN(NSA, BF16, 512, 64, 20, 4, BF16, F32, 10, .bad_locs = 1),
   };
   for (size_t i = 0; i < NCASES(cases); i++) run_and_check(&cases[i], 1);
   run_big_differential(KVC_KV_NSA, KVC_DTYPE_FP8_E4M3);
@@ -621,55 +518,10 @@ static void test_level1_ops(void **state) {
   (void)state;
   const scen cases[] = {
       /* misaligned sources: narrow accesses */
-      {.kind = KVC_KV_MLA,
-       .dtype = KVC_DTYPE_BF16,
-       .R = 96,
-       .Q = 32,
-       .size = 30,
-       .ps = 2,
-       .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_BF16,
-       .n = 20,
-       .level1 = 1,
-       .misalign = 1,
-       .bad_locs = 1},
-      {.kind = KVC_KV_MLA,
-       .dtype = KVC_DTYPE_FP8_E4M3,
-       .R = 96,
-       .Q = 32,
-       .size = 30,
-       .ps = 2,
-       .src = KVC_DTYPE_F16,
-       .out = KVC_DTYPE_F32,
-       .n = 20,
-       .loc64 = 1,
-       .nope_pad = 4,
-       .level1 = 1,
-       .bad_locs = 1},
-      {.kind = KVC_KV_MLA_FP4,
-       .dtype = KVC_DTYPE_BF16,
-       .R = 96,
-       .Q = 32,
-       .size = 30,
-       .ps = 2,
-       .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_BF16,
-       .n = 20,
-       .loc64 = 1,
-       .level1 = 1,
-       .bad_locs = 1},
-      {.kind = KVC_KV_NSA,
-       .dtype = KVC_DTYPE_FP8_E4M3,
-       .R = 512,
-       .Q = 64,
-       .size = 10,
-       .ps = 2,
-       .src = KVC_DTYPE_BF16,
-       .out = KVC_DTYPE_BF16,
-       .n = 6,
-       .level1 = 1,
-       .misalign = 1,
-       .bad_locs = 1},
+      SCEN(MLA, BF16, 96, 32, 30, 2, BF16, BF16, 20, .level1 = 1, .misalign = 1, .bad_locs = 1),
+      SCEN(MLA, FP8_E4M3, 96, 32, 30, 2, F16, F32, 20, .loc64 = 1, .nope_pad = 4, .level1 = 1, .bad_locs = 1),
+      SCEN(MLA_FP4, BF16, 96, 32, 30, 2, BF16, BF16, 20, .loc64 = 1, .level1 = 1, .bad_locs = 1),
+      SCEN(NSA, FP8_E4M3, 512, 64, 10, 2, BF16, BF16, 6, .level1 = 1, .misalign = 1, .bad_locs = 1),
   };
   for (size_t i = 0; i < NCASES(cases); i++) run_and_check(&cases[i], 1);
 }

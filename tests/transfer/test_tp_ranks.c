@@ -105,7 +105,7 @@ static void compare_tables(rank *ranks, int step) {
 
 static void run_trace(int ps) {
   kvt_rng rng = {kvt_seed() ^ (uint64_t)ps};
-  kvc_kv_pool_config model = kvt_xfer_mha_config(KVC_DTYPE_BF16, 8, 16, 2, ps, 4096);
+  kvc_kv_pool_config model = kvt_mha_config(KVC_KV_MHA, KVC_DTYPE_BF16, 8, 16, 0, 4096, 2, ps);
   rank ranks[RANKS];
   for (int k = 0; k < RANKS; k++) rank_open(&ranks[k], ps, &model, k);
   /* Per-rank KV bytes are the model's over RANKS. */

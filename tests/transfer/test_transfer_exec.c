@@ -36,17 +36,13 @@ static void side_open(side *s, kvc_context *ctx, pool_family fam, int ps, int64_
   s->ctx = ctx;
   const int64_t size = pages * (int64_t)ps;
   switch (fam) {
-  case FAM_MHA: s->kv = kvt_xfer_pool(ctx, kvt_xfer_mha_config(KVC_DTYPE_BF16, 2, 8, 3, ps, size)); break;
-  case FAM_MLA:
-    s->kv = kvt_xfer_pool(ctx, kvt_xfer_latent_config(KVC_KV_MLA, KVC_DTYPE_BF16, 16, 8, 2, ps, size));
-    break;
+  case FAM_MHA: s->kv = kvt_xfer_pool(ctx, kvt_mha_config(KVC_KV_MHA, KVC_DTYPE_BF16, 2, 8, 0, size, 3, ps)); break;
+  case FAM_MLA: s->kv = kvt_xfer_pool(ctx, kvt_latent_config(KVC_KV_MLA, KVC_DTYPE_BF16, 16, 8, size, 2, ps)); break;
   case FAM_NSA:
-    s->kv = kvt_xfer_pool(ctx, kvt_xfer_latent_config(KVC_KV_NSA, KVC_DTYPE_FP8_E4M3, 512, 64, 2, ps, size));
+    s->kv = kvt_xfer_pool(ctx, kvt_latent_config(KVC_KV_NSA, KVC_DTYPE_FP8_E4M3, 512, 64, size, 2, ps));
     break;
   case FAM_MAMBA: s->mamba = kvt_xfer_mamba(ctx, (int32_t)pages + 8, 2, KVC_DTYPE_BF16); break;
-  case FAM_MLA1:
-    s->kv = kvt_xfer_pool(ctx, kvt_xfer_latent_config(KVC_KV_MLA, KVC_DTYPE_F16, 32, 0, 1, ps, size));
-    break;
+  case FAM_MLA1: s->kv = kvt_xfer_pool(ctx, kvt_latent_config(KVC_KV_MLA, KVC_DTYPE_F16, 32, 0, size, 1, ps)); break;
   }
   kvc_status st = s->kv ? kvc_transfer_layout_from_kv_pool(s->kv, &s->layout)
                         : kvc_transfer_layout_from_mamba_pool(s->mamba, &s->layout);

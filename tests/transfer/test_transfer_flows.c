@@ -41,7 +41,7 @@ static void endpoint_open(endpoint *e, kvc_context *ctx) {
   fc.req_pool = e->reqs;
   fc.allocator = e->alloc;
   KVT_OK(kvc_flow_create(ctx, &fc, &e->flow));
-  e->kv = kvt_xfer_pool(ctx, kvt_xfer_mha_config(KVC_DTYPE_BF16, 2, 8, 2, PS, 2048));
+  e->kv = kvt_xfer_pool(ctx, kvt_mha_config(KVC_KV_MHA, KVC_DTYPE_BF16, 2, 8, 0, 2048, 2, PS));
   e->layout = kvt_xfer_layout(e->kv, ctx);
   e->out = kvt_alloc_on(ctx, 4096 * sizeof(int64_t));
 }

@@ -13,7 +13,7 @@
 /* MHA, 2 layers, 2 heads x 4 bf16 (16-byte rows), page size 4: 64-byte pages; size 64
  * gives 68 rows = 17 pages (ids 0..16). Regions: K l0, K l1, V l0, V l1. */
 static kvc_kv_pool *small_mha(int ps, int heads, int layers, kvc_dtype dt) {
-  return kvt_xfer_pool(kvt_ctx, kvt_xfer_mha_config(dt, heads, 4, layers, ps, 64));
+  return kvt_xfer_pool(kvt_ctx, kvt_mha_config(KVC_KV_MHA, dt, heads, 4, 0, 64, layers, ps));
 }
 
 typedef struct plan_fixture {
@@ -181,7 +181,7 @@ static void test_page_sizes(void **state) {
  * one row of ps x 132 bytes (pages counted from index_buf_size). */
 static void test_latent_layouts(void **state) {
   (void)state;
-  kvc_kv_pool *mla = kvt_xfer_pool(kvt_ctx, kvt_xfer_latent_config(KVC_KV_MLA, KVC_DTYPE_BF16, 16, 8, 3, 16, 64));
+  kvc_kv_pool *mla = kvt_xfer_pool(kvt_ctx, kvt_latent_config(KVC_KV_MLA, KVC_DTYPE_BF16, 16, 8, 64, 3, 16));
   kvc_transfer_layout *l = kvt_xfer_layout(mla, kvt_ctx);
   assert_int_equal(kvc_transfer_layout_num_regions(l), 3);
   kvc_transfer_region_info r;
@@ -193,7 +193,7 @@ static void test_latent_layouts(void **state) {
   kvc_transfer_layout_destroy(l);
   kvc_kv_pool_destroy(mla);
 
-  kvc_kv_pool *nsa = kvt_xfer_pool(kvt_ctx, kvt_xfer_latent_config(KVC_KV_NSA, KVC_DTYPE_FP8_E4M3, 512, 64, 2, 16, 64));
+  kvc_kv_pool *nsa = kvt_xfer_pool(kvt_ctx, kvt_latent_config(KVC_KV_NSA, KVC_DTYPE_FP8_E4M3, 512, 64, 64, 2, 16));
   l = kvt_xfer_layout(nsa, kvt_ctx);
   assert_int_equal(kvc_transfer_layout_num_regions(l), 4);
   KVT_OK(kvc_transfer_layout_region(l, 0, &r));
@@ -253,9 +253,8 @@ static void test_mismatched_layouts_refused(void **state) {
   expect_refused(small_mha(4, 2, 2, KVC_DTYPE_BF16), small_mha(4, 2, 3, KVC_DTYPE_BF16), "layer count");
   expect_refused(small_mha(4, 2, 2, KVC_DTYPE_BF16), small_mha(4, 4, 2, KVC_DTYPE_BF16), "bytes per page");
   expect_refused(small_mha(4, 2, 2, KVC_DTYPE_BF16),
-                 kvt_xfer_pool(kvt_ctx, kvt_xfer_latent_config(KVC_KV_MLA, KVC_DTYPE_BF16, 16, 8, 2, 4, 64)),
-                 "pool kind");
-  kvc_kv_pool_config shifted = kvt_xfer_mha_config(KVC_DTYPE_BF16, 2, 4, 2, 4, 64);
+                 kvt_xfer_pool(kvt_ctx, kvt_latent_config(KVC_KV_MLA, KVC_DTYPE_BF16, 16, 8, 64, 2, 4)), "pool kind");
+  kvc_kv_pool_config shifted = kvt_mha_config(KVC_KV_MHA, KVC_DTYPE_BF16, 2, 4, 0, 64, 2, 4);
   shifted.start_layer = 2; /* another pipeline stage */
   expect_refused(small_mha(4, 2, 2, KVC_DTYPE_BF16), kvt_xfer_pool(kvt_ctx, shifted), "layer range");
 }
@@ -414,7 +413,7 @@ static void test_failure_injection(void **state) {
 
 static void test_tp_rank_configs(void **state) {
   (void)state;
-  kvc_kv_pool_config model = kvt_xfer_mha_config(KVC_DTYPE_BF16, 8, 128, 32, 16, 1 << 16), out;
+  kvc_kv_pool_config model = kvt_mha_config(KVC_KV_MHA, KVC_DTYPE_BF16, 8, 128, 0, 1 << 16, 32, 16), out;
   KVT_OK(kvc_kv_pool_config_for_tp_rank(&model, 2, 1, &out));
   assert_int_equal(out.head_num, 4);
   assert_int_equal(out.head_dim, 128);
@@ -429,7 +428,7 @@ static void test_tp_rank_configs(void **state) {
   KVT_STATUS(kvc_kv_pool_config_for_tp_rank(&model, 2, 2, &out), KVC_ERR_INVALID_ARGUMENT);
   KVT_STATUS(kvc_kv_pool_config_for_tp_rank(&model, 0, 0, &out), KVC_ERR_INVALID_ARGUMENT);
   assert_memory_equal(&out, &untouched, sizeof out);
-  kvc_kv_pool_config mla = kvt_xfer_latent_config(KVC_KV_MLA, KVC_DTYPE_BF16, 512, 64, 4, 1, 1024);
+  kvc_kv_pool_config mla = kvt_latent_config(KVC_KV_MLA, KVC_DTYPE_BF16, 512, 64, 1024, 4, 1);
   KVT_OK(kvc_kv_pool_config_for_tp_rank(&mla, 8, 5, &out));
   assert_memory_equal(&out, &mla, sizeof out);
 }

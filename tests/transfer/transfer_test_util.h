@@ -4,32 +4,6 @@
 
 #include "harness.h"
 
-static inline kvc_kv_pool_config kvt_xfer_mha_config(kvc_dtype dt, int heads, int dim, int layers, int ps,
-                                                     int64_t size) {
-  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
-  c.kind = KVC_KV_MHA;
-  c.dtype = dt;
-  c.head_num = heads;
-  c.head_dim = dim;
-  c.layer_num = layers;
-  c.page_size = ps;
-  c.size = size;
-  return c;
-}
-
-static inline kvc_kv_pool_config kvt_xfer_latent_config(kvc_kv_pool_kind kind, kvc_dtype dt, int R, int Q, int layers,
-                                                        int ps, int64_t size) {
-  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
-  c.kind = kind;
-  c.dtype = dt;
-  c.kv_lora_rank = R;
-  c.qk_rope_head_dim = Q;
-  c.layer_num = layers;
-  c.page_size = ps;
-  c.size = size;
-  return c;
-}
-
 static inline kvc_kv_pool *kvt_xfer_pool(kvc_context *ctx, kvc_kv_pool_config c) {
   kvc_kv_pool *p = NULL;
   kvc_status st = kvc_kv_pool_create(ctx, &c, &p);

@@ -40,12 +40,10 @@ static void test_compile_error_carries_the_nvrtc_log(void **state) {
   (void)state;
   nvrtc_or_skip();
   const char *opts[] = {"-DKVC_INLINE_WORDS=-1"};
-  void *image = NULL;
-  size_t bytes = 0;
-  bool ptx = false;
-  kvc_status st = kvc__nvrtc_compile(NULL, "alloc_plan.cu", opts, 1, 90, false, &image, &bytes, &ptx);
+  kvc__nvrtc_image img = {NULL, 0, false};
+  kvc_status st = kvc__nvrtc_compile(NULL, "alloc_plan.cu", opts, 1, 90, false, &img);
   assert_int_equal(st, KVC_ERR_NVRTC);
-  assert_null(image);
+  assert_null(img.data);
   const char *msg = kvc_last_error(NULL);
   assert_non_null(strstr(msg, "alloc_plan.cu"));
   assert_non_null(strstr(msg, "): error")); /* the compiler's log line, not only our summary */
