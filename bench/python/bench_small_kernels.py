@@ -25,7 +25,6 @@ from ctypes import byref, c_int, c_int64, c_size_t, c_void_p
 
 import torch
 import triton
-import triton.language as tl
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from kvcache import _ffi  # noqa: E402  (struct layouts only; every call goes to the --lib builds)
