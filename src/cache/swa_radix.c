@@ -35,51 +35,16 @@
  * Kinds (kvc_swa_radix_kind): HYBRID is all of the above; PURE (one SWA pool, SGLang's
  * PureSWARadixCache) and RING (per-request rings, SWA not gating matches) use the tree
  * and its FULL component only: no tombstones, no SWA locks.
+ *
+ * This file: create / destroy, the SWA LRU's upkeep, match, inserts with tombstone
+ * revival and the request-level checkpoints. SWA locks, eviction, reset / sizes / audit
+ * and the kvc_prefix_cache adapter are in swa_radix_evict.c (split for the ~700-line
+ * file rule, issue 14); the struct and what both use are in swa_radix_impl.h.
  */
-#include "radix.h"
-#include "../flow/flow.h"
+#include "swa_radix_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#define KVC__SWA_RADIX_MAGIC 0x6b76632d73776178ull /* "kvc-swax" */
-
-struct kvc_swa_radix_cache {
-  uint64_t magic;
-  kvc_context *ctx;
-  kvc_radix_cache *rc; /* the tree and its FULL component */
-  int64_t window;
-  int32_t kind; /* kvc_swa_radix_kind */
-  kvc_radix_free_fn free_swa;
-  void *free_swa_user;
-  uint32_t uuid_next;
-  /* The SWA LRU: a min-heap of (access, id), in_lru per node id, and scratch for the
-   * SWA-locked entries an eviction sets aside; all sized for cap node ids. */
-  struct swa_cand {
-    uint64_t access;
-    int64_t id;
-  } * lru, *aside;
-  size_t lru_len, lru_cap;
-  uint8_t *in_lru;
-  /* A request's row as an insert's values (revival substitutes the tree's), and the old
-   * full slots of revived tombstones: both key-length scratch. */
-  int64_t *vals, *old_full, *ranges; /* ranges: 2 x vals_cap (revived [lo, hi) pairs) */
-  size_t vals_cap;
-  /* SWA eviction: the SWA sides of consecutive tombstoned victims, released in one free */
-  int64_t *ebuf;
-  size_t ebuf_len, ebuf_cap;
-};
-
-#define SWA_RADIX_ENTRY(c) KVC_CHECK_HANDLE(c, KVC__SWA_RADIX_MAGIC, "cache", "kvc_swa_radix_cache")
-
-static kvc_status post(kvc_swa_radix_cache *c, const char *fn, kvc_status st) {
-  if (st == KVC_OK && c->rc->check) return kvc_swa_radix_cache_check(c);
-  (void)fn;
-  return st;
-}
-
-/* Whether the cache has an SWA component on its nodes (tombstones, SWA locks). */
-static bool has_swa(const kvc_swa_radix_cache *c) { return c->kind == KVC_SWA_RADIX_HYBRID; }
 
 static const char *kind_name(int32_t k) {
   return k == KVC_SWA_RADIX_PURE ? "PURE" : k == KVC_SWA_RADIX_RING ? "RING" : "HYBRID";
@@ -87,7 +52,7 @@ static const char *kind_name(int32_t k) {
 
 /* A flow must drive an SWA allocator of the cache's kind (read from its public queries:
  * pure serves both sides from one allocator, ring mode has no SWA allocator). */
-static kvc_status check_flow(const kvc_swa_radix_cache *c, const kvc_flow *flow, const char *fn) {
+kvc_status kvc__swa_rx_check_flow(const kvc_swa_radix_cache *c, const kvc_flow *flow, const char *fn) {
   if (!flow || !flow->swa) return KVC_OK;
   const kvc_allocator *w = kvc_swa_allocator_swa(flow->swa);
   const int32_t k = !w                                       ? KVC_SWA_RADIX_RING
@@ -105,7 +70,7 @@ static bool cand_less(struct swa_cand a, struct swa_cand b) {
   return a.access != b.access ? a.access < b.access : a.id < b.id;
 }
 
-static void lru_push(kvc_swa_radix_cache *c, struct swa_cand e) {
+void kvc__swa_rx_lru_push(kvc_swa_radix_cache *c, struct swa_cand e) {
   size_t i = c->lru_len++;
   while (i > 0) {
     const size_t p = (i - 1) / 2;
@@ -116,7 +81,7 @@ static void lru_push(kvc_swa_radix_cache *c, struct swa_cand e) {
   c->lru[i] = e;
 }
 
-static struct swa_cand lru_pop(kvc_swa_radix_cache *c) {
+struct swa_cand kvc__swa_rx_lru_pop(kvc_swa_radix_cache *c) {
   const struct swa_cand top = c->lru[0], e = c->lru[--c->lru_len];
   size_t i = 0;
   for (;;) {
@@ -135,7 +100,7 @@ static struct swa_cand lru_pop(kvc_swa_radix_cache *c) {
  * high-water mark: a match's split, an insert's split, leaf and tombstone split). Before
  * anything changes: afterwards nothing is allocated. */
 static kvc_status lru_reserve(kvc_swa_radix_cache *c, const char *fn) {
-  if (!has_swa(c)) return KVC_OK;
+  if (!kvc__swa_rx_has_swa(c)) return KVC_OK;
   const size_t need = (size_t)c->rc->nodes_used + 8;
   if (need <= c->lru_cap) return KVC_OK;
   size_t cap = c->lru_cap ? c->lru_cap : 64;
@@ -165,12 +130,12 @@ static void lru_note(kvc_swa_radix_cache *c, int32_t x) {
   const rx_node *n = &c->rc->nodes[x];
   if (x <= 0 || c->in_lru[x] || !n->seg || n->swa_lock == RX_SWA_TOMB) return;
   c->in_lru[x] = 1;
-  lru_push(c, (struct swa_cand){n->access, x});
+  kvc__swa_rx_lru_push(c, (struct swa_cand){n->access, x});
 }
 
 /* Every node of rc->path[0:depth) (and `extra`, 0 = none): what a call touched. */
 static void lru_note_path(kvc_swa_radix_cache *c, size_t depth, int32_t extra) {
-  if (!has_swa(c)) return;
+  if (!kvc__swa_rx_has_swa(c)) return;
   for (size_t i = 0; i < depth; i++) lru_note(c, c->rc->path[i]);
   if (extra > 0) lru_note(c, extra);
 }
@@ -221,140 +186,6 @@ void kvc_swa_radix_cache_destroy(kvc_swa_radix_cache *c) {
   kvc__free(ctx, c);
 }
 
-/* --- SWA locks ----------------------------------------------------------------------------- */
-
-/* A receipt: 0 = no SWA lock held; RCPT_CHAIN = a chain lock (below); else
- * (uuid << 2) | 1, uuid 0 meaning the walk reached the root before a window was covered.
- *
- * A chain lock covers every node from the locked one up to the first tombstone (or the
- * root). It needs no uuid, so the node-only lock callbacks (sessions) can release it: the
- * range is the same at release time, because tombstone boundaries are node boundaries
- * that splits keep, a locked node is never tombstoned, and a tombstone with a locked
- * descendant is never deleted. For a valid match end it covers at least the window. */
-#define RCPT_CHAIN 3u
-static uint64_t receipt_of(uint32_t uuid) { return ((uint64_t)uuid << 2) | 1u; }
-
-static uint64_t swa_lock_chain(kvc_swa_radix_cache *c, int32_t id) {
-  kvc_radix_cache *rc = c->rc;
-  for (int32_t x = id; x > 0 && rc->nodes[x].swa_lock != RX_SWA_TOMB; x = rc->hot[x].parent)
-    if (rc->nodes[x].swa_lock++ == 0) rc->swa_protected += rc->hot[x].len;
-  return RCPT_CHAIN;
-}
-
-/* Whether node id can take an SWA lock: every node covering its last window is live. */
-static kvc_status swa_lockable(const kvc_swa_radix_cache *c, int32_t id, const char *fn) {
-  const kvc_radix_cache *rc = c->rc;
-  int64_t covered = 0;
-  for (int32_t x = id; x > 0 && covered < c->window; x = rc->hot[x].parent) {
-    KVC_RETURN_IF(rc->nodes[x].swa_lock == RX_SWA_TOMB, c->ctx, KVC_ERR_MISUSE,
-                  "%s: node %d within the last %lld tokens is an SWA tombstone (not a valid match end)", fn, x,
-                  (long long)c->window);
-    covered += rc->hot[x].len;
-  }
-  return KVC_OK;
-}
-
-/* SGLang inc_lock_ref's SWA half: locks the nodes covering the last window, marks the
- * node where the window is covered. Call after swa_lockable. */
-static uint64_t swa_lock(kvc_swa_radix_cache *c, int32_t id) {
-  kvc_radix_cache *rc = c->rc;
-  int64_t covered = 0;
-  for (int32_t x = id; x > 0; x = rc->hot[x].parent) {
-    rx_node *n = &rc->nodes[x];
-    if (n->swa_lock++ == 0) rc->swa_protected += rc->hot[x].len;
-    covered += rc->hot[x].len;
-    if (covered >= c->window) {
-      if (!n->swa_uuid) {
-        if (++c->uuid_next == 0) c->uuid_next = 1;
-        n->swa_uuid = c->uuid_next;
-      }
-      return receipt_of(n->swa_uuid);
-    }
-  }
-  return receipt_of(0);
-}
-
-/* Whether the SWA lock of `receipt` on id can be released; nothing changes. */
-static kvc_status swa_unlockable(const kvc_swa_radix_cache *c, int32_t id, uint64_t receipt, const char *fn) {
-  const kvc_radix_cache *rc = c->rc;
-  KVC_RETURN_IF(!(receipt & 1u) || receipt >> 34, c->ctx, KVC_ERR_INVALID_ARGUMENT, "%s: SWA lock receipt %llu", fn,
-                (unsigned long long)receipt);
-  if (receipt == RCPT_CHAIN) {
-    for (int32_t x = id; x > 0 && rc->nodes[x].swa_lock != RX_SWA_TOMB; x = rc->hot[x].parent)
-      KVC_RETURN_IF(rc->nodes[x].swa_lock == 0, c->ctx, KVC_ERR_MISUSE, "%s: node %d is not SWA-locked", fn, x);
-    return KVC_OK;
-  }
-  KVC_RETURN_IF(receipt & 2u, c->ctx, KVC_ERR_INVALID_ARGUMENT, "%s: SWA lock receipt %llu", fn,
-                (unsigned long long)receipt);
-  const uint32_t uuid = (uint32_t)(receipt >> 2);
-  for (int32_t x = id; x > 0; x = rc->hot[x].parent) {
-    KVC_RETURN_IF(rc->nodes[x].swa_lock <= 0, c->ctx, KVC_ERR_MISUSE,
-                  "%s: node %d is not SWA-locked (released twice, or the receipt of another node?)", fn, x);
-    if (uuid && rc->nodes[x].swa_uuid == uuid) return KVC_OK;
-  }
-  KVC_RETURN_IF(uuid, c->ctx, KVC_ERR_MISUSE, "%s: SWA lock receipt %llu does not belong to this node's path", fn,
-                (unsigned long long)receipt);
-  return KVC_OK;
-}
-
-static void swa_unlock(kvc_swa_radix_cache *c, int32_t id, uint64_t receipt) {
-  kvc_radix_cache *rc = c->rc;
-  if (receipt == RCPT_CHAIN) {
-    for (int32_t x = id; x > 0 && rc->nodes[x].swa_lock != RX_SWA_TOMB; x = rc->hot[x].parent)
-      if (--rc->nodes[x].swa_lock == 0) rc->swa_protected -= rc->hot[x].len;
-    return;
-  }
-  const uint32_t uuid = (uint32_t)(receipt >> 2);
-  for (int32_t x = id; x > 0; x = rc->hot[x].parent) {
-    rx_node *n = &rc->nodes[x];
-    if (--n->swa_lock == 0) rc->swa_protected -= rc->hot[x].len;
-    if (uuid && n->swa_uuid == uuid) return;
-  }
-}
-
-static kvc_status node_of(const kvc_swa_radix_cache *c, void *handle, int32_t *id, const char *fn) {
-  *id = 0;
-  if (!handle) return KVC_OK;
-  KVC_RETURN_IF(!kvc__rx_from_handle(c->rc, handle, id), c->ctx, KVC_ERR_INVALID_ARGUMENT,
-                "%s: node %p is not a node of this cache (stale, evicted, or from before a reset)", fn, handle);
-  return KVC_OK;
-}
-
-kvc_status kvc_swa_radix_cache_lock(kvc_swa_radix_cache *c, void *node, uint64_t *swa_receipt) {
-  SWA_RADIX_ENTRY(c);
-  KVC_RETURN_IF(!swa_receipt, c->ctx, KVC_ERR_INVALID_ARGUMENT, "swa_receipt is NULL");
-  int32_t id;
-  KVC_FORWARD(node_of(c, node, &id, __func__));
-  if (has_swa(c)) KVC_FORWARD(swa_lockable(c, id, __func__));
-  kvc__rx_lock(c->rc, id);
-  *swa_receipt = id && has_swa(c) ? swa_lock(c, id) : 0;
-  return post(c, __func__, KVC_OK);
-}
-
-kvc_status kvc_swa_radix_cache_unlock_swa(kvc_swa_radix_cache *c, void *node, uint64_t *swa_receipt) {
-  SWA_RADIX_ENTRY(c);
-  KVC_RETURN_IF(!swa_receipt, c->ctx, KVC_ERR_INVALID_ARGUMENT, "swa_receipt is NULL");
-  int32_t id;
-  KVC_FORWARD(node_of(c, node, &id, __func__));
-  if (!id || !*swa_receipt) return KVC_OK; /* nothing held: released already */
-  KVC_FORWARD(swa_unlockable(c, id, *swa_receipt, __func__));
-  swa_unlock(c, id, *swa_receipt);
-  *swa_receipt = 0;
-  return post(c, __func__, KVC_OK);
-}
-
-kvc_status kvc_swa_radix_cache_unlock(kvc_swa_radix_cache *c, void *node, uint64_t swa_receipt) {
-  SWA_RADIX_ENTRY(c);
-  int32_t id;
-  KVC_FORWARD(node_of(c, node, &id, __func__));
-  if (!id) return KVC_OK;
-  KVC_RETURN_IF(c->rc->hot[id].lock_ref <= 0, c->ctx, KVC_ERR_MISUSE, "%s: node %d is not locked", __func__, id);
-  if (swa_receipt) KVC_FORWARD(swa_unlockable(c, id, swa_receipt, __func__));
-  if (swa_receipt) swa_unlock(c, id, swa_receipt);
-  KVC_FORWARD(kvc__rx_unlock(c->rc, id, __func__)); /* checked above: cannot fail */
-  return post(c, __func__, KVC_OK);
-}
-
 /* --- Match ---------------------------------------------------------------------------------- */
 
 /* The deepest of the root and rc->path[0:depth) where a full window of live SWA tokens
@@ -365,7 +196,7 @@ static size_t valid_depth(const kvc_swa_radix_cache *c, size_t depth, int64_t *l
   int64_t since = 0, cum = 0;
   size_t best = 0;
   *len = 0;
-  if (!has_swa(c)) { /* PURE / RING: SWA does not gate the match */
+  if (!kvc__swa_rx_has_swa(c)) { /* PURE / RING: SWA does not gate the match */
     for (size_t i = 0; i < depth; i++) cum += rc->hot[rc->path[i]].len;
     *len = cum;
     return depth;
@@ -409,7 +240,7 @@ kvc_status kvc_swa_radix_cache_match_prefix(kvc_swa_radix_cache *c, uint64_t ns,
                                             kvc_radix_match *out) {
   SWA_RADIX_ENTRY(c);
   KVC_RETURN_IF(!out, c->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
-  return post(c, __func__, match(c, __func__, ns, tokens, n, NULL, out));
+  return kvc__swa_rx_post(c, __func__, match(c, __func__, ns, tokens, n, NULL, out));
 }
 
 kvc_status kvc_swa_radix_cache_match_req(kvc_swa_radix_cache *c, kvc_req_state *req, kvc_radix_req *rreq) {
@@ -429,11 +260,13 @@ kvc_status kvc_swa_radix_cache_match_req(kvc_swa_radix_cache *c, kvc_req_state *
   kvc__rx_lock(c->rc, node); /* a valid match end is always SWA-lockable */
   /* A session keeps its first turn's node and releases it through the node-only
    * dec_lock_ref: it gets the chain lock that call can release. */
-  rreq->swa_lock = !node || !has_swa(c) ? 0 : req->session_id ? swa_lock_chain(c, node) : swa_lock(c, node);
+  rreq->swa_lock = !node || !kvc__swa_rx_has_swa(c) ? 0
+                   : req->session_id                ? kvc__swa_rx_lock_chain(c, node)
+                                                    : kvc__swa_rx_lock(c, node);
   req->prefix_len = req->cache_protected_len = m.len;
   req->prefix_slots = m.len ? m.slots : NULL;
   req->cache_node = node ? m.node : NULL;
-  return post(c, __func__, KVC_OK);
+  return kvc__swa_rx_post(c, __func__, KVC_OK);
 }
 
 /* --- Insert ------------------------------------------------------------------------------------ */
@@ -443,7 +276,7 @@ kvc_status kvc_swa_radix_cache_match_req(kvc_swa_radix_cache *c, kvc_req_state *
  * tombstone, split off when the leaf goes past it (a node reserved by the insert). */
 static void tombstone_leaf(kvc_swa_radix_cache *c, int32_t node, int64_t prefix, int64_t n, int64_t evicted) {
   kvc_radix_cache *rc = c->rc;
-  if (!has_swa(c) || n <= prefix) return;
+  if (!kvc__swa_rx_has_swa(c) || n <= prefix) return;
   if (evicted > prefix) {
     const int64_t t = KVC__MIN(evicted, n) - prefix;
     int32_t x = node;
@@ -557,7 +390,7 @@ static kvc_status insert_rev(kvc_swa_radix_cache *c, kvc_flow *flow, const ins_s
   size_t pd = 0;
   int64_t p = 0;
   bool any = false;
-  if (has_swa(c) && lo0 < n && tombs) {
+  if (kvc__swa_rx_has_swa(c) && lo0 < n && tombs) {
     p = kvc__rx_probe_path(rc, in->ns, in->keys, n, &pd);
     int64_t s0 = 0;
     for (size_t i = 0; i < pd && s0 < p && !any; i++) {
@@ -659,7 +492,7 @@ kvc_status kvc_swa_radix_cache_insert(kvc_swa_radix_cache *c, kvc_flow *flow, ui
   KVC_RETURN_IF(c->kind == KVC_SWA_RADIX_PURE && swa_evicted_seqlen, c->ctx, KVC_ERR_INVALID_ARGUMENT,
                 "%s: swa_evicted_seqlen %lld with a PURE cache: those slots are freed, insert only live ones", __func__,
                 (long long)swa_evicted_seqlen);
-  KVC_FORWARD(check_flow(c, flow, __func__));
+  KVC_FORWARD(kvc__swa_rx_check_flow(c, flow, __func__));
   n = n / rc->ps * rc->ps;
   int64_t prefix = 0;
   int32_t node;
@@ -676,7 +509,7 @@ kvc_status kvc_swa_radix_cache_insert(kvc_swa_radix_cache *c, kvc_flow *flow, ui
     KVC_FORWARD(st); /* the old slots of revived tombstones: the free was refused */
   }
   if (prefix_len) *prefix_len = prefix;
-  return post(c, __func__, KVC_OK);
+  return kvc__swa_rx_post(c, __func__, KVC_OK);
 }
 
 /* --- Request-level checkpoint --------------------------------------------------------------- */
@@ -685,8 +518,8 @@ kvc_status kvc_swa_radix_cache_insert(kvc_swa_radix_cache *c, kvc_flow *flow, ui
 static kvc_status req_unlock(kvc_swa_radix_cache *c, int32_t old, const kvc_radix_req *rr, const char *fn) {
   if (!old) return KVC_OK;
   KVC_RETURN_IF(c->rc->hot[old].lock_ref <= 0, c->ctx, KVC_ERR_MISUSE, "%s: the request's node is not locked", fn);
-  if (rr->swa_lock) KVC_FORWARD(swa_unlockable(c, old, rr->swa_lock, fn));
-  if (rr->swa_lock) swa_unlock(c, old, rr->swa_lock);
+  if (rr->swa_lock) KVC_FORWARD(kvc__swa_rx_unlockable(c, old, rr->swa_lock, fn));
+  if (rr->swa_lock) kvc__swa_rx_unlock(c, old, rr->swa_lock);
   return kvc__rx_unlock(c->rc, old, fn);
 }
 
@@ -697,7 +530,7 @@ static void req_relock(kvc_swa_radix_cache *c, int32_t old, const kvc_radix_req 
   kvc_radix_cache *rc = c->rc;
   kvc__rx_lock(rc, old);
   if (rr->swa_lock == RCPT_CHAIN) {
-    swa_lock_chain(c, old);
+    kvc__swa_rx_lock_chain(c, old);
   } else if (rr->swa_lock) {
     const uint32_t uuid = (uint32_t)(rr->swa_lock >> 2);
     for (int32_t x = old; x > 0; x = rc->hot[x].parent) {
@@ -745,7 +578,7 @@ kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *c, kvc_fl
   kvc_radix_cache *rc = c->rc;
   int32_t old;
   KVC_FORWARD(kvc__rx_req_check(rc, flow, req, __func__, &old));
-  KVC_FORWARD(check_flow(c, flow, __func__));
+  KVC_FORWARD(kvc__swa_rx_check_flow(c, flow, __func__));
   kvc_status st;
   kvc_radix_req *rr = kvc__rx_req_of(rc, req, __func__, &st);
   KVC_FORWARD(st);
@@ -796,7 +629,7 @@ kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *c, kvc_fl
   req->cache_protected_len = 0;
   rr->swa_lock = 0;
   KVC_FORWARD(st);
-  return post(c, __func__, KVC_OK);
+  return kvc__swa_rx_post(c, __func__, KVC_OK);
 }
 
 kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_flow *flow, kvc_req_state *req) {
@@ -805,7 +638,7 @@ kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_
   const char *fn = __func__;
   int32_t old;
   KVC_FORWARD(kvc__rx_req_check(rc, flow, req, fn, &old));
-  KVC_FORWARD(check_flow(c, flow, fn));
+  KVC_FORWARD(kvc__swa_rx_check_flow(c, flow, fn));
   kvc_status st;
   kvc_radix_req *rr = kvc__rx_req_of(rc, req, fn, &st);
   KVC_FORWARD(st);
@@ -842,8 +675,8 @@ kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_
   const uint64_t old_receipt = rr->swa_lock;
   kvc__rx_lock(rc, node);
   rr->swa_lock = 0;
-  if (node && has_swa(c) && swa_lockable(c, node, fn) == KVC_OK)
-    rr->swa_lock = req->session_id ? swa_lock_chain(c, node) : swa_lock(c, node);
+  if (node && kvc__swa_rx_has_swa(c) && kvc__swa_rx_lockable(c, node, fn) == KVC_OK)
+    rr->swa_lock = req->session_id ? kvc__swa_rx_lock_chain(c, node) : kvc__swa_rx_lock(c, node);
   kvc_radix_req prev = *rr;
   prev.swa_lock = old_receipt;
   KVC_CLEANUP_KEEP_FIRST(req_unlock(c, old, &prev, fn), st); /* validated above */
@@ -851,276 +684,5 @@ kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_
   req->cache_protected_len = key_len;
   req->prefix_len = committed;
   req->prefix_slots = NULL;
-  return post(c, fn, st);
-}
-
-/* --- Eviction -------------------------------------------------------------------------------- */
-
-static kvc_status free_swa_side(kvc_swa_radix_cache *c, kvc_flow *flow, const int64_t *slots, size_t n) {
-  if (flow) return kvc__flow_free_window(flow, slots, n);
-  return c->free_swa(c->free_swa_user, slots, n);
-}
-
-static kvc_status free_full(kvc_swa_radix_cache *c, kvc_flow *flow, int32_t x) {
-  rx_free_path fp = {c->rc, flow};
-  return kvc__rx_free_through(&fp, rx_vals(&c->rc->nodes[x]), (size_t)c->rc->hot[x].len);
-}
-
-/* Deletes unlocked childless tombstones from x upward (SGLang's tombstone-chain cleanup). */
-static kvc_status drop_tomb_chain(kvc_swa_radix_cache *c, kvc_flow *flow, int32_t x, int64_t *full_done) {
-  kvc_radix_cache *rc = c->rc;
-  while (x > 0 && rc->nodes[x].swa_lock == RX_SWA_TOMB && rc->hot[x].nchild == 0 && rc->hot[x].lock_ref == 0) {
-    const int32_t parent = rc->hot[x].parent, len = rc->hot[x].len;
-    KVC_FORWARD(free_full(c, flow, x));
-    kvc__rx_delete_leaf(rc, x);
-    *full_done += len;
-    x = parent;
-  }
-  return KVC_OK;
-}
-
-/* Releases the SWA sides gathered in ebuf (one free through the flow or the hook). */
-static kvc_status ebuf_flush(kvc_swa_radix_cache *c, kvc_flow *flow) {
-  if (!c->ebuf_len) return KVC_OK;
-  const size_t n = c->ebuf_len;
-  c->ebuf_len = 0;
-  return free_swa_side(c, flow, c->ebuf, n);
-}
-
-/* Gathers the SWA side of victim x into ebuf; false when ebuf cannot grow (the caller
- * then releases it on its own, after what is gathered). */
-static bool ebuf_add(kvc_swa_radix_cache *c, const int64_t *v, size_t n) {
-  if (c->ebuf_len + n > c->ebuf_cap) {
-    size_t cap = c->ebuf_cap ? c->ebuf_cap : 1024;
-    while (cap < c->ebuf_len + n) {
-      if (cap > SIZE_MAX / 2 / sizeof *c->ebuf) return false;
-      cap *= 2;
-    }
-    int64_t *p = kvc__malloc(c->ctx, cap * sizeof *p);
-    if (!p) return false;
-    if (c->ebuf_len) memcpy(p, c->ebuf, c->ebuf_len * sizeof *p);
-    kvc__free(c->ctx, c->ebuf);
-    c->ebuf = p;
-    c->ebuf_cap = cap;
-  }
-  memcpy(c->ebuf + c->ebuf_len, v, n * sizeof *v);
-  c->ebuf_len += n;
-  return true;
-}
-
-/* SWA eviction in LRU order (the heap above) until `need` SWA tokens are freed in all.
- * The SWA sides of consecutive tombstoned victims go back in one free, in victim order
- * (a deleted leaf's full free comes after the ones gathered before it). */
-static kvc_status swa_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t need, int64_t *swa_done,
-                            int64_t *full_done) {
-  kvc_radix_cache *rc = c->rc;
-  kvc_status st = KVC_OK;
-  size_t aside = 0;
-  while (*swa_done < need && c->lru_len && st == KVC_OK) {
-    const struct swa_cand e = lru_pop(c);
-    const int32_t x = (int32_t)e.id;
-    rx_node *n = &rc->nodes[x];
-    if (!n->seg || n->swa_lock == RX_SWA_TOMB) { /* gone, or a tombstone: no entry now */
-      c->in_lru[x] = 0;
-      continue;
-    }
-    if (e.access != n->access) { /* stamped since: back with its stamp */
-      lru_push(c, (struct swa_cand){n->access, x});
-      continue;
-    }
-    if (n->swa_lock > 0) { /* not a candidate now: back after this call */
-      c->aside[aside++] = e;
-      continue;
-    }
-    c->in_lru[x] = 0;
-    const int32_t len = rc->hot[x].len, parent = rc->hot[x].parent;
-    if (rc->hot[x].nchild == 0 && rc->hot[x].lock_ref == 0) { /* a leaf goes whole */
-      st = ebuf_flush(c, flow);
-      if (st == KVC_OK) st = free_full(c, flow, x);
-      if (st != KVC_OK) {
-        c->in_lru[x] = 1; /* nothing changed for x */
-        lru_push(c, e);
-        break;
-      }
-      kvc__rx_delete_leaf(rc, x);
-      *full_done += len;
-      *swa_done += len;
-      st = drop_tomb_chain(c, flow, parent, full_done);
-    } else {
-      if (!ebuf_add(c, rx_vals(n), (size_t)len)) {
-        st = ebuf_flush(c, flow);
-        if (st == KVC_OK) st = free_swa_side(c, flow, rx_vals(n), (size_t)len);
-      }
-      if (st != KVC_OK) {
-        c->in_lru[x] = 1; /* nothing changed for x */
-        lru_push(c, e);
-        break;
-      }
-      n->swa_lock = RX_SWA_TOMB;
-      n->swa_uuid = 0;
-      rc->swa_live -= len;
-      if (rc->events_on) kvc__rx_event_removed_as(rc, x, KVC_RADIX_COMPONENT_SWA);
-      *swa_done += len;
-    }
-  }
-  KVC_CLEANUP_KEEP_FIRST(ebuf_flush(c, flow), st);
-  for (size_t i = 0; i < aside; i++) lru_push(c, c->aside[i]);
-  return st;
-}
-
-kvc_status kvc_swa_radix_cache_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t num_tokens, int64_t swa_num_tokens,
-                                     int64_t *evicted, int64_t *swa_evicted) {
-  SWA_RADIX_ENTRY(c);
-  kvc_radix_cache *rc = c->rc;
-  KVC_RETURN_IF(num_tokens < 0 || swa_num_tokens < 0, c->ctx, KVC_ERR_INVALID_ARGUMENT,
-                "num_tokens %lld / swa_num_tokens %lld < 0", (long long)num_tokens, (long long)swa_num_tokens);
-  if (evicted) *evicted = 0;
-  if (swa_evicted) *swa_evicted = 0;
-  if (num_tokens == 0 && swa_num_tokens == 0) return KVC_OK;
-  KVC_FORWARD(check_flow(c, flow, __func__));
-  if (c->kind == KVC_SWA_RADIX_PURE) { /* SGLang PureSWARadixCache.evict: one pool */
-    int64_t done = 0;
-    KVC_FORWARD(kvc_radix_cache_evict(rc, flow, KVC__MAX(num_tokens, swa_num_tokens), &done));
-    if (evicted) *evicted = done;
-    if (swa_evicted) *swa_evicted = done;
-    return post(c, __func__, KVC_OK);
-  }
-  if (c->kind == KVC_SWA_RADIX_RING) { /* the rings are the rows': nothing of the tree frees them */
-    KVC_RETURN_IF(num_tokens == 0, c->ctx, KVC_ERR_OUT_OF_SLOTS,
-                  "%lld SWA tokens asked of a RING cache: per-request rings hold no cached SWA KV",
-                  (long long)swa_num_tokens);
-    swa_num_tokens = 0;
-  }
-  const bool full_ok = rc->heap_len > 0, swa_ok = rc->swa_live > rc->swa_protected;
-  KVC_RETURN_IF(!(num_tokens > 0 && full_ok) && !(swa_num_tokens > 0 && swa_ok), c->ctx, KVC_ERR_OUT_OF_SLOTS,
-                "nothing evictable for %lld full / %lld SWA tokens (evictable %lld full, %lld SWA)",
-                (long long)num_tokens, (long long)swa_num_tokens, (long long)rc->evictable,
-                (long long)(rc->swa_live - rc->swa_protected));
-  KVC_RETURN_IF(!kvc__rx_can_free(rc, flow) || (!flow && swa_num_tokens > 0 && !c->free_swa), c->ctx,
-                KVC_ERR_UNSUPPORTED, "no flow and no free_slots / free_swa_slots hook to free through");
-  /* SGLang: full leaves first (each frees its SWA side too), then SWA for what is left. */
-  int64_t full_done = 0, swa_done = 0;
-  kvc_status st = KVC_OK;
-  if (num_tokens > 0) {
-    rx_free_path fp = {rc, flow};
-    const int64_t live0 = rc->swa_live;
-    st = kvc__rx_evict(rc, num_tokens, kvc__rx_free_through, &fp, &full_done);
-    swa_done = live0 - rc->swa_live;
-  }
-  if (st == KVC_OK && swa_done < swa_num_tokens) st = swa_evict(c, flow, swa_num_tokens, &swa_done, &full_done);
-  if (evicted) *evicted = full_done;
-  if (swa_evicted) *swa_evicted = c->kind == KVC_SWA_RADIX_RING ? 0 : swa_done;
-  return post(c, __func__, st);
-}
-
-/* --- Reset, sizes, audit ------------------------------------------------------------------- */
-
-kvc_status kvc_swa_radix_cache_reset(kvc_swa_radix_cache *c) {
-  SWA_RADIX_ENTRY(c);
-  KVC_FORWARD(kvc_radix_cache_reset(c->rc));
-  c->lru_len = 0;
-  if (c->lru_cap) memset(c->in_lru, 0, c->lru_cap);
-  return KVC_OK;
-}
-
-kvc_status kvc_swa_radix_cache_sizes(const kvc_swa_radix_cache *c, kvc_swa_radix_sizes *out) {
-  SWA_RADIX_ENTRY(c);
-  KVC_RETURN_IF(!out, c->ctx, KVC_ERR_INVALID_ARGUMENT, "out is NULL");
-  const kvc_radix_cache *rc = c->rc;
-  memset(out, 0, sizeof *out);
-  out->evictable = rc->evictable;
-  out->protected_size = rc->protected_;
-  out->cached = rc->evictable + rc->protected_;
-  if (c->kind == KVC_SWA_RADIX_RING) return KVC_OK; /* the rings are the rows' */
-  /* PURE: one pool, so the same numbers (no tombstone or SWA lock ever makes them differ) */
-  out->swa_evictable = rc->swa_live - rc->swa_protected;
-  out->swa_protected = rc->swa_protected;
-  out->swa_cached = rc->swa_live;
-  if (c->kind == KVC_SWA_RADIX_PURE) out->swa_evictable = rc->evictable, out->swa_protected = rc->protected_;
-  return KVC_OK;
-}
-
-kvc_status kvc_swa_radix_cache_check(const kvc_swa_radix_cache *c) {
-  SWA_RADIX_ENTRY(c);
-  const kvc_radix_cache *rc = c->rc;
-  const char *fn = __func__;
-  int64_t lv = 0, pr = 0;
-  for (int32_t i = 1; i < rc->nodes_used; i++) {
-    const rx_node *n = &rc->nodes[i];
-    if (!n->seg) continue;
-    if (n->swa_lock < RX_SWA_TOMB || n->swa_lock > rc->hot[i].lock_ref)
-      return kvc__error(c->ctx, KVC_ERR_INTERNAL, fn, "node %d: SWA lock %d, full lock %d", i, n->swa_lock,
-                        rc->hot[i].lock_ref);
-    if (n->swa_lock != RX_SWA_TOMB) lv += rc->hot[i].len;
-    if (n->swa_lock > 0) pr += rc->hot[i].len;
-  }
-  if (lv != rc->swa_live || pr != rc->swa_protected)
-    return kvc__error(c->ctx, KVC_ERR_INTERNAL, fn, "SWA sizes: live %lld/%lld, protected %lld/%lld", (long long)lv,
-                      (long long)rc->swa_live, (long long)pr, (long long)rc->swa_protected);
-  return kvc__rx_audit(rc, fn);
-}
-
-kvc_status kvc_swa_radix_cache_stats(const kvc_swa_radix_cache *c, kvc_radix_stats *out) {
-  SWA_RADIX_ENTRY(c);
-  return kvc_radix_cache_stats(c->rc, out);
-}
-
-/* --- kvc_prefix_cache adapter -------------------------------------------------------------- */
-
-static int pc_zero(void *self) {
-  (void)self;
-  return 0;
-}
-static kvc_status pc_evict(void *self, kvc_flow *flow, int64_t n, int64_t swa_n, int64_t mamba_n) {
-  (void)mamba_n;
-  kvc_swa_radix_cache *c = self;
-  /* Under pressure the flow asks for what it lacks: what nothing can give is its call. */
-  kvc_status st = kvc_swa_radix_cache_evict(c, flow, n, swa_n, NULL, NULL);
-  return st == KVC_ERR_OUT_OF_SLOTS ? KVC_OK : st;
-}
-static int64_t pc_evictable(void *self) { return ((kvc_swa_radix_cache *)self)->rc->evictable; }
-static int64_t pc_protected(void *self) { return ((kvc_swa_radix_cache *)self)->rc->protected_; }
-static int64_t pc_cached(void *self) {
-  const kvc_radix_cache *rc = ((kvc_swa_radix_cache *)self)->rc;
-  return rc->evictable + rc->protected_;
-}
-static kvc_status pc_finished(void *self, kvc_flow *flow, kvc_req_state *req, int is_insert) {
-  return kvc_swa_radix_cache_cache_finished_req(self, flow, req, is_insert);
-}
-static kvc_status pc_unfinished(void *self, kvc_flow *flow, kvc_req_state *req) {
-  return kvc_swa_radix_cache_cache_unfinished_req(self, flow, req);
-}
-/* Node-only locks (sessions): FULL on the path, a chain lock on SWA. */
-static void pc_inc(void *self, void *node) {
-  kvc_swa_radix_cache *c = self;
-  int32_t id;
-  if (node_of(c, node, &id, "kvc_prefix_cache.inc_lock_ref") != KVC_OK) {
-    kvc__log(c->ctx, KVC_LOG_WARN, "%s", kvc_last_error(c->ctx));
-    return;
-  }
-  if (!id) return;
-  kvc__rx_lock(c->rc, id);
-  if (has_swa(c)) swa_lock_chain(c, id);
-}
-static void pc_dec(void *self, void *node) {
-  kvc_swa_radix_cache *c = self;
-  if (kvc_swa_radix_cache_unlock(c, node, has_swa(c) ? RCPT_CHAIN : 0) != KVC_OK)
-    kvc__log(c->ctx, KVC_LOG_WARN, "%s", kvc_last_error(c->ctx));
-}
-
-kvc_prefix_cache kvc_swa_radix_cache_as_prefix_cache(kvc_swa_radix_cache *c) {
-  kvc_prefix_cache p;
-  memset(&p, 0, sizeof p);
-  p.self = c;
-  p.is_chunk_cache = pc_zero;
-  p.supports_mamba = pc_zero;
-  p.evict = pc_evict;
-  p.evictable_size = pc_evictable;
-  p.protected_size = pc_protected;
-  p.cached_size = pc_cached;
-  p.cache_finished_req = pc_finished;
-  p.cache_unfinished_req = pc_unfinished;
-  p.inc_lock_ref = pc_inc;
-  p.dec_lock_ref = pc_dec;
-  return p;
+  return kvc__swa_rx_post(c, fn, st);
 }
