@@ -590,18 +590,17 @@ static int32_t insert_visit(kvc_radix_cache *rc, int32_t c, int64_t pl, int64_t 
   return c;
 }
 
-static void insert_leaf(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t pos, int32_t priority,
-                        int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *cur, size_t *d);
+static void insert_leaf(kvc_radix_cache *rc, const rx_apply_args *a, int64_t pos, int32_t *cur, size_t *d);
 
-void kvc__rx_apply_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t prefix, size_t depth,
-                        int32_t priority, int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *node,
-                        size_t *out_depth) {
+void kvc__rx_apply_path(kvc_radix_cache *rc, const rx_apply_args *a, int64_t prefix, size_t probed) {
   const uint64_t t = ++rc->clock;
   rc->nodes[0].access = t;
+  const int32_t priority = a->priority;
+  const int64_t inserted_len = a->inserted_len;
   int32_t cur = 0;
   int64_t pos = 0;
   size_t d = 0;
-  for (; d < depth; d++) {
+  for (; d < probed; d++) {
     const int32_t c = rc->path[d];
     const int64_t pl = KVC__MIN((int64_t)rc->hot[c].len, prefix - pos);
     const bool part = pl < rc->hot[c].len;
@@ -613,14 +612,17 @@ void kvc__rx_apply_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, i
       break;
     }
   }
-  insert_leaf(rc, ns, keys, n, pos, priority, inserted_len, leaf_seg, leaf_run, &cur, &d);
-  *node = cur;
-  if (out_depth) *out_depth = d;
+  insert_leaf(rc, a, pos, &cur, &d);
+  *a->node = cur;
+  if (a->depth) *a->depth = d;
 }
 
-void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int32_t priority,
-                          int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *node, size_t *depth) {
-  const int64_t ps = rc->ps;
+void kvc__rx_apply_insert_with(kvc_radix_cache *rc, const rx_apply_args *a) {
+  const int64_t ps = rc->ps, n = a->n;
+  const uint64_t ns = a->ns;
+  const int32_t *keys = a->keys;
+  const int32_t priority = a->priority;
+  const int64_t inserted_len = a->inserted_len;
   const uint64_t t = ++rc->clock;
   rx_node *root = &rc->nodes[0];
   root->access = t;
@@ -637,28 +639,27 @@ void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys,
     pos += pl;
     if (pl < len) break;
   }
-  insert_leaf(rc, ns, keys, n, pos, priority, inserted_len, leaf_seg, leaf_run, &cur, &d);
-  *node = cur;
-  if (depth) *depth = d;
+  insert_leaf(rc, a, pos, &cur, &d);
+  *a->node = cur;
+  if (a->depth) *a->depth = d;
 }
 
-static void insert_leaf(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t pos, int32_t priority,
-                        int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *cur_io, size_t *d) {
-  const int64_t ps = rc->ps;
+static void insert_leaf(kvc_radix_cache *rc, const rx_apply_args *a, int64_t pos, int32_t *cur_io, size_t *d) {
+  const int64_t ps = rc->ps, n = a->n;
   int32_t cur = *cur_io;
   if (pos < n) {
     int32_t l = node_new(rc);
     rx_node *L = &rc->nodes[l];
-    L->seg = leaf_seg;
+    L->seg = a->leaf_seg;
     L->off = 0;
     rc->hot[l].len = (int32_t)(n - pos);
-    L->run_first = leaf_run;
-    L->ns = ns;
-    L->priority = priority;
-    L->hit_count = n > inserted_len;
+    L->run_first = a->leaf_run;
+    L->ns = a->ns;
+    L->priority = a->priority;
+    L->hit_count = n > a->inserted_len;
     L->access = L->creation = ++rc->clock;
     sib_link(rc, cur, l);
-    L->child_h = child_hash(cur, ns, rx_keys(L), ps);
+    L->child_h = child_hash(cur, a->ns, rx_keys(L), ps);
     table_put(rc, L->child_h, cur, l);
     /* The caller marked the leaf's slots held when it validated them. */
     rc->evictable += n - pos;
