@@ -237,15 +237,6 @@ void kvc__rx_touch_path(kvc_radix_cache *rc, size_t depth);
 void *kvc__rx_handle(const kvc_radix_cache *rc, int32_t id);
 bool kvc__rx_from_handle(const kvc_radix_cache *rc, const void *h, int32_t *id);
 
-/** inc/dec lock from id to the root (root excluded). dec fails (nothing changed) when a
- *  node on the path is unlocked. */
-void kvc__rx_lock(kvc_radix_cache *rc, int32_t id);
-kvc_status kvc__rx_unlock(kvc_radix_cache *rc, int32_t id, const char *fn);
-
-/** Evicts leaves in policy order until >= n tokens; frees their slots with free_fn. */
-typedef kvc_status (*rx_free_fn)(void *user, const int64_t *slots, size_t n);
-kvc_status kvc__rx_evict(kvc_radix_cache *rc, int64_t n, rx_free_fn free_fn, void *user, int64_t *evicted);
-
 /** SGLang _split_node at p tokens of node c (a reserved node): returns the new upper node. */
 int32_t kvc__rx_split(kvc_radix_cache *rc, int32_t c, int32_t p);
 /** Deletes unlocked childless node id (its slots already freed): events, held bits,
@@ -256,6 +247,31 @@ void kvc__rx_delete_leaf(kvc_radix_cache *rc, int32_t id);
 kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn);
 /** Approximate host bytes (capacity of every array + segments). */
 size_t kvc__rx_bytes(const kvc_radix_cache *rc);
+
+/* --- radix_evict.c ------------------------------------------------------------------ */
+
+/** Restores heap order around heap member id after its policy key changed. */
+void kvc__rx_heap_sift(kvc_radix_cache *rc, int32_t id);
+/** Inline so that the walks pay no call for the inner nodes on their path, which are
+ *  never in the heap (only unlocked leaves are). */
+static inline void kvc__rx_heap_fix(kvc_radix_cache *rc, int32_t id) {
+  if (rc->nodes[id].heap_pos != RX_NONE) kvc__rx_heap_sift(rc, id);
+}
+void kvc__rx_heap_remove(kvc_radix_cache *rc, int32_t id);
+/** SGLang _update_leaf_status: puts id in the heap or takes it out as it is or stops
+ *  being an unlocked childless node (the root never is). */
+void kvc__rx_leaf_update(kvc_radix_cache *rc, int32_t id);
+/** The heap-order part of kvc__rx_audit. */
+kvc_status kvc__rx_heap_audit(const kvc_radix_cache *rc, const char *fn);
+
+/** inc/dec lock from id to the root (root excluded). dec fails (nothing changed) when a
+ *  node on the path is unlocked. */
+void kvc__rx_lock(kvc_radix_cache *rc, int32_t id);
+kvc_status kvc__rx_unlock(kvc_radix_cache *rc, int32_t id, const char *fn);
+
+/** Evicts leaves in policy order until >= n tokens; frees their slots with free_fn. */
+typedef kvc_status (*rx_free_fn)(void *user, const int64_t *slots, size_t n);
+kvc_status kvc__rx_evict(kvc_radix_cache *rc, int64_t n, rx_free_fn free_fn, void *user, int64_t *evicted);
 
 /* --- radix_cache.c (shared with swa_radix.c) ------------------------------------------ */
 
