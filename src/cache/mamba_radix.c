@@ -421,7 +421,8 @@ kvc_status kvc_mamba_radix_cache_insert(kvc_mamba_radix_cache *c, kvc_flow *flow
   int taken = 0;
   if (n > 0) {
     int32_t node;
-    KVC_FORWARD(kvc__rx_insert(rc, flow, __func__, ns, tokens, slots, NULL, 0, n, 0, 0, 0, &prefix, &node, NULL, NULL));
+    const rx_insert_args a = {.ns = ns, .keys = tokens, .vals = slots, .n = n, .prefix = &prefix, .node = &node};
+    KVC_FORWARD(kvc__rx_insert_with(rc, flow, __func__, &a));
     if (!rc->nodes[node].mamba_slot) attach(c, node, mamba_slot), taken = 1;
     else touch(c, node); /* SGLang mamba_exist: the existing state is refreshed */
   }
@@ -511,8 +512,16 @@ kvc_status kvc_mamba_radix_cache_cache_finished_req(kvc_mamba_radix_cache *c, kv
   if (key_len > 0) {
     const rx_row_src src = {flow, row};
     int64_t prefix;
-    st = kvc__rx_insert(rc, flow, fn, rr->ns, rr->tokens, NULL, &src, KVC__MIN(req->cache_protected_len, key_len),
-                        key_len, rr->priority, rr->inserted_len, 0, &prefix, &node, NULL, NULL);
+    const rx_insert_args a = {.ns = rr->ns,
+                              .keys = rr->tokens,
+                              .src = &src,
+                              .from = KVC__MIN(req->cache_protected_len, key_len),
+                              .n = key_len,
+                              .priority = rr->priority,
+                              .inserted_len = rr->inserted_len,
+                              .prefix = &prefix,
+                              .node = &node};
+    st = kvc__rx_insert_with(rc, flow, fn, &a);
     if (st != KVC_OK) {
       lock(c, old);
       return st;
@@ -581,8 +590,18 @@ kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *c, 
   int32_t node;
   size_t nd = 0, depth;
   const rx_row_src rs = {flow, req->req_row};
-  st = kvc__rx_insert(rc, flow, fn, rr->ns, rr->tokens, NULL, &rs, KVC__MIN(req->cache_protected_len, key_len), key_len,
-                      rr->priority, rr->inserted_len, 0, &prefix, &node, &nd, &depth);
+  const rx_insert_args a = {.ns = rr->ns,
+                            .keys = rr->tokens,
+                            .src = &rs,
+                            .from = KVC__MIN(req->cache_protected_len, key_len),
+                            .n = key_len,
+                            .priority = rr->priority,
+                            .inserted_len = rr->inserted_len,
+                            .prefix = &prefix,
+                            .node = &node,
+                            .ndups = &nd,
+                            .depth = &depth};
+  st = kvc__rx_insert_with(rc, flow, fn, &a);
   if (st != KVC_OK) {
     kvc__mamba_pool_unalloc(c->pool, &copy, 1); /* back to the front: the pool as before */
     return st;

@@ -195,19 +195,39 @@ int64_t kvc__rx_probe_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys
  *  returns their count (the caller frees them: SGLang never overwrites a cached value). */
 size_t kvc__rx_path_dups(const kvc_radix_cache *rc, size_t depth, int64_t prefix, const int64_t *vals, int64_t from,
                          int64_t *dups);
-/** SGLang _insert_helper, after kvc__rx_reserve_nodes(rc, 2): stamps
- *  and raises the priority of the path, splits, counts hits past inserted_len, and hangs
- *  leaf_seg (the tokens past the probed prefix; NULL when there are none) as a new leaf,
- *  whose run_first is leaf_run (from kvc__rx_mark).
- *  Cannot fail. *node is the last node; the path's nodes are left in rc->path[0:*depth)
+/** What an insert's apply writes: keys[0:n) of namespace ns with their priority, the
+ *  request's inserted_len (hits count only past it) and the new leaf, leaf_seg (the tokens
+ *  past the present prefix; NULL when there are none) whose run_first is leaf_run (from
+ *  kvc__rx_mark). *node gets the last node; the path's nodes are left in rc->path[0:*depth)
  *  (depth may be NULL). */
-void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int32_t priority,
-                          int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *node, size_t *depth);
-/** kvc__rx_apply_insert along the path kvc__rx_probe_path left in rc->path[0:depth)
+typedef struct rx_apply_args {
+  uint64_t ns;
+  const int32_t *keys;
+  int64_t n;
+  int32_t priority;
+  int64_t inserted_len;
+  rx_seg *leaf_seg;
+  int64_t leaf_run;
+  int32_t *node;
+  size_t *depth;
+} rx_apply_args;
+/** SGLang _insert_helper, after kvc__rx_reserve_nodes(rc, 2): stamps and raises the
+ *  priority of the path, splits, counts hits past inserted_len, and hangs the leaf.
+ *  Cannot fail. */
+void kvc__rx_apply_insert_with(kvc_radix_cache *rc, const rx_apply_args *a);
+/** kvc__rx_apply_insert_with along the path kvc__rx_probe_path left in rc->path[0:probed)
  *  (prefix tokens present; the tree unchanged since), without walking the keys again. */
-void kvc__rx_apply_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t prefix, size_t depth,
-                        int32_t priority, int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *node,
-                        size_t *out_depth);
+void kvc__rx_apply_path(kvc_radix_cache *rc, const rx_apply_args *a, int64_t prefix, size_t probed);
+/** Positional form, kept only for swa_radix.c until it passes rx_apply_args (that file is
+ *  being split elsewhere); new callers use kvc__rx_apply_insert_with. */
+static inline void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n,
+                                        int32_t priority, int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run,
+                                        int32_t *node, size_t *depth) {
+  /* Out-pointers are only stored; cppcheck 2.10 reads storing one as a read of the target. */
+  /* cppcheck-suppress ctuuninitvar */
+  const rx_apply_args a = {ns, keys, n, priority, inserted_len, leaf_seg, leaf_run, node, depth};
+  kvc__rx_apply_insert_with(rc, &a);
+}
 /** SGLang's re-match after an insert of the same key: stamps the root and rc->path[0:depth)
  *  (the insert's path, ending on a node boundary, so the walk would split nothing) with
  *  one new tick, without walking the keys again. */
@@ -216,15 +236,6 @@ void kvc__rx_touch_path(kvc_radix_cache *rc, size_t depth);
 /** Handle <-> node id (generation-checked). */
 void *kvc__rx_handle(const kvc_radix_cache *rc, int32_t id);
 bool kvc__rx_from_handle(const kvc_radix_cache *rc, const void *h, int32_t *id);
-
-/** inc/dec lock from id to the root (root excluded). dec fails (nothing changed) when a
- *  node on the path is unlocked. */
-void kvc__rx_lock(kvc_radix_cache *rc, int32_t id);
-kvc_status kvc__rx_unlock(kvc_radix_cache *rc, int32_t id, const char *fn);
-
-/** Evicts leaves in policy order until >= n tokens; frees their slots with free_fn. */
-typedef kvc_status (*rx_free_fn)(void *user, const int64_t *slots, size_t n);
-kvc_status kvc__rx_evict(kvc_radix_cache *rc, int64_t n, rx_free_fn free_fn, void *user, int64_t *evicted);
 
 /** SGLang _split_node at p tokens of node c (a reserved node): returns the new upper node. */
 int32_t kvc__rx_split(kvc_radix_cache *rc, int32_t c, int32_t p);
@@ -237,6 +248,31 @@ kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn);
 /** Approximate host bytes (capacity of every array + segments). */
 size_t kvc__rx_bytes(const kvc_radix_cache *rc);
 
+/* --- radix_evict.c ------------------------------------------------------------------ */
+
+/** Restores heap order around heap member id after its policy key changed. */
+void kvc__rx_heap_sift(kvc_radix_cache *rc, int32_t id);
+/** Inline so that the walks pay no call for the inner nodes on their path, which are
+ *  never in the heap (only unlocked leaves are). */
+static inline void kvc__rx_heap_fix(kvc_radix_cache *rc, int32_t id) {
+  if (rc->nodes[id].heap_pos != RX_NONE) kvc__rx_heap_sift(rc, id);
+}
+void kvc__rx_heap_remove(kvc_radix_cache *rc, int32_t id);
+/** SGLang _update_leaf_status: puts id in the heap or takes it out as it is or stops
+ *  being an unlocked childless node (the root never is). */
+void kvc__rx_leaf_update(kvc_radix_cache *rc, int32_t id);
+/** The heap-order part of kvc__rx_audit. */
+kvc_status kvc__rx_heap_audit(const kvc_radix_cache *rc, const char *fn);
+
+/** inc/dec lock from id to the root (root excluded). dec fails (nothing changed) when a
+ *  node on the path is unlocked. */
+void kvc__rx_lock(kvc_radix_cache *rc, int32_t id);
+kvc_status kvc__rx_unlock(kvc_radix_cache *rc, int32_t id, const char *fn);
+
+/** Evicts leaves in policy order until >= n tokens; frees their slots with free_fn. */
+typedef kvc_status (*rx_free_fn)(void *user, const int64_t *slots, size_t n);
+kvc_status kvc__rx_evict(kvc_radix_cache *rc, int64_t n, rx_free_fn free_fn, void *user, int64_t *evicted);
+
 /* --- radix_cache.c (shared with swa_radix.c) ------------------------------------------ */
 
 /* Frees slots through the flow, else the config's hook. */
@@ -248,17 +284,45 @@ kvc_status kvc__rx_free_through(void *user, const int64_t *slots, size_t n);
 bool kvc__rx_can_free(const kvc_radix_cache *rc, const kvc_flow *flow);
 
 /* Where a checkpoint's values come from: row `row` of the flow's request-to-token mirror
- * (kvc__rx_insert is given NULL instead when the caller passes the values). */
+ * (rx_insert_args.src is NULL instead when the caller passes the values). */
 typedef struct rx_row_src {
   const kvc_flow *flow;
   int32_t row;
 } rx_row_src;
+/** An insert's inputs: keys[0:n) of namespace ns, their slots from vals or (a checkpoint)
+ *  from src, the first `from` already the tree's, priority and the request's inserted_len;
+ *  extra: nodes the caller needs reserved after it (a prompt split, SWA revival). Outputs:
+ *  *prefix the tokens found present, *node the last node, *ndups the duplicates freed and
+ *  *depth the path's length in rc->path (ndups and depth may be NULL). */
+typedef struct rx_insert_args {
+  uint64_t ns;
+  const int32_t *keys;
+  const int64_t *vals;
+  const rx_row_src *src;
+  int64_t from;
+  int64_t n;
+  int32_t priority;
+  int64_t inserted_len;
+  int32_t extra;
+  int64_t *prefix;
+  int32_t *node;
+  size_t *ndups;
+  size_t *depth;
+} rx_insert_args;
 /** The whole insert (validate, reserve 2 + extra nodes, free duplicates, apply); on
  *  failure nothing changed. See radix_cache.c. */
-kvc_status kvc__rx_insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, uint64_t ns, const int32_t *keys,
-                          const int64_t *vals, const rx_row_src *src, int64_t from, int64_t n, int32_t priority,
-                          int64_t inserted_len, int32_t extra, int64_t *prefix, int32_t *node, size_t *ndups,
-                          size_t *depth);
+kvc_status kvc__rx_insert_with(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, const rx_insert_args *a);
+/** Positional form, kept only for swa_radix.c until it passes rx_insert_args (that file is
+ *  being split elsewhere); new callers use kvc__rx_insert_with. */
+static inline kvc_status kvc__rx_insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, uint64_t ns,
+                                        const int32_t *keys, const int64_t *vals, const rx_row_src *src, int64_t from,
+                                        int64_t n, int32_t priority, int64_t inserted_len, int32_t extra,
+                                        int64_t *prefix, int32_t *node, size_t *ndups, size_t *depth) {
+  /* Out-pointers are only stored; cppcheck 2.10 reads storing one as a read of the target. */
+  /* cppcheck-suppress ctuuninitvar */
+  const rx_insert_args a = {ns, keys, vals, src, from, n, priority, inserted_len, extra, prefix, node, ndups, depth};
+  return kvc__rx_insert_with(rc, flow, fn, &a);
+}
 /** What both checkpoints validate of a request; *old its locked node (0 = none). */
 kvc_status kvc__rx_req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, const char *fn,
                              int32_t *old);

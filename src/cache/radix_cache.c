@@ -154,23 +154,22 @@ kvc_status kvc_radix_cache_match_req(kvc_radix_cache *rc, kvc_req_state *req, kv
 
 /* The whole insert: probe, validate and mark the new slots, allocate the leaf, reserve
  * nodes, free the duplicates, then apply (which cannot fail). keys/vals hold n tokens
- * (page-floored by the caller). reserve_extra: nodes the caller needs after this (the
- * prompt split). With a row source (a checkpoint), vals is ignored: the row's slots of
- * [from, n) are read into rc->vec, [from, prefix) only once the walk has found prefix.
- * The walk is done once: the dry run's path is the one applied. On failure nothing
- * changed; *depth (may be NULL) is the apply's path length in rc->path. */
-kvc_status kvc__rx_insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, uint64_t ns, const int32_t *keys,
-                          const int64_t *vals, const rx_row_src *src, int64_t from, int64_t n, int32_t priority,
-                          int64_t inserted_len, int32_t extra, int64_t *prefix, int32_t *node, size_t *ndups,
-                          size_t *depth) {
+ * (page-floored by the caller). With a row source (a checkpoint), vals is ignored: the
+ * row's slots of [from, n) are read into rc->vec, [from, prefix) only once the walk has
+ * found prefix. The walk is done once: the dry run's path is the one applied. On failure
+ * nothing changed. */
+kvc_status kvc__rx_insert_with(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, const rx_insert_args *a) {
+  const int32_t *keys = a->keys;
+  const rx_row_src *src = a->src;
+  const int64_t from = a->from, n = a->n;
   KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)n));
   size_t nd = 0, pd;
   /* One walk: its path is applied below (nothing changes the tree in between). */
-  *prefix = kvc__rx_probe_path(rc, ns, keys, n, &pd);
-  if (src) vals = rc->vec;
-  if (src && *prefix > from) KVC_FORWARD(kvc_flow_row_slots(src->flow, src->row, from, *prefix, rc->vec + from));
-  if (*prefix > from) nd = kvc__rx_path_dups(rc, pd, *prefix, vals, from, rc->dups);
-  const int64_t p = *prefix, top = rc->top_slot;
+  const int64_t p = *a->prefix = kvc__rx_probe_path(rc, a->ns, keys, n, &pd);
+  const int64_t *vals = src ? rc->vec : a->vals;
+  if (src && p > from) KVC_FORWARD(kvc_flow_row_slots(src->flow, src->row, from, p, rc->vec + from));
+  if (p > from) nd = kvc__rx_path_dups(rc, pd, p, vals, from, rc->dups);
+  const int64_t top = rc->top_slot;
   KVC_RETURN_IF(p < from, rc->ctx, KVC_ERR_MISUSE,
                 "%s: the request's first %lld tokens (cache_protected_len) are not in the tree, only %lld (was its "
                 "node locked?)",
@@ -199,7 +198,7 @@ kvc_status kvc__rx_insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, u
     seg = kvc__rx_seg_new(rc, keys + p, vals + p, n - p);
     if (!seg) st = kvc__error(rc->ctx, KVC_ERR_HOST_OOM, fn, "segment of %lld tokens", (long long)(n - p));
   }
-  if (st == KVC_OK) st = kvc__rx_reserve_nodes(rc, fn, 2 + extra);
+  if (st == KVC_OK) st = kvc__rx_reserve_nodes(rc, fn, 2 + a->extra);
   if (st == KVC_OK && nd) {
     rx_free_path fp = {rc, flow};
     st = kvc__rx_free_through(&fp, rc->dups, nd); /* SGLang frees row[cache_protected_len:prefix_len) */
@@ -209,8 +208,9 @@ kvc_status kvc__rx_insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, u
     if (seg) kvc__rx_seg_drop(rc, seg);
     return st;
   }
-  kvc__rx_apply_path(rc, ns, keys, n, p, pd, priority, inserted_len, seg, run, node, depth);
-  if (ndups) *ndups = nd;
+  const rx_apply_args ap = {a->ns, keys, n, a->priority, a->inserted_len, seg, run, a->node, a->depth};
+  kvc__rx_apply_path(rc, &ap, p, pd);
+  if (a->ndups) *a->ndups = nd;
   return KVC_OK;
 }
 
@@ -222,9 +222,11 @@ kvc_status kvc_radix_cache_insert(kvc_radix_cache *rc, kvc_flow *flow, uint64_t 
   n = n / rc->ps * rc->ps;
   int64_t prefix = 0;
   int32_t node;
-  if (n > 0)
-    KVC_FORWARD(
-        kvc__rx_insert(rc, flow, __func__, ns, tokens, slots, NULL, 0, n, priority, 0, 0, &prefix, &node, NULL, NULL));
+  if (n > 0) {
+    const rx_insert_args a = {
+        .ns = ns, .keys = tokens, .vals = slots, .n = n, .priority = priority, .prefix = &prefix, .node = &node};
+    KVC_FORWARD(kvc__rx_insert_with(rc, flow, __func__, &a));
+  }
   if (prefix_len) *prefix_len = prefix;
   return post(rc, __func__, KVC_OK);
 }
@@ -300,8 +302,17 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
   if (key_len > 0) {
     /* [0, cache_protected_len) is the tree's already (SGLang frees duplicates from there). */
     const rx_row_src src = {flow, req->req_row};
-    st = kvc__rx_insert(rc, flow, __func__, rr->ns, rr->tokens, NULL, &src, KVC__MIN(req->cache_protected_len, key_len),
-                        key_len, rr->priority, rr->inserted_len, 1, &prefix, &node, NULL, NULL);
+    const rx_insert_args a = {.ns = rr->ns,
+                              .keys = rr->tokens,
+                              .src = &src,
+                              .from = KVC__MIN(req->cache_protected_len, key_len),
+                              .n = key_len,
+                              .priority = rr->priority,
+                              .inserted_len = rr->inserted_len,
+                              .extra = 1,
+                              .prefix = &prefix,
+                              .node = &node};
+    st = kvc__rx_insert_with(rc, flow, __func__, &a);
     if (st != KVC_OK) {
       if (old) kvc__rx_lock(rc, old);
       return st;
@@ -310,8 +321,14 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
     const int64_t pf = KVC__MIN(rr->prompt_len, rr->num_tokens) / rc->ps * rc->ps;
     if (pf > 0 && pf < key_len) {
       int32_t unused;
-      kvc__rx_apply_insert(rc, rr->ns, rr->tokens, pf, rr->priority + 1, KVC__MAX(rr->inserted_len, key_len), NULL, -1,
-                           &unused, NULL);
+      const rx_apply_args ap = {.ns = rr->ns,
+                                .keys = rr->tokens,
+                                .n = pf,
+                                .priority = rr->priority + 1,
+                                .inserted_len = KVC__MAX(rr->inserted_len, key_len),
+                                .leaf_run = -1,
+                                .node = &unused};
+      kvc__rx_apply_insert_with(rc, &ap);
     }
     rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
   }
@@ -345,9 +362,19 @@ kvc_status kvc_radix_cache_cache_unfinished_req(kvc_radix_cache *rc, kvc_flow *f
     int64_t prefix;
     size_t depth;
     const rx_row_src src = {flow, req->req_row};
-    KVC_FORWARD(kvc__rx_insert(rc, flow, __func__, rr->ns, rr->tokens, NULL, &src,
-                               KVC__MIN(req->cache_protected_len, key_len), key_len, rr->priority, rr->inserted_len, 1,
-                               &prefix, &node, &nd, &depth));
+    const rx_insert_args a = {.ns = rr->ns,
+                              .keys = rr->tokens,
+                              .src = &src,
+                              .from = KVC__MIN(req->cache_protected_len, key_len),
+                              .n = key_len,
+                              .priority = rr->priority,
+                              .inserted_len = rr->inserted_len,
+                              .extra = 1,
+                              .prefix = &prefix,
+                              .node = &node,
+                              .ndups = &nd,
+                              .depth = &depth};
+    KVC_FORWARD(kvc__rx_insert_with(rc, flow, __func__, &a));
     rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
     /* SGLang re-matches the key (stamping the path) and writes the tree's slots into the
      * row where the request's duplicates were. The insert left exactly that path, ending

@@ -1,7 +1,8 @@
 /*
- * radix_tree.c — the radix tree of kvc_radix_cache: nodes, the child index, match,
- * split, insert, locks and the eviction heap (SGLang radix_cache.py's TreeNode,
- * _match_prefix_helper, _split_node, _insert_helper, inc/dec_lock_ref, evict).
+ * radix_tree.c — the radix tree of kvc_radix_cache: the node store, the child index,
+ * match, split, insert and leaf deletion (SGLang radix_cache.py's TreeNode,
+ * _match_prefix_helper, _split_node, _insert_helper). The eviction heap, locks and the
+ * evict loop are in radix_evict.c.
  *
  * Every fallible step (growing an array, allocating a segment) happens before the tree
  * changes, so the mutating walks below cannot fail half way: callers reserve first.
@@ -10,98 +11,10 @@
 
 #include <string.h>
 
-/* --- Eviction order ------------------------------------------------------------------ */
-
-/* The policy's key (compared lexicographically, smallest evicted first). Logical-clock
- * stamps are unique per call and per created node, so SGLang's heap never meets a tie
- * between two leaves; the id only makes the order total. */
-static void policy_key(const kvc_radix_cache *rc, const rx_node *n, int64_t k[2]) {
-  const int64_t acc = (int64_t)n->access, cre = (int64_t)n->creation;
-  switch (rc->cfg.policy) {
-  case KVC_RADIX_LFU: k[0] = n->hit_count, k[1] = acc; break;
-  case KVC_RADIX_FIFO: k[0] = cre, k[1] = 0; break;
-  case KVC_RADIX_MRU: k[0] = -acc, k[1] = 0; break;
-  case KVC_RADIX_FILO: k[0] = -cre, k[1] = 0; break;
-  case KVC_RADIX_PRIORITY: k[0] = n->priority, k[1] = acc; break;
-  case KVC_RADIX_SLRU: k[0] = n->hit_count >= rc->cfg.slru_threshold, k[1] = acc; break;
-  default: k[0] = acc, k[1] = 0; break;
-  }
-}
-
-static bool before(const kvc_radix_cache *rc, int32_t a, int32_t b) {
-  int64_t ka[2], kb[2];
-  policy_key(rc, &rc->nodes[a], ka);
-  policy_key(rc, &rc->nodes[b], kb);
-  if (ka[0] != kb[0]) return ka[0] < kb[0];
-  if (ka[1] != kb[1]) return ka[1] < kb[1];
-  return a < b;
-}
-
-static void heap_set(kvc_radix_cache *rc, int32_t i, int32_t id) {
-  rc->heap[i] = id;
-  rc->nodes[id].heap_pos = i;
-}
-
-static void sift_up(kvc_radix_cache *rc, int32_t i) {
-  int32_t id = rc->heap[i];
-  while (i > 0) {
-    int32_t p = (i - 1) / 2;
-    if (!before(rc, id, rc->heap[p])) break;
-    heap_set(rc, i, rc->heap[p]);
-    i = p;
-  }
-  heap_set(rc, i, id);
-}
-
-static void sift_down(kvc_radix_cache *rc, int32_t i) {
-  int32_t id = rc->heap[i];
-  for (;;) {
-    int32_t l = 2 * i + 1, m = i;
-    int32_t best = id;
-    if (l < rc->heap_len && before(rc, rc->heap[l], best)) m = l, best = rc->heap[l];
-    if (l + 1 < rc->heap_len && before(rc, rc->heap[l + 1], best)) m = l + 1, best = rc->heap[l + 1];
-    if (m == i) break;
-    heap_set(rc, i, best);
-    i = m;
-  }
-  heap_set(rc, i, id);
-}
-
-static void heap_fix(kvc_radix_cache *rc, int32_t id) {
-  int32_t i = rc->nodes[id].heap_pos;
-  if (i == RX_NONE) return;
-  sift_up(rc, i);
-  sift_down(rc, rc->nodes[id].heap_pos);
-}
-
-static void heap_remove(kvc_radix_cache *rc, int32_t id) {
-  int32_t i = rc->nodes[id].heap_pos;
-  rc->nodes[id].heap_pos = RX_NONE;
-  int32_t last = rc->heap[--rc->heap_len];
-  if (i == rc->heap_len) return;
-  heap_set(rc, i, last);
-  sift_up(rc, i);
-  sift_down(rc, rc->nodes[last].heap_pos);
-}
-
-/* SGLang _update_leaf_status: an evictable leaf is unlocked and childless. The heap has
- * room for every node (kvc__rx_reserve_nodes), so the push cannot fail. */
-static void leaf_update(kvc_radix_cache *rc, int32_t id) {
-  if (id == 0) return;
-  const rx_hot *h = &rc->hot[id];
-  rx_node *n = &rc->nodes[id];
-  bool leaf = h->lock_ref == 0 && h->nchild == 0;
-  if (leaf && n->heap_pos == RX_NONE) {
-    heap_set(rc, rc->heap_len++, id);
-    sift_up(rc, rc->heap_len - 1);
-  } else if (!leaf && n->heap_pos != RX_NONE) {
-    heap_remove(rc, id);
-  }
-}
-
+/* A walk's stamp: LRU-like policies order the heap by it, so a leaf passed moves there. */
 static void touch(kvc_radix_cache *rc, int32_t id, uint64_t t) {
   rc->nodes[id].access = t;
-  heap_fix(rc, id);
+  kvc__rx_heap_fix(rc, id);
 }
 
 /* --- Child index ----------------------------------------------------------------------- */
@@ -579,29 +492,28 @@ size_t kvc__rx_path_dups(const kvc_radix_cache *rc, size_t depth, int64_t prefix
 static int32_t insert_visit(kvc_radix_cache *rc, int32_t c, int64_t pl, int64_t pos, uint64_t t, int32_t priority,
                             int64_t inserted_len) {
   rc->nodes[c].access = t;
-  heap_fix(rc, c); /* its key changed; a split below leaves it where it is */
+  kvc__rx_heap_fix(rc, c); /* its key changed; a split below leaves it where it is */
   if (pl < rc->hot[c].len) c = kvc__rx_split(rc, c, (int32_t)pl);
   /* The priority goes to the part on the key's path only: the prompt's re-insert with
    * priority + 1 must leave the outputs' part below it evictable first. */
   if (priority > rc->nodes[c].priority) rc->nodes[c].priority = priority;
   /* A request counts each node once: only nodes ending past what it inserted before. */
   if (pos + pl > inserted_len) rc->nodes[c].hit_count++;
-  heap_fix(rc, c);
+  kvc__rx_heap_fix(rc, c);
   return c;
 }
 
-static void insert_leaf(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t pos, int32_t priority,
-                        int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *cur, size_t *d);
+static void insert_leaf(kvc_radix_cache *rc, const rx_apply_args *a, int64_t pos, int32_t *cur, size_t *d);
 
-void kvc__rx_apply_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t prefix, size_t depth,
-                        int32_t priority, int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *node,
-                        size_t *out_depth) {
+void kvc__rx_apply_path(kvc_radix_cache *rc, const rx_apply_args *a, int64_t prefix, size_t probed) {
   const uint64_t t = ++rc->clock;
   rc->nodes[0].access = t;
+  const int32_t priority = a->priority;
+  const int64_t inserted_len = a->inserted_len;
   int32_t cur = 0;
   int64_t pos = 0;
   size_t d = 0;
-  for (; d < depth; d++) {
+  for (; d < probed; d++) {
     const int32_t c = rc->path[d];
     const int64_t pl = KVC__MIN((int64_t)rc->hot[c].len, prefix - pos);
     const bool part = pl < rc->hot[c].len;
@@ -613,14 +525,17 @@ void kvc__rx_apply_path(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, i
       break;
     }
   }
-  insert_leaf(rc, ns, keys, n, pos, priority, inserted_len, leaf_seg, leaf_run, &cur, &d);
-  *node = cur;
-  if (out_depth) *out_depth = d;
+  insert_leaf(rc, a, pos, &cur, &d);
+  *a->node = cur;
+  if (a->depth) *a->depth = d;
 }
 
-void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int32_t priority,
-                          int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *node, size_t *depth) {
-  const int64_t ps = rc->ps;
+void kvc__rx_apply_insert_with(kvc_radix_cache *rc, const rx_apply_args *a) {
+  const int64_t ps = rc->ps, n = a->n;
+  const uint64_t ns = a->ns;
+  const int32_t *keys = a->keys;
+  const int32_t priority = a->priority;
+  const int64_t inserted_len = a->inserted_len;
   const uint64_t t = ++rc->clock;
   rx_node *root = &rc->nodes[0];
   root->access = t;
@@ -637,78 +552,38 @@ void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys,
     pos += pl;
     if (pl < len) break;
   }
-  insert_leaf(rc, ns, keys, n, pos, priority, inserted_len, leaf_seg, leaf_run, &cur, &d);
-  *node = cur;
-  if (depth) *depth = d;
+  insert_leaf(rc, a, pos, &cur, &d);
+  *a->node = cur;
+  if (a->depth) *a->depth = d;
 }
 
-static void insert_leaf(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t pos, int32_t priority,
-                        int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run, int32_t *cur_io, size_t *d) {
-  const int64_t ps = rc->ps;
+static void insert_leaf(kvc_radix_cache *rc, const rx_apply_args *a, int64_t pos, int32_t *cur_io, size_t *d) {
+  const int64_t ps = rc->ps, n = a->n;
   int32_t cur = *cur_io;
   if (pos < n) {
     int32_t l = node_new(rc);
     rx_node *L = &rc->nodes[l];
-    L->seg = leaf_seg;
+    L->seg = a->leaf_seg;
     L->off = 0;
     rc->hot[l].len = (int32_t)(n - pos);
-    L->run_first = leaf_run;
-    L->ns = ns;
-    L->priority = priority;
-    L->hit_count = n > inserted_len;
+    L->run_first = a->leaf_run;
+    L->ns = a->ns;
+    L->priority = a->priority;
+    L->hit_count = n > a->inserted_len;
     L->access = L->creation = ++rc->clock;
     sib_link(rc, cur, l);
-    L->child_h = child_hash(cur, ns, rx_keys(L), ps);
+    L->child_h = child_hash(cur, a->ns, rx_keys(L), ps);
     table_put(rc, L->child_h, cur, l);
     /* The caller marked the leaf's slots held when it validated them. */
     rc->evictable += n - pos;
     rc->swa_live += n - pos;
-    leaf_update(rc, cur);
-    leaf_update(rc, l);
+    kvc__rx_leaf_update(rc, cur);
+    kvc__rx_leaf_update(rc, l);
     if (rc->events_on) kvc__rx_event_stored(rc, l);
     cur = l;
     rc->path[(*d)++] = cur;
   }
   *cur_io = cur;
-}
-
-/* --- Locks ----------------------------------------------------------------------------------- */
-
-/* Only hot[] is read on the way up; a node's cold half is touched when it is a leaf that
- * leaves or rejoins the eviction heap (an unlocked childless node is always in it). The
- * size change is summed in a local: stores to rc inside the loop would be reloaded after
- * every store through hot[] (they may alias as far as the compiler knows). */
-void kvc__rx_lock(kvc_radix_cache *rc, int32_t id) {
-  rx_hot *hot = rc->hot;
-  int64_t moved = 0;
-  for (int32_t x = id; x > 0; x = hot[x].parent) {
-    rx_hot *h = &hot[x];
-    if (h->lock_ref++ == 0) {
-      moved += h->len;
-      if (h->nchild == 0 && rc->nodes[x].heap_pos != RX_NONE) heap_remove(rc, x);
-    }
-  }
-  rc->evictable -= moved;
-  rc->protected_ += moved;
-}
-
-kvc_status kvc__rx_unlock(kvc_radix_cache *rc, int32_t id, const char *fn) {
-  rx_hot *hot = rc->hot;
-  /* Locks run from a node to the root, so no node is locked less than a descendant:
-   * when this one is locked, its whole path is. */
-  if (id > 0 && hot[id].lock_ref <= 0)
-    return kvc__error(rc->ctx, KVC_ERR_MISUSE, fn, "lock of node %d released below zero (unlocked twice?)", id);
-  int64_t moved = 0;
-  for (int32_t x = id; x > 0; x = hot[x].parent) {
-    rx_hot *h = &hot[x];
-    if (--h->lock_ref == 0) {
-      moved += h->len;
-      if (h->nchild == 0) leaf_update(rc, x);
-    }
-  }
-  rc->evictable += moved;
-  rc->protected_ -= moved;
-  return KVC_OK;
 }
 
 /* --- Eviction -------------------------------------------------------------------------------- */
@@ -718,7 +593,7 @@ void kvc__rx_delete_leaf(kvc_radix_cache *rc, int32_t id) {
   const int32_t parent = rc->hot[id].parent, len = rc->hot[id].len;
   if (rc->events_on) kvc__rx_event_removed(rc, id);
   if (n->mamba_slot && rc->on_delete_state) rc->on_delete_state(rc->comp_user, id);
-  heap_remove(rc, id);
+  kvc__rx_heap_remove(rc, id);
   if (n->swa_lock != RX_SWA_TOMB) rc->swa_live -= len;
   if (n->run_first >= 0) kvc__rx_clear_pages(rc, n->run_first, n->run_first + len - 1);
   else kvc__rx_unmark(rc, rx_vals(n), len);
@@ -727,22 +602,7 @@ void kvc__rx_delete_leaf(kvc_radix_cache *rc, int32_t id) {
   sib_unlink(rc, id);
   seg_unref(rc, n->seg);
   node_release(rc, id);
-  leaf_update(rc, parent);
-}
-
-kvc_status kvc__rx_evict(kvc_radix_cache *rc, int64_t n, rx_free_fn free_fn, void *user, int64_t *evicted) {
-  int64_t done = 0;
-  kvc_status st = KVC_OK;
-  while (done < n && rc->heap_len > 0) {
-    int32_t x = rc->heap[0];
-    const int32_t len = rc->hot[x].len;
-    st = free_fn(user, rx_vals(&rc->nodes[x]), (size_t)len);
-    if (st != KVC_OK) break; /* the victim stays: its free changed nothing */
-    done += len;
-    kvc__rx_delete_leaf(rc, x);
-  }
-  *evicted = done;
-  return st;
+  kvc__rx_leaf_update(rc, parent);
 }
 
 /* --- Audit and size ---------------------------------------------------------------------------- */
@@ -797,10 +657,7 @@ kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn) {
                       "sizes: evictable %lld/%lld protected %lld/%lld nodes %lld/%d leaves %lld/%d", (long long)ev,
                       (long long)rc->evictable, (long long)pr, (long long)rc->protected_, (long long)live,
                       rc->live_nodes, (long long)leaves, rc->heap_len);
-  for (int32_t i = 1; i < rc->heap_len; i++)
-    if (before(rc, rc->heap[i], rc->heap[(i - 1) / 2]))
-      return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "eviction heap order at %d", i);
-  return KVC_OK;
+  return kvc__rx_heap_audit(rc, fn);
 }
 
 size_t kvc__rx_bytes(const kvc_radix_cache *rc) {
