@@ -218,16 +218,6 @@ void kvc__rx_apply_insert_with(kvc_radix_cache *rc, const rx_apply_args *a);
 /** kvc__rx_apply_insert_with along the path kvc__rx_probe_path left in rc->path[0:probed)
  *  (prefix tokens present; the tree unchanged since), without walking the keys again. */
 void kvc__rx_apply_path(kvc_radix_cache *rc, const rx_apply_args *a, int64_t prefix, size_t probed);
-/** Positional form, kept only for swa_radix.c until it passes rx_apply_args (that file is
- *  being split elsewhere); new callers use kvc__rx_apply_insert_with. */
-static inline void kvc__rx_apply_insert(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n,
-                                        int32_t priority, int64_t inserted_len, rx_seg *leaf_seg, int64_t leaf_run,
-                                        int32_t *node, size_t *depth) {
-  /* Out-pointers are only stored; cppcheck 2.10 reads storing one as a read of the target. */
-  /* cppcheck-suppress ctuuninitvar */
-  const rx_apply_args a = {ns, keys, n, priority, inserted_len, leaf_seg, leaf_run, node, depth};
-  kvc__rx_apply_insert_with(rc, &a);
-}
 /** SGLang's re-match after an insert of the same key: stamps the root and rc->path[0:depth)
  *  (the insert's path, ending on a node boundary, so the walk would split nothing) with
  *  one new tick, without walking the keys again. */
@@ -312,17 +302,6 @@ typedef struct rx_insert_args {
 /** The whole insert (validate, reserve 2 + extra nodes, free duplicates, apply); on
  *  failure nothing changed. See radix_cache.c. */
 kvc_status kvc__rx_insert_with(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, const rx_insert_args *a);
-/** Positional form, kept only for swa_radix.c until it passes rx_insert_args (that file is
- *  being split elsewhere); new callers use kvc__rx_insert_with. */
-static inline kvc_status kvc__rx_insert(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, uint64_t ns,
-                                        const int32_t *keys, const int64_t *vals, const rx_row_src *src, int64_t from,
-                                        int64_t n, int32_t priority, int64_t inserted_len, int32_t extra,
-                                        int64_t *prefix, int32_t *node, size_t *ndups, size_t *depth) {
-  /* Out-pointers are only stored; cppcheck 2.10 reads storing one as a read of the target. */
-  /* cppcheck-suppress ctuuninitvar */
-  const rx_insert_args a = {ns, keys, vals, src, from, n, priority, inserted_len, extra, prefix, node, ndups, depth};
-  return kvc__rx_insert_with(rc, flow, fn, &a);
-}
 /** What both checkpoints validate of a request; *old its locked node (0 = none). */
 kvc_status kvc__rx_req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, const char *fn,
                              int32_t *old);

@@ -370,7 +370,7 @@ static kvc_status src_slots(const ins_src *in, kvc_flow *flow, int64_t a, int64_
   return kvc_flow_row_slots(flow, in->row, a, b, out);
 }
 
-/* kvc__rx_insert of in's slots with the revival above (HYBRID only). A node is revived
+/* kvc__rx_insert_with of in's slots with the revival above (HYBRID only). A node is revived
  * whole from lo0 = max(evicted, from) on, and only when none of its incoming slots is the
  * tree's own (a re-insert of cached values revives nothing). *revived gets the tokens
  * revived; *applied says whether the insert happened (a failure with it false changed
@@ -402,8 +402,20 @@ static kvc_status insert_rev(kvc_swa_radix_cache *c, kvc_flow *flow, const ins_s
   }
   if (!any) {
     const rx_row_src src = {flow, in->row};
-    KVC_FORWARD(kvc__rx_insert(rc, flow, fn, in->ns, in->keys, in->vals, in->vals ? NULL : &src, in->from, n,
-                               in->priority, in->inserted_len, 3, prefix, node, nd, depth));
+    const rx_insert_args a = {.ns = in->ns,
+                              .keys = in->keys,
+                              .vals = in->vals,
+                              .src = in->vals ? NULL : &src,
+                              .from = in->from,
+                              .n = n,
+                              .priority = in->priority,
+                              .inserted_len = in->inserted_len,
+                              .extra = 3,
+                              .prefix = prefix,
+                              .node = node,
+                              .ndups = nd,
+                              .depth = depth};
+    KVC_FORWARD(kvc__rx_insert_with(rc, flow, fn, &a));
     *applied = true;
     return KVC_OK;
   }
@@ -433,8 +445,19 @@ static kvc_status insert_rev(kvc_swa_radix_cache *c, kvc_flow *flow, const ins_s
                   "%s: the slot %lld over an SWA tombstone is outside [1, %lld] or already cached", fn,
                   (long long)(n_rev ? c->old_full[bad] : 0), (long long)rc->top_slot);
   }
-  KVC_FORWARD(kvc__rx_insert(rc, flow, fn, in->ns, in->keys, c->vals, NULL, in->from, n, in->priority, in->inserted_len,
-                             3, prefix, node, nd, depth));
+  const rx_insert_args ia = {.ns = in->ns,
+                             .keys = in->keys,
+                             .vals = c->vals,
+                             .from = in->from,
+                             .n = n,
+                             .priority = in->priority,
+                             .inserted_len = in->inserted_len,
+                             .extra = 3,
+                             .prefix = prefix,
+                             .node = node,
+                             .ndups = nd,
+                             .depth = depth};
+  KVC_FORWARD(kvc__rx_insert_with(rc, flow, fn, &ia));
   *applied = true;
   if (!n_rev) return KVC_OK;
   /* Revive the chosen ranges along the insert's path (node boundaries at *prefix now; the
@@ -615,8 +638,14 @@ kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *c, kvc_fl
     const int64_t pf = KVC__MIN(rr->prompt_len, rr->num_tokens) / rc->ps * rc->ps;
     if (c->kind == KVC_SWA_RADIX_PURE && pf > 0 && pf < key_len) {
       int32_t unused;
-      kvc__rx_apply_insert(rc, rr->ns, rr->tokens, pf, rr->priority + 1, KVC__MAX(rr->inserted_len, key_len), NULL, -1,
-                           &unused, NULL);
+      const rx_apply_args a = {.ns = rr->ns,
+                               .keys = rr->tokens,
+                               .n = pf,
+                               .priority = rr->priority + 1,
+                               .inserted_len = KVC__MAX(rr->inserted_len, key_len),
+                               .leaf_run = -1,
+                               .node = &unused};
+      kvc__rx_apply_insert_with(rc, &a);
     }
     rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
     /* [0, cache_protected_len) is the tree's whatever the key (PURE may cap it lower). */
