@@ -95,13 +95,8 @@ static void on_delete(void *user, int32_t id) {
 
 kvc_status kvc_mamba_radix_cache_create(kvc_context *ctx, const kvc_mamba_radix_cache_config *config,
                                         kvc_mamba_radix_cache **out) {
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_RETURN_IF(!config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "config or out is NULL");
-  KVC_RETURN_IF(config->struct_size < offsetof(kvc_mamba_radix_cache_config, reserved_) ||
-                    config->struct_size > sizeof(kvc_mamba_radix_cache_config),
-                ctx, KVC_ERR_VERSION, "config.struct_size %zu not understood", config->struct_size);
   kvc_mamba_radix_cache_config cfg = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
-  memcpy(&cfg, config, config->struct_size);
+  KVC__CREATE_CONFIG(ctx, config, out, &cfg, kvc_mamba_radix_cache_config);
   kvc_mamba_pool *pool = kvc_hybrid_req_pool_mamba_pool(cfg.hybrid_req_pool);
   KVC_RETURN_IF(!pool, ctx, KVC_ERR_INVALID_ARGUMENT, "hybrid_req_pool is NULL or not a hybrid request pool");
   const bool track = kvc_hybrid_req_pool_track_mapping(cfg.hybrid_req_pool) != NULL;

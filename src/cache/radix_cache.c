@@ -41,13 +41,8 @@ bool kvc__rx_can_free(const kvc_radix_cache *rc, const kvc_flow *flow) { return 
 /* --- Create / destroy ------------------------------------------------------------------------ */
 
 kvc_status kvc_radix_cache_create(kvc_context *ctx, const kvc_radix_cache_config *config, kvc_radix_cache **out) {
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_RETURN_IF(!config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "config or out is NULL");
-  KVC_RETURN_IF(config->struct_size < offsetof(kvc_radix_cache_config, reserved_) ||
-                    config->struct_size > sizeof(kvc_radix_cache_config),
-                ctx, KVC_ERR_VERSION, "config.struct_size %zu not understood", config->struct_size);
   kvc_radix_cache_config cfg = KVC_RADIX_CACHE_CONFIG_INIT;
-  memcpy(&cfg, config, config->struct_size);
+  KVC__CREATE_CONFIG(ctx, config, out, &cfg, kvc_radix_cache_config);
   KVC_RETURN_IF(cfg.page_size < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "page_size %d < 1", cfg.page_size);
   KVC_RETURN_IF(cfg.num_slots < 1 || cfg.num_slots > ((int64_t)1 << 40), ctx, KVC_ERR_INVALID_ARGUMENT,
                 "num_slots %lld outside [1, 2^40]", (long long)cfg.num_slots);

@@ -144,13 +144,8 @@ static void lru_note_path(kvc_swa_radix_cache *c, size_t depth, int32_t extra) {
 
 kvc_status kvc_swa_radix_cache_create(kvc_context *ctx, const kvc_swa_radix_cache_config *config,
                                       kvc_swa_radix_cache **out) {
-  KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  KVC_RETURN_IF(!config || !out, ctx, KVC_ERR_INVALID_ARGUMENT, "config or out is NULL");
-  KVC_RETURN_IF(config->struct_size < offsetof(kvc_swa_radix_cache_config, reserved_) ||
-                    config->struct_size > sizeof(kvc_swa_radix_cache_config),
-                ctx, KVC_ERR_VERSION, "config.struct_size %zu not understood", config->struct_size);
   kvc_swa_radix_cache_config cfg = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
-  memcpy(&cfg, config, config->struct_size);
+  KVC__CREATE_CONFIG(ctx, config, out, &cfg, kvc_swa_radix_cache_config);
   KVC_RETURN_IF(cfg.sliding_window < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "sliding_window %d < 1", cfg.sliding_window);
   KVC_RETURN_IF(cfg.kind < KVC_SWA_RADIX_HYBRID || cfg.kind > KVC_SWA_RADIX_RING, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "kind %d is not a kvc_swa_radix_kind", cfg.kind);
