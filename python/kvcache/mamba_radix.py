@@ -12,7 +12,8 @@ import ctypes
 from ctypes import POINTER, Structure, byref, c_int, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 
 from . import _ffi
-from .radix import POLICIES, RadixCache, RadixReq, _Config, _Match, _Stats, _handle, _i32, _i64, _REQ_OF
+from .radix import (POLICIES, RadixCache, RadixReq, _Config, _Match, _Stats, _handle, _hold, _i32, _i64,
+                    _release, _REQ_OF)
 
 lib = _ffi.lib
 
@@ -84,6 +85,7 @@ class MambaRadixCache(RadixCache):
         self.page_size = page_size
         self._users = 0
         self._closing = False
+        self._deps = _hold(ctx, hybrid_req_pool)
 
     def _prefix_cache(self):
         return lib.kvc_mamba_radix_cache_as_prefix_cache(self.handle)
@@ -92,6 +94,7 @@ class MambaRadixCache(RadixCache):
         if self._closing and self._users == 0 and self._ptr is not None:
             ptr, self._ptr = self._ptr, None
             lib.kvc_mamba_radix_cache_destroy(ptr)
+            _release(self)
 
     def match(self, req, flow=None):
         """Match + admission of a new (bound) request: prefix_len, cache_protected_len, the

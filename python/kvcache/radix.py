@@ -105,6 +105,24 @@ def _handle(x):
     return getattr(x, "handle", None) if x is not None else None
 
 
+def _hold(*deps):
+    """Counts the tree as a user of the objects its C side borrows (the context, pools), so
+    that closing them, or the garbage collector finalizing a cycle in any order, destroys
+    them only after the tree: kvcache._Handle's protocol."""
+    from . import _Handle
+    with _Handle._lock:
+        for d in deps:
+            d._users += 1
+    return list(deps)
+
+
+def _release(tree):
+    deps, tree._deps = getattr(tree, "_deps", []), []
+    for d in deps:
+        d._users -= 1
+        d._maybe_destroy()
+
+
 class RadixCache:
     """SGLang RadixCache over the host slots of a flow's allocator.
 
@@ -135,6 +153,7 @@ class RadixCache:
         # counts itself in _users, and the tree is destroyed only once closed and unused.
         self._users = 0
         self._closing = False
+        self._deps = _hold(ctx)
 
     # The flows call this (through C) for every request they hand to the cache.
     def _req_of(self, user, req_addr):
@@ -157,6 +176,7 @@ class RadixCache:
         if self._closing and self._users == 0 and self._ptr is not None:
             ptr, self._ptr = self._ptr, None
             lib.kvc_radix_cache_destroy(ptr)
+            _release(self)
 
     def close(self):
         """Frees the tree once no Flow uses it (its cached slots are not given back: evict

@@ -71,3 +71,16 @@ def test_hybrid_flow_reuses_prefix_and_state(ctx):
     assert alloc.available_size() == 256 and m.available_size() == 8
     cache.unbind(a)
     cache.unbind(b)
+
+
+def test_the_context_and_pools_outlive_the_tree():
+    # The tree borrows the context and the hybrid pool (its destroy gives states back to
+    # the Mamba pool): closing them first must leave them alive until the tree goes.
+    c = kvc.Context(backend="host")
+    rp, m, hyb = _world(c)
+    cache = MambaRadixCache(c, hyb, num_slots=64)
+    for h in (hyb, m, rp, c):
+        h.close()
+    assert c._ptr is not None and hyb._ptr is not None
+    cache.close()
+    assert c._ptr is None and hyb._ptr is None
