@@ -12,34 +12,20 @@
  * requests + cached states == size) pass; at the end, with everything released and
  * evicted, every KV slot and every Mamba slot is free.
  */
-#include "fuzz_common.h"
+#define NREQ 6
+#define MAXT 160
+#include "fuzz_radix_world.h"
 
 static kvc_context *g_ctx;
 static int64_t *g_out;
 
-#define NREQ 6
-#define MAXT 160
-
-typedef struct ereq {
-  kvc_req_state st;
-  kvc_radix_req rr;
-  int32_t toks[MAXT + 8];
-  int live;
-} ereq;
-
-static kvc_radix_req *req_of(void *user, const kvc_req_state *r) {
-  (void)user;
-  return &((ereq *)(uintptr_t)r)->rr;
-}
-
 static void check_all(kvc_flow *flow, kvc_mamba_radix_cache *c, kvc_hybrid_req_pool *hp, kvc_mamba_pool *mp,
                       ereq *reqs) {
   kvc_req_state *live[NREQ];
-  size_t n = 0;
+  const size_t n = fz_rx_live(reqs, live);
   int64_t held = 0;
   for (int i = 0; i < NREQ; i++) {
     const kvc_req_state *r = &reqs[i].st;
-    if (reqs[i].live) live[n++] = &reqs[i].st;
     if (r->req_row > 0 && kvc_hybrid_req_pool_mamba_slot(hp, r->req_row) > 0) {
       held++;
       const int32_t *t = kvc_hybrid_req_pool_track_slots(hp, r->req_row);
@@ -76,11 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const int track = mode & 1, pp = (mode & 2) ? 1 : 2, sessions = (mode & 4) != 0;
   const int32_t ps = track ? (int32_t[]){1, 2, 4, 1}[(mode >> 3) & 3] : 1;
   const int32_t msize = 4 + fz_u8(&f) % 12;
-  kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  qc.size = NREQ + 2;
-  qc.max_context_len = MAXT + 32;
-  kvc_req_to_token_pool *pool;
-  if (kvc_req_to_token_pool_create(g_ctx, &qc, &pool) != KVC_OK) abort();
+  kvc_req_to_token_pool *pool = fz_rx_req_pool(g_ctx);
   kvc_mamba_pool_config mc = KVC_MAMBA_POOL_CONFIG_INIT;
   kvc_mamba_shape conv = {1, 0, {4, 0, 0}};
   mc.size = msize;
@@ -116,12 +98,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (sessions && kvc_session_cache_create(g_ctx, &inner, &sc) != KVC_OK) abort();
   kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
   fc.page_size = ps;
-  fc.req_pool = pool;
   fc.allocator = a;
   fc.hybrid_req_pool = hp;
-  fc.cache = sessions ? kvc_session_cache_as_prefix_cache(sc) : inner;
-  kvc_flow *flow;
-  if (kvc_flow_create(g_ctx, &fc, &flow) != KVC_OK) abort();
+  kvc_flow *flow = fz_rx_flow(g_ctx, fc, pool, sessions ? kvc_session_cache_as_prefix_cache(sc) : inner);
   static ereq reqs[NREQ];
   memset(reqs, 0, sizeof reqs);
   void *stale[8] = {0};

@@ -1,6 +1,6 @@
 /*
  * fuzz_radix_world.h — the world the radix-cache harnesses share (fuzz_radix.c,
- * fuzz_swa_radix.c; a harness of a further cache component reuses it): NREQ requests,
+ * fuzz_swa_radix.c, fuzz_mamba_radix.c): NREQ requests,
  * each a kvc_req_state with the kvc_radix_req its cache reads through req_of() and the
  * tokens the bytes write; the req-to-token pool they take rows from; the flow over the
  * harness's allocator and prefix cache; the live set the flow's audit is given.
