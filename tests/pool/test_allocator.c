@@ -563,7 +563,8 @@ static void test_out_of_slots_changes_nothing(void **state) {
 
 /* Planned launches at every payload size (src/ops/plan.c): decode payloads of 3 words per
  * request land in each parameter-block capacity in turn (n = 300: 900 words, the 4 KB
- * block; 600: the 8 KB block; 2000: the 32 KB block; 3000: 9000 words, staged), and every
+ * block; 600: the 8 KB block; 1000 and 1333: the 16 KB block, the second at 3999 of its
+ * 4000 words; 1334 and 2000: the 32 KB block; 3000: 9000 words, staged), and every
  * extend here is staged. Device out_cache_loc and table rows must equal the host's. */
 static void large_batch(int n) {
   kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 400000, 1, 0);
@@ -603,8 +604,8 @@ static void large_batch(int n) {
 
 static void test_large_batches_every_payload_size(void **state) {
   (void)state;
-  const int sizes[4] = {300, 600, 2000, 3000};
-  for (int k = 0; k < 4; k++) large_batch(sizes[k]);
+  const int sizes[] = {300, 600, 1000, 1333, 1334, 2000, 3000};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) large_batch(sizes[k]);
 }
 
 /* --- Free orders ------------------------------------------------------------------- */
