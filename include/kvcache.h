@@ -2982,8 +2982,9 @@ KVC_API kvc_status kvc_transfer_nccl_version(kvc_context *ctx, int *version);
  *  @param rows          device vector of n request rows (`rows_type`)
  *  @param prefix_lens   device vector of n lengths (`lens_type`)
  *  @param out_last_loc  device vector of n outputs in `lens_type`
- *  @return KVC_ERR_INVALID_ARGUMENT for NULL pointers with n > 0 or a non-positive
- *  stride. */
+ *  @return KVC_ERR_INVALID_ARGUMENT for NULL pointers with n > 0, a non-positive
+ *  stride, or n, num_rows or row_stride above INT32_MAX (the kernel indexes in int32:
+ *  SGLang's tables are far below it). */
 KVC_API kvc_status kvc_get_last_loc(kvc_context *ctx, const int32_t *req_to_token, int64_t num_rows,
                                     int64_t row_stride, const void *rows, kvc_index_type rows_type,
                                     const void *prefix_lens, kvc_index_type lens_type,

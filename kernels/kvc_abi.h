@@ -33,14 +33,26 @@ typedef unsigned long long uint64_t;
 
 /* --- req_to_token.cu --------------------------------------------------------------- */
 
+/* 48 bytes, the addresses first: on the H200 every thread of this kernel waits on its
+ * parameter block, and a block reaching past c[0x0][0x240] put a second constant-cache
+ * line on that path (0.04-0.09 us per launch in a graph: bench/NOTES-kernels.md). The
+ * launcher refuses sizes beyond int32. */
 typedef struct kvc_p_get_last_loc {
-  uint64_t table;       /* int32 [num_rows x row_stride] */
   uint64_t rows;        /* int32 or int64 [n] */
   uint64_t prefix_lens; /* int32 or int64 [n] */
+  uint64_t table;       /* int32 [num_rows x row_stride] */
   uint64_t out;         /* same type as prefix_lens [n] */
-  int64_t num_rows, row_stride, n;
-  int32_t rows_i64, lens_i64;
+  int32_t n, num_rows, row_stride;
+  int32_t flags; /* KVC_LAST_LOC_ROWS_I64 | KVC_LAST_LOC_LENS_I64 */
 } kvc_p_get_last_loc;
+
+/* The index-type pair picks one of four entries (kvc_get_last_loc_r32_l32 ... _r64_l64,
+ * in this order): types decided inside the kernel put a branch between the parameter
+ * loads and the first global load, 0.05-0.08 us per launch on the H200. The twin reads
+ * flags; the kernels have the types built in. */
+#define KVC_LAST_LOC_ROWS_I64 1
+#define KVC_LAST_LOC_LENS_I64 2
+#define KVC_LAST_LOC_THREADS 128 /* threads per block, one request each */
 
 typedef struct kvc_p_write_req_to_token {
   uint64_t table;         /* int32 [num_rows x row_stride] */

@@ -89,10 +89,13 @@ KVC_HD void kvc_decode_write(const uint32_t *e, int i, int64_t *out, int32_t *ta
 
 /* --- req_to_token ------------------------------------------------------------------ */
 
-/* SGLang get_last_loc for one request: the slot of token pre - 1, or -1. */
-/* The table entry last_loc reads, or -1 when there is none (no prefix, or outside). */
+/* SGLang get_last_loc for one request: the table entry it reads (the slot of token
+ * pre - 1), or -1 when there is none (no prefix, or outside the table). Two unsigned
+ * compares stand for 0 <= row < num_rows and 1 <= pre <= row_stride: they sit between
+ * the kernel's two dependent loads. */
 KVC_HD int64_t kvc_last_loc_entry(int64_t num_rows, int64_t row_stride, int64_t row, int64_t pre) {
-  return pre > 0 && pre <= row_stride && row >= 0 && row < num_rows ? row * row_stride + pre - 1 : -1;
+  const bool in = (uint64_t)row < (uint64_t)num_rows && (uint64_t)pre - 1u < (uint64_t)row_stride;
+  return in ? row * row_stride + pre - 1 : -1;
 }
 
 KVC_HD int64_t kvc_last_loc(const int32_t *table, int64_t num_rows, int64_t row_stride, int64_t row, int64_t pre) {

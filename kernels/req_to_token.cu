@@ -1,7 +1,8 @@
 /*
  * req_to_token.cu — kernels on the request-to-token table.
  *
- *   kvc_get_last_loc          last_loc[i] = table[rows[i], prefix[i]-1] or -1
+ *   kvc_get_last_loc_r*_l*    last_loc[i] = table[rows[i], prefix[i]-1] or -1 (one
+ *                             entry per index-type pair)
  *   kvc_write_req_to_token    prefix rows from per-request pointers + extend rows from
  *                             out_cache_loc; offsets by block scans, not a serial loop
  *   kvc_row_write             host-planned slots into one row (payload inline/staged)
@@ -16,40 +17,40 @@
 #  define KVC_INLINE_WORDS 2
 #endif
 
-/* get_last_loc's loads go through the non-coherent (read-only) path: its inputs are
- * constant while it runs, and on the H200 that path took 0.11-0.14 us off each launch
- * (bench_small_kernels: 1.08-1.55 against 1.22-1.66 us per kernel in a graph). The write
- * kernel streams whole rows and is faster with plain loads (8.3 against 10.7 us at
- * 1024 x (1024 + 16)), so it keeps them. */
-template <typename T> KVC_DEVICE T kvc_r2t_ld(const T *a) { return __ldg(a); }
-
 template <bool I64> KVC_DEVICE int64_t kvc_r2t_index(uint64_t base, int64_t i) {
-  if (I64) return kvc_r2t_ld(kvc_ptr<const int64_t *>(base) + i);
-  return (int64_t)kvc_r2t_ld(kvc_ptr<const int32_t *>(base) + i);
+  if (I64) return kvc_ptr<const int64_t *>(base)[i];
+  return (int64_t)kvc_ptr<const int32_t *>(base)[i];
 }
 
 /* get_last_loc for one index-type pair: the types are template arguments, so both input
- * loads issue before any branch. */
+ * loads issue before any branch. Plain loads: with the 48-byte parameter block the
+ * read-only path measured no faster (bench/NOTES-kernels.md). */
 template <bool R64, bool L64> KVC_DEVICE void kvc_last_loc_one(const kvc_p_get_last_loc &p, int64_t i) {
   const int64_t row = kvc_r2t_index<R64>(p.rows, i);
   const int64_t pre = kvc_r2t_index<L64>(p.prefix_lens, i);
   const int64_t at = kvc_last_loc_entry(p.num_rows, p.row_stride, row, pre);
-  const int64_t v = at >= 0 ? (int64_t)kvc_r2t_ld(kvc_ptr<const int32_t *>(p.table) + at) : -1;
+  const int64_t v = at >= 0 ? (int64_t)kvc_ptr<const int32_t *>(p.table)[at] : -1;
   if (L64) kvc_ptr<int64_t *>(p.out)[i] = v;
   else kvc_ptr<int32_t *>(p.out)[i] = (int32_t)v;
 }
 
-extern "C" __global__ void __launch_bounds__(256) kvc_get_last_loc(const __grid_constant__ kvc_p_get_last_loc p) {
-  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= p.n) return;
-  if (p.rows_i64) {
-    if (p.lens_i64) kvc_last_loc_one<true, true>(p, i);
-    else kvc_last_loc_one<true, false>(p, i);
-  } else {
-    if (p.lens_i64) kvc_last_loc_one<false, true>(p, i);
-    else kvc_last_loc_one<false, false>(p, i);
-  }
+/* A 32-bit index: the launcher caps n at INT32_MAX, so blockIdx.x * 128 + threadIdx.x
+ * stays below 2^32. */
+template <bool R64, bool L64> KVC_DEVICE void kvc_last_loc_kernel(const kvc_p_get_last_loc &p) {
+  const unsigned i = blockIdx.x * KVC_LAST_LOC_THREADS + threadIdx.x;
+  if (i >= (unsigned)p.n) return;
+  kvc_last_loc_one<R64, L64>(p, i);
 }
+
+#define KVC_LAST_LOC_ENTRY(name, R64, L64)                           \
+  extern "C" __global__ void __launch_bounds__(KVC_LAST_LOC_THREADS) \
+      name(const __grid_constant__ kvc_p_get_last_loc p) {           \
+    kvc_last_loc_kernel<R64, L64>(p);                                \
+  }
+KVC_LAST_LOC_ENTRY(kvc_get_last_loc_r32_l32, false, false)
+KVC_LAST_LOC_ENTRY(kvc_get_last_loc_r64_l32, true, false)
+KVC_LAST_LOC_ENTRY(kvc_get_last_loc_r32_l64, false, true)
+KVC_LAST_LOC_ENTRY(kvc_get_last_loc_r64_l64, true, true)
 
 /* Copies n values src[0, n) (int64) to dst[0, n) (int32) with the block's threads, four
  * loads in flight per thread before any store: a plain strided loop waits out one memory

@@ -3,7 +3,7 @@
 #include "kvc_abi.h"
 
 #define KVC_ABI_ASSERT(T, bytes) _Static_assert(sizeof(T) == (bytes), #T " layout changed")
-KVC_ABI_ASSERT(kvc_p_get_last_loc, 64);
+KVC_ABI_ASSERT(kvc_p_get_last_loc, 48);
 KVC_ABI_ASSERT(kvc_p_write_req_to_token, 80);
 KVC_ABI_ASSERT(kvc_p_extend_fill, 72);
 KVC_ABI_ASSERT(kvc_p_decode_fill, 64);

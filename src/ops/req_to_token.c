@@ -36,15 +36,20 @@ kvc_status kvc_get_last_loc(kvc_context *ctx, const int32_t *req_to_token, int64
   KVC_FORWARD(check_table(ctx, __func__, req_to_token, num_rows, row_stride));
   KVC_RETURN_IF(!rows || !prefix_lens || !out_last_loc, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "rows, prefix_lens and out_last_loc must be non-NULL for n = %zu", n);
-  kvc_p_get_last_loc p = {
-      ADDR(req_to_token), ADDR(rows), ADDR(prefix_lens),          ADDR(out_last_loc),        num_rows,
-      row_stride,         (int64_t)n, rows_type == KVC_INDEX_I64, lens_type == KVC_INDEX_I64};
+  KVC_RETURN_IF(n > INT32_MAX || num_rows > INT32_MAX || row_stride > INT32_MAX, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "n %zu, num_rows %lld or row_stride %lld exceeds the kernel's int32 range", n, (long long)num_rows,
+                (long long)row_stride);
+  const int32_t flags = (rows_type == KVC_INDEX_I64 ? KVC_LAST_LOC_ROWS_I64 : 0) |
+                        (lens_type == KVC_INDEX_I64 ? KVC_LAST_LOC_LENS_I64 : 0);
+  kvc_p_get_last_loc p = {ADDR(rows), ADDR(prefix_lens), ADDR(req_to_token),  ADDR(out_last_loc),
+                          (int32_t)n, (int32_t)num_rows, (int32_t)row_stride, flags};
   const kvc__kfunc *f;
-  KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_get_last_loc, NULL, &f));
-  /* 128-thread blocks: at batch 256 and 1024 they measured 0.04 us per kernel faster
-   * than 256 on the H200 (more, smaller blocks start sooner), the same below. */
-  return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)((n + 127) / 128), 1, 1), kvc__dim(128, 1, 1), 0, stream, &p,
-                            sizeof p);
+  KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_get_last_loc[flags], NULL, &f));
+  /* 128-thread blocks, one request per thread: at batch 256 and 1024 they measured 0.04
+   * us per kernel faster than 256 on the H200 (more, smaller blocks start sooner), and
+   * two requests per thread (Triton's shape) no faster (bench/NOTES-kernels.md). */
+  return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)((n + KVC_LAST_LOC_THREADS - 1) / KVC_LAST_LOC_THREADS), 1, 1),
+                            kvc__dim(KVC_LAST_LOC_THREADS, 1, 1), 0, stream, &p, sizeof p);
 }
 
 kvc_status kvc_write_req_to_token(kvc_context *ctx, int32_t *req_to_token, int64_t num_rows, int64_t row_stride,

@@ -65,6 +65,16 @@ static void test_get_last_loc_refuses_a_table_too_large_to_index(void **state) {
   KVT_STATUS(kvc_get_last_loc(kvt_ctx, table, INT64_MAX / 2, 4, idx, KVC_INDEX_I64, idx, KVC_INDEX_I64, out, 2, NULL),
              KVC_ERR_INVALID_ARGUMENT);
   assert_named_by("kvc_get_last_loc");
+  /* The kernel indexes in int32 (its 48-byte parameter block): sizes past it are refused. */
+  KVT_STATUS(
+      kvc_get_last_loc(kvt_ctx, table, (int64_t)INT32_MAX + 1, 1, idx, KVC_INDEX_I64, idx, KVC_INDEX_I64, out, 2, NULL),
+      KVC_ERR_INVALID_ARGUMENT);
+  KVT_STATUS(
+      kvc_get_last_loc(kvt_ctx, table, 1, (int64_t)INT32_MAX + 1, idx, KVC_INDEX_I64, idx, KVC_INDEX_I64, out, 2, NULL),
+      KVC_ERR_INVALID_ARGUMENT);
+  KVT_STATUS(
+      kvc_get_last_loc(kvt_ctx, table, 4, 4, idx, KVC_INDEX_I64, idx, KVC_INDEX_I64, out, (size_t)INT32_MAX + 1, NULL),
+      KVC_ERR_INVALID_ARGUMENT);
   KVT_STATUS(kvc_write_req_to_token(kvt_ctx, table, (int64_t)1 << 40, (int64_t)1 << 30, idx, KVC_INDEX_I64, NULL, idx,
                                     idx, KVC_INDEX_I64, out, 2, NULL),
              KVC_ERR_INVALID_ARGUMENT);

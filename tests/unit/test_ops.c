@@ -90,7 +90,9 @@ static void test_get_last_loc_matches_model(void **state) {
         pre[i] = kvt_range(&r, 0, W);
         if (i % 17 == 5) row[i] = rows + 3; /* out of range: -1, never read */
         if (i % 13 == 3) pre[i] = W + 7;
-        want[i] = (pre[i] > 0 && pre[i] <= W && row[i] < rows) ? table[row[i] * W + pre[i] - 1] : -1;
+        if (i % 19 == 7) row[i] = -2; /* negative: the unsigned range check must hold */
+        if (i % 23 == 11) pre[i] = -4;
+        want[i] = (pre[i] > 0 && pre[i] <= W && row[i] >= 0 && row[i] < rows) ? table[row[i] * W + pre[i] - 1] : -1;
       }
       void *drow = to_index(row, n, rt), *dpre = to_index(pre, n, lt);
       size_t osz = lt == KVC_INDEX_I64 ? 8 : 4;

@@ -3,11 +3,12 @@
 
 void kvc_host_get_last_loc(const void *params) {
   const kvc_p_get_last_loc *p = params;
+  const int rows_i64 = (p->flags & KVC_LAST_LOC_ROWS_I64) != 0, lens_i64 = (p->flags & KVC_LAST_LOC_LENS_I64) != 0;
   for (int64_t i = 0; i < p->n; i++) {
-    int64_t row = kvc_load_index(p->rows, i, p->rows_i64);
-    int64_t pre = kvc_load_index(p->prefix_lens, i, p->lens_i64);
+    int64_t row = kvc_load_index(p->rows, i, rows_i64);
+    int64_t pre = kvc_load_index(p->prefix_lens, i, lens_i64);
     const int64_t v = kvc_last_loc(KVC_HPTR(const int32_t *, p->table), p->num_rows, p->row_stride, row, pre);
-    if (p->lens_i64) KVC_HPTR(int64_t *, p->out)[i] = v;
+    if (lens_i64) KVC_HPTR(int64_t *, p->out)[i] = v;
     else KVC_HPTR(int32_t *, p->out)[i] = (int32_t)v;
   }
 }

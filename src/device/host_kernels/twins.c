@@ -15,7 +15,10 @@
   { name, NULL, fn }
 
 static const kvc__host_twin twins[] = {
-    TWIN("kvc_get_last_loc", kvc_host_get_last_loc),
+    TWIN("kvc_get_last_loc_r32_l32", kvc_host_get_last_loc),
+    TWIN("kvc_get_last_loc_r64_l32", kvc_host_get_last_loc),
+    TWIN("kvc_get_last_loc_r32_l64", kvc_host_get_last_loc),
+    TWIN("kvc_get_last_loc_r64_l64", kvc_host_get_last_loc),
     TWIN("kvc_write_req_to_token", kvc_host_write_req_to_token),
     TWIN("kvc_row_write", kvc_host_row_write),
     TWIN("kvc_alloc_extend_fill", kvc_host_alloc_extend_fill),
