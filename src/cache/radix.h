@@ -101,8 +101,9 @@ struct kvc_radix_cache {
   /* sizes (tokens) */
   int64_t evictable, protected_, seg_bytes;
   uint64_t clock;
-  /* slots the tree holds: one bit per slot id in [0, num_slots] */
-  uint64_t *held;
+  /* pages the tree holds: one byte per page id in [0, top_slot / ps] (radix_held.c says
+   * why a byte, not a bit) */
+  uint8_t *held;
   /* scratch: path node ids, a slot vector, duplicate slots to free */
   int32_t *path;
   size_t path_cap;
@@ -140,15 +141,12 @@ static inline int32_t *rx_keys(const rx_node *n) { return rx_seg_keys(n->seg) + 
 static inline int64_t rx_page(const kvc_radix_cache *rc, int64_t s) {
   return rc->ps_shift >= 0 ? s >> rc->ps_shift : s / rc->ps;
 }
-/* The held bitmap has one bit per page: the tree holds whole pages. */
-static inline bool rx_slot_held(const kvc_radix_cache *rc, int64_t s) {
-  const int64_t u = rx_page(rc, s);
-  return (rc->held[u >> 6] >> (u & 63)) & 1u;
-}
-static inline size_t rx_held_words(const kvc_radix_cache *rc) { return (size_t)(rc->top_slot / rc->ps >> 6) + 1; }
+/* The held map has one byte per page: the tree holds whole pages. */
+static inline bool rx_slot_held(const kvc_radix_cache *rc, int64_t s) { return rc->held[rx_page(rc, s)] != 0; }
+static inline size_t rx_held_bytes(const kvc_radix_cache *rc) { return (size_t)(rc->top_slot / rc->ps) + 1; }
 
-/** Marks the pages of slots[0:n) (n a multiple of the page size) held, a bitmap word at a
- *  time along runs of consecutive slots. With page_size > 1 every page must be one
+/** Marks the pages of slots[0:n) (n a multiple of the page size) held, a range at a time
+ *  along runs of consecutive slots. With page_size > 1 every page must be one
  *  allocator page: its first slot page-aligned, the others consecutive. Returns KVC_OK,
  *  or, having marked nothing, the status for the run holding the first bad slot (its
  *  start in *bad): INVALID_ARGUMENT (outside [1, num_slots] or not whole pages) or
@@ -156,9 +154,9 @@ static inline size_t rx_held_words(const kvc_radix_cache *rc) { return (size_t)(
  *  slots are one run of consecutive ids, else -1 (a node's run_first, found here without
  *  another pass over the values). */
 kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad, int64_t *run_first);
-/** Clears the held bits of the pages of slots[0:n) (all marked). */
+/** Clears the held marks of the pages of slots[0:n) (all marked). */
 void kvc__rx_unmark(kvc_radix_cache *rc, const int64_t *slots, int64_t n);
-/** Clears the held bits of the pages of the slot run [first_slot, last_slot]. */
+/** Clears the held marks of the pages of the slot run [first_slot, last_slot]. */
 void kvc__rx_clear_pages(kvc_radix_cache *rc, int64_t first_slot, int64_t last_slot);
 /** End of the run of consecutive page ids starting at page k of s (np pages of ps slots;
  *  ps 1: consecutive slots). */
@@ -185,6 +183,9 @@ kvc_status kvc__rx_reserve_nodes(kvc_radix_cache *rc, const char *fn, int32_t n)
 kvc_status kvc__rx_check_free(const kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad);
 /** A new segment holding keys/vals[0:n) (refs 1). NULL on HOST_OOM. */
 rx_seg *kvc__rx_seg_new(kvc_radix_cache *rc, const int32_t *keys, const int64_t *vals, int64_t n);
+/** A new segment holding keys[0:n), its values left for the caller to write. NULL on
+ *  HOST_OOM. */
+rx_seg *kvc__rx_seg_keys(kvc_radix_cache *rc, const int32_t *keys, int64_t n);
 /** Frees a segment no node points to (an insert that failed after allocating it). */
 void kvc__rx_seg_drop(kvc_radix_cache *rc, rx_seg *s);
 /** The dry run of an insert's walk, over keys only: returns the tokens of keys[0:n) already present and

@@ -5,52 +5,68 @@
  */
 #include "radix.h"
 
+#include <string.h>
+
 /* --- Held slots ---------------------------------------------------------------------------- */
 
-/* One bit per page, read and written a word at a time along runs of consecutive page ids
- * (pages of one request mostly are): a per-slot read-modify-write chains every store into
- * the next load (~11 us per 4096 slots here), and with page_size > 1 eviction reads only
- * each page's first slot. */
+/* One byte per page, not one bit: clearing a bit is a load, an and and a store on a word
+ * that neighbouring slots share, and recycled slots at page 1 are lone slots and short
+ * runs, so an eviction's ~1,100-2,300 slots were a read-modify-write each, each store the
+ * next load's dependency whenever two slots shared a word (~1.5 ns a slot: most of the
+ * tree's share of a page-1 eviction). A byte is one plain store. The map costs a byte per
+ * page of capacity (1 MB for 10^6 slots at page 1, within the memory bound); runs of
+ * consecutive pages (pages of one request mostly are) are still tested and set a range at
+ * a time, and with page_size > 1 eviction reads only each page's first slot. */
 
 /* Page size 1, slot i not followed by slot i + 1: a run of one slot, as kvc__rx_run_end
- * would find it, tested and set without the run scan and word-mask loop (same bits, same
- * order, same status and *bad as the run path). A token allocator hands out recycled
- * slots in free order, so under eviction pressure a request's slots are mostly lone slots
- * and short runs, where the scan's mispredicted run ends cost more than a bit each. */
+ * would find it, tested and set without the run scan (same marks, same order, same status
+ * and *bad as the run path). A token allocator hands out recycled slots in free order, so
+ * under eviction pressure a request's slots are mostly lone slots and short runs, where the
+ * scan's mispredicted run ends cost more than the mark. */
 static inline bool lone_slot(int64_t ps, const int64_t *s, int64_t i, int64_t n) {
   return ps == 1 && i + 1 < n && (uint64_t)s[i + 1] - (uint64_t)s[i] != 1;
 }
 
-static uint64_t word_mask(int64_t w, int64_t a, int64_t b) { /* bits of [a, b] in word w */
-  uint64_t m = ~0ull;
-  if ((a >> 6) == w) m &= ~0ull << (a & 63);
-  if ((b >> 6) == w) m &= ~0ull >> (63 - (b & 63));
-  return m;
-}
-
-static bool range_any(const uint64_t *h, int64_t a, int64_t b) {
-  for (int64_t w = a >> 6; w <= b >> 6; w++)
-    if (h[w] & word_mask(w, a, b)) return true;
+/* Any of pages [a, b] held: eight bytes a test (memcpy is the aliasing-safe load). */
+static bool range_any(const uint8_t *h, int64_t a, int64_t b) {
+  int64_t i = a;
+  for (; i + 8 <= b + 1; i += 8) {
+    uint64_t w;
+    memcpy(&w, h + i, sizeof w);
+    if (w) return true;
+  }
+  for (; i <= b; i++)
+    if (h[i]) return true;
   return false;
 }
 
-static void range_set(uint64_t *h, int64_t a, int64_t b, bool on) {
-  for (int64_t w = a >> 6; w <= b >> 6; w++) {
-    if (on) h[w] |= word_mask(w, a, b);
-    else h[w] &= ~word_mask(w, a, b);
-  }
-}
+static void range_set(uint8_t *h, int64_t a, int64_t b, bool on) { memset(h + a, on, (size_t)(b - a + 1)); }
+
+typedef uint64_t rx_u64x2 __attribute__((vector_size(16)));
 
 /* End of the run of consecutive page ids starting at page k of slots (np pages). Page
- * size 1: s[j] - j is constant along a run, so blocks of 16 are checked branch-free. */
+ * size 1: along a run s[j] is s[k] + (j - k), so blocks of 16 are compared branch-free
+ * with the expected ids, two lanes at a time, the expected vector stepped by an add
+ * (written as scalars, GCC rebuilt each lane's index with shuffles: most of a mark's
+ * time on a 4096-slot run). memcpy is the alignment- and aliasing-safe vector load. */
 int64_t kvc__rx_run_end(const int64_t *s, int64_t k, int64_t np, int64_t ps) {
   int64_t j = k + 1;
   if (ps == 1) {
     const uint64_t c = (uint64_t)s[k] - (uint64_t)k;
+    const rx_u64x2 two = {2, 2}, four = {4, 4};
     while (j + 16 <= np) {
-      uint64_t diff = 0;
-      for (int i = 0; i < 16; i++) diff |= ((uint64_t)s[j + i] - (uint64_t)(j + i)) ^ c;
-      if (diff) break;
+      rx_u64x2 e0 = {c + (uint64_t)j, c + (uint64_t)j + 1}, e1 = e0 + two, d0 = {0, 0}, d1 = {0, 0};
+      for (int i = 0; i < 16; i += 4) {
+        rx_u64x2 x, y;
+        memcpy(&x, s + j + i, sizeof x);
+        memcpy(&y, s + j + i + 2, sizeof y);
+        d0 |= x ^ e0;
+        d1 |= y ^ e1;
+        e0 += four;
+        e1 += four;
+      }
+      d0 |= d1;
+      if (d0[0] | d0[1]) break;
       j += 16;
     }
     while (j < np && (uint64_t)s[j] - (uint64_t)j == c) j++;
@@ -73,19 +89,17 @@ kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, in
         st = KVC_ERR_INVALID_ARGUMENT;
         break;
       }
-      uint64_t *w = &rc->held[a >> 6];
-      const uint64_t bit = 1ull << (a & 63);
-      if (*w & bit) {
+      if (rc->held[a]) {
         st = KVC_ERR_MISUSE;
         break;
       }
-      *w |= bit;
+      rc->held[a] = 1;
       if (run_first) *run_first = -1; /* not the whole key: i + 1 < n */
       i++;
       continue;
     }
     const int64_t j = kvc__rx_run_end(slots, i, n, 1), a = slots[i], b = slots[j - 1];
-    if (a < 1 || b > top || (j - i) % ps || a - rx_page(rc, a) * ps) {
+    if (a < 1 || b > top || rx_page(rc, j - i) * ps != j - i || a - rx_page(rc, a) * ps) {
       st = KVC_ERR_INVALID_ARGUMENT;
       break;
     }
@@ -131,22 +145,22 @@ kvc_status kvc__rx_check_free(const kvc_radix_cache *rc, const int64_t *slots, i
 
 void kvc__rx_unmark(kvc_radix_cache *rc, const int64_t *slots, int64_t n) {
   const int64_t ps = rc->ps, np = n / ps;
-  /* Page size 1: nothing to check, so a bit per slot, and the run path only where 16 slots
-   * in a row may be one run (short runs were ~5 ns a slot through the scan: evicting the
-   * ~1,100 recycled slots of a chat eviction at capacity 10^4 took 5.2-5.7 us of tree
-   * work, 1.4-1.6 us this way). */
+  /* Page size 1: nothing to check, so a store per slot, in blocks of 16 (one test a block
+   * for a run, which then goes a range at a time). */
   if (ps == 1) {
-    uint64_t *h = rc->held;
-    for (int64_t k = 0; k < n;) {
-      if (k + 16 <= n && (uint64_t)slots[k + 15] - (uint64_t)slots[k] == 15) {
+    uint8_t *h = rc->held;
+    int64_t k = 0;
+    while (k + 16 <= n) {
+      if ((uint64_t)slots[k + 15] - (uint64_t)slots[k] == 15) {
         const int64_t j = kvc__rx_run_end(slots, k, n, 1);
         range_set(h, slots[k], slots[j - 1], false);
         k = j;
-      } else {
-        h[slots[k] >> 6] &= ~(1ull << (slots[k] & 63));
-        k++;
+        continue;
       }
+      for (int i = 0; i < 16; i++) h[slots[k + i]] = 0;
+      k += 16;
     }
+    for (; k < n; k++) h[slots[k]] = 0;
     return;
   }
   for (int64_t k = 0; k < np;) {

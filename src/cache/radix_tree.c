@@ -219,7 +219,7 @@ kvc_status kvc__rx_init(kvc_radix_cache *rc) {
   rc->hot = kvc__malloc(rc->ctx, (size_t)rc->nodes_cap * sizeof *rc->hot);
   rc->heap = kvc__malloc(rc->ctx, (size_t)rc->heap_cap * sizeof *rc->heap);
   rc->table = kvc__malloc(rc->ctx, rc->table_cap * sizeof *rc->table);
-  rc->held = kvc__calloc(rc->ctx, rx_held_words(rc), sizeof *rc->held);
+  rc->held = kvc__calloc(rc->ctx, rx_held_bytes(rc), 1);
   if (!rc->nodes || !rc->hot || !rc->heap || !rc->table || !rc->held) return KVC_ERR_HOST_OOM;
   for (size_t i = 0; i < rc->table_cap; i++) rc->table[i].child = RX_NONE;
   /* Serials start at a per-cache value so that one cache's handles fail in another, even
@@ -263,7 +263,7 @@ kvc_status kvc__rx_clear(kvc_radix_cache *rc) {
   rc->heap_len = 0;
   rc->evictable = rc->protected_ = 0;
   rc->swa_live = rc->swa_protected = 0;
-  memset(rc->held, 0, rx_held_words(rc) * sizeof *rc->held);
+  memset(rc->held, 0, rx_held_bytes(rc));
   /* Old serials must not come back: they continue from serial_next. */
   for (int32_t i = 0; i < rc->nodes_used; i++) rc->nodes[i].serial = 0;
   root_make(rc);
@@ -647,7 +647,7 @@ kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn) {
     held += h->len / rc->ps;
   }
   int64_t bits = 0;
-  for (size_t w = 0; w < rx_held_words(rc); w++) bits += __builtin_popcountll(rc->held[w]);
+  for (size_t w = 0; w < rx_held_bytes(rc); w++) bits += rc->held[w] != 0;
   if (bits != held)
     return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "%lld held bits for %lld pages (a page twice?)", (long long)bits,
                       (long long)held);
@@ -662,7 +662,7 @@ kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn) {
 
 size_t kvc__rx_bytes(const kvc_radix_cache *rc) {
   return sizeof *rc + (size_t)rc->nodes_cap * (sizeof(rx_node) + sizeof(rx_hot) + sizeof(int32_t)) +
-         rc->table_cap * sizeof(rx_slot) + (size_t)rc->seg_bytes + rx_held_words(rc) * 8 + rc->path_cap * 4 +
+         rc->table_cap * sizeof(rx_slot) + (size_t)rc->seg_bytes + rx_held_bytes(rc) + rc->path_cap * 4 +
          rc->vec_cap * 20;
 }
 
@@ -684,6 +684,8 @@ rx_seg *kvc__rx_seg_new(kvc_radix_cache *rc, const int32_t *keys, const int64_t 
   if (s) memcpy(rx_seg_vals(s), vals, (size_t)n * sizeof *vals);
   return s;
 }
+
+rx_seg *kvc__rx_seg_keys(kvc_radix_cache *rc, const int32_t *keys, int64_t n) { return seg_alloc(rc, keys, n); }
 
 void kvc__rx_seg_drop(kvc_radix_cache *rc, rx_seg *s) {
   rc->seg_bytes -= kvc__rx_seg_bytes(s->len);
