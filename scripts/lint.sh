@@ -17,9 +17,10 @@ if [ -n "$early_exit" ]; then
 fi
 echo "shell pipelines clean"
 # The library builds without the CUDA toolkit (src/device/cuda_api.h declares what it
-# uses): no source but the toolkit cross-check test may include a toolkit header.
+# uses): no source but the toolkit cross-check test may include a toolkit header, and
+# bench/diag/ (stand-alone diagnostics run by hand on a GPU machine, not built by CMake).
 toolkit=$(grep -rnE '#[[:space:]]*include[[:space:]]*[<"](cuda|cudaTypedefs|nvrtc|cuda_runtime[a-z_]*)\.h[>"]' \
-  src include tests bench examples | grep -v '^tests/unit/test_cuda_api.c:' || true)
+  src include tests bench examples | grep -v -e '^tests/unit/test_cuda_api.c:' -e '^bench/diag/' || true)
 if [ -n "$toolkit" ]; then
   echo "$toolkit"
   echo "lint: toolkit headers included outside tests/unit/test_cuda_api.c (use src/device/cuda_api.h)" >&2
