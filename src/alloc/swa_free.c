@@ -10,9 +10,6 @@
 
 #include <string.h>
 
-/* Validates full slots: range and held (ps == 1: no duplicates). Eviction frees the
- * tree's values, runs of whole pages, so with ps > 1 a slot on the page just checked
- * needs only its range check: the first failing index (and message) stays the same. */
 /* The common case of ps 1 in one pass without marks: slots in ascending order (a tree
  * node's values, one allocation's run) cannot repeat, so only range and held need a
  * look, branch-free. False: not ascending, or something is wrong (the exact loop below
@@ -30,11 +27,35 @@ static bool ascending_held(const kvc_swa_allocator *a, const int64_t *slots, siz
   return !bad;
 }
 
+/* Validates full slots: range and held (ps == 1: no duplicates). Eviction frees the
+ * tree's values, runs of whole pages, so with ps > 1 a slot on the page just checked
+ * needs only its range check: the first failing index (and message) stays the same. */
 static kvc_status check_full_slots(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n) {
   const int64_t ps = a->ps, end = (kvc__alloc_num_pages(a->full) + 1) * ps;
   if (ps == 1 && n && ascending_held(a, slots, n)) return KVC_OK;
+  if (ps == 1) { /* its own loop: the page is the slot, and every slot needs its mark */
+    const uint8_t *state = a->full->state;
+    size_t marked = 0;
+    for (; marked < n; marked++) {
+      const int64_t x = slots[marked];
+      if (x < 1 || x >= end || (state[x] & (KVC__PG_STATE | KVC__PG_GFREE | KVC__PG_GSEG)) != KVC__PG_HELD ||
+          a->fmark[x])
+        break;
+      a->fmark[x] = 1;
+    }
+    for (size_t i = 0; i < marked; i++) a->fmark[slots[i]] = 0;
+    if (marked == n) return KVC_OK;
+    /* The first bad slot: what is wrong with it, as the general loop below says it. */
+    const size_t i = marked;
+    const int64_t x = slots[i];
+    if (x < 1 || x >= end)
+      return kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld is the padding page or out of range", i,
+                        (long long)x);
+    if (!kvc__alloc_page_held(a->full, x))
+      return kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld is not held (double free?)", i, (long long)x);
+    return kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld is listed twice", i, (long long)x);
+  }
   kvc_status st = KVC_OK;
-  size_t marked = 0;
   int64_t last = -1;
   for (size_t i = 0; i < n; i++) {
     const int64_t x = slots[i];
@@ -43,23 +64,14 @@ static kvc_status check_full_slots(kvc_swa_allocator *a, const char *fn, const i
                       (long long)x);
       break;
     }
-    const int64_t pg = ps == 1 ? x : kvc__pg_div(a->full, x);
-    if (pg == last && ps > 1) continue;
+    const int64_t pg = kvc__pg_div(a->full, x);
+    if (pg == last) continue;
     if (!kvc__alloc_page_held(a->full, pg)) {
       st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld is not held (double free?)", i, (long long)x);
       break;
     }
     last = pg;
-    if (ps == 1) {
-      if (a->fmark[x]) {
-        st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld is listed twice", i, (long long)x);
-        break;
-      }
-      a->fmark[x] = 1;
-      marked = i + 1;
-    }
   }
-  for (size_t i = 0; i < marked; i++) a->fmark[slots[i]] = 0;
   return st;
 }
 
