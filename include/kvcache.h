@@ -1223,7 +1223,13 @@ KVC_API kvc_status kvc_swa_radix_cache_check(const kvc_swa_radix_cache *cache);
  *     reports SGLang's mamba_branching_seqlen (on the page grid) in
  *     kvc_radix_req.mamba_branching_len: a chunk that ends there caches a state at the
  *     point where requests branch.
- * Not done here: mamba_max_states_per_path, host offload (HiCache).
+ *   - mamba_max_states_per_path (config.max_states_per_path > 0): when an insert (or a
+ *     request's donation or checkpoint) attaches a new state to a node, and the path from
+ *     the root to that node then holds more than the cap, states are taken from the
+ *     shallowest end of the path until it holds the cap: a node keeps its KV and loses its
+ *     state (event component MAMBA). The node just attached to, MAMBA-locked nodes and
+ *     forks (nodes with other than one child) are skipped, so the cap is a soft limit.
+ * Not done here: host offload (HiCache).
  * KV events (config.radix.on_event): BlockStored for every new node's blocks, BlockRemoved
  * with component KVC_RADIX_COMPONENT_MAMBA when a node loses its state but keeps its KV,
  * BlockRemoved with component ALL when a node is deleted.
@@ -1242,7 +1248,9 @@ typedef struct kvc_mamba_radix_cache kvc_mamba_radix_cache;
 typedef struct kvc_mamba_radix_cache_config {
   size_t struct_size;
   uint32_t version;
-  int32_t pad_;
+  int32_t max_states_per_path;          /* SGLang mamba_max_states_per_path: > 0 caps the
+                                           states on one root-to-node path after each
+                                           attach (rules above); 0 = no cap (SGLang -1) */
   kvc_radix_cache_config radix;         /* the tree and its FULL component */
   kvc_hybrid_req_pool *hybrid_req_pool; /* required, borrowed: the flow's; the states are
                                            slots of its kvc_mamba_pool */
@@ -1257,7 +1265,8 @@ typedef struct kvc_mamba_radix_cache_config {
 /** kvc_mamba_radix_cache_create() : an empty tree. Copies the config (the hybrid pool is
  *  borrowed and must outlive the cache). Host memory only.
  *  @return KVC_ERR_INVALID_ARGUMENT (no hybrid pool, page_size > 1 without the pool's
- *  TRACK buffers, or what kvc_radix_cache_create refuses in radix), KVC_ERR_VERSION,
+ *  TRACK buffers, max_states_per_path < 0, or what kvc_radix_cache_create refuses in
+ *  radix), KVC_ERR_VERSION,
  *  KVC_ERR_HOST_OOM. */
 KVC_API kvc_status kvc_mamba_radix_cache_create(kvc_context *ctx,
                                                 const kvc_mamba_radix_cache_config *config,
@@ -1292,7 +1301,11 @@ KVC_API kvc_status kvc_mamba_radix_cache_match_prefix(kvc_mamba_radix_cache *cac
  *  was (the flow's row allocation gives it a zeroed slot). Not capturable.
  *  @return KVC_ERR_MISUSE for a request already holding a row or a node, or a mamba_slot
  *  not held / held by the tree; KVC_ERR_OUT_OF_SLOTS when no slot can be had; KVC_ERR_CUDA.
- *  Nothing changed on failure (but the walk's split, which changes no match). */
+ *  Nothing changed on failure: the copy is launched (into the request's slot, a new slot,
+ *  or the slot of the state that the eviction will take) before the walk splits, stamps or
+ *  refreshes anything and before that eviction. Should the flow refuse the KV free of a
+ *  whole-leaf victim after the launch, that node keeps its KV and loses only its state
+ *  (logged as a warning; the match still succeeds). */
 KVC_API kvc_status kvc_mamba_radix_cache_match_req(kvc_mamba_radix_cache *cache, kvc_flow *flow,
                                                    kvc_req_state *req, kvc_radix_req *rreq,
                                                    kvc_stream stream);

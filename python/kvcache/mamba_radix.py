@@ -20,7 +20,8 @@ lib = _ffi.lib
 
 class _MambaConfig(Structure):
     """kvc_mamba_radix_cache_config, field for field."""
-    _fields_ = [("struct_size", c_size_t), ("version", c_uint32), ("pad_", c_int32), ("radix", _Config),
+    _fields_ = [("struct_size", c_size_t), ("version", c_uint32), ("max_states_per_path", c_int32),
+                ("radix", _Config),
                 ("hybrid_req_pool", c_void_p), ("reserved_", c_uint64 * 8)]
 
 
@@ -58,9 +59,11 @@ _fn("kvc_mamba_radix_cache_check", _st, _P)
 class MambaRadixCache(RadixCache):
     """The Mamba radix cache over a HybridReqToTokenPool's Mamba pool (page_size > 1 needs the
     pool's track buffers). num_slots: the KV allocator's size; policy: one of POLICIES
-    (the full-attention eviction order; states are evicted LRU)."""
+    (the full-attention eviction order; states are evicted LRU); max_states_per_path: SGLang's
+    mamba_max_states_per_path, 0 for no cap."""
 
-    def __init__(self, ctx, hybrid_req_pool, num_slots, page_size=1, policy="lru", slru_threshold=0):
+    def __init__(self, ctx, hybrid_req_pool, num_slots, page_size=1, policy="lru", slru_threshold=0,
+                 max_states_per_path=0):
         if policy not in POLICIES:
             raise ValueError("policy must be one of %s" % ", ".join(POLICIES))
         self._ctx = ctx
@@ -69,6 +72,7 @@ class MambaRadixCache(RadixCache):
         cfg = _MambaConfig()
         cfg.struct_size = ctypes.sizeof(cfg)
         cfg.version = lib.kvc_version_number()
+        cfg.max_states_per_path = max_states_per_path
         cfg.radix.struct_size = ctypes.sizeof(_Config)
         cfg.radix.version = cfg.version
         cfg.radix.page_size = page_size

@@ -44,6 +44,25 @@ def test_tree_rules(ctx):
     cache.close()
 
 
+def test_max_states_per_path(ctx):
+    rp, m, hyb = _world(ctx)
+    cache = MambaRadixCache(ctx, hyb, num_slots=1024, max_states_per_path=2)
+    s0, s1, s2 = m.alloc(3)
+    cache.insert([1, 2], [101, 102], s0)
+    cache.insert([1, 2, 3, 4], [101, 102, 203, 204], s1)
+    cache.insert([1, 2, 3, 4, 5, 6], [101, 102, 203, 204, 305, 306], s2)
+    s = cache.sizes()
+    assert (s["cached"], s["mamba_cached"]) == (6, 2)  # the shallowest state, s0, went
+    assert m.available_size() == 6
+    assert cache.match_prefix([1, 2])[3] == 0 and cache.match_prefix([1, 2, 3, 4])[3] == s1
+    cache.check()
+    cache.reset()
+    m.free([s1, s2])
+    cache.close()
+    with pytest.raises(kvc.KvcacheError):
+        MambaRadixCache(ctx, hyb, num_slots=1024, max_states_per_path=-1)
+
+
 def test_hybrid_flow_reuses_prefix_and_state(ctx):
     rp, m, hyb = _world(ctx)
     alloc = kvc.Allocator(ctx, 256, page_size=1)

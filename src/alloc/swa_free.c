@@ -10,31 +10,68 @@
 
 #include <string.h>
 
-/* Validates full slots: range and held (ps == 1: no duplicates). */
+/* The common case of ps 1 in one pass without marks: slots in ascending order (a tree
+ * node's values, one allocation's run) cannot repeat, so only range and held need a
+ * look, branch-free. False: not ascending, or something is wrong (the exact loop below
+ * then finds the first bad index and says what it is). */
+static bool ascending_held(const kvc_swa_allocator *a, const int64_t *slots, size_t n) {
+  const int64_t end = kvc__alloc_num_pages(a->full) + 1;
+  if (slots[0] < 1 || slots[n - 1] >= end) return false;
+  const uint8_t *state = a->full->state;
+  unsigned bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i && slots[i] <= slots[i - 1]) return false;
+    const uint8_t st = state[slots[i]]; /* in [1, end) by the ascending order and the ends */
+    bad |= (unsigned)((st & (KVC__PG_STATE | KVC__PG_GFREE | KVC__PG_GSEG)) != KVC__PG_HELD);
+  }
+  return !bad;
+}
+
+/* Validates full slots: range and held (ps == 1: no duplicates). Eviction frees the
+ * tree's values, runs of whole pages, so with ps > 1 a slot on the page just checked
+ * needs only its range check: the first failing index (and message) stays the same. */
 static kvc_status check_full_slots(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n) {
+  const int64_t ps = a->ps, end = (kvc__alloc_num_pages(a->full) + 1) * ps;
+  if (ps == 1 && n && ascending_held(a, slots, n)) return KVC_OK;
+  if (ps == 1) { /* its own loop: the page is the slot, and every slot needs its mark */
+    const uint8_t *state = a->full->state;
+    size_t marked = 0;
+    for (; marked < n; marked++) {
+      const int64_t x = slots[marked];
+      if (x < 1 || x >= end || (state[x] & (KVC__PG_STATE | KVC__PG_GFREE | KVC__PG_GSEG)) != KVC__PG_HELD ||
+          a->fmark[x])
+        break;
+      a->fmark[x] = 1;
+    }
+    for (size_t i = 0; i < marked; i++) a->fmark[slots[i]] = 0;
+    if (marked == n) return KVC_OK;
+    /* The first bad slot: what is wrong with it, as the general loop below says it. */
+    const size_t i = marked;
+    const int64_t x = slots[i];
+    if (x < 1 || x >= end)
+      return kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld is the padding page or out of range", i,
+                        (long long)x);
+    if (!kvc__alloc_page_held(a->full, x))
+      return kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld is not held (double free?)", i, (long long)x);
+    return kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld is listed twice", i, (long long)x);
+  }
   kvc_status st = KVC_OK;
-  size_t marked = 0;
+  int64_t last = -1;
   for (size_t i = 0; i < n; i++) {
     const int64_t x = slots[i];
-    if (x < a->ps || x >= (kvc__alloc_num_pages(a->full) + 1) * a->ps) {
+    if (x < ps || x >= end) {
       st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld is the padding page or out of range", i,
                       (long long)x);
       break;
     }
-    if (!kvc__alloc_page_held(a->full, x / a->ps)) {
+    const int64_t pg = kvc__pg_div(a->full, x);
+    if (pg == last) continue;
+    if (!kvc__alloc_page_held(a->full, pg)) {
       st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld is not held (double free?)", i, (long long)x);
       break;
     }
-    if (a->ps == 1) {
-      if (a->fmark[x]) {
-        st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld is listed twice", i, (long long)x);
-        break;
-      }
-      a->fmark[x] = 1;
-      marked = i + 1;
-    }
+    last = pg;
   }
-  for (size_t i = 0; i < marked; i++) a->fmark[slots[i]] = 0;
   return st;
 }
 
@@ -63,27 +100,30 @@ static kvc_status plan_swa_free(kvc_swa_allocator *a, const char *fn, const int6
       a->pages[p_n++] = slots[i];
     }
   } else {
+    int64_t last = -1; /* runs of one page (the tree's values) skip the mark */
     for (size_t i = 0; i < n && st == KVC_OK; i++) {
-      const int64_t pg = slots[i] / ps;
-      if (a->fmark[pg]) continue;
+      const int64_t pg = kvc__pg_div(a->full, slots[i]);
+      if (pg == last || a->fmark[pg]) continue;
+      last = pg;
       a->fmark[pg] = 1;
       a->pages[p_n++] = pg;
       for (int64_t j = 0; j < ps; j++) {
         const int64_t fs = pg * ps + j;
         const int32_t w = a->map[fs];
         if (w <= 0) continue;
-        if (!kvc__alloc_page_held(a->swa, w / ps)) {
+        const int64_t wp = kvc__pg_div(a->swa, w);
+        if (a->smark[wp]) continue; /* listed, so checked held already */
+        if (!kvc__alloc_page_held(a->swa, wp)) {
           st = kvc__error(a->ctx, KVC_ERR_INTERNAL, fn, "full slot %lld maps to SWA slot %d, which is not held",
                           (long long)fs, w);
           break;
         }
-        if (a->smark[w / ps]) continue;
-        a->smark[w / ps] = 1;
+        a->smark[wp] = 1;
         a->w_buf[w_n++] = w;
       }
     }
     for (int64_t i = 0; i < p_n; i++) a->fmark[a->pages[i]] = 0;
-    for (int64_t i = 0; i < w_n; i++) a->smark[a->w_buf[i] / ps] = 0;
+    for (int64_t i = 0; i < w_n; i++) a->smark[kvc__pg_div(a->swa, a->w_buf[i])] = 0;
   }
   *nw = w_n;
   *np = p_n;
@@ -108,7 +148,8 @@ static kvc_status zero_entries(kvc_swa_allocator *a, int64_t np, kvc_stream stre
   const kvc__swa_map_dst d = kvc__swa_dmap_dst(a);
   const kvc__swa_map_items zero = {a->words, (size_t)(2 * items), items, KVC_SWA_MAP_ZERO};
   KVC_FORWARD(kvc__swa_map_write(a->ctx, &d, &zero, stream));
-  for (int64_t i = 0; i < np; i++) memset(a->map + a->pages[i] * ps, 0, (size_t)ps * sizeof *a->map);
+  /* By runs, not pages: with ps 1 a free of n slots was n four-byte memsets. */
+  for (int64_t i = 0; i < items; i++) memset(a->map + a->words[2 * i], 0, (size_t)a->words[2 * i + 1] * sizeof *a->map);
   return KVC_OK;
 }
 

@@ -82,6 +82,49 @@ static int32_t detach(kvc_mamba_radix_cache *c, int32_t id) {
   return s;
 }
 
+/* SGLang _evict_excess_path_states, after a state was attached to `tail`: while the path
+ * root..tail holds more than cap states, the shallowest eligible one goes (the node keeps
+ * its KV). Not eligible: tail itself, MAMBA-locked nodes, forks and leaves (other than
+ * one child). Host only, and it leaves rc->path alone (the callers still read it). */
+static bool cap_eligible(const kvc_mamba_radix_cache *c, int32_t x) {
+  const kvc_radix_cache *rc = c->rc;
+  return rc->nodes[x].mamba_slot && rc->nodes[x].mamba_lock == 0 && rc->hot[x].nchild == 1;
+}
+
+static void cap_path(kvc_mamba_radix_cache *c, int32_t tail) {
+  kvc_radix_cache *rc = c->rc;
+  int64_t held = 0, eligible = 0;
+  for (int32_t x = tail; x > 0; x = rc->hot[x].parent) {
+    held += rc->nodes[x].mamba_slot != 0;
+    eligible += x != tail && cap_eligible(c, x);
+  }
+  const int64_t k = KVC__MIN(held - c->cap, eligible);
+  if (k <= 0) return;
+  /* The k shallowest eligible nodes: walking up, the ones past the first eligible - k.
+   * Gathered deep first (at most one per state: capbuf has a slot per state), freed
+   * shallow first, SGLang's order (the pool's free list and the events see it). */
+  int64_t skip = eligible - k, n = 0;
+  for (int32_t x = rc->hot[tail].parent; x > 0; x = rc->hot[x].parent) {
+    if (!cap_eligible(c, x)) continue;
+    if (skip > 0) skip--;
+    else c->capbuf[n++] = x;
+  }
+  while (n-- > 0) {
+    const int32_t x = c->capbuf[n];
+    int32_t s = detach(c, x);
+    if (kvc_mamba_pool_free(c->pool, &s, 1) != KVC_OK) { /* freed behind the cache's back */
+      attach(c, x, s);
+      return;
+    }
+    if (rc->events_on) kvc__rx_event_removed_as(rc, x, KVC_RADIX_COMPONENT_MAMBA);
+  }
+}
+
+static void attach_capped(kvc_mamba_radix_cache *c, int32_t id, int32_t s) {
+  attach(c, id, s);
+  if (c->cap > 0) cap_path(c, id);
+}
+
 /* rc->on_delete_state: a node with a state is being deleted (its KV freed by the caller). */
 static void on_delete(void *user, int32_t id) {
   kvc_mamba_radix_cache *c = user;
@@ -104,19 +147,23 @@ kvc_status kvc_mamba_radix_cache_create(kvc_context *ctx, const kvc_mamba_radix_
   KVC_RETURN_IF(!track && cfg.radix.page_size > 1, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "page_size %d needs the hybrid pool's TRACK buffers (only the sequence-end state exists without them)",
                 cfg.radix.page_size);
+  KVC_RETURN_IF(cfg.max_states_per_path < 0, ctx, KVC_ERR_INVALID_ARGUMENT, "max_states_per_path %d < 0",
+                cfg.max_states_per_path);
   const int32_t size = kvc_mamba_pool_size(pool);
   kvc_mamba_radix_cache *c = kvc__calloc(ctx, 1, sizeof *c);
   KVC_RETURN_IF(!c, ctx, KVC_ERR_HOST_OOM, "Mamba radix cache");
   c->owner = kvc__calloc(ctx, (size_t)size + 1, sizeof *c->owner);
   c->prev = kvc__calloc(ctx, (size_t)size + 1, sizeof *c->prev);
   c->next = kvc__calloc(ctx, (size_t)size + 1, sizeof *c->next);
-  kvc_status st = !c->owner || !c->prev || !c->next
+  c->capbuf = kvc__calloc(ctx, (size_t)size + 1, sizeof *c->capbuf);
+  kvc_status st = !c->owner || !c->prev || !c->next || !c->capbuf
                       ? kvc__error(ctx, KVC_ERR_HOST_OOM, __func__, "state tables for %d slots", size)
                       : kvc_radix_cache_create(ctx, &cfg.radix, &c->rc);
   if (st != KVC_OK) {
     kvc__free(ctx, c->owner);
     kvc__free(ctx, c->prev);
     kvc__free(ctx, c->next);
+    kvc__free(ctx, c->capbuf);
     kvc__free(ctx, c);
     return st;
   }
@@ -127,6 +174,7 @@ kvc_status kvc_mamba_radix_cache_create(kvc_context *ctx, const kvc_mamba_radix_
   c->size = size;
   c->track = track;
   c->pp = kvc_hybrid_req_pool_pp(cfg.hybrid_req_pool);
+  c->cap = cfg.max_states_per_path;
   c->rc->on_delete_state = on_delete;
   c->rc->comp_user = c;
   *out = c;
@@ -140,6 +188,7 @@ void kvc_mamba_radix_cache_destroy(kvc_mamba_radix_cache *c) {
   kvc__free(ctx, c->owner);
   kvc__free(ctx, c->prev);
   kvc__free(ctx, c->next);
+  kvc__free(ctx, c->capbuf);
   c->magic = 0;
   kvc__free(ctx, c);
 }
@@ -335,6 +384,62 @@ static kvc_status check_slot(const kvc_mamba_radix_cache *c, int32_t s, const ch
   return KVC_OK;
 }
 
+/* The state match() would end at, found without splitting or stamping anything, so that
+ * match_req can launch its copy before it changes the tree: the slot of the deepest
+ * wholly matched node with a state (0: none). Reserves the scratch and the split node
+ * match() needs, so that match() cannot fail after the launch. */
+static kvc_status peek_state(kvc_mamba_radix_cache *c, const char *fn, uint64_t ns, const int32_t *tokens, int64_t n,
+                             int32_t *state) {
+  kvc_radix_cache *rc = c->rc;
+  *state = 0;
+  KVC_RETURN_IF(n < 0 || n > INT32_MAX || (n > 0 && !tokens), c->ctx, KVC_ERR_INVALID_ARGUMENT, "%s: %lld tokens at %p",
+                fn, (long long)n, (const void *)tokens);
+  n = n / rc->ps * rc->ps;
+  if (n == 0) return KVC_OK;
+  KVC_FORWARD(kvc__rx_reserve(rc, fn, (size_t)n));
+  KVC_FORWARD(kvc__rx_reserve_nodes(rc, fn, 1));
+  size_t d;
+  const int64_t present = kvc__rx_probe_path(rc, ns, tokens, n, &d);
+  int64_t covered = 0;
+  for (size_t i = 0; i < d; i++) covered += rc->hot[rc->path[i]].len;
+  if (d > 0 && covered > present) d--; /* a node matched in part: match() splits it, its state goes below */
+  while (d > 0 && !rc->nodes[rc->path[d - 1]].mamba_slot) d--;
+  if (d > 0) *state = rc->nodes[rc->path[d - 1]].mamba_slot;
+  return KVC_OK;
+}
+
+/* The state mamba_evict(c, flow, 1, ...) would take once the match holds `keep`'s node
+ * locked: the first MAMBA-unlocked one from the LRU end other than `keep` (the match's
+ * touch moves only `keep`, so the order of the others is the same). 0: none. */
+static int32_t next_victim(const kvc_mamba_radix_cache *c, int32_t keep) {
+  for (int32_t s = c->tail; s; s = c->prev[s])
+    if (s != keep && c->rc->nodes[c->owner[s]].mamba_lock == 0) return s;
+  return 0;
+}
+
+/* mamba_evict of the one state in slot v, but the slot stays handed out: it becomes the
+ * request's, as mamba_evict's free and fork's alloc would have made it (the pool had no
+ * free slot, so the alloc takes back exactly v). Its row already holds the copy, so
+ * this cannot fail: a whole leaf whose KV free the flow refuses keeps its KV and loses
+ * only its state (logged), which leaves the tree consistent and the match done. */
+static void evict_into(kvc_mamba_radix_cache *c, kvc_flow *flow, int32_t v) {
+  kvc_radix_cache *rc = c->rc;
+  const int32_t x = c->owner[v];
+  if (rc->hot[x].nchild == 0 && rc->hot[x].lock_ref == 0) {
+    const kvc_status st = free_full(c, flow, x);
+    detach(c, x); /* first: the delete hook would give the slot back to the pool */
+    if (st == KVC_OK) {
+      kvc__rx_delete_leaf(rc, x);
+      return;
+    }
+    kvc__log(c->ctx, KVC_LOG_WARN, "kvc_mamba_radix_cache_match_req: node %d keeps its KV (%s)", x,
+             kvc_last_error(c->ctx));
+  } else {
+    detach(c, x);
+  }
+  if (rc->events_on) kvc__rx_event_removed_as(rc, x, KVC_RADIX_COMPONENT_MAMBA);
+}
+
 kvc_status kvc_mamba_radix_cache_match_req(kvc_mamba_radix_cache *c, kvc_flow *flow, kvc_req_state *req,
                                            kvc_radix_req *rreq, kvc_stream stream) {
   MAMBA_RADIX_ENTRY(c);
@@ -346,36 +451,36 @@ kvc_status kvc_mamba_radix_cache_match_req(kvc_mamba_radix_cache *c, kvc_flow *f
                 "rreq: %lld tokens at %p", (long long)rreq->num_tokens, (const void *)rreq->tokens);
   KVC_RETURN_IF(req->mamba_slot < 0, c->ctx, KVC_ERR_INVALID_ARGUMENT, "mamba_slot %d < 0", req->mamba_slot);
   if (req->mamba_slot) KVC_FORWARD(check_slot(c, req->mamba_slot, fn, "mamba_slot"));
-  kvc_radix_match m;
-  int32_t src;
-  int64_t full;
   /* SGLang _compute_max_prefix_len: the last token is always recomputed. */
-  KVC_FORWARD(
-      match(c, fn, rreq->ns, rreq->tokens, KVC__MAX(0, rreq->num_tokens - 1), rreq->prefix_buf, &m, &src, &full));
+  const int64_t want = KVC__MAX(0, rreq->num_tokens - 1);
+  /* The copy launch goes first, before the walk splits, stamps and touches anything and
+   * before any eviction: a failed launch (or no slot to be had) then changes nothing. */
+  int32_t src, dst = req->mamba_slot, victim = 0;
+  KVC_FORWARD(peek_state(c, fn, rreq->ns, rreq->tokens, want, &src));
+  if (src && dst) {
+    KVC_FORWARD(kvc_mamba_pool_copy_from(c->pool, &src, &dst, 1, stream));
+  } else if (src) {
+    kvc_status st = kvc_mamba_pool_fork_from(c->pool, src, &dst, stream);
+    if (st == KVC_ERR_OUT_OF_SLOTS) { /* SGLang: evict one state, then alloc again */
+      victim = kvc__rx_can_free(c->rc, flow) ? next_victim(c, src) : 0;
+      KVC_RETURN_IF(!victim, c->ctx, KVC_ERR_OUT_OF_SLOTS, "%s: no free Mamba slot and no evictable state", fn);
+      dst = victim;
+      st = kvc_mamba_pool_copy_from(c->pool, &src, &dst, 1, stream);
+    }
+    KVC_FORWARD(st);
+  }
+  /* Commit: cannot fail (peek_state reserved what match() needs). */
+  kvc_radix_match m;
+  int32_t got;
+  int64_t full;
+  KVC_FORWARD(match(c, fn, rreq->ns, rreq->tokens, want, rreq->prefix_buf, &m, &got, &full));
+  if (got != src)
+    return kvc__error(c->ctx, KVC_ERR_INTERNAL, fn, "the match's state %d is not the peeked %d", got, src);
   int32_t node = 0;
   kvc__rx_from_handle(c->rc, m.node, &node);
-  lock(c, node); /* before any eviction below: the matched state is safe */
-  if (src) {
-    kvc_status st;
-    if (req->mamba_slot) {
-      st = kvc_mamba_pool_copy_from(c->pool, &src, &req->mamba_slot, 1, stream);
-    } else {
-      int32_t dst = 0;
-      st = kvc_mamba_pool_fork_from(c->pool, src, &dst, stream);
-      if (st == KVC_ERR_OUT_OF_SLOTS) { /* SGLang: evict one state, then alloc again */
-        int64_t got = 0, full_done = 0;
-        st = c->states > c->protected_states && kvc__rx_can_free(c->rc, flow)
-                 ? mamba_evict(c, flow, 1, &got, &full_done)
-                 : kvc__error(c->ctx, KVC_ERR_OUT_OF_SLOTS, fn, "no free Mamba slot and no evictable state");
-        if (st == KVC_OK) st = kvc_mamba_pool_fork_from(c->pool, src, &dst, stream);
-      }
-      if (st == KVC_OK) req->mamba_slot = dst;
-    }
-    if (st != KVC_OK) {
-      unlock(c, node, fn);
-      return st;
-    }
-  }
+  lock(c, node);
+  if (victim) evict_into(c, flow, victim);
+  req->mamba_slot = dst;
   req->prefix_len = req->cache_protected_len = m.len;
   req->prefix_slots = m.len ? m.slots : NULL;
   req->cache_node = node ? m.node : NULL;
@@ -402,7 +507,7 @@ kvc_status kvc_mamba_radix_cache_insert(kvc_mamba_radix_cache *c, kvc_flow *flow
     int32_t node;
     const rx_insert_args a = {.ns = ns, .keys = tokens, .vals = slots, .n = n, .prefix = &prefix, .node = &node};
     KVC_FORWARD(kvc__rx_insert_with(rc, flow, __func__, &a));
-    if (!rc->nodes[node].mamba_slot) attach(c, node, mamba_slot), taken = 1;
+    if (!rc->nodes[node].mamba_slot) attach_capped(c, node, mamba_slot), taken = 1;
     else touch(c, node); /* SGLang mamba_exist: the existing state is refreshed */
   }
   if (prefix_len) *prefix_len = prefix;
@@ -526,7 +631,7 @@ kvc_status kvc_mamba_radix_cache_cache_finished_req(kvc_mamba_radix_cache *c, kv
       return st;
     }
   }
-  if (take) attach(c, node, donor);
+  if (take) attach_capped(c, node, donor);
   clear_mamba(req);
   req->cache_node = NULL;
   req->cache_protected_len = 0;
@@ -588,7 +693,7 @@ kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *c, 
   rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
   kvc__rx_touch_path(rc, depth); /* SGLang re-matches the key */
   if (!rc->nodes[node].mamba_slot) {
-    attach(c, node, copy);
+    attach_capped(c, node, copy);
   } else {
     touch(c, node);
     (void)kvc_mamba_pool_free(c->pool, &copy, 1);

@@ -19,8 +19,10 @@ struct kvc_mamba_radix_cache {
   int32_t size; /* Mamba pool slots */
   bool track;   /* the hybrid pool has ping-pong track buffers */
   int32_t pp;
+  int32_t cap; /* max_states_per_path, 0 = none */
   /* per slot [0, size]: owning node (0 = not the tree's), LRU links (0 = end) */
   int32_t *owner, *prev, *next;
+  int32_t *capbuf;    /* [size + 1]: the nodes max_states_per_path takes states from */
   int32_t head, tail; /* most / least recently used state */
   int64_t states, protected_states;
   kvc_status hook_st; /* a Mamba pool free refused inside the delete hook */

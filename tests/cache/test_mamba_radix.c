@@ -657,6 +657,186 @@ static void test_failures_change_nothing(void **state) {
   world_free(&w);
 }
 
+static void world_cap(world *w, int32_t mamba_size, int32_t cap) {
+  world_make(w, mamba_size, 0, 1, 1);
+  kvc_mamba_radix_cache_destroy(w->c);
+  kvc_mamba_radix_cache_config cc = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
+  cc.max_states_per_path = cap;
+  cc.radix.num_slots = 1 << 12;
+  cc.radix.free_slots = log_free;
+  cc.radix.free_user = w;
+  cc.radix.on_event = on_event, cc.radix.event_user = w, cc.radix.block_hash = chain_hash;
+  cc.hybrid_req_pool = w->hp;
+  KVT_OK(kvc_mamba_radix_cache_create(kvt_ctx, &cc, &w->c));
+}
+
+/* The state of the node ending at n (0: none; the match then ends above n). */
+static int32_t state_at(world *w, int64_t n) {
+  int32_t s;
+  kvc_radix_match m;
+  KVT_OK(kvc_mamba_radix_cache_match_prefix(w->c, 0, T, n, &m, NULL, NULL));
+  KVT_OK(kvc_mamba_radix_cache_node_state(w->c, m.node, &s));
+  return m.len == n ? s : 0;
+}
+
+/* max_states_per_path 2 (SGLang's worked example): states at 2 (S0), 4 (S1), 6 (S2) on
+ * one chain; attaching S2 makes three on the path, so the shallowest, S0, goes: its node
+ * keeps its KV (an event with component MAMBA), S0 goes back to the pool. A cap of 0 is no
+ * cap; a negative one is refused. */
+static void test_path_cap_takes_the_shallowest_state(void **state) {
+  (void)state;
+  world w;
+  world_cap(&w, 8, 2);
+  const int32_t S0 = slot_new(&w), S1 = slot_new(&w), S2 = slot_new(&w);
+  assert_int_equal(put(&w, T, 2, 101, S0), 1);
+  assert_int_equal(put(&w, T, 4, 201, S1), 1);
+  assert_int_equal(sizes(&w).mamba_cached, 2);
+  assert_int_equal(w.events[KVC_RADIX_BLOCK_REMOVED][KVC_RADIX_COMPONENT_MAMBA], 0);
+  assert_int_equal(put(&w, T, 6, 301, S2), 1);
+  const kvc_mamba_radix_sizes z = sizes(&w);
+  assert_int_equal(z.mamba_cached, 2);
+  assert_int_equal(z.cached, 6); /* every node keeps its KV */
+  assert_int_equal(kvc_mamba_pool_is_held(w.mp, S0), 0);
+  assert_int_equal(state_at(&w, 2), 0);
+  assert_int_equal(state_at(&w, 4), S1);
+  assert_int_equal(state_at(&w, 6), S2);
+  assert_int_equal(w.events[KVC_RADIX_BLOCK_REMOVED][KVC_RADIX_COMPONENT_MAMBA], 1);
+  world_free(&w);
+  world_cap(&w, 8, 0); /* no cap: all three stay */
+  const int32_t A = slot_new(&w), B = slot_new(&w), C = slot_new(&w);
+  put(&w, T, 2, 101, A), put(&w, T, 4, 201, B), put(&w, T, 6, 301, C);
+  assert_int_equal(sizes(&w).mamba_cached, 3);
+  kvc_mamba_radix_cache_config cc = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
+  cc.max_states_per_path = -1;
+  cc.hybrid_req_pool = w.hp;
+  kvc_mamba_radix_cache *bad = NULL;
+  KVT_STATUS(kvc_mamba_radix_cache_create(kvt_ctx, &cc, &bad), KVC_ERR_INVALID_ARGUMENT);
+  assert_null(bad);
+  world_free(&w);
+}
+
+/* The cap is soft (SGLang's second example, cap 1): forks, MAMBA-locked nodes and the node
+ * just attached to keep their states. [1,2] S0 is a fork ([3,4] and [50,51] below it),
+ * [3,4] S1 is MAMBA-locked; attaching S3 at 8 takes only S2 at 6, leaving three states on
+ * the path. */
+static void test_path_cap_is_soft(void **state) {
+  (void)state;
+  world w;
+  world_cap(&w, 8, 1);
+  const int32_t SF = slot_new(&w), S0 = slot_new(&w), S1 = slot_new(&w), S2 = slot_new(&w), S3 = slot_new(&w);
+  const int32_t f[] = {1, 2, 50, 51};
+  assert_int_equal(put(&w, f, 4, 501, SF), 1);
+  assert_int_equal(put(&w, T, 2, 101, S0), 1); /* splits [1,2,50,51]: one state on each path */
+  assert_int_equal(put(&w, T, 4, 201, S1), 1); /* [1,2] is a fork now: nothing goes */
+  assert_int_equal(sizes(&w).mamba_cached, 3);
+  kvc_radix_match m;
+  KVT_OK(kvc_mamba_radix_cache_match_prefix(w.c, 0, T, 4, &m, NULL, NULL));
+  KVT_OK(kvc_mamba_radix_cache_lock(w.c, m.node));
+  assert_int_equal(put(&w, T, 6, 301, S2), 1); /* S0 fork, S1 locked, S2 the tail */
+  assert_int_equal(sizes(&w).mamba_cached, 4);
+  assert_int_equal(put(&w, T, 8, 401, S3), 1);
+  assert_int_equal(sizes(&w).mamba_cached, 4);
+  assert_int_equal(kvc_mamba_pool_is_held(w.mp, S2), 0);
+  assert_int_equal(state_at(&w, 2), S0);
+  assert_int_equal(state_at(&w, 4), S1);
+  assert_int_equal(state_at(&w, 6), 0);
+  assert_int_equal(state_at(&w, 8), S3);
+  KVT_OK(kvc_mamba_radix_cache_unlock(w.c, m.node));
+  KVT_OK(kvc_mamba_radix_cache_check(w.c));
+  world_free(&w);
+}
+
+/* A failed copy launch in match_req changes nothing: not the tree (the walk would split
+ * [5..8] at 6), not the LRU order of the states (the match would refresh A), not the
+ * pool (with no free slot, match_req would evict one state and fork into its slot).
+ * [1..4] holds A, [5..8] B, B the most recently used; the request's own slot R is the
+ * pool's last. Then the LRU end is still A: a MAMBA eviction of one state takes A (an
+ * inner node: its KV stays), not B. */
+static void test_failed_match_launch_changes_nothing(void **state) {
+  (void)state;
+  world w;
+  world_make(&w, 3, 0, 1, 0);
+  const int32_t A = slot_new(&w), B = slot_new(&w), R = slot_new(&w);
+  assert_int_equal(put(&w, T, 8, 101, B), 1);
+  assert_int_equal(put(&w, T, 4, 901, A), 1); /* [1..4] A, [5..8] B */
+  int32_t s;
+  (void)get(&w, T, 8, &s, NULL); /* B most recent, A the LRU end */
+  assert_int_equal(s, B);
+  static ereq e;
+  memset(&e, 0, sizeof e);
+  const int32_t q[] = {1, 2, 3, 4, 5, 6, 77, 78};
+  memcpy(e.toks, q, sizeof q);
+  e.rr.tokens = e.toks;
+  e.rr.num_tokens = 8; /* 7 matched: [1..6], the walk would split [5..8] */
+  e.st.seq_len = 8;
+  kvc_radix_stats st;
+  for (int own = 1; own >= 0; own--) { /* copy into the request's slot, then evict + fork */
+    e.st.mamba_slot = own ? R : 0;
+    const size_t freed = w.nfreed;
+    kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0);
+    KVT_STATUS(kvc_mamba_radix_cache_match_req(w.c, NULL, &e.st, &e.rr, NULL), KVC_ERR_CUDA);
+    kvc__fault_reset(kvt_ctx);
+    assert_null(e.st.cache_node);
+    assert_int_equal(e.st.mamba_slot, own ? R : 0);
+    assert_int_equal(e.st.prefix_len, 0);
+    KVT_OK(kvc_mamba_radix_cache_stats(w.c, &st));
+    assert_int_equal(st.nodes, 2);
+    const kvc_mamba_radix_sizes z = sizes(&w);
+    assert_int_equal(z.cached, 8);
+    assert_int_equal(z.mamba_cached, 2);
+    assert_int_equal(z.protected_size + z.mamba_protected, 0);
+    assert_int_equal(kvc_mamba_pool_available(w.mp), 0);
+    assert_int_equal(w.nfreed, freed);
+    KVT_OK(kvc_mamba_radix_cache_check(w.c));
+  }
+  int64_t ev = -1, mev = -1;
+  KVT_OK(kvc_mamba_radix_cache_evict(w.c, NULL, 0, 1, &ev, &mev));
+  assert_int_equal(ev, 0); /* A's node is inner: it keeps its KV */
+  assert_int_equal(mev, 1);
+  (void)get(&w, T, 8, &s, NULL);
+  assert_int_equal(s, B);
+  (void)get(&w, T, 4, &s, NULL);
+  assert_int_equal(s, 0);
+  KVT_OK(kvc_mamba_pool_free(w.mp, &R, 1));
+  world_free(&w);
+}
+
+/* With no free Mamba slot, match_req evicts the LRU state other than the matched one and
+ * forks into its slot: [1..4] A (matched), [5..8] B (the victim, a leaf once the walk
+ * splits it at 6: its [7, 8] goes whole); the request holds B's slot with A's state. */
+static void test_match_evicts_into_the_victim_slot(void **state) {
+  (void)state;
+  world w;
+  world_make(&w, 2, 0, 1, 0);
+  const int32_t A = slot_new(&w), B = slot_new(&w);
+  assert_int_equal(put(&w, T, 8, 101, B), 1);
+  assert_int_equal(put(&w, T, 4, 901, A), 1);
+  int32_t s;
+  (void)get(&w, T, 8, &s, NULL);
+  static ereq e;
+  memset(&e, 0, sizeof e);
+  const int32_t q[] = {1, 2, 3, 4, 5, 6, 77, 78};
+  memcpy(e.toks, q, sizeof q);
+  e.rr.tokens = e.toks;
+  e.rr.num_tokens = 8;
+  e.st.seq_len = 8;
+  const size_t freed = w.nfreed;
+  KVT_OK(kvc_mamba_radix_cache_match_req(w.c, NULL, &e.st, &e.rr, NULL));
+  assert_int_equal(e.st.prefix_len, 4);
+  assert_int_equal(e.st.mamba_slot, B);
+  assert_int_equal(w.nfreed, freed + 2); /* [7, 8]'s KV */
+  assert_int_equal(w.freed[freed], 107);
+  const kvc_mamba_radix_sizes z = sizes(&w);
+  assert_int_equal(z.cached, 6);
+  assert_int_equal(z.mamba_cached, 1);
+  assert_int_equal(z.mamba_protected, 1);
+  assert_int_equal(kvc_mamba_pool_available(w.mp), 0);
+  KVT_OK(kvc_mamba_radix_cache_unlock(w.c, e.st.cache_node));
+  KVT_OK(kvc_mamba_pool_free(w.mp, &e.st.mamba_slot, 1));
+  (void)A;
+  world_free(&w);
+}
+
 /* Ping-pong track buffers (page 4): the finished request donates the newest track slot
  * whose checkpoint fits its committed tokens; the KV past the checkpoint is freed. */
 static void test_flow_donates_a_track_checkpoint(void **state) {
@@ -795,6 +975,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_flow_donates_a_track_checkpoint),
     cmocka_unit_test(test_chunks_cache_a_copy_of_the_state),
     cmocka_unit_test(test_failures_change_nothing),
+    cmocka_unit_test(test_path_cap_takes_the_shallowest_state),
+    cmocka_unit_test(test_path_cap_is_soft),
+    cmocka_unit_test(test_failed_match_launch_changes_nothing),
+    cmocka_unit_test(test_match_evicts_into_the_victim_slot),
     cmocka_unit_test(test_sessions_over_mamba_radix),
 };
 KVT_MAIN("mamba_radix", tests)

@@ -3,7 +3,8 @@
  * entry per cached page (page size 1, or 2 with the hybrid pool's track buffers, by the
  * seed's parity; its first slot, its Mamba state or 0, the FULL and MAMBA lock counts and
  * the state's LRU stamp).
- * Random inserts (each donating a fresh state), matches, locks (the lock call or the
+ * Random inserts (each donating a fresh state; in two of the six runs under a
+ * max_states_per_path cap, whose shallow-first removals the reference replays), matches, locks (the lock call or the
  * prefix-cache adapter's node-only lock), unlocks and evictions of both components.
  * Checked at every step:
  *   - insert's prefix, the duplicates it frees, and whether it took the state (the node
@@ -61,6 +62,7 @@ static lk L[MAXLOCK];
 static kvc_prefix_cache PC;
 static int nlk;
 static int64_t PS;
+static int32_t CAP; /* max_states_per_path, 0 = none */
 static int64_t n_hit, n_ev, n_mev;
 static kvc_mamba_pool *MP;
 
@@ -118,6 +120,28 @@ static void ref_drop_state(int32_t e) {
   R.states--;
 }
 
+/* SGLang _evict_excess_path_states after a state was attached to entry t: from the root
+ * down, states of entries other than t that are MAMBA-unlocked and have exactly one child
+ * go until the path holds CAP states (or none of those is left). Their entries keep the
+ * KV; the cache must have freed exactly those states. */
+static void ref_cap(int32_t t, uint64_t seed, int64_t step) {
+  static int32_t path[MAXN];
+  int32_t d = 0, held = 0;
+  for (int32_t e = t; e; e = R.parent[e]) {
+    path[d++] = e;
+    held += R.state[e] != 0;
+  }
+  for (int32_t i = d - 1; i >= 0 && held > CAP; i--) {
+    const int32_t e = path[i];
+    if (e == t) break;
+    if (!R.state[e] || R.mamba_lock[e] > 0 || R.nchild[e] != 1) continue;
+    if (kvc_mamba_pool_is_held(MP, R.state[e]))
+      FAIL(seed, step, "path cap %d: state %d of entry %d (depth %d) kept", CAP, R.state[e], e, d - i);
+    ref_drop_state(e);
+    held--;
+  }
+}
+
 static void sizes_agree(kvc_mamba_radix_cache *c, uint64_t seed, int64_t step) {
   kvc_mamba_radix_sizes s;
   KVT_OK(kvc_mamba_radix_cache_sizes(c, &s));
@@ -168,6 +192,7 @@ static void op_insert(kvc_mamba_radix_cache *c, kvt_rng *g, uint64_t seed, int64
   if (taken != want_taken) FAIL(seed, step, "insert took the state: %d, reference %d", taken, want_taken);
   if (want_taken) {
     ref_attach(e, ms);
+    if (CAP > 0) ref_cap(e, seed, step);
   } else {
     R.stamp[e] = ++R.clock; /* mamba_exist refreshes the existing state */
     KVT_OK(kvc_mamba_pool_free(MP, &ms, 1));
@@ -315,8 +340,9 @@ static void op_evict(kvc_mamba_radix_cache *c, kvt_rng *g, uint64_t seed, int64_
   }
 }
 
-static void run(uint64_t seed, int64_t steps) {
+static void run(uint64_t seed, int64_t steps, int32_t cap) {
   kvt_rng g = {seed};
+  CAP = cap;
   memset(&R, 0, sizeof R);
   nlk = 0;
   for (int32_t i = MAXN - 1; i >= 1; i--) R.free_ids[R.nfree++] = i;
@@ -347,6 +373,7 @@ static void run(uint64_t seed, int64_t steps) {
   cfg.radix.page_size = (int32_t)PS;
   cfg.radix.free_slots = log_full;
   cfg.hybrid_req_pool = hp;
+  cfg.max_states_per_path = cap;
   kvc_mamba_radix_cache *c;
   KVT_OK(kvc_mamba_radix_cache_create(kvt_ctx, &cfg, &c));
   PC = kvc_mamba_radix_cache_as_prefix_cache(c);
@@ -381,7 +408,8 @@ static void test_mamba_radix_matches_the_reference(void **state) {
   const char *env = getenv("MAMBA_MODEL_STEPS");
   const int64_t steps = env ? atoll(env) : 1000000;
   const uint64_t seed = kvt_seed();
-  for (int k = 0; k < 4; k++) run(seed + (uint64_t)k, steps / 4);
+  /* Runs 0-3 without a path cap; 4-5 with caps of 1-3 states (both page sizes). */
+  for (int k = 0; k < 6; k++) run(seed + (uint64_t)k, steps / 6, k < 4 ? 0 : 1 + (int32_t)((seed + (uint64_t)k) % 3));
 }
 
 static const struct CMUnitTest tests[] = {

@@ -88,7 +88,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kvc_mamba_radix_cache_config cc = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
   cc.radix.page_size = ps;
   cc.radix.num_slots = kvc_allocator_size(a);
-  cc.radix.policy = (kvc_radix_policy)(fz_u8(&f) % 7);
+  const uint8_t pb = fz_u8(&f); /* one byte for both, so the corpus keeps its layout */
+  cc.radix.policy = (kvc_radix_policy)(pb % 7);
+  cc.max_states_per_path = (pb / 7) % 4; /* 0: no cap; else 1-3 states per path */
   cc.radix.req_of = req_of;
   cc.hybrid_req_pool = hp;
   kvc_mamba_radix_cache *c;
