@@ -132,6 +132,18 @@ typedef int (*kvcf_match_fn)(void *cache, uint64_t ns, const int32_t *tokens, in
 typedef int (*kvcf_alloc_fn)(void *alloc, int64_t n, int64_t *out);
 typedef int (*kvcf_swa_alloc_fn)(void *alloc, int64_t n, int64_t *out_host, int64_t *out_dev, void *stream);
 typedef int (*kvcf_rows_alloc_fn)(void *pool, size_t n, int32_t *rows);
+/* kvc_allocator_alloc_extend_ex's argument struct, mirrored here because the extension does
+ * not include kvcache.h (python/tests/test_sglang_fast.py checks the rows it writes). */
+typedef struct kvcf_extend_args {
+  size_t batch_size;
+  const int64_t *prefix_lens, *seq_lens, *last_locs;
+  void *req_pool;
+  const int32_t *req_rows;
+  const int64_t *const *prefix_slots;
+  int64_t *out_host, *out_device, *rows_device;
+  void *stream;
+} kvcf_extend_args;
+typedef int (*kvcf_aext_ex_fn)(void *alloc, const kvcf_extend_args *args);
 
 static kvcf_adec_fn kvcf_adec[2];
 static kvcf_aext_fn kvcf_aext[2];
@@ -143,12 +155,13 @@ static kvcf_match_fn kvcf_match;
 static kvcf_alloc_fn kvcf_alloc;
 static kvcf_swa_alloc_fn kvcf_swa_alloc;
 static kvcf_rows_alloc_fn kvcf_rows_alloc;
+static kvcf_aext_ex_fn kvcf_aext_ex;
 
 /* Token scratch of radix_match_list (grown, never shrunk; the GIL serializes its users). */
 static int32_t *kvcf_tok;
 static size_t kvcf_tok_cap;
 
-#define KVCF_ADAPTER_FNS 12
+#define KVCF_ADAPTER_FNS 13
 
 static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   void *a[KVCF_ADAPTER_FNS];
@@ -157,7 +170,7 @@ static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssi
   for (int i = 0; i < KVCF_ADAPTER_FNS; i++) {
     if (kvcf_ptr(args[i], &a[i])) return NULL;
     if (!a[i]) {
-      PyErr_SetString(PyExc_ValueError, "bind_adapter() needs 12 function addresses");
+      PyErr_SetString(PyExc_ValueError, "bind_adapter() needs 13 function addresses");
       return NULL;
     }
   }
@@ -174,6 +187,7 @@ static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssi
   *(void **)&kvcf_alloc = a[9];
   *(void **)&kvcf_swa_alloc = a[10];
   *(void **)&kvcf_rows_alloc = a[11];
+  *(void **)&kvcf_aext_ex = a[12];
   Py_RETURN_NONE;
 }
 
@@ -243,19 +257,29 @@ static PyObject *kvcf_alloc_decode(PyObject *self, PyObject *const *args, Py_ssi
   return PyLong_FromLong(kvcf_adec[swa ? 1 : 0](alloc, n, seq, last, pool, rows, oh, od, stream));
 }
 
-/* alloc_extend(swa, alloc, n, pre, seq, last, pool, rows, prefix, out_host, out_dev, stream)
- * -> kvc_status (prefix: the address of n host int64 pointers, or None). */
+/* alloc_extend(swa, alloc, n, pre, seq, last, pool, rows, prefix, out_host, out_dev, stream
+ * [, rows_dev]) -> kvc_status (prefix: the address of n host int64 pointers, or None).
+ * rows_dev (device int64 [n], or None): the rows as int64, written by the same launch
+ * (kvc_allocator_alloc_extend_ex; the SWA allocator has no such entry: ValueError). */
 static PyObject *kvcf_alloc_extend(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  void *alloc, *pre, *seq, *last, *pool, *rows, *prefix, *oh, *od, *stream;
+  void *alloc, *pre, *seq, *last, *pool, *rows, *prefix, *oh, *od, *stream, *rd = NULL;
   size_t n;
   int swa;
   (void)self;
-  if (kvcf_nargs(nargs, 12, "alloc_extend") || kvcf_adapter_bound() || kvcf_flag(args[0], &swa) ||
-      kvcf_addr(args[1], &alloc) || kvcf_size(args[2], &n) || kvcf_addr(args[3], &pre) || kvcf_addr(args[4], &seq) ||
-      kvcf_addr(args[5], &last) || kvcf_addr(args[6], &pool) || kvcf_addr(args[7], &rows) ||
-      kvcf_addr(args[8], &prefix) || kvcf_addr(args[9], &oh) || kvcf_addr(args[10], &od) ||
-      kvcf_addr(args[11], &stream))
+  if (nargs != 13 && kvcf_nargs(nargs, 12, "alloc_extend")) return NULL;
+  if (kvcf_adapter_bound() || kvcf_flag(args[0], &swa) || kvcf_addr(args[1], &alloc) || kvcf_size(args[2], &n) ||
+      kvcf_addr(args[3], &pre) || kvcf_addr(args[4], &seq) || kvcf_addr(args[5], &last) || kvcf_addr(args[6], &pool) ||
+      kvcf_addr(args[7], &rows) || kvcf_addr(args[8], &prefix) || kvcf_addr(args[9], &oh) || kvcf_addr(args[10], &od) ||
+      kvcf_addr(args[11], &stream) || (nargs == 13 && kvcf_addr(args[12], &rd)))
     return NULL;
+  if (rd) {
+    if (swa) {
+      PyErr_SetString(PyExc_ValueError, "alloc_extend(): rows_dev with the SWA allocator");
+      return NULL;
+    }
+    const kvcf_extend_args x = {n, pre, seq, last, pool, rows, (const int64_t *const *)prefix, oh, od, rd, stream};
+    return PyLong_FromLong(kvcf_aext_ex(alloc, &x));
+  }
   return PyLong_FromLong(
       kvcf_aext[swa ? 1 : 0](alloc, n, pre, seq, last, pool, rows, (const int64_t *const *)prefix, oh, od, stream));
 }

@@ -268,3 +268,43 @@ def test_token_list_conversion_in_place_and_general():
             T.fast.fill_i32(array.array("i", [0]), [bad], None, 1)
     with pytest.raises(TypeError):
         T.fast.fill_i32(array.array("i", [0]), [1.0], None, 1)
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_extend_rows_written_by_the_launch_into_fresh_slab_vectors(ps):
+    """The CUDA path of alloc_for_extend (kvc_allocator_alloc_extend_ex writes
+    req_pool_indices into a slab vector), forced onto the host backend: the vector holds
+    the rows as int64, carries the host rows, and a kept one is never written by later
+    calls, also across a slab change (capacity 8, batches of 3)."""
+    from kvcache.sglang import common
+    pool, alloc = world(ps=ps, rows=16, width=16, size=512)
+    cache = S.ChunkCache(pool, alloc, ps)
+    common._hot(alloc).rows_slab = T.Slab("cpu", cap=8)
+    kept = []
+    for step in range(5):
+        reqs = [S.Req(fill_ids=list(range(n))) for n in (3, 5, 2)]
+        b = S.ScheduleBatch(reqs, pool, cache)
+        b.prefix_lens = [0, 0, 0]
+        b.extend_num_tokens = 10
+        b.seq_lens_cpu = b.seq_lens = T.host_array([3, 5, 2])
+        out, rows_dev, rows_cpu = S.alloc_for_extend(b)
+        assert L(rows_dev) == L(rows_cpu) == [q.req_pool_idx for q in reqs]
+        assert rows_dev.dtype == T.I64
+        assert T.torch is None or rows_dev._kvc_host is rows_cpu
+        assert L(out) == [v for q, n in zip(reqs, (3, 5, 2))
+                          for v in L(pool.row_host(q.req_pool_idx, 0, n))]
+        kept.append((rows_dev, L(rows_cpu)))
+        if step % 2:
+            for q in reqs:
+                S.release_kv_cache(q, cache)
+    for t, want in kept:
+        assert L(t) == want
+
+
+def test_extend_rows_entry_refuses_swa_and_bad_arity():
+    if T.fast is None:
+        pytest.skip("ctypes session: no _kvcfast entry")
+    with pytest.raises(TypeError):
+        T.fast.alloc_extend(*([None] * 11))
+    with pytest.raises(ValueError):
+        T.fast.alloc_extend(True, 1, 0, None, None, None, None, None, None, None, None, None, 8)

@@ -26,6 +26,7 @@ from ._cache import EvictParams
 from ._reqpool import HybridReqToTokenPool
 
 lib = T.lib
+_ffi = T._kvc._ffi
 
 MAMBA_STATE_PER_REQ_PREFIX_CACHE = 3
 MAMBA_STATE_PER_REQ_PREFIX_CACHE_LAZY = 2
@@ -163,6 +164,10 @@ class _Hot:
         self.seq = None
         self.swa = isinstance(allocator, SWATokenToKVPoolAllocator)
         self.cuda = T.is_cuda(dev)
+        # CUDA, non-SWA: req_pool_indices is written by the extend launch itself
+        # (kvc_allocator_alloc_extend_ex's rows_device) into fresh slab vectors.
+        self.rows_slab = T.Slab(dev) if self.cuda and not self.swa else None
+        self.ext_args = None  # the ctypes path's kvc_extend_args, built on first use
         if self.swa:
             self.decode_fn = lib.kvc_swa_allocator_alloc_decode
             self.extend_fn = lib.kvc_swa_allocator_alloc_extend
@@ -324,7 +329,16 @@ def alloc_for_extend(batch):
     if rows32 is None:
         rows32 = (ctypes.c_int32 * max(bs, 1))(*rows)
     dev, hptr, dptr = _out(hot.ring_ext, n, hot.cuda)
-    if fast is not None:
+    slab = hot.rows_slab
+    if slab is not None:  # req_pool_indices (device) written by the same launch
+        rows_dev, rdptr = slab.take(bs)
+        if fast is not None:
+            st = fast.alloc_extend(False, allocator._h, bs, pre_ptr, seq_ptr, None, pool._h,
+                                   rows32, prefix, hptr, dptr, T.stream(hot.cuda), rdptr)
+        else:
+            st = _extend_ex(hot, allocator._h, bs, pre_ptr, seq_ptr, pool._h, rows32, prefix,
+                            hptr, dptr, rdptr)
+    elif fast is not None:
         st = fast.alloc_extend(hot.swa, allocator._h, bs, pre_ptr, seq_ptr, None, pool._h, rows32,
                                prefix, hptr, dptr, T.stream(hot.cuda))
     else:
@@ -335,11 +349,34 @@ def alloc_for_extend(batch):
             _oom("Prefill out of memory", n, tree)
         allocator._ctx._check(st, "alloc_for_extend")
     # req_pool_indices_cpu: a fresh int64 vector (the batch keeps it; widened from the
-    # int32 rows in one C call, about 1 us instead of torch.tensor(list)'s 4), and its
-    # device copy, as SGLang's (non_blocking; the host tensor stays alive on it).
+    # int32 rows in one C call, about 1 us instead of torch.tensor(list)'s 4). Its device
+    # twin came from the launch above (slab) or, for the SWA allocator, is a copy, as
+    # SGLang's (non_blocking; the host tensor stays alive on it). Either way the device
+    # tensor carries the host one (_kvc_host), so later steps never read the device.
     rows_cpu = T.rows_i64(rows32, bs)
-    rows_dev = T.to_device(rows_cpu, pool.device) if hot.cuda else rows_cpu
+    if slab is not None:
+        if T.torch is not None:  # (NumPy: host backend only, where only tests use a slab)
+            rows_dev._kvc_host = rows_cpu
+    elif hot.cuda:
+        rows_dev = T.to_device(rows_cpu, pool.device)
+    else:
+        rows_dev = rows_cpu
     return dev, rows_dev, rows_cpu
+
+
+def _extend_ex(hot, alloc_h, bs, pre_ptr, seq_ptr, pool_h, rows32, prefix, hptr, dptr, rdptr):
+    """kvc_allocator_alloc_extend_ex through ctypes (no _kvcfast): one reused args struct."""
+    x = hot.ext_args
+    if x is None:
+        x = hot.ext_args = _ffi.ExtendArgs()
+    x.batch_size = bs
+    x.prefix_lens, x.seq_lens, x.last_locs = pre_ptr, seq_ptr, None
+    x.req_pool = pool_h
+    x.req_rows = ctypes.addressof(rows32)
+    x.prefix_slots = ctypes.addressof(prefix) if prefix is not None else None
+    x.out_host, x.out_device, x.rows_device = hptr, dptr, rdptr
+    x.stream = T.stream(hot.cuda)
+    return lib.kvc_allocator_alloc_extend_ex(alloc_h, ctypes.byref(x))
 
 
 def release_kv_cache(req, tree_cache, is_insert: bool = True):
