@@ -164,13 +164,15 @@ static size_t kvcf_tok_cap;
 #define KVCF_ADAPTER_FNS 13
 
 static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  void *a[KVCF_ADAPTER_FNS];
+  void *a[KVCF_ADAPTER_FNS] = {NULL};
   (void)self;
-  if (kvcf_nargs(nargs, KVCF_ADAPTER_FNS, "bind_adapter")) return NULL;
-  for (int i = 0; i < KVCF_ADAPTER_FNS; i++) {
+  /* 12: an adapter older than alloc_extend_ex (a same-session before/after runs an older
+   * tree's Python on this build), which then never passes rows_dev. */
+  if (nargs != KVCF_ADAPTER_FNS - 1 && kvcf_nargs(nargs, KVCF_ADAPTER_FNS, "bind_adapter")) return NULL;
+  for (Py_ssize_t i = 0; i < nargs; i++) {
     if (kvcf_ptr(args[i], &a[i])) return NULL;
     if (!a[i]) {
-      PyErr_SetString(PyExc_ValueError, "bind_adapter() needs 13 function addresses");
+      PyErr_SetString(PyExc_ValueError, "bind_adapter() needs 12 or 13 function addresses");
       return NULL;
     }
   }
@@ -273,6 +275,10 @@ static PyObject *kvcf_alloc_extend(PyObject *self, PyObject *const *args, Py_ssi
       kvcf_addr(args[11], &stream) || (nargs == 13 && kvcf_addr(args[12], &rd)))
     return NULL;
   if (rd) {
+    if (!kvcf_aext_ex) {
+      PyErr_SetString(PyExc_RuntimeError, "alloc_extend(): rows_dev needs bind_adapter() with 13 functions");
+      return NULL;
+    }
     if (swa) {
       PyErr_SetString(PyExc_ValueError, "alloc_extend(): rows_dev with the SWA allocator");
       return NULL;
@@ -313,6 +319,34 @@ static PyObject *kvcf_free_row(PyObject *self, PyObject *const *args, Py_ssize_t
     size_t n = (size_t)(end - start);
     st = swa ? kvcf_swa_free(alloc, buf, n, stream) : kvcf_free(alloc, buf, n);
   }
+  return PyLong_FromLong(st);
+}
+
+/* release_row(alloc, flow, pool, row, committed, start, end, buf) -> kvc_status: a finished
+ * request of a ChunkCache over a plain (non-SWA) allocator, as release_kv_cache does it in
+ * three calls: free row[0:committed), free row[start:end) (the over-allocated tail), then
+ * release the row. buf holds max(committed, end - start) int64. Two frees, not one, because
+ * a paged free puts its sorted pages in front of the free list: one merged free would
+ * order them differently from SGLang's two. Stops at the first failure (its status). */
+static PyObject *kvcf_release_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *alloc, *flow, *pool, *buf;
+  int32_t row;
+  int64_t committed, start, end;
+  int st = 0;
+  (void)self;
+  if (kvcf_nargs(nargs, 8, "release_row") || kvcf_adapter_bound() || kvcf_addr(args[0], &alloc) ||
+      kvcf_addr(args[1], &flow) || kvcf_addr(args[2], &pool) || kvcf_i32(args[3], &row) ||
+      kvcf_i64(args[4], &committed) || kvcf_i64(args[5], &start) || kvcf_i64(args[6], &end) || kvcf_addr(args[7], &buf))
+    return NULL;
+  if (committed > 0) {
+    st = kvcf_row_slots(flow, row, 0, committed, buf);
+    if (st == 0) st = kvcf_free(alloc, buf, (size_t)committed);
+  }
+  if (st == 0 && start < end) {
+    st = kvcf_row_slots(flow, row, start, end, buf);
+    if (st == 0) st = kvcf_free(alloc, buf, (size_t)(end - start));
+  }
+  if (st == 0) st = kvcf_row_free(pool, row);
   return PyLong_FromLong(st);
 }
 
@@ -603,6 +637,8 @@ static PyMethodDef kvcf_methods[] = {
     {"alloc_extend", (PyCFunction)(void (*)(void))kvcf_alloc_extend, METH_FASTCALL, "[swa_]allocator_alloc_extend"},
     {"free", (PyCFunction)(void (*)(void))kvcf_free_slots, METH_FASTCALL,
      "[swa_]allocator_free(swa, alloc, slots, n, stream)"},
+    {"release_row", (PyCFunction)(void (*)(void))kvcf_release_row, METH_FASTCALL,
+     "ChunkCache release: free committed, free the tail, release the row"},
     {"free_row", (PyCFunction)(void (*)(void))kvcf_free_row, METH_FASTCALL,
      "flow_row_slots into buf, then [swa_]allocator_free of them"},
     {"row_free", (PyCFunction)(void (*)(void))kvcf_row_free_py, METH_FASTCALL, "req_to_token_pool_free(pool, row)"},

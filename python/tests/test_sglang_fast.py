@@ -308,3 +308,39 @@ def test_extend_rows_entry_refuses_swa_and_bad_arity():
         T.fast.alloc_extend(*([None] * 11))
     with pytest.raises(ValueError):
         T.fast.alloc_extend(True, 1, 0, None, None, None, None, None, None, None, None, None, 8)
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_chunk_cache_release_fused_matches_the_general_path(ps):
+    """release_kv_cache on a ChunkCache over a plain allocator (one _kvcfast call when the
+    extension is in use) frees the same slots in the same order as the general path
+    (cache_finished_req, the tail free, the row release): committed lengths inside a
+    page, over-allocated tails, a request without a tail; then a row freed twice raises
+    on both."""
+    from kvcache.sglang import common
+
+    def run(general):
+        pool, alloc = world(ps=ps, rows=8, width=64, size=512)
+        cache = S.ChunkCache(pool, alloc, ps)
+        if general:
+            cache._kvc_rel = False
+        reqs = [S.Req(fill_ids=list(range(n))) for n in (13, 9, 20)]
+        b = S.ScheduleBatch(reqs, pool, cache)
+        b.prepare_for_extend()
+        for q, (c, a) in zip(reqs, ((10, 13), (9, 9), (6, 20))):
+            q.kv_committed_len, q.kv_allocated_len = c, a
+        rows = [q.req_pool_idx for q in reqs]
+        for q in (reqs[1], reqs[0], reqs[2]):
+            S.release_kv_cache(q, cache)
+            assert q.req_pool_idx is None
+        assert alloc.available_size() == 512
+        order = L(alloc.alloc(alloc.available_size()))
+        again = S.Req(fill_ids=[1])
+        again.req_pool_idx = rows[0]
+        with pytest.raises(Exception) as e:
+            S.release_kv_cache(again, cache)
+        return order, rows, type(e.value), common._release_plan(cache) if not general else None
+
+    fused, general = run(False), run(True)
+    assert fused[:3] == general[:3]
+    assert bool(fused[3]) == (T.fast is not None)

@@ -21,9 +21,10 @@ Duck-typed inputs (what is read; SGLang's own Req / ScheduleBatch qualify):
 import ctypes
 
 from . import _ops as T
-from ._alloc import SWATokenToKVPoolAllocator
-from ._cache import EvictParams
-from ._reqpool import HybridReqToTokenPool
+from ._alloc import (PagedTokenToKVPoolAllocator, SWATokenToKVPoolAllocator,
+                     TokenToKVPoolAllocator)
+from ._cache import ChunkCache, EvictParams, _pop_committed
+from ._reqpool import HybridReqToTokenPool, ReqToTokenPool
 
 lib = T.lib
 _ffi = T._kvc._ffi
@@ -379,7 +380,44 @@ def _extend_ex(hot, alloc_h, bs, pre_ptr, seq_ptr, pool_h, rows32, prefix, hptr,
     return lib.kvc_allocator_alloc_extend_ex(alloc_h, ctypes.byref(x))
 
 
+def _release_plan(tree_cache):
+    """What the fused release needs for this cache, or False where the general path must
+    run (kept on the cache: its pool and allocator never change). Only the exact classes:
+    a subclass may override cache_finished_req or free."""
+    plan = False
+    alloc = tree_cache.token_to_kv_pool_allocator
+    pool = tree_cache.req_to_token_pool
+    if T.fast is not None and hasattr(T.fast, "release_row") and type(tree_cache) is ChunkCache \
+            and type(pool) is ReqToTokenPool \
+            and type(alloc) in (TokenToKVPoolAllocator, PagedTokenToKVPoolAllocator):
+        plan = (alloc, alloc._h, alloc._row_flow(pool)[0], pool._h, tree_cache.page_size)
+    try:
+        tree_cache._kvc_rel = plan
+    except AttributeError:
+        pass
+    return plan
+
+
 def release_kv_cache(req, tree_cache, is_insert: bool = True):
+    rel = tree_cache.__dict__.get("_kvc_rel") if hasattr(tree_cache, "__dict__") else None
+    if rel is None:
+        rel = _release_plan(tree_cache)
+    row = req.req_pool_idx
+    if rel and row is not None:
+        # ChunkCache over a plain allocator: cache_finished_req's free, the tail free and
+        # the row release in one extension call (the steps and their order as below).
+        alloc, ah, fh, ph, ps = rel
+        committed = _pop_committed(req)
+        pop = getattr(req, "pop_overallocated_kv_cache", None)
+        start, end = pop() if pop is not None else (req.kv_committed_len, req.kv_allocated_len)
+        if ps > 1:
+            start = -(-start // ps) * ps
+        buf = alloc._scratch(max(committed, end - start, 1))
+        st = T.fast.release_row(ah, fh, ph, row, committed, start, end, buf)
+        if st:
+            alloc._ctx._check(st, "release_kv_cache")
+        req.req_pool_idx = None
+        return
     pool = tree_cache.req_to_token_pool
     if req.req_pool_idx is None:
         assert tree_cache.supports_mamba(), "Only MambaRadixCache allow freeing before alloc"
