@@ -451,6 +451,64 @@ static PyObject *kvcf_radix_match_list(PyObject *self, PyObject *const *args, Py
   return PyLong_FromLong(kvcf_match(cache, (uint64_t)ns, kvcf_tok, (int64_t)n, out));
 }
 
+/* radix_match_kept(cache, ns, tokens, out, results) -> (len, slots, node, kept): radix_match_list,
+ * then RadixCache's kept-result lookup in C: results maps (node, len) to (bytearray of the
+ * slots the tensor was built from, tensor); kept is that tensor when the tree still holds
+ * exactly those slots, else None. Saves the adapter the reads of the kvc_radix_match
+ * fields through ctypes, the key tuple and the memeq call per match (a list key is what
+ * SGLang's scheduler passes). out: the kvc_radix_match the call fills (its layout is
+ * mirrored here: len, slots, node). */
+typedef struct kvcf_match_out {
+  int64_t len;
+  const int64_t *slots;
+  void *node;
+  int32_t copied, reserved_;
+} kvcf_match_out;
+
+static PyObject *kvcf_radix_match_kept(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  kvcf_match_out *m;
+  PyObject *res, *key, *node, *ent, *kept = Py_None;
+  if (kvcf_nargs(nargs, 5, "radix_match_kept")) return NULL;
+  if (!PyDict_Check(args[4])) {
+    PyErr_SetString(PyExc_TypeError, "radix_match_kept() needs a dict of kept results");
+    return NULL;
+  }
+  res = kvcf_radix_match_list(self, args, 4);
+  if (!res) return NULL;
+  long st = PyLong_AsLong(res);
+  Py_DECREF(res);
+  if (st == -1 && PyErr_Occurred()) return NULL;
+  if (st != 0) return PyLong_FromLong(st); /* the caller raises from the status */
+  if (kvcf_addr(args[3], (void **)&m)) return NULL;
+  if (m->node) {
+    node = PyLong_FromVoidPtr(m->node);
+    if (!node) return NULL;
+  } else {
+    node = Py_None;
+    Py_INCREF(node);
+  }
+  if (m->len > 0) {
+    key = Py_BuildValue("(On)", node, (Py_ssize_t)m->len);
+    if (!key) {
+      Py_DECREF(node);
+      return NULL;
+    }
+    ent = PyDict_GetItemWithError(args[4], key); /* borrowed */
+    Py_DECREF(key);
+    if (!ent && PyErr_Occurred()) {
+      Py_DECREF(node);
+      return NULL;
+    }
+    if (ent && PyTuple_Check(ent) && PyTuple_GET_SIZE(ent) == 2 && PyByteArray_Check(PyTuple_GET_ITEM(ent, 0))) {
+      PyObject *buf = PyTuple_GET_ITEM(ent, 0);
+      if (PyByteArray_GET_SIZE(buf) == (Py_ssize_t)(8 * m->len) &&
+          memcmp(PyByteArray_AS_STRING(buf), m->slots, (size_t)(8 * m->len)) == 0)
+        kept = PyTuple_GET_ITEM(ent, 1);
+    }
+  }
+  return Py_BuildValue("(LKNO)", (long long)m->len, (unsigned long long)(uintptr_t)m->slots, node, kept);
+}
+
 /* alloc(swa, alloc, n, out_host, out_dev, stream) -> kvc_status (kvc_allocator_alloc
  * writes out_host only and ignores out_dev / stream). */
 static PyObject *kvcf_alloc_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -646,6 +704,8 @@ static PyMethodDef kvcf_methods[] = {
      "radix_cache_match_prefix(cache, ns, tokens, n, out)"},
     {"radix_match_list", (PyCFunction)(void (*)(void))kvcf_radix_match_list, METH_FASTCALL,
      "radix_cache_match_prefix of a list of int tokens"},
+    {"radix_match_kept", (PyCFunction)(void (*)(void))kvcf_radix_match_kept, METH_FASTCALL,
+     "radix_match_list, then the kept result of (node, len) when its slots are unchanged"},
     {"alloc", (PyCFunction)(void (*)(void))kvcf_alloc_slots, METH_FASTCALL,
      "[swa_]allocator_alloc(swa, alloc, n, out_host, out_dev, stream)"},
     {"rows_alloc", (PyCFunction)(void (*)(void))kvcf_rows_alloc_py, METH_FASTCALL,

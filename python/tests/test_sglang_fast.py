@@ -344,3 +344,24 @@ def test_chunk_cache_release_fused_matches_the_general_path(ps):
     fused, general = run(False), run(True)
     assert fused[:3] == general[:3]
     assert bool(fused[3]) == (T.fast is not None)
+
+
+def test_list_key_kept_lookup_agrees_with_the_other_keys():
+    """The list-key match (with _kvcfast: the match and the kept-result check in one C
+    call) and an array('i') key hand out the same kept tensor; extra_key namespaces the
+    list path too; a miss is the shared empty result."""
+    pool, alloc = world(4, size=256)
+    cache = S.RadixCache(pool, alloc, 4)
+    toks = list(range(500, 517))
+    r = S.Req(origin_input_ids=toks, fill_ids=list(toks))
+    S.ScheduleBatch([r], pool, cache).prepare_for_extend()
+    S.release_kv_cache(r, cache)
+    a = cache.match_prefix(S.MatchPrefixParams(S.RadixKey(toks[:-1])))
+    b = cache.match_prefix(S.MatchPrefixParams(S.RadixKey(array.array("i", toks[:-1]))))
+    c = cache.match_prefix(S.MatchPrefixParams(S.RadixKey(toks[:-1])))
+    assert T.numel(a.device_indices) == 16
+    assert b.device_indices is a.device_indices and c.device_indices is a.device_indices
+    assert a.last_device_node == b.last_device_node == c.last_device_node
+    other = cache.match_prefix(S.MatchPrefixParams(S.RadixKey(toks[:-1], extra_key="x")))
+    miss = cache.match_prefix(S.MatchPrefixParams(S.RadixKey([1, 2, 3, 4, 5])))
+    assert T.numel(other.device_indices) == 0 and miss.device_indices is other.device_indices
