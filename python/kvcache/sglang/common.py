@@ -319,7 +319,9 @@ def alloc_for_extend(batch):
     n = batch.extend_num_tokens
     evict_from_tree_cache(tree, n if tree.page_size == 1 else n + bs * tree.page_size)
     prefix = None  # NULL unless some request brings prefix slots (same as all-NULL)
-    for i, p in enumerate(batch.prefix_lens):
+    pl = batch.prefix_lens
+    # any() of a list runs in C: a batch without cached prefixes skips the Python loop
+    for i, p in (enumerate(pl) if type(pl) is not list or any(pl) else ()):
         if p > 0:
             a = _prefix_ptr(reqs[i], int(p))
             if a is not None:
