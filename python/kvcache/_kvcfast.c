@@ -259,8 +259,36 @@ static PyObject *kvcf_alloc_decode(PyObject *self, PyObject *const *args, Py_ssi
   return PyLong_FromLong(kvcf_adec[swa ? 1 : 0](alloc, n, seq, last, pool, rows, oh, od, stream));
 }
 
+/* alloc_extend's prefix_lens when given as a list (SGLang's batch.prefix_lens is one): its
+ * first n ints as int64 in a scratch grown on demand (the GIL serializes its users; the
+ * library reads it during the call only). Saves the adapter an array('q') per call. */
+static int64_t *kvcf_lens;
+static size_t kvcf_lens_cap;
+
+static int kvcf_list_i64(PyObject *list, size_t n, void **out) {
+  if (PyList_GET_SIZE(list) < (Py_ssize_t)n) {
+    PyErr_SetString(PyExc_ValueError, "alloc_extend(): prefix_lens is shorter than the batch");
+    return -1;
+  }
+  if (n > kvcf_lens_cap) {
+    size_t cap = n > 2 * kvcf_lens_cap ? n : 2 * kvcf_lens_cap;
+    int64_t *p = PyMem_RawRealloc(kvcf_lens, cap * sizeof *p);
+    if (!p) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    kvcf_lens = p;
+    kvcf_lens_cap = cap;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (kvcf_i64(PyList_GET_ITEM(list, (Py_ssize_t)i), &kvcf_lens[i])) return -1;
+  *out = kvcf_lens;
+  return 0;
+}
+
 /* alloc_extend(swa, alloc, n, pre, seq, last, pool, rows, prefix, out_host, out_dev, stream
- * [, rows_dev]) -> kvc_status (prefix: the address of n host int64 pointers, or None).
+ * [, rows_dev]) -> kvc_status (prefix: the address of n host int64 pointers, or None; pre
+ * may be a list of ints).
  * rows_dev (device int64 [n], or None): the rows as int64, written by the same launch
  * (kvc_allocator_alloc_extend_ex; the SWA allocator has no such entry: ValueError). */
 static PyObject *kvcf_alloc_extend(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -270,8 +298,9 @@ static PyObject *kvcf_alloc_extend(PyObject *self, PyObject *const *args, Py_ssi
   (void)self;
   if (nargs != 13 && kvcf_nargs(nargs, 12, "alloc_extend")) return NULL;
   if (kvcf_adapter_bound() || kvcf_flag(args[0], &swa) || kvcf_addr(args[1], &alloc) || kvcf_size(args[2], &n) ||
-      kvcf_addr(args[3], &pre) || kvcf_addr(args[4], &seq) || kvcf_addr(args[5], &last) || kvcf_addr(args[6], &pool) ||
-      kvcf_addr(args[7], &rows) || kvcf_addr(args[8], &prefix) || kvcf_addr(args[9], &oh) || kvcf_addr(args[10], &od) ||
+      (PyList_Check(args[3]) ? kvcf_list_i64(args[3], n, &pre) : kvcf_addr(args[3], &pre)) ||
+      kvcf_addr(args[4], &seq) || kvcf_addr(args[5], &last) || kvcf_addr(args[6], &pool) || kvcf_addr(args[7], &rows) ||
+      kvcf_addr(args[8], &prefix) || kvcf_addr(args[9], &oh) || kvcf_addr(args[10], &od) ||
       kvcf_addr(args[11], &stream) || (nargs == 13 && kvcf_addr(args[12], &rd)))
     return NULL;
   if (rd) {

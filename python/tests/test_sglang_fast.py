@@ -365,3 +365,28 @@ def test_list_key_kept_lookup_agrees_with_the_other_keys():
     other = cache.match_prefix(S.MatchPrefixParams(S.RadixKey(toks[:-1], extra_key="x")))
     miss = cache.match_prefix(S.MatchPrefixParams(S.RadixKey([1, 2, 3, 4, 5])))
     assert T.numel(other.device_indices) == 0 and miss.device_indices is other.device_indices
+
+
+def test_extend_prefix_lens_list_read_in_c():
+    """alloc_for_extend with batch.prefix_lens a list (as SGLang's): the fast call reads
+    the list itself; the same slots as a tensor of the lengths; a non-integer or a short
+    list is refused before anything is allocated."""
+    def run(pre):
+        pool, alloc = world(ps=4, rows=4, width=32, size=128)
+        cache = S.ChunkCache(pool, alloc, 4)
+        reqs = [S.Req(fill_ids=list(range(n))) for n in (3, 6)]
+        b = S.ScheduleBatch(reqs, pool, cache)
+        b.prefix_lens = pre
+        b.extend_num_tokens = 9
+        b.seq_lens_cpu = b.seq_lens = T.host_array([3, 6])
+        return L(S.alloc_for_extend(b)[0]), alloc, pool, cache
+    assert run([0, 0])[0] == run(T.host_array([0, 0]))[0]
+    if T.fast is None:
+        pytest.skip("ctypes session: no _kvcfast entry")
+    pool, alloc = world(ps=4, rows=4, width=32, size=128)
+    free = alloc.available_size()
+    for bad, exc in (([0, 0.5], TypeError), ([0], ValueError)):
+        with pytest.raises(exc):
+            T.fast.alloc_extend(False, alloc._h, 2, bad, T.host_i64_arg(T.host_array([3, 6])),
+                                None, None, None, None, None, None, None)
+    assert alloc.available_size() == free

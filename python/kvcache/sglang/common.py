@@ -308,8 +308,9 @@ def alloc_for_extend(batch):
     pool = batch.req_to_token_pool
     hot = _hot(allocator)
     fast = T.fast
-    if fast is not None:  # the fast call takes buffer objects as they are
-        pre_keep = pre_ptr = T.host_i64_arg(batch.prefix_lens)
+    if fast is not None:  # the fast call takes buffer objects as they are, and a list
+        pl = batch.prefix_lens
+        pre_keep = pre_ptr = pl if type(pl) is list else T.host_i64_arg(pl)
         seq_keep = seq_ptr = T.host_i64_arg(batch.seq_lens_cpu)
     if fast is None or pre_ptr is None or seq_ptr is None:
         fast = None
