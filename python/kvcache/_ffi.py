@@ -6,7 +6,7 @@ sizes and offsets against the header with a C compiler when one is available.
 import ctypes
 import ctypes.util
 import os
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32, c_int64,
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_int, c_int32, c_int64,
                     c_size_t, c_uint, c_uint8, c_uint32, c_uint64, c_void_p)
 
 __all__ = ["lib", "lib_path", "find_library", "fast"]
