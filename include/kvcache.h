@@ -1580,6 +1580,35 @@ KVC_API kvc_status kvc_allocator_alloc_extend(
     const int64_t *last_locs, kvc_req_to_token_pool *req_pool, const int32_t *req_rows,
     const int64_t *const *prefix_slots, int64_t *out_host, int64_t *out_device, kvc_stream stream);
 
+/** kvc_extend_args : the arguments of kvc_allocator_alloc_extend_ex(): those of
+ *  kvc_allocator_alloc_extend() (same names, same meaning) plus outputs that the plain
+ *  signature has no room for. Zero the whole struct before filling it in: a NULL output is
+ *  not written, so code that zeroes it keeps working when fields are added at the end. */
+typedef struct kvc_extend_args {
+  size_t batch_size;
+  const int64_t *prefix_lens;
+  const int64_t *seq_lens;
+  const int64_t *last_locs;
+  kvc_req_to_token_pool *req_pool;
+  const int32_t *req_rows;
+  const int64_t *const *prefix_slots;
+  int64_t *out_host;   /* host int64 [sum of extend lengths], or NULL */
+  int64_t *out_device; /* device int64 [sum of extend lengths], or NULL */
+  /* device int64 [batch_size], or NULL: rows_device[i] = req_rows[i], written by the
+   * same launch (SGLang's req_pool_indices, so the caller needs no host-to-device copy of
+   * the rows); requires req_pool. Host backend: host memory, as out_device. */
+  int64_t *rows_device;
+  kvc_stream stream;
+} kvc_extend_args;
+
+/** kvc_allocator_alloc_extend_ex() : kvc_allocator_alloc_extend() with its arguments in
+ *  `args` (not retained; every pointer is the caller's and only read or written during the
+ *  call or by its launch on args->stream, as there), and rows_device. Same slots, rows,
+ *  mirror updates, launch count and capture rule (not capturable).
+ *  @return as kvc_allocator_alloc_extend, and KVC_ERR_INVALID_ARGUMENT (nothing changed)
+ *  for a NULL alloc or args, or rows_device without req_pool. */
+KVC_API kvc_status kvc_allocator_alloc_extend_ex(kvc_allocator *alloc, const kvc_extend_args *args);
+
 /** kvc_allocator_alloc_decode() : one new token per request (SGLang alloc_decode).
  *  seq_lens[i] is the length after the new token; last_locs[i] the slot of token
  *  seq-2 (NULL = from req_pool's mirror). The new slot is last_loc + 1 unless the token

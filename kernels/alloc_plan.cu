@@ -8,6 +8,7 @@
  * allocator fuses its full->SWA mapping write in (map != 0), the SWA pages parallel to
  * the page list (swa_pages_at): an SWA slot follows from its page and its request's SWA
  * last_loc (descriptor word 7) exactly as the full slot does.
+ * With rows_out, each request's row goes there as int64 too (SGLang's req_pool_indices).
  * Grid: x = request, y = token tile of tokens_per_block.
  * Decode payload: (row, position, slot) per request, plus the slot's full->SWA mapping
  * value when the SWA allocator fuses its mapping write in; one thread per request.
@@ -40,6 +41,7 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_extend(const __grid_c
   const uint32_t *wpages = w + p.h.swa_pages_at + pb;
   int32_t *dst = (p.h.table && row >= 0) ? kvc_ptr<int32_t *>(p.h.table) + (int64_t)row * p.h.row_stride : nullptr;
   int64_t *out = p.h.out ? kvc_ptr<int64_t *>(p.h.out) : nullptr;
+  if (p.h.rows_out && blockIdx.y == 0 && threadIdx.x == 0) kvc_ptr<int64_t *>(p.h.rows_out)[r] = row;
   const int64_t t0 = (int64_t)blockIdx.y * p.h.tokens_per_block;
   const int64_t t1 = t0 + p.h.tokens_per_block;
   /* new tokens t: positions pre + t */

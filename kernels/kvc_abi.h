@@ -115,6 +115,7 @@ typedef struct kvc_p_plan_extend {
                            to the page list (descriptor word 7: the SWA last_loc) */
   uint64_t map;         /* int64 [map_len] full->SWA mapping, or 0 (SWA allocators) */
   int64_t map_len;
+  uint64_t rows_out; /* int64 [n]: descriptor word 0 (the row) of each request, or 0 */
 } kvc_p_plan_extend; /* followed in the parameter block by the inline payload words:
                         n descriptors, the page list, prefix slots[, SWA page list] */
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kvcache.sglang on the GPU machine (issue 18): the adapter's tests with PyTorch on the
 # CUDA backend, then its benchmark (bench/python/bench_sglang_adapter.py --backend cuda),
-# each with the _kvcfast extension and again on plain ctypes (KVCACHE_NO_FAST=1). When
+# each with the _kvcfast extension and again on plain ctypes (KVCACHE_NO_FAST=1), and
+# bench/python/adapter_extend_steps.py (the extend's steps, both req_pool_indices routes). When
 # .gpu/ref holds an older tree (git archive <commit> | tar -x -C .gpu/ref), its benchmark
 # runs too, against this build's library, for a same-session before/after. Logs and CSVs
 # go to $OUT. Run after .gpu/remote built build-gpu with the extension:
@@ -38,6 +39,9 @@ for mode in ext ctypes; do
     >"$OUT/sglang-adapter-cuda-$mode.txt" 2>&1 || rc=1
   cat "$OUT/sglang-adapter-cuda-$mode.txt"
 done
+echo "=== adapter_extend_steps (alloc_for_extend step by step, both req_pool_indices routes)"
+python3 bench/python/adapter_extend_steps.py >"$OUT/adapter-extend-steps.txt" 2>&1 || rc=1
+cat "$OUT/adapter-extend-steps.txt"
 if [ -f .gpu/ref/bench/python/bench_sglang_adapter.py ]; then
   echo "=== the same benchmark from .gpu/ref (before), this build's library, with _kvcfast"
   python3 .gpu/ref/bench/python/bench_sglang_adapter.py --backend cuda --rounds "$rounds" \

@@ -8,7 +8,11 @@ Scenarios, each timed through the adapter with time.perf_counter_ns and through 
                     (the call the adapter makes), and vs kvc_flow_alloc_for_decode
                     (the library's own scheduler step on a RequestBatch)
   extend 16x512     common.alloc_for_extend(batch) of 16 new 512-token requests vs
-                    kvc_allocator_alloc_extend and kvc_flow_alloc_for_extend
+                    kvc_allocator_alloc_extend and kvc_flow_alloc_for_extend; "rows copy"
+                    (CUDA) is the same call with req_pool_indices copied from the host
+                    as before kvc_allocator_alloc_extend_ex wrote it in the launch, "rows
+                    launch" (host) the launch route forced on; both alternate with the
+                    default route in the same rounds
   release 4096      common.release_kv_cache(req, ChunkCache) of a 4096-token request vs
                     kvc_allocator_free of its slots and kvc_flow_release
   match             RadixCache.match_prefix(key) of a 1023-token key (the cached prompt
@@ -50,7 +54,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 import kvcache as kvc  # noqa: E402
 import kvcache.sglang as S  # noqa: E402
-from kvcache.sglang import _ops as T  # noqa: E402
+from kvcache.sglang import _ops as T, common as C  # noqa: E402
 
 _ns = time.perf_counter_ns
 lib = kvc._ffi.lib
@@ -212,10 +216,17 @@ class Bench:
         out_h = T.host_empty(batch * length)
         out_d = T.empty(batch * length, T.I64, self.dev) if T.is_cuda(self.dev) else None
         od = T.ptr(out_d) if out_d is not None else None
-        py, cc, ck = [], [], []
+        py, cc, ck, alt = [], [], [], []
         fn = lib.kvc_allocator_alloc_extend
+        # The other req_pool_indices route, alternating with the default in the same run
+        # (a same-process before/after): on CUDA the host->device copy of the rows that
+        # the adapter made before kvc_allocator_alloc_extend_ex, on the host backend the
+        # slab route forced on (its cost there; by default the host returns rows_cpu).
+        hot = C._hot(alloc)
+        routes = (hot.rows_slab, None if hot.rows_slab is not None else T.Slab(self.dev))
+        alt_name = "copy" if hot.rows_slab is not None else "launch"
         for r in range(reps):
-            for mode in ((0, 1, 2) if r % 2 == 0 else (2, 1, 0)):
+            for mode in ((0, 1, 2, 3) if r % 2 == 0 else (3, 2, 1, 0)):
                 if mode == 2:
                     if self.h is None:
                         continue
@@ -230,10 +241,12 @@ class Bench:
                 b.prefix_lens = [0] * batch
                 b.extend_num_tokens = batch * length
                 b.seq_lens_cpu = b.seq_lens = seqv
-                if mode == 0:
+                if mode in (0, 3):
+                    hot.rows_slab = routes[mode // 3]
                     t0 = _ns()
                     S.alloc_for_extend(b)
-                    py.append(_ns() - t0)
+                    (alt if mode else py).append(_ns() - t0)
+                    hot.rows_slab = routes[0]
                 else:
                     S.alloc_req_slots(pool, reqs, cache)
                     for i, q in enumerate(reqs):
@@ -247,6 +260,7 @@ class Bench:
                     q.kv_committed_len = q.kv_allocated_len = length
                     S.release_kv_cache(q, cache)
         self.report("extend %dx%d ps=%d" % (batch, length, ps), py, cc, ck, 30, "us")
+        self.report("extend ps=%d rows %s" % (ps, alt_name), alt, cc, ck, 30, None)
 
     def release(self, length=4096, ps=1, reps=None):
         reps = reps or max(self.args.rounds * 8, 40)

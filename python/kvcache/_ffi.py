@@ -6,7 +6,7 @@ sizes and offsets against the header with a C compiler when one is available.
 import ctypes
 import ctypes.util
 import os
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32, c_int64,
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_int, c_int32, c_int64,
                     c_size_t, c_uint, c_uint8, c_uint32, c_uint64, c_void_p)
 
 __all__ = ["lib", "lib_path", "find_library", "fast"]
@@ -98,6 +98,14 @@ class ContextConfig(Structure):
                 ("device", c_int), ("flags", c_uint32), ("cache_dir", c_char_p),
                 ("host_allocator", HostAllocator), ("device_allocator", DeviceAllocator),
                 ("reserved_", c_uint64 * 8)]
+
+
+class ExtendArgs(Structure):
+    """kvc_extend_args (kvc_allocator_alloc_extend_ex)."""
+    _fields_ = [("batch_size", c_size_t), ("prefix_lens", c_void_p), ("seq_lens", c_void_p),
+                ("last_locs", c_void_p), ("req_pool", c_void_p), ("req_rows", c_void_p),
+                ("prefix_slots", c_void_p), ("out_host", c_void_p), ("out_device", c_void_p),
+                ("rows_device", c_void_p), ("stream", c_void_p)]
 
 
 class DeviceInfo(Structure):
@@ -252,6 +260,7 @@ _fn("kvc_allocator_get_stats", _st, _P, POINTER(AllocatorStats))
 _fn("kvc_allocator_alloc", _st, _P, c_int64, _I64P)
 _fn("kvc_allocator_alloc_extend", _st, _P, c_size_t, _I64P, _I64P, _I64P, _P, _I32P,
     _P, _I64P, _P, _P)
+_fn("kvc_allocator_alloc_extend_ex", _st, _P, POINTER(ExtendArgs))
 _fn("kvc_allocator_alloc_decode", _st, _P, c_size_t, _I64P, _I64P, _P, _I32P, _I64P, _P, _P)
 _fn("kvc_allocator_free", _st, _P, _I64P, c_size_t)
 _fn("kvc_allocator_free_segment", _st, _P, _I64P, c_size_t, c_int64)

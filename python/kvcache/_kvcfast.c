@@ -132,6 +132,18 @@ typedef int (*kvcf_match_fn)(void *cache, uint64_t ns, const int32_t *tokens, in
 typedef int (*kvcf_alloc_fn)(void *alloc, int64_t n, int64_t *out);
 typedef int (*kvcf_swa_alloc_fn)(void *alloc, int64_t n, int64_t *out_host, int64_t *out_dev, void *stream);
 typedef int (*kvcf_rows_alloc_fn)(void *pool, size_t n, int32_t *rows);
+/* kvc_allocator_alloc_extend_ex's argument struct, mirrored here because the extension does
+ * not include kvcache.h (python/tests/test_sglang_fast.py checks the rows it writes). */
+typedef struct kvcf_extend_args {
+  size_t batch_size;
+  const int64_t *prefix_lens, *seq_lens, *last_locs;
+  void *req_pool;
+  const int32_t *req_rows;
+  const int64_t *const *prefix_slots;
+  int64_t *out_host, *out_device, *rows_device;
+  void *stream;
+} kvcf_extend_args;
+typedef int (*kvcf_aext_ex_fn)(void *alloc, const kvcf_extend_args *args);
 
 static kvcf_adec_fn kvcf_adec[2];
 static kvcf_aext_fn kvcf_aext[2];
@@ -143,21 +155,24 @@ static kvcf_match_fn kvcf_match;
 static kvcf_alloc_fn kvcf_alloc;
 static kvcf_swa_alloc_fn kvcf_swa_alloc;
 static kvcf_rows_alloc_fn kvcf_rows_alloc;
+static kvcf_aext_ex_fn kvcf_aext_ex;
 
 /* Token scratch of radix_match_list (grown, never shrunk; the GIL serializes its users). */
 static int32_t *kvcf_tok;
 static size_t kvcf_tok_cap;
 
-#define KVCF_ADAPTER_FNS 12
+#define KVCF_ADAPTER_FNS 13
 
 static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  void *a[KVCF_ADAPTER_FNS];
+  void *a[KVCF_ADAPTER_FNS] = {NULL};
   (void)self;
-  if (kvcf_nargs(nargs, KVCF_ADAPTER_FNS, "bind_adapter")) return NULL;
-  for (int i = 0; i < KVCF_ADAPTER_FNS; i++) {
+  /* 12: an adapter older than alloc_extend_ex (a same-session before/after runs an older
+   * tree's Python on this build), which then never passes rows_dev. */
+  if (nargs != KVCF_ADAPTER_FNS - 1 && kvcf_nargs(nargs, KVCF_ADAPTER_FNS, "bind_adapter")) return NULL;
+  for (Py_ssize_t i = 0; i < nargs; i++) {
     if (kvcf_ptr(args[i], &a[i])) return NULL;
     if (!a[i]) {
-      PyErr_SetString(PyExc_ValueError, "bind_adapter() needs 12 function addresses");
+      PyErr_SetString(PyExc_ValueError, "bind_adapter() needs 12 or 13 function addresses");
       return NULL;
     }
   }
@@ -174,6 +189,7 @@ static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssi
   *(void **)&kvcf_alloc = a[9];
   *(void **)&kvcf_swa_alloc = a[10];
   *(void **)&kvcf_rows_alloc = a[11];
+  *(void **)&kvcf_aext_ex = a[12];
   Py_RETURN_NONE;
 }
 
@@ -243,19 +259,62 @@ static PyObject *kvcf_alloc_decode(PyObject *self, PyObject *const *args, Py_ssi
   return PyLong_FromLong(kvcf_adec[swa ? 1 : 0](alloc, n, seq, last, pool, rows, oh, od, stream));
 }
 
-/* alloc_extend(swa, alloc, n, pre, seq, last, pool, rows, prefix, out_host, out_dev, stream)
- * -> kvc_status (prefix: the address of n host int64 pointers, or None). */
+/* alloc_extend's prefix_lens when given as a list (SGLang's batch.prefix_lens is one): its
+ * first n ints as int64 in a scratch grown on demand (the GIL serializes its users; the
+ * library reads it during the call only). Saves the adapter an array('q') per call. */
+static int64_t *kvcf_lens;
+static size_t kvcf_lens_cap;
+
+static int kvcf_list_i64(PyObject *list, size_t n, void **out) {
+  if (PyList_GET_SIZE(list) < (Py_ssize_t)n) {
+    PyErr_SetString(PyExc_ValueError, "alloc_extend(): prefix_lens is shorter than the batch");
+    return -1;
+  }
+  if (n > kvcf_lens_cap) {
+    size_t cap = n > 2 * kvcf_lens_cap ? n : 2 * kvcf_lens_cap;
+    int64_t *p = PyMem_RawRealloc(kvcf_lens, cap * sizeof *p);
+    if (!p) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    kvcf_lens = p;
+    kvcf_lens_cap = cap;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (kvcf_i64(PyList_GET_ITEM(list, (Py_ssize_t)i), &kvcf_lens[i])) return -1;
+  *out = kvcf_lens;
+  return 0;
+}
+
+/* alloc_extend(swa, alloc, n, pre, seq, last, pool, rows, prefix, out_host, out_dev, stream
+ * [, rows_dev]) -> kvc_status (prefix: the address of n host int64 pointers, or None; pre
+ * may be a list of ints).
+ * rows_dev (device int64 [n], or None): the rows as int64, written by the same launch
+ * (kvc_allocator_alloc_extend_ex; the SWA allocator has no such entry: ValueError). */
 static PyObject *kvcf_alloc_extend(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  void *alloc, *pre, *seq, *last, *pool, *rows, *prefix, *oh, *od, *stream;
+  void *alloc, *pre, *seq, *last, *pool, *rows, *prefix, *oh, *od, *stream, *rd = NULL;
   size_t n;
   int swa;
   (void)self;
-  if (kvcf_nargs(nargs, 12, "alloc_extend") || kvcf_adapter_bound() || kvcf_flag(args[0], &swa) ||
-      kvcf_addr(args[1], &alloc) || kvcf_size(args[2], &n) || kvcf_addr(args[3], &pre) || kvcf_addr(args[4], &seq) ||
-      kvcf_addr(args[5], &last) || kvcf_addr(args[6], &pool) || kvcf_addr(args[7], &rows) ||
+  if (nargs != 13 && kvcf_nargs(nargs, 12, "alloc_extend")) return NULL;
+  if (kvcf_adapter_bound() || kvcf_flag(args[0], &swa) || kvcf_addr(args[1], &alloc) || kvcf_size(args[2], &n) ||
+      (PyList_Check(args[3]) ? kvcf_list_i64(args[3], n, &pre) : kvcf_addr(args[3], &pre)) ||
+      kvcf_addr(args[4], &seq) || kvcf_addr(args[5], &last) || kvcf_addr(args[6], &pool) || kvcf_addr(args[7], &rows) ||
       kvcf_addr(args[8], &prefix) || kvcf_addr(args[9], &oh) || kvcf_addr(args[10], &od) ||
-      kvcf_addr(args[11], &stream))
+      kvcf_addr(args[11], &stream) || (nargs == 13 && kvcf_addr(args[12], &rd)))
     return NULL;
+  if (rd) {
+    if (!kvcf_aext_ex) {
+      PyErr_SetString(PyExc_RuntimeError, "alloc_extend(): rows_dev needs bind_adapter() with 13 functions");
+      return NULL;
+    }
+    if (swa) {
+      PyErr_SetString(PyExc_ValueError, "alloc_extend(): rows_dev with the SWA allocator");
+      return NULL;
+    }
+    const kvcf_extend_args x = {n, pre, seq, last, pool, rows, (const int64_t *const *)prefix, oh, od, rd, stream};
+    return PyLong_FromLong(kvcf_aext_ex(alloc, &x));
+  }
   return PyLong_FromLong(
       kvcf_aext[swa ? 1 : 0](alloc, n, pre, seq, last, pool, rows, (const int64_t *const *)prefix, oh, od, stream));
 }
@@ -289,6 +348,34 @@ static PyObject *kvcf_free_row(PyObject *self, PyObject *const *args, Py_ssize_t
     size_t n = (size_t)(end - start);
     st = swa ? kvcf_swa_free(alloc, buf, n, stream) : kvcf_free(alloc, buf, n);
   }
+  return PyLong_FromLong(st);
+}
+
+/* release_row(alloc, flow, pool, row, committed, start, end, buf) -> kvc_status: a finished
+ * request of a ChunkCache over a plain (non-SWA) allocator, as release_kv_cache does it in
+ * three calls: free row[0:committed), free row[start:end) (the over-allocated tail), then
+ * release the row. buf holds max(committed, end - start) int64. Two frees, not one, because
+ * a paged free puts its sorted pages in front of the free list: one merged free would
+ * order them differently from SGLang's two. Stops at the first failure (its status). */
+static PyObject *kvcf_release_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *alloc, *flow, *pool, *buf;
+  int32_t row;
+  int64_t committed, start, end;
+  int st = 0;
+  (void)self;
+  if (kvcf_nargs(nargs, 8, "release_row") || kvcf_adapter_bound() || kvcf_addr(args[0], &alloc) ||
+      kvcf_addr(args[1], &flow) || kvcf_addr(args[2], &pool) || kvcf_i32(args[3], &row) ||
+      kvcf_i64(args[4], &committed) || kvcf_i64(args[5], &start) || kvcf_i64(args[6], &end) || kvcf_addr(args[7], &buf))
+    return NULL;
+  if (committed > 0) {
+    st = kvcf_row_slots(flow, row, 0, committed, buf);
+    if (st == 0) st = kvcf_free(alloc, buf, (size_t)committed);
+  }
+  if (st == 0 && start < end) {
+    st = kvcf_row_slots(flow, row, start, end, buf);
+    if (st == 0) st = kvcf_free(alloc, buf, (size_t)(end - start));
+  }
+  if (st == 0) st = kvcf_row_free(pool, row);
   return PyLong_FromLong(st);
 }
 
@@ -391,6 +478,64 @@ static PyObject *kvcf_radix_match_list(PyObject *self, PyObject *const *args, Py
   }
   if (kvcf_list_i32(list, kvcf_tok, n)) return NULL;
   return PyLong_FromLong(kvcf_match(cache, (uint64_t)ns, kvcf_tok, (int64_t)n, out));
+}
+
+/* radix_match_kept(cache, ns, tokens, out, results) -> (len, slots, node, kept): radix_match_list,
+ * then RadixCache's kept-result lookup in C: results maps (node, len) to (bytearray of the
+ * slots the tensor was built from, tensor); kept is that tensor when the tree still holds
+ * exactly those slots, else None. Saves the adapter the reads of the kvc_radix_match
+ * fields through ctypes, the key tuple and the memeq call per match (a list key is what
+ * SGLang's scheduler passes). out: the kvc_radix_match the call fills (its layout is
+ * mirrored here: len, slots, node). */
+typedef struct kvcf_match_out {
+  int64_t len;
+  const int64_t *slots;
+  void *node;
+  int32_t copied, reserved_;
+} kvcf_match_out;
+
+static PyObject *kvcf_radix_match_kept(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  kvcf_match_out *m;
+  PyObject *res, *key, *node, *ent, *kept = Py_None;
+  if (kvcf_nargs(nargs, 5, "radix_match_kept")) return NULL;
+  if (!PyDict_Check(args[4])) {
+    PyErr_SetString(PyExc_TypeError, "radix_match_kept() needs a dict of kept results");
+    return NULL;
+  }
+  res = kvcf_radix_match_list(self, args, 4);
+  if (!res) return NULL;
+  long st = PyLong_AsLong(res);
+  Py_DECREF(res);
+  if (st == -1 && PyErr_Occurred()) return NULL;
+  if (st != 0) return PyLong_FromLong(st); /* the caller raises from the status */
+  if (kvcf_addr(args[3], (void **)&m)) return NULL;
+  if (m->node) {
+    node = PyLong_FromVoidPtr(m->node);
+    if (!node) return NULL;
+  } else {
+    node = Py_None;
+    Py_INCREF(node);
+  }
+  if (m->len > 0) {
+    key = Py_BuildValue("(On)", node, (Py_ssize_t)m->len);
+    if (!key) {
+      Py_DECREF(node);
+      return NULL;
+    }
+    ent = PyDict_GetItemWithError(args[4], key); /* borrowed */
+    Py_DECREF(key);
+    if (!ent && PyErr_Occurred()) {
+      Py_DECREF(node);
+      return NULL;
+    }
+    if (ent && PyTuple_Check(ent) && PyTuple_GET_SIZE(ent) == 2 && PyByteArray_Check(PyTuple_GET_ITEM(ent, 0))) {
+      PyObject *buf = PyTuple_GET_ITEM(ent, 0);
+      if (PyByteArray_GET_SIZE(buf) == (Py_ssize_t)(8 * m->len) &&
+          memcmp(PyByteArray_AS_STRING(buf), m->slots, (size_t)(8 * m->len)) == 0)
+        kept = PyTuple_GET_ITEM(ent, 1);
+    }
+  }
+  return Py_BuildValue("(LKNO)", (long long)m->len, (unsigned long long)(uintptr_t)m->slots, node, kept);
 }
 
 /* alloc(swa, alloc, n, out_host, out_dev, stream) -> kvc_status (kvc_allocator_alloc
@@ -579,6 +724,8 @@ static PyMethodDef kvcf_methods[] = {
     {"alloc_extend", (PyCFunction)(void (*)(void))kvcf_alloc_extend, METH_FASTCALL, "[swa_]allocator_alloc_extend"},
     {"free", (PyCFunction)(void (*)(void))kvcf_free_slots, METH_FASTCALL,
      "[swa_]allocator_free(swa, alloc, slots, n, stream)"},
+    {"release_row", (PyCFunction)(void (*)(void))kvcf_release_row, METH_FASTCALL,
+     "ChunkCache release: free committed, free the tail, release the row"},
     {"free_row", (PyCFunction)(void (*)(void))kvcf_free_row, METH_FASTCALL,
      "flow_row_slots into buf, then [swa_]allocator_free of them"},
     {"row_free", (PyCFunction)(void (*)(void))kvcf_row_free_py, METH_FASTCALL, "req_to_token_pool_free(pool, row)"},
@@ -586,6 +733,8 @@ static PyMethodDef kvcf_methods[] = {
      "radix_cache_match_prefix(cache, ns, tokens, n, out)"},
     {"radix_match_list", (PyCFunction)(void (*)(void))kvcf_radix_match_list, METH_FASTCALL,
      "radix_cache_match_prefix of a list of int tokens"},
+    {"radix_match_kept", (PyCFunction)(void (*)(void))kvcf_radix_match_kept, METH_FASTCALL,
+     "radix_match_list, then the kept result of (node, len) when its slots are unchanged"},
     {"alloc", (PyCFunction)(void (*)(void))kvcf_alloc_slots, METH_FASTCALL,
      "[swa_]allocator_alloc(swa, alloc, n, out_host, out_dev, stream)"},
     {"rows_alloc", (PyCFunction)(void (*)(void))kvcf_rows_alloc_py, METH_FASTCALL,

@@ -23,7 +23,7 @@ STRUCTS = {
     "kvc_swa_allocator_config": hybrid.SwaAllocatorConfig,
     "kvc_swa_kv_pool_config": hybrid.SwaKVPoolConfig,
     "kvc_hybrid_kv_pool_config": hybrid.HybridKVPoolConfig,
-    "kvc_dlpack_relay": _dlpack.Relay,
+    "kvc_dlpack_relay": _dlpack.Relay, "kvc_extend_args": _ffi.ExtendArgs,
 }
 OFFSETS = [("kvc_req_state", f) for f, _ in kvc.ReqState._fields_ if not f.startswith("_")] + \
     [("kvc_flow_config", "cache"), ("kvc_flow_config", "sliding_window"),
@@ -32,7 +32,8 @@ OFFSETS = [("kvc_req_state", f) for f, _ in kvc.ReqState._fields_ if not f.start
      ("kvc_mamba_pool_config", "temporal_shape"), ("kvc_mamba_pool_config", "flags"),
      ("kvc_swa_kv_pool_config", "full_layer_ids"),
      ("kvc_swa_kv_pool_config", "translate_capacity"), ("kvc_swa_allocator_config", "req_pool"),
-     ("kvc_hybrid_req_pool_config", "mamba_pool"), ("kvc_dlpack_relay", "done")]
+     ("kvc_hybrid_req_pool_config", "mamba_pool"), ("kvc_dlpack_relay", "done"),
+     ("kvc_extend_args", "rows_device"), ("kvc_extend_args", "stream")]
 
 
 @pytest.mark.skipif(not shutil.which("cc"), reason="no C compiler")

@@ -179,3 +179,30 @@ def test_match_results_kept_on_the_device():
     cache.clear_match_results()
     m3 = cache.match_prefix(key)
     assert m3.device_indices is not m1.device_indices and L(m3.device_indices) == slots
+
+
+def test_extend_rows_written_by_the_launch():
+    """req_pool_indices on the device comes from the extend launch (rows_device of
+    kvc_allocator_alloc_extend_ex, a fresh slab vector): the rows as int64, carrying the
+    host rows, and a kept one unchanged by later extends (also across a slab change)."""
+    from kvcache.sglang import _ops as T, common
+    pool = S.ReqToTokenPool(16, 64, DEV, False)
+    alloc = S.PagedTokenToKVPoolAllocator(1024, 4, torch.bfloat16, DEV, None, False)
+    cache = S.ChunkCache(S.CacheInitParams(pool, alloc, 4))
+    common._hot(alloc).rows_slab = T.Slab(DEV, cap=8)
+    kept = []
+    for step in range(5):
+        reqs = [S.Req(fill_ids=list(range(n))) for n in (3, 5, 2)]
+        batch = S.ScheduleBatch(reqs, pool, cache, device=DEV)
+        batch.prepare_for_extend()
+        rd = batch.req_pool_indices
+        assert rd.is_cuda and rd.dtype == torch.int64
+        torch.cuda.synchronize()
+        assert L(rd) == [q.req_pool_idx for q in reqs] == L(rd._kvc_host)
+        kept.append((rd, L(rd)))
+        if step % 2:
+            for q in reqs:
+                S.release_kv_cache(q, cache)
+    torch.cuda.synchronize()
+    for t, want in kept:
+        assert L(t) == want

@@ -268,3 +268,125 @@ def test_token_list_conversion_in_place_and_general():
             T.fast.fill_i32(array.array("i", [0]), [bad], None, 1)
     with pytest.raises(TypeError):
         T.fast.fill_i32(array.array("i", [0]), [1.0], None, 1)
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_extend_rows_written_by_the_launch_into_fresh_slab_vectors(ps):
+    """The CUDA path of alloc_for_extend (kvc_allocator_alloc_extend_ex writes
+    req_pool_indices into a slab vector), forced onto the host backend: the vector holds
+    the rows as int64, carries the host rows, and a kept one is never written by later
+    calls, also across a slab change (capacity 8, batches of 3)."""
+    from kvcache.sglang import common
+    pool, alloc = world(ps=ps, rows=16, width=16, size=512)
+    cache = S.ChunkCache(pool, alloc, ps)
+    common._hot(alloc).rows_slab = T.Slab("cpu", cap=8)
+    kept = []
+    for step in range(5):
+        reqs = [S.Req(fill_ids=list(range(n))) for n in (3, 5, 2)]
+        b = S.ScheduleBatch(reqs, pool, cache)
+        b.prefix_lens = [0, 0, 0]
+        b.extend_num_tokens = 10
+        b.seq_lens_cpu = b.seq_lens = T.host_array([3, 5, 2])
+        out, rows_dev, rows_cpu = S.alloc_for_extend(b)
+        assert L(rows_dev) == L(rows_cpu) == [q.req_pool_idx for q in reqs]
+        assert rows_dev.dtype == T.I64
+        assert T.torch is None or rows_dev._kvc_host is rows_cpu
+        assert L(out) == [v for q, n in zip(reqs, (3, 5, 2))
+                          for v in L(pool.row_host(q.req_pool_idx, 0, n))]
+        kept.append((rows_dev, L(rows_cpu)))
+        if step % 2:
+            for q in reqs:
+                S.release_kv_cache(q, cache)
+    for t, want in kept:
+        assert L(t) == want
+
+
+def test_extend_rows_entry_refuses_swa_and_bad_arity():
+    if T.fast is None:
+        pytest.skip("ctypes session: no _kvcfast entry")
+    with pytest.raises(TypeError):
+        T.fast.alloc_extend(*([None] * 11))
+    with pytest.raises(ValueError):
+        T.fast.alloc_extend(True, 1, 0, None, None, None, None, None, None, None, None, None, 8)
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_chunk_cache_release_fused_matches_the_general_path(ps):
+    """release_kv_cache on a ChunkCache over a plain allocator (one _kvcfast call when the
+    extension is in use) frees the same slots in the same order as the general path
+    (cache_finished_req, the tail free, the row release): committed lengths inside a
+    page, over-allocated tails, a request without a tail; then a row freed twice raises
+    on both."""
+    from kvcache.sglang import common
+
+    def run(general):
+        pool, alloc = world(ps=ps, rows=8, width=64, size=512)
+        cache = S.ChunkCache(pool, alloc, ps)
+        if general:
+            cache._kvc_rel = False
+        reqs = [S.Req(fill_ids=list(range(n))) for n in (13, 9, 20)]
+        b = S.ScheduleBatch(reqs, pool, cache)
+        b.prepare_for_extend()
+        for q, (c, a) in zip(reqs, ((10, 13), (9, 9), (6, 20))):
+            q.kv_committed_len, q.kv_allocated_len = c, a
+        rows = [q.req_pool_idx for q in reqs]
+        for q in (reqs[1], reqs[0], reqs[2]):
+            S.release_kv_cache(q, cache)
+            assert q.req_pool_idx is None
+        assert alloc.available_size() == 512
+        order = L(alloc.alloc(alloc.available_size()))
+        again = S.Req(fill_ids=[1])
+        again.req_pool_idx = rows[0]
+        with pytest.raises(Exception) as e:
+            S.release_kv_cache(again, cache)
+        return order, rows, type(e.value), common._release_plan(cache) if not general else None
+
+    fused, general = run(False), run(True)
+    assert fused[:3] == general[:3]
+    assert bool(fused[3]) == (T.fast is not None)
+
+
+def test_list_key_kept_lookup_agrees_with_the_other_keys():
+    """The list-key match (with _kvcfast: the match and the kept-result check in one C
+    call) and an array('i') key hand out the same kept tensor; extra_key namespaces the
+    list path too; a miss is the shared empty result."""
+    pool, alloc = world(4, size=256)
+    cache = S.RadixCache(pool, alloc, 4)
+    toks = list(range(500, 517))
+    r = S.Req(origin_input_ids=toks, fill_ids=list(toks))
+    S.ScheduleBatch([r], pool, cache).prepare_for_extend()
+    S.release_kv_cache(r, cache)
+    a = cache.match_prefix(S.MatchPrefixParams(S.RadixKey(toks[:-1])))
+    b = cache.match_prefix(S.MatchPrefixParams(S.RadixKey(array.array("i", toks[:-1]))))
+    c = cache.match_prefix(S.MatchPrefixParams(S.RadixKey(toks[:-1])))
+    assert T.numel(a.device_indices) == 16
+    assert b.device_indices is a.device_indices and c.device_indices is a.device_indices
+    assert a.last_device_node == b.last_device_node == c.last_device_node
+    other = cache.match_prefix(S.MatchPrefixParams(S.RadixKey(toks[:-1], extra_key="x")))
+    miss = cache.match_prefix(S.MatchPrefixParams(S.RadixKey([1, 2, 3, 4, 5])))
+    assert T.numel(other.device_indices) == 0 and miss.device_indices is other.device_indices
+
+
+def test_extend_prefix_lens_list_read_in_c():
+    """alloc_for_extend with batch.prefix_lens a list (as SGLang's): the fast call reads
+    the list itself; the same slots as a tensor of the lengths; a non-integer or a short
+    list is refused before anything is allocated."""
+    def run(pre):
+        pool, alloc = world(ps=4, rows=4, width=32, size=128)
+        cache = S.ChunkCache(pool, alloc, 4)
+        reqs = [S.Req(fill_ids=list(range(n))) for n in (3, 6)]
+        b = S.ScheduleBatch(reqs, pool, cache)
+        b.prefix_lens = pre
+        b.extend_num_tokens = 9
+        b.seq_lens_cpu = b.seq_lens = T.host_array([3, 6])
+        return L(S.alloc_for_extend(b)[0]), alloc, pool, cache
+    assert run([0, 0])[0] == run(T.host_array([0, 0]))[0]
+    if T.fast is None:
+        pytest.skip("ctypes session: no _kvcfast entry")
+    pool, alloc = world(ps=4, rows=4, width=32, size=128)
+    free = alloc.available_size()
+    for bad, exc in (([0, 0.5], TypeError), ([0], ValueError)):
+        with pytest.raises(exc):
+            T.fast.alloc_extend(False, alloc._h, 2, bad, T.host_i64_arg(T.host_array([3, 6])),
+                                None, None, None, None, None, None, None)
+    assert alloc.available_size() == free

@@ -96,10 +96,12 @@ static kvc_status check_common(kvc_allocator *a, const char *fn, size_t bs, kvc_
 static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs, const int64_t *prefix_lens,
                                     const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *rp,
                                     const int32_t *req_rows, const int64_t *const *prefix_slots, int64_t *out_host,
-                                    int64_t *out_device, const kvc__extend_map *m, kvc_stream stream) {
+                                    int64_t *out_device, int64_t *rows_device, const kvc__extend_map *m,
+                                    kvc_stream stream) {
   kvc_context *ctx = a->ctx;
   KVC_RETURN_IF(!prefix_lens || !seq_lens, ctx, KVC_ERR_INVALID_ARGUMENT, "prefix_lens and seq_lens must be non-NULL");
   KVC_RETURN_IF(prefix_slots && !rp, ctx, KVC_ERR_INVALID_ARGUMENT, "prefix_slots needs a req_pool to write into");
+  KVC_RETURN_IF(rows_device && !rp, ctx, KVC_ERR_INVALID_ARGUMENT, "rows_device needs a req_pool (and its req_rows)");
   KVC_FORWARD(check_common(a, fn, bs, rp, req_rows));
   const bool paged = a->kind == KVC_ALLOCATOR_PAGED;
   const int64_t ps = a->ps;
@@ -215,6 +217,7 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
     h.pages_at = (int32_t)desc_words;
     h.prefix_at = (int32_t)(desc_words + (size_t)total_pages);
     h.tokens_per_block = TOKENS_PER_BLOCK;
+    h.rows_out = (uint64_t)(uintptr_t)rows_device;
     if (m) {
       h.swa_pages_at = (int32_t)(desc_words + (size_t)total_pages + (size_t)prefix_words);
       h.map = (uint64_t)(uintptr_t)m->map;
@@ -264,14 +267,23 @@ kvc_status kvc_allocator_alloc_extend(kvc_allocator *a, size_t bs, const int64_t
   ALLOC_ENTRY(a);
   if (bs == 0) return KVC_OK;
   return alloc_extend_impl(a, __func__, bs, prefix_lens, seq_lens, last_locs, rp, req_rows, prefix_slots, out_host,
-                           out_device, NULL, stream);
+                           out_device, NULL, NULL, stream);
+}
+
+kvc_status kvc_allocator_alloc_extend_ex(kvc_allocator *a, const kvc_extend_args *x) {
+  KVC_API_ENTRY();
+  ALLOC_ENTRY(a);
+  KVC_RETURN_IF(!x, a->ctx, KVC_ERR_INVALID_ARGUMENT, "args is NULL");
+  if (x->batch_size == 0) return KVC_OK;
+  return alloc_extend_impl(a, __func__, x->batch_size, x->prefix_lens, x->seq_lens, x->last_locs, x->req_pool,
+                           x->req_rows, x->prefix_slots, x->out_host, x->out_device, x->rows_device, NULL, x->stream);
 }
 
 kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, const kvc__extend_args *x,
                                     const kvc__extend_map *m) {
   if (x->bs == 0) return KVC_OK;
   return alloc_extend_impl(a, fn, x->bs, x->prefix_lens, x->seq_lens, x->last_locs, x->req_pool, x->rows,
-                           x->prefix_slots, x->out_host, x->out_device, m, x->stream);
+                           x->prefix_slots, x->out_host, x->out_device, NULL, m, x->stream);
 }
 
 /* --- alloc_decode ------------------------------------------------------------------- */

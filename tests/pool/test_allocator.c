@@ -151,6 +151,62 @@ static void test_extend_without_pool(void **state) {
   kvc_allocator_destroy(a);
 }
 
+/* kvc_allocator_alloc_extend_ex: the spec example again, with the rows written as int64
+ * by the same launch; rows_device without a req_pool is refused before anything moves. */
+static void test_extend_ex_writes_rows(void **state) {
+  (void)state;
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 48, 4, 0);
+  int64_t all[48];
+  KVT_OK(kvc_allocator_alloc(a, 48, all));
+  free_page_of(a, 20);
+  free_page_of(a, 36);
+  free_page_of(a, 12);
+  free_page_of(a, 28);
+  kvc_req_to_token_pool *p = kvt_req_pool(4, 16);
+  int32_t rows[2] = {0, 0}, spare = 0;
+  KVT_OK(kvc_req_to_token_pool_alloc(p, 1, &spare)); /* rows[] are then not 0, 1 */
+  KVT_OK(kvc_req_to_token_pool_alloc(p, 2, rows));
+  const int64_t prefix_a[6] = {4, 5, 6, 7, 8, 9};
+  const int64_t *prefix_slots[2] = {prefix_a, NULL};
+  int64_t pre[2] = {6, 0}, seq[2] = {13, 3}, out[10];
+  int64_t *dev = kvt_dev_alloc(sizeof out), *rows_dev = kvt_dev_alloc(2 * sizeof(int64_t));
+  kvc_extend_args x;
+  memset(&x, 0, sizeof x);
+  x.batch_size = 2;
+  x.prefix_lens = pre;
+  x.seq_lens = seq;
+  x.prefix_slots = prefix_slots;
+  x.out_host = out;
+  x.out_device = dev;
+  x.rows_device = rows_dev;
+  KVT_STATUS(kvc_allocator_alloc_extend_ex(a, NULL), KVC_ERR_INVALID_ARGUMENT);
+  KVT_STATUS(kvc_allocator_alloc_extend_ex(a, &x), KVC_ERR_INVALID_ARGUMENT); /* no req_pool */
+  x.req_pool = p;
+  x.req_rows = rows;
+  KVT_OK(kvc_allocator_alloc_extend_ex(a, &x));
+  const int64_t want[10] = {10, 11, 28, 29, 30, 31, 12, 36, 37, 38};
+  expect_slots(out, want, 10);
+  int64_t back[10], rows_back[2];
+  kvt_d2h(back, dev, sizeof back);
+  expect_slots(back, want, 10);
+  kvt_d2h(rows_back, rows_dev, sizeof rows_back);
+  assert_int_equal(rows_back[0], rows[0]);
+  assert_int_equal(rows_back[1], rows[1]);
+  const int32_t *m_a = kvc_req_to_token_pool_row(p, rows[0]);
+  for (int i = 0; i < 6; i++) assert_int_equal(m_a[i], prefix_a[i]);
+  x.batch_size = 0; /* an empty batch writes nothing */
+  rows_back[0] = -7;
+  kvt_h2d(rows_dev, rows_back, sizeof rows_back);
+  KVT_OK(kvc_allocator_alloc_extend_ex(a, &x));
+  kvt_d2h(rows_back, rows_dev, sizeof rows_back);
+  assert_int_equal(rows_back[0], -7);
+  expect_next_alloc(a, (int64_t[]){20, 21, 22, 23}, 4);
+  kvt_dev_free(rows_dev);
+  kvt_dev_free(dev);
+  kvc_req_to_token_pool_destroy(p);
+  kvc_allocator_destroy(a);
+}
+
 /* Spec 6.9: ps 4, F = [7, 3, ...], new lengths [13, 7, 5], last_locs [x, 25, y]. */
 static void test_decode_matches_spec_example(void **state) {
   (void)state;
@@ -576,9 +632,22 @@ static void large_batch(int n) {
   for (int i = 0; i < n; i++) seq[i] = 1 + i % 40;
   int64_t total = 0;
   for (int i = 0; i < n; i++) total += seq[i];
-  int64_t *dev = kvt_dev_alloc((size_t)total * 8);
-  KVT_OK(kvc_allocator_alloc_extend(a, (size_t)n, pre, seq, NULL, p, rows, NULL, out, dev, NULL));
+  int64_t *dev = kvt_dev_alloc((size_t)total * 8), *rows_dev = kvt_dev_alloc((size_t)n * 8);
+  kvc_extend_args x;
+  memset(&x, 0, sizeof x);
+  x.batch_size = (size_t)n;
+  x.prefix_lens = pre;
+  x.seq_lens = seq;
+  x.req_pool = p;
+  x.req_rows = rows;
+  x.out_host = out;
+  x.out_device = dev;
+  x.rows_device = rows_dev;
+  KVT_OK(kvc_allocator_alloc_extend_ex(a, &x));
   for (int64_t i = 0; i < total; i++) assert_int_equal(out[i], 1 + i);
+  kvt_d2h(back, rows_dev, (size_t)n * 8);
+  for (int i = 0; i < n; i++) assert_int_equal(back[i], rows[i]);
+  kvt_dev_free(rows_dev);
   kvt_d2h(back, dev, (size_t)total * 8);
   expect_slots(back, out, (size_t)total);
   int32_t *table = calloc((size_t)(n + 1) * 64, 4);
@@ -801,6 +870,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_paged_free_prepends_sorted_unique),
     cmocka_unit_test(test_extend_matches_spec_example),
     cmocka_unit_test(test_extend_without_pool),
+    cmocka_unit_test(test_extend_ex_writes_rows),
     cmocka_unit_test(test_decode_matches_spec_example),
     cmocka_unit_test(test_page_boundaries),
     cmocka_unit_test(test_token_kind_extend_and_decode),

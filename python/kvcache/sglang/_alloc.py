@@ -123,18 +123,8 @@ class _AllocatorBase:
         n = end - start
         if n <= 0:
             return
-        if self._free_cap < n:
-            self._free_cap = max(n, 2 * self._free_cap, 4096)
-            self._free_buf = T.host_empty(self._free_cap)
-            self._free_ptr = T.ptr(self._free_buf)
-        flows = self._row_flows
-        if flows is None:
-            flows = self._row_flows = {}
-        f = flows.get(id(req_to_token_pool))
-        if f is None:  # a flow over (pool, allocator) only for kvc_flow_row_slots
-            fl = _kvc.Flow(self._ctx, req_to_token_pool._pool, self._a)
-            f = flows[id(req_to_token_pool)] = (fl.handle, fl, req_to_token_pool)
-        p = self._free_ptr
+        p = self._scratch(n)
+        f = self._row_flow(req_to_token_pool)
         fast = T.fast
         if fast is not None:  # both library calls in one extension call
             swa = self._swa_kind
@@ -146,6 +136,26 @@ class _AllocatorBase:
         check = self._ctx._check
         check(lib.kvc_flow_row_slots(f[0], row, start, end, p), "free")
         check(self._free_slots(p, n), "free")
+
+    def _scratch(self, n):
+        """Address of a reused host int64 scratch of at least n slots."""
+        if self._free_cap < n:
+            self._free_cap = max(n, 2 * self._free_cap, 4096)
+            self._free_buf = T.host_empty(self._free_cap)
+            self._free_ptr = T.ptr(self._free_buf)
+        return self._free_ptr
+
+    def _row_flow(self, req_to_token_pool):
+        """(flow handle, flow, pool): a flow over (pool, allocator), only for
+        kvc_flow_row_slots (reads a row of the pool's host mirror)."""
+        flows = self._row_flows
+        if flows is None:
+            flows = self._row_flows = {}
+        f = flows.get(id(req_to_token_pool))
+        if f is None:
+            fl = _kvc.Flow(self._ctx, req_to_token_pool._pool, self._a)
+            f = flows[id(req_to_token_pool)] = (fl.handle, fl, req_to_token_pool)
+        return f
 
     def _free_slots(self, p, n):
         return lib.kvc_allocator_free(self._h, p, n)

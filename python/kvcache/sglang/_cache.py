@@ -212,6 +212,7 @@ class RadixCache(_PrefixCacheBase):
         if T.fast is not None:
             self._match = self._match_fast
         self._same = T.fast.memeq if T.fast is not None else self._same_ctypes
+        self._kept = getattr(T.fast, "radix_match_kept", None) if T.fast is not None else None
         self._results = {}
         self._result_tokens = 0
 
@@ -235,7 +236,21 @@ class RadixCache(_PrefixCacheBase):
         array.array('i'), or an int32 NumPy array / torch CPU tensor (read in place)."""
         k = params if params is not None else key
         k = getattr(k, "key", k)  # self._key(), inlined: this is a per-request call
-        n, addr, node = self._match(getattr(k, "token_ids", k), getattr(k, "extra_key", None))
+        toks = getattr(k, "token_ids", k)
+        if self._kept is not None and type(toks) is list:
+            # SGLang's list key: the match and the kept-result check in one C call.
+            extra = getattr(k, "extra_key", None)
+            r = self._kept(self._th, 0 if extra is None else self._ns(extra), toks,
+                           self._maddr, self._results)
+            if type(r) is int:
+                self._tree._check(r)
+            n, addr, node, kept = r
+            if kept is not None:
+                return MatchResult(kept, node, node)
+            if n == 0:
+                return MatchResult(self._empty_match, node, node)
+            return MatchResult(self._new_result(node, n, addr), node, node)
+        n, addr, node = self._match(toks, getattr(k, "extra_key", None))
         if n == 0:  # a miss: one shared empty result (no copy, no device tensor built)
             return MatchResult(self._empty_match, node, node)
         ent = self._results.get((node, n))

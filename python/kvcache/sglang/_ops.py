@@ -33,11 +33,15 @@ _ADAPTER_FNS = ("kvc_allocator_alloc_decode", "kvc_swa_allocator_alloc_decode",
                 "kvc_allocator_alloc_extend", "kvc_swa_allocator_alloc_extend",
                 "kvc_allocator_free", "kvc_swa_allocator_free", "kvc_flow_row_slots",
                 "kvc_req_to_token_pool_free", "kvc_radix_cache_match_prefix",
-                "kvc_allocator_alloc", "kvc_swa_allocator_alloc", "kvc_req_to_token_pool_alloc")
+                "kvc_allocator_alloc", "kvc_swa_allocator_alloc", "kvc_req_to_token_pool_alloc",
+                "kvc_allocator_alloc_extend_ex")
 fast = _kvc._ffi.fast
 if fast is not None and hasattr(fast, "bind_adapter"):
-    fast.bind_adapter(*[ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
-                        for n in _ADAPTER_FNS])
+    try:
+        fast.bind_adapter(*[ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
+                            for n in _ADAPTER_FNS])
+    except TypeError:  # an extension built before the last entry: ctypes instead
+        fast = None
 else:
     fast = None
 
@@ -360,6 +364,32 @@ class OutRing:
             self.views[i] = self.bufs[i][:n]
             self.view_n[i] = n
         return self.views[i], self.ptrs[i], self.host_ptr
+
+
+class Slab:
+    """Fresh int64 device vectors carved one after another out of preallocated slabs, for
+    results the caller may keep indefinitely (alloc_for_extend's req_pool_indices: a batch
+    keeps it for its life). A slab is never reused: each handed-out vector is a view that
+    keeps its slab alive, and a full slab is replaced by a new one, so no later call
+    writes into memory a kept vector shows (unlike OutRing). Costs one slice per call
+    instead of an allocation and a host-to-device copy."""
+
+    __slots__ = ("device", "cap", "buf", "base", "used")
+
+    def __init__(self, device, cap=1 << 14):
+        self.device, self.cap = device, cap
+        self.buf, self.base, self.used = None, 0, cap
+
+    def take(self, n):
+        """(a fresh device int64 vector of n elements, its address)."""
+        if self.used + n > self.cap:
+            self.cap = max(self.cap, n)
+            self.buf = empty(self.cap, I64, self.device)
+            self.base = ptr(self.buf)
+            self.used = 0
+        u = self.used
+        self.used = u + n
+        return self.buf[u:u + n], self.base + 8 * u
 
 
 def status_ok_or_none(st, ctx, func):

@@ -21,11 +21,13 @@ Duck-typed inputs (what is read; SGLang's own Req / ScheduleBatch qualify):
 import ctypes
 
 from . import _ops as T
-from ._alloc import SWATokenToKVPoolAllocator
-from ._cache import EvictParams
-from ._reqpool import HybridReqToTokenPool
+from ._alloc import (PagedTokenToKVPoolAllocator, SWATokenToKVPoolAllocator,
+                     TokenToKVPoolAllocator)
+from ._cache import ChunkCache, EvictParams, _pop_committed
+from ._reqpool import HybridReqToTokenPool, ReqToTokenPool
 
 lib = T.lib
+_ffi = T._kvc._ffi
 
 MAMBA_STATE_PER_REQ_PREFIX_CACHE = 3
 MAMBA_STATE_PER_REQ_PREFIX_CACHE_LAZY = 2
@@ -163,6 +165,10 @@ class _Hot:
         self.seq = None
         self.swa = isinstance(allocator, SWATokenToKVPoolAllocator)
         self.cuda = T.is_cuda(dev)
+        # CUDA, non-SWA: req_pool_indices is written by the extend launch itself
+        # (kvc_allocator_alloc_extend_ex's rows_device) into fresh slab vectors.
+        self.rows_slab = T.Slab(dev) if self.cuda and not self.swa else None
+        self.ext_args = None  # the ctypes path's kvc_extend_args, built on first use
         if self.swa:
             self.decode_fn = lib.kvc_swa_allocator_alloc_decode
             self.extend_fn = lib.kvc_swa_allocator_alloc_extend
@@ -302,8 +308,9 @@ def alloc_for_extend(batch):
     pool = batch.req_to_token_pool
     hot = _hot(allocator)
     fast = T.fast
-    if fast is not None:  # the fast call takes buffer objects as they are
-        pre_keep = pre_ptr = T.host_i64_arg(batch.prefix_lens)
+    if fast is not None:  # the fast call takes buffer objects as they are, and a list
+        pl = batch.prefix_lens
+        pre_keep = pre_ptr = pl if type(pl) is list else T.host_i64_arg(pl)
         seq_keep = seq_ptr = T.host_i64_arg(batch.seq_lens_cpu)
     if fast is None or pre_ptr is None or seq_ptr is None:
         fast = None
@@ -313,7 +320,9 @@ def alloc_for_extend(batch):
     n = batch.extend_num_tokens
     evict_from_tree_cache(tree, n if tree.page_size == 1 else n + bs * tree.page_size)
     prefix = None  # NULL unless some request brings prefix slots (same as all-NULL)
-    for i, p in enumerate(batch.prefix_lens):
+    pl = batch.prefix_lens
+    # any() of a list runs in C: a batch without cached prefixes skips the Python loop
+    for i, p in (enumerate(pl) if type(pl) is not list or any(pl) else ()):
         if p > 0:
             a = _prefix_ptr(reqs[i], int(p))
             if a is not None:
@@ -324,7 +333,16 @@ def alloc_for_extend(batch):
     if rows32 is None:
         rows32 = (ctypes.c_int32 * max(bs, 1))(*rows)
     dev, hptr, dptr = _out(hot.ring_ext, n, hot.cuda)
-    if fast is not None:
+    slab = hot.rows_slab
+    if slab is not None:  # req_pool_indices (device) written by the same launch
+        rows_dev, rdptr = slab.take(bs)
+        if fast is not None:
+            st = fast.alloc_extend(False, allocator._h, bs, pre_ptr, seq_ptr, None, pool._h,
+                                   rows32, prefix, hptr, dptr, T.stream(hot.cuda), rdptr)
+        else:
+            st = _extend_ex(hot, allocator._h, bs, pre_ptr, seq_ptr, pool._h, rows32, prefix,
+                            hptr, dptr, rdptr)
+    elif fast is not None:
         st = fast.alloc_extend(hot.swa, allocator._h, bs, pre_ptr, seq_ptr, None, pool._h, rows32,
                                prefix, hptr, dptr, T.stream(hot.cuda))
     else:
@@ -335,14 +353,74 @@ def alloc_for_extend(batch):
             _oom("Prefill out of memory", n, tree)
         allocator._ctx._check(st, "alloc_for_extend")
     # req_pool_indices_cpu: a fresh int64 vector (the batch keeps it; widened from the
-    # int32 rows in one C call, about 1 us instead of torch.tensor(list)'s 4), and its
-    # device copy, as SGLang's (non_blocking; the host tensor stays alive on it).
+    # int32 rows in one C call, about 1 us instead of torch.tensor(list)'s 4). Its device
+    # twin came from the launch above (slab) or, for the SWA allocator, is a copy, as
+    # SGLang's (non_blocking; the host tensor stays alive on it). Either way the device
+    # tensor carries the host one (_kvc_host), so later steps never read the device.
     rows_cpu = T.rows_i64(rows32, bs)
-    rows_dev = T.to_device(rows_cpu, pool.device) if hot.cuda else rows_cpu
+    if slab is not None:
+        if T.torch is not None:  # (NumPy: host backend only, where only tests use a slab)
+            rows_dev._kvc_host = rows_cpu
+    elif hot.cuda:
+        rows_dev = T.to_device(rows_cpu, pool.device)
+    else:
+        rows_dev = rows_cpu
     return dev, rows_dev, rows_cpu
 
 
+def _extend_ex(hot, alloc_h, bs, pre_ptr, seq_ptr, pool_h, rows32, prefix, hptr, dptr, rdptr):
+    """kvc_allocator_alloc_extend_ex through ctypes (no _kvcfast): one reused args struct."""
+    x = hot.ext_args
+    if x is None:
+        x = hot.ext_args = _ffi.ExtendArgs()
+    x.batch_size = bs
+    x.prefix_lens, x.seq_lens, x.last_locs = pre_ptr, seq_ptr, None
+    x.req_pool = pool_h
+    x.req_rows = ctypes.addressof(rows32)
+    x.prefix_slots = ctypes.addressof(prefix) if prefix is not None else None
+    x.out_host, x.out_device, x.rows_device = hptr, dptr, rdptr
+    x.stream = T.stream(hot.cuda)
+    return lib.kvc_allocator_alloc_extend_ex(alloc_h, ctypes.byref(x))
+
+
+def _release_plan(tree_cache):
+    """What the fused release needs for this cache, or False where the general path must
+    run (kept on the cache: its pool and allocator never change). Only the exact classes:
+    a subclass may override cache_finished_req or free."""
+    plan = False
+    alloc = tree_cache.token_to_kv_pool_allocator
+    pool = tree_cache.req_to_token_pool
+    if T.fast is not None and hasattr(T.fast, "release_row") and type(tree_cache) is ChunkCache \
+            and type(pool) is ReqToTokenPool \
+            and type(alloc) in (TokenToKVPoolAllocator, PagedTokenToKVPoolAllocator):
+        plan = (alloc, alloc._h, alloc._row_flow(pool)[0], pool._h, tree_cache.page_size)
+    try:
+        tree_cache._kvc_rel = plan
+    except AttributeError:
+        pass
+    return plan
+
+
 def release_kv_cache(req, tree_cache, is_insert: bool = True):
+    rel = tree_cache.__dict__.get("_kvc_rel") if hasattr(tree_cache, "__dict__") else None
+    if rel is None:
+        rel = _release_plan(tree_cache)
+    row = req.req_pool_idx
+    if rel and row is not None:
+        # ChunkCache over a plain allocator: cache_finished_req's free, the tail free and
+        # the row release in one extension call (the steps and their order as below).
+        alloc, ah, fh, ph, ps = rel
+        committed = _pop_committed(req)
+        pop = getattr(req, "pop_overallocated_kv_cache", None)
+        start, end = pop() if pop is not None else (req.kv_committed_len, req.kv_allocated_len)
+        if ps > 1:
+            start = -(-start // ps) * ps
+        buf = alloc._scratch(max(committed, end - start, 1))
+        st = T.fast.release_row(ah, fh, ph, row, committed, start, end, buf)
+        if st:
+            alloc._ctx._check(st, "release_kv_cache")
+        req.req_pool_idx = None
+        return
     pool = tree_cache.req_to_token_pool
     if req.req_pool_idx is None:
         assert tree_cache.supports_mamba(), "Only MambaRadixCache allow freeing before alloc"

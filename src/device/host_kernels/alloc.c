@@ -61,6 +61,7 @@ void kvc_host_plan_extend(const void *params) {
     int64_t *map = p->map ? KVC_HPTR(int64_t *, p->map) : NULL;
     int32_t *dst = (p->table && row >= 0) ? KVC_HPTR(int32_t *, p->table) + (int64_t)row * p->row_stride : NULL;
     int64_t *out = p->out ? KVC_HPTR(int64_t *, p->out) : NULL;
+    if (p->rows_out) KVC_HPTR(int64_t *, p->rows_out)[r] = row;
     for (int64_t t = 0; pre + t < seq; t++) {
       int64_t pos = pre + t, slot, wslot = 0;
       if (KVC_EXTEND_IN_PREFIX_PAGE(pos, ceil_pre)) {
