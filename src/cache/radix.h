@@ -303,6 +303,16 @@ typedef struct rx_insert_args {
 /** The whole insert (validate, reserve 2 + extra nodes, free duplicates, apply); on
  *  failure nothing changed. See radix_cache.c. */
 kvc_status kvc__rx_insert_with(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, const rx_insert_args *a);
+/** kvc__rx_insert_with of a request's key rr->tokens[0:key_len) (key_len > 0) with the
+ *  slots of its row, [0, cache_protected_len) the tree's already (SGLang frees the
+ *  duplicates from there): what the full-attention and Mamba checkpoints insert. On
+ *  success rr->inserted_len covers key_len. ndups and depth may be NULL. */
+kvc_status kvc__rx_insert_req(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, const kvc_req_state *req,
+                              kvc_radix_req *rr, int64_t key_len, int32_t extra, int32_t *node, size_t *ndups,
+                              size_t *depth);
+/** Frees row[from, to) of the flow's request-to-token mirror through the flow (nothing
+ *  when to <= from). */
+kvc_status kvc__rx_free_row(kvc_radix_cache *rc, kvc_flow *flow, int32_t row, int64_t from, int64_t to);
 /** What both checkpoints validate of a request; *old its locked node (0 = none). */
 kvc_status kvc__rx_req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, const char *fn,
                              int32_t *old);
@@ -310,6 +320,10 @@ kvc_status kvc__rx_req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_
 kvc_status kvc__rx_req_key(kvc_radix_cache *rc, const kvc_radix_req *rr, int32_t old, int64_t key_len, const char *fn);
 /** The request's kvc_radix_req (config.req_of), NULL with *st set when there is none. */
 kvc_radix_req *kvc__rx_req_of(kvc_radix_cache *rc, const kvc_req_state *req, const char *fn, kvc_status *st);
+
+/** Constant callbacks of the kvc_prefix_cache adapters (is_chunk_cache, supports_mamba). */
+int kvc__rx_pc_false(void *self);
+int kvc__rx_pc_true(void *self);
 
 /* --- radix_events.c ----------------------------------------------------------------- */
 
