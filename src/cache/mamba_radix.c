@@ -673,13 +673,7 @@ kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *c, 
     (void)kvc_mamba_pool_free(c->pool, &copy, 1);
   }
   /* The tree's slots go into the row where the request's duplicates were. */
-  if (nd) {
-    int copied;
-    const int64_t *v = kvc__rx_path_values(rc, depth, key_len, NULL, &copied);
-    const int64_t from = req->cache_protected_len;
-    st = kvc_req_to_token_pool_write(flow->cfg.req_pool, req->req_row, (int32_t)from, v + from,
-                                     (size_t)(key_len - from), flow->stream);
-  }
+  if (nd) st = kvc__rx_write_path(rc, flow, req, depth, req->cache_protected_len, key_len);
   lock(c, node);
   unlock(c, old, fn);
   req->cache_node = kvc__rx_handle(rc, node);

@@ -310,6 +310,11 @@ kvc_status kvc__rx_insert_with(kvc_radix_cache *rc, kvc_flow *flow, const char *
 kvc_status kvc__rx_insert_req(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, const kvc_req_state *req,
                               kvc_radix_req *rr, int64_t key_len, int32_t extra, int32_t *node, size_t *ndups,
                               size_t *depth);
+/** A checkpoint's write-back after its insert freed duplicates: the values of the path
+ *  rc->path[0:depth) (key_len tokens) from `from` on go into the request's row where the
+ *  request's own slots were (SGLang's re-match and req_to_token write). */
+kvc_status kvc__rx_write_path(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, size_t depth, int64_t from,
+                              int64_t key_len);
 /** Frees row[from, to) of the flow's request-to-token mirror through the flow (nothing
  *  when to <= from). */
 kvc_status kvc__rx_free_row(kvc_radix_cache *rc, kvc_flow *flow, int32_t row, int64_t from, int64_t to);

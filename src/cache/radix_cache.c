@@ -325,6 +325,14 @@ kvc_status kvc__rx_insert_req(kvc_radix_cache *rc, kvc_flow *flow, const char *f
   return KVC_OK;
 }
 
+kvc_status kvc__rx_write_path(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, size_t depth, int64_t from,
+                              int64_t key_len) {
+  int copied;
+  const int64_t *v = kvc__rx_path_values(rc, depth, key_len, NULL, &copied);
+  return kvc_req_to_token_pool_write(flow->cfg.req_pool, req->req_row, (int32_t)from, v + from,
+                                     (size_t)(key_len - from), flow->stream);
+}
+
 kvc_status kvc__rx_free_row(kvc_radix_cache *rc, kvc_flow *flow, int32_t row, int64_t from, int64_t to) {
   if (to <= from) return KVC_OK;
   rx_free_path fp = {rc, flow};
@@ -407,13 +415,7 @@ kvc_status kvc_radix_cache_cache_unfinished_req(kvc_radix_cache *rc, kvc_flow *f
      * at key_len on a node boundary (the walk would split nothing), in rc->path: it is
      * stamped as the walk would stamp it, without comparing the keys a second time. */
     kvc__rx_touch_path(rc, depth);
-    if (nd) {
-      int copied;
-      const int64_t *v = kvc__rx_path_values(rc, depth, key_len, NULL, &copied);
-      const int64_t from = req->cache_protected_len;
-      st = kvc_req_to_token_pool_write(flow->cfg.req_pool, req->req_row, (int32_t)from, v + from,
-                                       (size_t)(key_len - from), flow->stream);
-    }
+    if (nd) st = kvc__rx_write_path(rc, flow, req, depth, req->cache_protected_len, key_len);
   }
   kvc__rx_lock(rc, node);
   if (old) kvc__rx_unlock(rc, old, __func__);

@@ -690,12 +690,7 @@ kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_
      * walk cannot fail, and it ends at key_len (just inserted). */
     kvc__rx_match(rc, rr->ns, rr->tokens, key_len, &matched, &node, &depth);
     lru_note_path(c, depth, 0);
-    if (st == KVC_OK && nd) {
-      int copied;
-      const int64_t *v = kvc__rx_path_values(rc, depth, key_len, NULL, &copied);
-      st = kvc_req_to_token_pool_write(flow->cfg.req_pool, req->req_row, (int32_t)from, v + from,
-                                       (size_t)(key_len - from), flow->stream);
-    }
+    if (st == KVC_OK && nd) st = kvc__rx_write_path(rc, flow, req, depth, from, key_len);
   }
   /* The new locks, then the old ones released (a shared path never drops to zero). */
   const uint64_t old_receipt = rr->swa_lock;
