@@ -264,7 +264,7 @@ kvc_status kvc__rx_unlock(kvc_radix_cache *rc, int32_t id, const char *fn);
 typedef kvc_status (*rx_free_fn)(void *user, const int64_t *slots, size_t n);
 kvc_status kvc__rx_evict(kvc_radix_cache *rc, int64_t n, rx_free_fn free_fn, void *user, int64_t *evicted);
 
-/* --- radix_cache.c (shared with swa_radix.c) ------------------------------------------ */
+/* --- radix_cache.c (shared with the SWA and Mamba caches) ----------------------------- */
 
 /* Frees slots through the flow, else the config's hook. */
 typedef struct rx_free_path {
