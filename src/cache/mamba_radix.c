@@ -517,11 +517,15 @@ kvc_status kvc_mamba_radix_cache_insert(kvc_mamba_radix_cache *c, kvc_flow *flow
 
 /* --- Request-level checkpoint --------------------------------------------------------------- */
 
-static kvc_status free_row(kvc_radix_cache *rc, kvc_flow *flow, int32_t row, int64_t from, int64_t to) {
-  if (to <= from) return KVC_OK;
-  rx_free_path fp = {rc, flow};
-  KVC_FORWARD(kvc_flow_row_slots(flow, row, from, to, flow->row_slots));
-  return kvc__rx_free_through(&fp, flow->row_slots, (size_t)(to - from));
+/* What both checkpoints check first: the request (*old its locked node, 0 = none), that
+ * the flow binds the cache's hybrid pool, and the request's key (*rr). */
+static kvc_status req_begin(kvc_mamba_radix_cache *c, kvc_flow *flow, const kvc_req_state *req, const char *fn,
+                            int32_t *old, kvc_radix_req **rr) {
+  KVC_FORWARD(kvc__rx_req_check(c->rc, flow, req, fn, old));
+  KVC_RETURN_IF(flow->hybrid != c->hybrid, c->ctx, KVC_ERR_MISUSE, "%s: the flow binds another hybrid pool", fn);
+  kvc_status st;
+  *rr = kvc__rx_req_of(c->rc, req, fn, &st);
+  return st;
 }
 
 /* The state a finished request donates for its committed tokens (floored to pages, `limit`):
@@ -561,11 +565,9 @@ kvc_status kvc_mamba_radix_cache_cache_finished_req(kvc_mamba_radix_cache *c, kv
   const char *fn = __func__;
   kvc_radix_cache *rc = c->rc;
   int32_t old;
-  KVC_FORWARD(kvc__rx_req_check(rc, flow, req, fn, &old));
-  KVC_RETURN_IF(flow->hybrid != c->hybrid, c->ctx, KVC_ERR_MISUSE, "%s: the flow binds another hybrid pool", fn);
-  kvc_status st;
-  kvc_radix_req *rr = kvc__rx_req_of(rc, req, fn, &st);
-  KVC_FORWARD(st);
+  kvc_radix_req *rr;
+  KVC_FORWARD(req_begin(c, flow, req, fn, &old, &rr));
+  kvc_status st = KVC_OK;
   const int32_t row = req->req_row;
   const bool has_mamba = kvc_hybrid_req_pool_mamba_slot(c->hybrid, row) > 0;
   const int64_t committed = req->kv_committed_len;
@@ -576,7 +578,7 @@ kvc_status kvc_mamba_radix_cache_cache_finished_req(kvc_mamba_radix_cache *c, kv
     if (has_mamba) KVC_FORWARD(kvc__hybrid_req_pool_donate(c->hybrid, row, -1, flow->stream));
     clear_mamba(req);
     unlock(c, old, fn);
-    st = free_row(rc, flow, row, req->cache_protected_len, committed);
+    st = kvc__rx_free_row(rc, flow, row, req->cache_protected_len, committed);
     if (st != KVC_OK) {
       lock(c, old);
       return st;
@@ -594,23 +596,11 @@ kvc_status kvc_mamba_radix_cache_cache_finished_req(kvc_mamba_radix_cache *c, kv
   int32_t node = 0;
   bool take = false;
   if (key_len > 0) {
-    const rx_row_src src = {flow, row};
-    int64_t prefix;
-    const rx_insert_args a = {.ns = rr->ns,
-                              .keys = rr->tokens,
-                              .src = &src,
-                              .from = KVC__MIN(req->cache_protected_len, key_len),
-                              .n = key_len,
-                              .priority = rr->priority,
-                              .inserted_len = rr->inserted_len,
-                              .prefix = &prefix,
-                              .node = &node};
-    st = kvc__rx_insert_with(rc, flow, fn, &a);
+    st = kvc__rx_insert_req(rc, flow, fn, req, rr, key_len, 0, &node, NULL, NULL);
     if (st != KVC_OK) {
       lock(c, old);
       return st;
     }
-    rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
     keep = KVC__MAX(keep, key_len);
     take = !rc->nodes[node].mamba_slot;
     if (!take) touch(c, node); /* SGLang mamba_exist */
@@ -636,7 +626,7 @@ kvc_status kvc_mamba_radix_cache_cache_finished_req(kvc_mamba_radix_cache *c, kv
   req->cache_node = NULL;
   req->cache_protected_len = 0;
   /* The unaligned tail and the KV past the donated state are freed. */
-  KVC_FORWARD(free_row(rc, flow, row, keep, committed));
+  KVC_FORWARD(kvc__rx_free_row(rc, flow, row, keep, committed));
   return post(c, KVC_OK);
 }
 
@@ -645,11 +635,9 @@ kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *c, 
   const char *fn = __func__;
   kvc_radix_cache *rc = c->rc;
   int32_t old;
-  KVC_FORWARD(kvc__rx_req_check(rc, flow, req, fn, &old));
-  KVC_RETURN_IF(flow->hybrid != c->hybrid, c->ctx, KVC_ERR_MISUSE, "%s: the flow binds another hybrid pool", fn);
-  kvc_status st;
-  kvc_radix_req *rr = kvc__rx_req_of(rc, req, fn, &st);
-  KVC_FORWARD(st);
+  kvc_radix_req *rr;
+  KVC_FORWARD(req_begin(c, flow, req, fn, &old, &rr));
+  kvc_status st = KVC_OK;
   const int64_t committed = req->kv_committed_len;
   int32_t kept, src;
   int64_t key_len;
@@ -670,27 +658,13 @@ kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *c, 
     if (st == KVC_OK) st = kvc_mamba_pool_fork_from(c->pool, src, &copy, flow->stream);
   }
   KVC_FORWARD(st);
-  int64_t prefix;
   int32_t node;
   size_t nd = 0, depth;
-  const rx_row_src rs = {flow, req->req_row};
-  const rx_insert_args a = {.ns = rr->ns,
-                            .keys = rr->tokens,
-                            .src = &rs,
-                            .from = KVC__MIN(req->cache_protected_len, key_len),
-                            .n = key_len,
-                            .priority = rr->priority,
-                            .inserted_len = rr->inserted_len,
-                            .prefix = &prefix,
-                            .node = &node,
-                            .ndups = &nd,
-                            .depth = &depth};
-  st = kvc__rx_insert_with(rc, flow, fn, &a);
+  st = kvc__rx_insert_req(rc, flow, fn, req, rr, key_len, 0, &node, &nd, &depth);
   if (st != KVC_OK) {
     kvc__mamba_pool_unalloc(c->pool, &copy, 1); /* back to the front: the pool as before */
     return st;
   }
-  rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
   kvc__rx_touch_path(rc, depth); /* SGLang re-matches the key */
   if (!rc->nodes[node].mamba_slot) {
     attach_capped(c, node, copy);
@@ -699,13 +673,7 @@ kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *c, 
     (void)kvc_mamba_pool_free(c->pool, &copy, 1);
   }
   /* The tree's slots go into the row where the request's duplicates were. */
-  if (nd) {
-    int copied;
-    const int64_t *v = kvc__rx_path_values(rc, depth, key_len, NULL, &copied);
-    const int64_t from = req->cache_protected_len;
-    st = kvc_req_to_token_pool_write(flow->cfg.req_pool, req->req_row, (int32_t)from, v + from,
-                                     (size_t)(key_len - from), flow->stream);
-  }
+  if (nd) st = kvc__rx_write_path(rc, flow, req, depth, req->cache_protected_len, key_len);
   lock(c, node);
   unlock(c, old, fn);
   req->cache_node = kvc__rx_handle(rc, node);

@@ -85,14 +85,6 @@ kvc_status kvc_mamba_radix_cache_check(const kvc_mamba_radix_cache *c) {
 
 /* --- kvc_prefix_cache adapter -------------------------------------------------------------- */
 
-static int pc_zero(void *self) {
-  (void)self;
-  return 0;
-}
-static int pc_one(void *self) {
-  (void)self;
-  return 1;
-}
 static kvc_status pc_evict(void *self, kvc_flow *flow, int64_t n, int64_t swa_n, int64_t mamba_n) {
   (void)swa_n;
   /* Under pressure the flow asks for what it lacks: what nothing can give is its call. */
@@ -124,8 +116,8 @@ kvc_prefix_cache kvc_mamba_radix_cache_as_prefix_cache(kvc_mamba_radix_cache *c)
   kvc_prefix_cache p;
   memset(&p, 0, sizeof p);
   p.self = c;
-  p.is_chunk_cache = pc_zero;
-  p.supports_mamba = pc_one;
+  p.is_chunk_cache = kvc__rx_pc_false;
+  p.supports_mamba = kvc__rx_pc_true;
   p.evict = pc_evict;
   p.evictable_size = pc_evictable;
   p.protected_size = pc_protected;

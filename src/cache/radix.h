@@ -264,7 +264,7 @@ kvc_status kvc__rx_unlock(kvc_radix_cache *rc, int32_t id, const char *fn);
 typedef kvc_status (*rx_free_fn)(void *user, const int64_t *slots, size_t n);
 kvc_status kvc__rx_evict(kvc_radix_cache *rc, int64_t n, rx_free_fn free_fn, void *user, int64_t *evicted);
 
-/* --- radix_cache.c (shared with swa_radix.c) ------------------------------------------ */
+/* --- radix_cache.c (shared with the SWA and Mamba caches) ----------------------------- */
 
 /* Frees slots through the flow, else the config's hook. */
 typedef struct rx_free_path {
@@ -303,6 +303,21 @@ typedef struct rx_insert_args {
 /** The whole insert (validate, reserve 2 + extra nodes, free duplicates, apply); on
  *  failure nothing changed. See radix_cache.c. */
 kvc_status kvc__rx_insert_with(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, const rx_insert_args *a);
+/** kvc__rx_insert_with of a request's key rr->tokens[0:key_len) (key_len > 0) with the
+ *  slots of its row, [0, cache_protected_len) the tree's already (SGLang frees the
+ *  duplicates from there): what the full-attention and Mamba checkpoints insert. On
+ *  success rr->inserted_len covers key_len. ndups and depth may be NULL. */
+kvc_status kvc__rx_insert_req(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, const kvc_req_state *req,
+                              kvc_radix_req *rr, int64_t key_len, int32_t extra, int32_t *node, size_t *ndups,
+                              size_t *depth);
+/** A checkpoint's write-back after its insert freed duplicates: the values of the path
+ *  rc->path[0:depth) (key_len tokens) from `from` on go into the request's row where the
+ *  request's own slots were (SGLang's re-match and req_to_token write). */
+kvc_status kvc__rx_write_path(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, size_t depth, int64_t from,
+                              int64_t key_len);
+/** Frees row[from, to) of the flow's request-to-token mirror through the flow (nothing
+ *  when to <= from). */
+kvc_status kvc__rx_free_row(kvc_radix_cache *rc, kvc_flow *flow, int32_t row, int64_t from, int64_t to);
 /** What both checkpoints validate of a request; *old its locked node (0 = none). */
 kvc_status kvc__rx_req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, const char *fn,
                              int32_t *old);
@@ -310,6 +325,10 @@ kvc_status kvc__rx_req_check(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_
 kvc_status kvc__rx_req_key(kvc_radix_cache *rc, const kvc_radix_req *rr, int32_t old, int64_t key_len, const char *fn);
 /** The request's kvc_radix_req (config.req_of), NULL with *st set when there is none. */
 kvc_radix_req *kvc__rx_req_of(kvc_radix_cache *rc, const kvc_req_state *req, const char *fn, kvc_status *st);
+
+/** Constant callbacks of the kvc_prefix_cache adapters (is_chunk_cache, supports_mamba). */
+int kvc__rx_pc_false(void *self);
+int kvc__rx_pc_true(void *self);
 
 /* --- radix_events.c ----------------------------------------------------------------- */
 

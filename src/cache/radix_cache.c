@@ -303,22 +303,54 @@ kvc_status kvc__rx_req_key(kvc_radix_cache *rc, const kvc_radix_req *rr, int32_t
   return kvc__rx_reserve(rc, fn, (size_t)key_len);
 }
 
+kvc_status kvc__rx_insert_req(kvc_radix_cache *rc, kvc_flow *flow, const char *fn, const kvc_req_state *req,
+                              kvc_radix_req *rr, int64_t key_len, int32_t extra, int32_t *node, size_t *ndups,
+                              size_t *depth) {
+  int64_t prefix;
+  const rx_row_src src = {flow, req->req_row};
+  const rx_insert_args a = {.ns = rr->ns,
+                            .keys = rr->tokens,
+                            .src = &src,
+                            .from = KVC__MIN(req->cache_protected_len, key_len),
+                            .n = key_len,
+                            .priority = rr->priority,
+                            .inserted_len = rr->inserted_len,
+                            .extra = extra,
+                            .prefix = &prefix,
+                            .node = node,
+                            .ndups = ndups,
+                            .depth = depth};
+  KVC_FORWARD(kvc__rx_insert_with(rc, flow, fn, &a));
+  rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
+  return KVC_OK;
+}
+
+kvc_status kvc__rx_write_path(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_state *req, size_t depth, int64_t from,
+                              int64_t key_len) {
+  int copied;
+  const int64_t *v = kvc__rx_path_values(rc, depth, key_len, NULL, &copied);
+  return kvc_req_to_token_pool_write(flow->cfg.req_pool, req->req_row, (int32_t)from, v + from,
+                                     (size_t)(key_len - from), flow->stream);
+}
+
+kvc_status kvc__rx_free_row(kvc_radix_cache *rc, kvc_flow *flow, int32_t row, int64_t from, int64_t to) {
+  if (to <= from) return KVC_OK;
+  rx_free_path fp = {rc, flow};
+  KVC_FORWARD(kvc_flow_row_slots(flow, row, from, to, flow->row_slots));
+  return kvc__rx_free_through(&fp, flow->row_slots, (size_t)(to - from));
+}
+
 kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flow, kvc_req_state *req, int is_insert) {
   KVC_FORWARD(live(rc, __func__));
   int32_t old;
   KVC_FORWARD(kvc__rx_req_check(rc, flow, req, __func__, &old));
   const int64_t committed = req->kv_committed_len;
-  rx_free_path fp = {rc, flow};
   if (!is_insert) { /* abort / retract: nothing goes into the tree */
-    const int64_t from = req->cache_protected_len;
     if (old) KVC_FORWARD(kvc__rx_unlock(rc, old, __func__));
-    if (committed > from) {
-      kvc_status st = kvc_flow_row_slots(flow, req->req_row, from, committed, flow->row_slots);
-      if (st == KVC_OK) st = kvc__rx_free_through(&fp, flow->row_slots, (size_t)(committed - from));
-      if (st != KVC_OK) {
-        if (old) kvc__rx_lock(rc, old);
-        return st;
-      }
+    kvc_status st = kvc__rx_free_row(rc, flow, req->req_row, req->cache_protected_len, committed);
+    if (st != KVC_OK) {
+      if (old) kvc__rx_lock(rc, old);
+      return st;
     }
     req->cache_node = NULL;
     req->cache_protected_len = 0;
@@ -330,27 +362,15 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
   const int64_t key_len = committed / rc->ps * rc->ps;
   KVC_FORWARD(kvc__rx_req_key(rc, rr, old, key_len, __func__));
   if (old) KVC_FORWARD(kvc__rx_unlock(rc, old, __func__)); /* checked first: fails on a lock below zero */
-  int64_t prefix = 0;
-  int32_t node = 0;
   if (key_len > 0) {
-    /* [0, cache_protected_len) is the tree's already (SGLang frees duplicates from there). */
-    const rx_row_src src = {flow, req->req_row};
-    const rx_insert_args a = {.ns = rr->ns,
-                              .keys = rr->tokens,
-                              .src = &src,
-                              .from = KVC__MIN(req->cache_protected_len, key_len),
-                              .n = key_len,
-                              .priority = rr->priority,
-                              .inserted_len = rr->inserted_len,
-                              .extra = 1,
-                              .prefix = &prefix,
-                              .node = &node};
-    st = kvc__rx_insert_with(rc, flow, __func__, &a);
+    int32_t node;
+    st = kvc__rx_insert_req(rc, flow, __func__, req, rr, key_len, 1, &node, NULL, NULL);
     if (st != KVC_OK) {
       if (old) kvc__rx_lock(rc, old);
       return st;
     }
-    /* SGLang's prompt split: outputs become their own leaf, evicted before the prompt. */
+    /* SGLang's prompt split: outputs become their own leaf, evicted before the prompt
+     * (rr->inserted_len covers key_len now). */
     const int64_t pf = KVC__MIN(rr->prompt_len, rr->num_tokens) / rc->ps * rc->ps;
     if (pf > 0 && pf < key_len) {
       int32_t unused;
@@ -358,21 +378,17 @@ kvc_status kvc_radix_cache_cache_finished_req(kvc_radix_cache *rc, kvc_flow *flo
                                 .keys = rr->tokens,
                                 .n = pf,
                                 .priority = rr->priority + 1,
-                                .inserted_len = KVC__MAX(rr->inserted_len, key_len),
+                                .inserted_len = rr->inserted_len,
                                 .leaf_run = -1,
                                 .node = &unused};
       kvc__rx_apply_insert_with(rc, &ap);
     }
-    rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
   }
   /* The unaligned tail [key_len, committed) is not cached (SGLang free_kv_row). */
   req->cache_node = NULL;
   req->cache_protected_len = 0;
-  if (committed > key_len) {
-    st = kvc_flow_row_slots(flow, req->req_row, key_len, committed, flow->row_slots);
-    if (st == KVC_OK) st = kvc__rx_free_through(&fp, flow->row_slots, (size_t)(committed - key_len));
-    KVC_FORWARD(st); /* reported after the insert: the tree holds [0, key_len) already */
-  }
+  /* Reported after the insert: the tree holds [0, key_len) already. */
+  KVC_FORWARD(kvc__rx_free_row(rc, flow, req->req_row, key_len, committed));
   return post(rc, __func__, KVC_OK);
 }
 
@@ -392,35 +408,14 @@ kvc_status kvc_radix_cache_cache_unfinished_req(kvc_radix_cache *rc, kvc_flow *f
   int32_t node = 0;
   size_t nd = 0;
   if (key_len > 0) {
-    int64_t prefix;
     size_t depth;
-    const rx_row_src src = {flow, req->req_row};
-    const rx_insert_args a = {.ns = rr->ns,
-                              .keys = rr->tokens,
-                              .src = &src,
-                              .from = KVC__MIN(req->cache_protected_len, key_len),
-                              .n = key_len,
-                              .priority = rr->priority,
-                              .inserted_len = rr->inserted_len,
-                              .extra = 1,
-                              .prefix = &prefix,
-                              .node = &node,
-                              .ndups = &nd,
-                              .depth = &depth};
-    KVC_FORWARD(kvc__rx_insert_with(rc, flow, __func__, &a));
-    rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
+    KVC_FORWARD(kvc__rx_insert_req(rc, flow, __func__, req, rr, key_len, 1, &node, &nd, &depth));
     /* SGLang re-matches the key (stamping the path) and writes the tree's slots into the
      * row where the request's duplicates were. The insert left exactly that path, ending
      * at key_len on a node boundary (the walk would split nothing), in rc->path: it is
      * stamped as the walk would stamp it, without comparing the keys a second time. */
     kvc__rx_touch_path(rc, depth);
-    if (nd) {
-      int copied;
-      const int64_t *v = kvc__rx_path_values(rc, depth, key_len, NULL, &copied);
-      const int64_t from = req->cache_protected_len;
-      st = kvc_req_to_token_pool_write(flow->cfg.req_pool, req->req_row, (int32_t)from, v + from,
-                                       (size_t)(key_len - from), flow->stream);
-    }
+    if (nd) st = kvc__rx_write_path(rc, flow, req, depth, req->cache_protected_len, key_len);
   }
   kvc__rx_lock(rc, node);
   if (old) kvc__rx_unlock(rc, old, __func__);
@@ -547,9 +542,13 @@ kvc_status kvc_radix_cache_dump(const kvc_radix_cache *rc, char *buf, size_t cap
 
 /* --- The kvc_prefix_cache adapter ----------------------------------------------------------------- */
 
-static int pc_zero(void *self) {
+int kvc__rx_pc_false(void *self) {
   (void)self;
   return 0;
+}
+int kvc__rx_pc_true(void *self) {
+  (void)self;
+  return 1;
 }
 static kvc_status pc_evict(void *self, kvc_flow *flow, int64_t n, int64_t swa_n, int64_t mamba_n) {
   kvc_radix_cache *rc = self;
@@ -586,8 +585,8 @@ kvc_prefix_cache kvc_radix_cache_as_prefix_cache(kvc_radix_cache *rc) {
   kvc_prefix_cache c;
   memset(&c, 0, sizeof c);
   c.self = rc;
-  c.is_chunk_cache = pc_zero;
-  c.supports_mamba = pc_zero;
+  c.is_chunk_cache = kvc__rx_pc_false;
+  c.supports_mamba = kvc__rx_pc_false;
   c.evict = pc_evict;
   c.evictable_size = pc_evictable;
   c.protected_size = pc_protected;

@@ -365,6 +365,27 @@ static kvc_status src_slots(const ins_src *in, kvc_flow *flow, int64_t a, int64_
   return kvc_flow_row_slots(flow, in->row, a, b, out);
 }
 
+/* kvc__rx_insert_with of in's keys with vals, or (vals NULL) the slots of in's row; 3
+ * extra nodes for revival. */
+static kvc_status insert_vals(kvc_radix_cache *rc, kvc_flow *flow, const ins_src *in, const int64_t *vals,
+                              const char *fn, int64_t *prefix, int32_t *node, size_t *nd, size_t *depth) {
+  const rx_row_src src = {flow, in->row};
+  const rx_insert_args a = {.ns = in->ns,
+                            .keys = in->keys,
+                            .vals = vals,
+                            .src = vals ? NULL : &src,
+                            .from = in->from,
+                            .n = in->n,
+                            .priority = in->priority,
+                            .inserted_len = in->inserted_len,
+                            .extra = 3,
+                            .prefix = prefix,
+                            .node = node,
+                            .ndups = nd,
+                            .depth = depth};
+  return kvc__rx_insert_with(rc, flow, fn, &a);
+}
+
 /* kvc__rx_insert_with of in's slots with the revival above (HYBRID only). A node is revived
  * whole from lo0 = max(evicted, from) on, and only when none of its incoming slots is the
  * tree's own (a re-insert of cached values revives nothing). *revived gets the tokens
@@ -396,21 +417,7 @@ static kvc_status insert_rev(kvc_swa_radix_cache *c, kvc_flow *flow, const ins_s
     }
   }
   if (!any) {
-    const rx_row_src src = {flow, in->row};
-    const rx_insert_args a = {.ns = in->ns,
-                              .keys = in->keys,
-                              .vals = in->vals,
-                              .src = in->vals ? NULL : &src,
-                              .from = in->from,
-                              .n = n,
-                              .priority = in->priority,
-                              .inserted_len = in->inserted_len,
-                              .extra = 3,
-                              .prefix = prefix,
-                              .node = node,
-                              .ndups = nd,
-                              .depth = depth};
-    KVC_FORWARD(kvc__rx_insert_with(rc, flow, fn, &a));
+    KVC_FORWARD(insert_vals(rc, flow, in, in->vals, fn, prefix, node, nd, depth));
     *applied = true;
     return KVC_OK;
   }
@@ -440,19 +447,7 @@ static kvc_status insert_rev(kvc_swa_radix_cache *c, kvc_flow *flow, const ins_s
                   "%s: the slot %lld over an SWA tombstone is outside [1, %lld] or already cached", fn,
                   (long long)(n_rev ? c->old_full[bad] : 0), (long long)rc->top_slot);
   }
-  const rx_insert_args ia = {.ns = in->ns,
-                             .keys = in->keys,
-                             .vals = c->vals,
-                             .from = in->from,
-                             .n = n,
-                             .priority = in->priority,
-                             .inserted_len = in->inserted_len,
-                             .extra = 3,
-                             .prefix = prefix,
-                             .node = node,
-                             .ndups = nd,
-                             .depth = depth};
-  KVC_FORWARD(kvc__rx_insert_with(rc, flow, fn, &ia));
+  KVC_FORWARD(insert_vals(rc, flow, in, c->vals, fn, prefix, node, nd, depth));
   *applied = true;
   if (!n_rev) return KVC_OK;
   /* Revive the chosen ranges along the insert's path (node boundaries at *prefix now; the
@@ -574,6 +569,17 @@ static kvc_status free_row(kvc_radix_cache *rc, kvc_flow *flow, const kvc_req_st
   return k ? kvc__rx_free_through(&fp, flow->row_slots, k) : KVC_OK;
 }
 
+/* What both checkpoints check first: the request (*old its locked node, 0 = none), the
+ * flow's SWA allocator kind, and the request's key (*rr). */
+static kvc_status req_begin(kvc_swa_radix_cache *c, kvc_flow *flow, const kvc_req_state *req, const char *fn,
+                            int32_t *old, kvc_radix_req **rr) {
+  KVC_FORWARD(kvc__rx_req_check(c->rc, flow, req, fn, old));
+  KVC_FORWARD(kvc__swa_rx_check_flow(c, flow, fn));
+  kvc_status st;
+  *rr = kvc__rx_req_of(c->rc, req, fn, &st);
+  return st;
+}
+
 /* The key a finished or chunked request may cache: its committed tokens floored to pages;
  * PURE: capped at swa_evict_floor (SGLang's key_limit, ceil-aligned) when set, and never
  * past where window eviction started freeing the row's slots, but never below
@@ -595,11 +601,9 @@ kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *c, kvc_fl
   SWA_RADIX_ENTRY(c);
   kvc_radix_cache *rc = c->rc;
   int32_t old;
-  KVC_FORWARD(kvc__rx_req_check(rc, flow, req, __func__, &old));
-  KVC_FORWARD(kvc__swa_rx_check_flow(c, flow, __func__));
-  kvc_status st;
-  kvc_radix_req *rr = kvc__rx_req_of(rc, req, __func__, &st);
-  KVC_FORWARD(st);
+  kvc_radix_req *rr;
+  KVC_FORWARD(req_begin(c, flow, req, __func__, &old, &rr));
+  kvc_status st = KVC_OK;
   const int64_t committed = req->kv_committed_len;
   const int64_t key_len = is_insert ? req_key_len(c, flow, req) : 0;
   if (is_insert) {
@@ -661,11 +665,9 @@ kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_
   kvc_radix_cache *rc = c->rc;
   const char *fn = __func__;
   int32_t old;
-  KVC_FORWARD(kvc__rx_req_check(rc, flow, req, fn, &old));
-  KVC_FORWARD(kvc__swa_rx_check_flow(c, flow, fn));
-  kvc_status st;
-  kvc_radix_req *rr = kvc__rx_req_of(rc, req, fn, &st);
-  KVC_FORWARD(st);
+  kvc_radix_req *rr;
+  KVC_FORWARD(req_begin(c, flow, req, fn, &old, &rr));
+  kvc_status st = KVC_OK;
   const int64_t committed = req->kv_committed_len, key_len = req_key_len(c, flow, req);
   KVC_FORWARD(kvc__rx_req_key(rc, rr, old, key_len, fn));
   KVC_FORWARD(check_evicted(c, req->swa_evicted_seqlen, fn));
@@ -688,12 +690,7 @@ kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_
      * walk cannot fail, and it ends at key_len (just inserted). */
     kvc__rx_match(rc, rr->ns, rr->tokens, key_len, &matched, &node, &depth);
     lru_note_path(c, depth, 0);
-    if (st == KVC_OK && nd) {
-      int copied;
-      const int64_t *v = kvc__rx_path_values(rc, depth, key_len, NULL, &copied);
-      st = kvc_req_to_token_pool_write(flow->cfg.req_pool, req->req_row, (int32_t)from, v + from,
-                                       (size_t)(key_len - from), flow->stream);
-    }
+    if (st == KVC_OK && nd) st = kvc__rx_write_path(rc, flow, req, depth, from, key_len);
   }
   /* The new locks, then the old ones released (a shared path never drops to zero). */
   const uint64_t old_receipt = rr->swa_lock;

@@ -350,10 +350,6 @@ kvc_status kvc_swa_radix_cache_stats(const kvc_swa_radix_cache *c, kvc_radix_sta
 
 /* --- kvc_prefix_cache adapter -------------------------------------------------------------- */
 
-static int pc_zero(void *self) {
-  (void)self;
-  return 0;
-}
 static kvc_status pc_evict(void *self, kvc_flow *flow, int64_t n, int64_t swa_n, int64_t mamba_n) {
   (void)mamba_n;
   kvc_swa_radix_cache *c = self;
@@ -395,8 +391,8 @@ kvc_prefix_cache kvc_swa_radix_cache_as_prefix_cache(kvc_swa_radix_cache *c) {
   kvc_prefix_cache p;
   memset(&p, 0, sizeof p);
   p.self = c;
-  p.is_chunk_cache = pc_zero;
-  p.supports_mamba = pc_zero;
+  p.is_chunk_cache = kvc__rx_pc_false;
+  p.supports_mamba = kvc__rx_pc_false;
   p.evict = pc_evict;
   p.evictable_size = pc_evictable;
   p.protected_size = pc_protected;

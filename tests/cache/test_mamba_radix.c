@@ -396,19 +396,34 @@ static kvc_flow *flow_make(world *w, kvc_allocator **a, int32_t ps, int64_t toke
   return flow;
 }
 
+/* world_make's pools with a cache for a flow: 256 slots of page size ps, freed through the
+ * flow (no free_slots hook, no events). */
+static void flow_world_make(world *w, int32_t mamba_size, uint32_t flags, int32_t ps) {
+  world_make(w, mamba_size, flags, ps, 0);
+  kvc_mamba_radix_cache_destroy(w->c);
+  kvc_mamba_radix_cache_config cc = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
+  cc.radix.page_size = ps;
+  cc.radix.num_slots = 256;
+  cc.radix.req_of = req_of;
+  cc.hybrid_req_pool = w->hp;
+  KVT_OK(kvc_mamba_radix_cache_create(kvt_ctx, &cc, &w->c));
+}
+
+/* Destroys what a flow test made: the flow, its output buffer and allocator, the world. */
+static void flow_world_free(world *w, kvc_flow *flow, int64_t *out, kvc_allocator *a) {
+  kvc_flow_destroy(flow);
+  kvt_dev_free(out);
+  kvc_allocator_destroy(a);
+  world_free(w);
+}
+
 /* A hybrid flow without track buffers: a finished request donates its running state for
  * its committed tokens; the next request with that prefix matches it (prefix_len, the
  * state copied into its own slot), and so on; everything is conserved per component. */
 static void test_flow_donates_the_running_state(void **state) {
   (void)state;
   world w;
-  world_make(&w, 8, 0, 1, 0);
-  kvc_mamba_radix_cache_destroy(w.c);
-  kvc_mamba_radix_cache_config cc = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
-  cc.radix.num_slots = 256;
-  cc.radix.req_of = req_of;
-  cc.hybrid_req_pool = w.hp;
-  KVT_OK(kvc_mamba_radix_cache_create(kvt_ctx, &cc, &w.c));
+  flow_world_make(&w, 8, 0, 1);
   const kvc_prefix_cache pc = kvc_mamba_radix_cache_as_prefix_cache(w.c);
   kvc_allocator *a;
   kvc_flow *flow = flow_make(&w, &a, 1, 256, &pc);
@@ -476,10 +491,7 @@ static void test_flow_donates_the_running_state(void **state) {
   conserve(&w, flow, a, NULL, 0, 0);
   assert_int_equal(kvc_mamba_pool_available(w.mp), 8);
   assert_int_equal(kvc_allocator_available_size(a), 256);
-  kvc_flow_destroy(flow);
-  kvt_dev_free(out);
-  kvc_allocator_destroy(a);
-  world_free(&w);
+  flow_world_free(&w, flow, out, a);
 }
 
 /* A chunked request (no track buffers): between chunks a copy of its running state is
@@ -489,13 +501,7 @@ static void test_flow_donates_the_running_state(void **state) {
 static void test_chunks_cache_a_copy_of_the_state(void **state) {
   (void)state;
   world w;
-  world_make(&w, 8, 0, 1, 0);
-  kvc_mamba_radix_cache_destroy(w.c);
-  kvc_mamba_radix_cache_config cc = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
-  cc.radix.num_slots = 256;
-  cc.radix.req_of = req_of;
-  cc.hybrid_req_pool = w.hp;
-  KVT_OK(kvc_mamba_radix_cache_create(kvt_ctx, &cc, &w.c));
+  flow_world_make(&w, 8, 0, 1);
   const kvc_prefix_cache pc = kvc_mamba_radix_cache_as_prefix_cache(w.c);
   kvc_allocator *a;
   kvc_flow *flow = flow_make(&w, &a, 1, 256, &pc);
@@ -553,10 +559,7 @@ static void test_chunks_cache_a_copy_of_the_state(void **state) {
   KVT_OK(kvc_mamba_radix_cache_evict(w.c, flow, z.cached, z.mamba_cached, NULL, NULL));
   conserve(&w, flow, a, NULL, 0, 0);
   assert_int_equal(kvc_mamba_pool_available(w.mp), 8);
-  kvc_flow_destroy(flow);
-  kvt_dev_free(out);
-  kvc_allocator_destroy(a);
-  world_free(&w);
+  flow_world_free(&w, flow, out, a);
 }
 
 /* Failures: a failed copy launch in match_req and a failed mapping launch in an abort
@@ -567,13 +570,7 @@ static void test_chunks_cache_a_copy_of_the_state(void **state) {
 static void test_failures_change_nothing(void **state) {
   (void)state;
   world w;
-  world_make(&w, 8, 0, 1, 0);
-  kvc_mamba_radix_cache_destroy(w.c);
-  kvc_mamba_radix_cache_config cc = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
-  cc.radix.num_slots = 256;
-  cc.radix.req_of = req_of;
-  cc.hybrid_req_pool = w.hp;
-  KVT_OK(kvc_mamba_radix_cache_create(kvt_ctx, &cc, &w.c));
+  flow_world_make(&w, 8, 0, 1);
   const kvc_prefix_cache pc = kvc_mamba_radix_cache_as_prefix_cache(w.c);
   kvc_allocator *a;
   kvc_flow *flow = flow_make(&w, &a, 1, 256, &pc);
@@ -651,10 +648,7 @@ static void test_failures_change_nothing(void **state) {
   KVT_OK(kvc_mamba_radix_cache_evict(w.c, flow, z.cached, z.mamba_cached, NULL, NULL));
   assert_int_equal(kvc_mamba_pool_available(w.mp), 8);
   assert_int_equal(kvc_allocator_available_size(a), 256);
-  kvc_flow_destroy(flow);
-  kvt_dev_free(out);
-  kvc_allocator_destroy(a);
-  world_free(&w);
+  flow_world_free(&w, flow, out, a);
 }
 
 static void world_cap(world *w, int32_t mamba_size, int32_t cap) {
@@ -842,14 +836,7 @@ static void test_match_evicts_into_the_victim_slot(void **state) {
 static void test_flow_donates_a_track_checkpoint(void **state) {
   (void)state;
   world w;
-  world_make(&w, 12, KVC_HYBRID_TRACK, 4, 0);
-  kvc_mamba_radix_cache_destroy(w.c);
-  kvc_mamba_radix_cache_config cc = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
-  cc.radix.page_size = 4;
-  cc.radix.num_slots = 256;
-  cc.radix.req_of = req_of;
-  cc.hybrid_req_pool = w.hp;
-  KVT_OK(kvc_mamba_radix_cache_create(kvt_ctx, &cc, &w.c));
+  flow_world_make(&w, 12, KVC_HYBRID_TRACK, 4);
   const kvc_prefix_cache pc = kvc_mamba_radix_cache_as_prefix_cache(w.c);
   kvc_allocator *a;
   kvc_flow *flow = flow_make(&w, &a, 4, 256, &pc);
@@ -899,10 +886,7 @@ static void test_flow_donates_a_track_checkpoint(void **state) {
   KVT_OK(kvc_flow_release(flow, one, 1, 1, NULL));
   conserve(&w, flow, a, NULL, 0, 0);
   assert_int_equal(sizes(&w).cached, 24);
-  kvc_flow_destroy(flow);
-  kvt_dev_free(out);
-  kvc_allocator_destroy(a);
-  world_free(&w);
+  flow_world_free(&w, flow, out, a);
 }
 
 /* A streaming session over the Mamba cache: its first turn matches a cached request
@@ -911,13 +895,7 @@ static void test_flow_donates_a_track_checkpoint(void **state) {
 static void test_sessions_over_mamba_radix(void **state) {
   (void)state;
   world w;
-  world_make(&w, 6, 0, 1, 0);
-  kvc_mamba_radix_cache_destroy(w.c);
-  kvc_mamba_radix_cache_config cc = KVC_MAMBA_RADIX_CACHE_CONFIG_INIT;
-  cc.radix.num_slots = 256;
-  cc.radix.req_of = req_of;
-  cc.hybrid_req_pool = w.hp;
-  KVT_OK(kvc_mamba_radix_cache_create(kvt_ctx, &cc, &w.c));
+  flow_world_make(&w, 6, 0, 1);
   const kvc_prefix_cache inner = kvc_mamba_radix_cache_as_prefix_cache(w.c);
   kvc_session_cache *sc;
   KVT_OK(kvc_session_cache_create(kvt_ctx, &inner, &sc));
