@@ -12,16 +12,19 @@
 
 /* The common case of ps 1 in one pass without marks: slots in ascending order (a tree
  * node's values, one allocation's run) cannot repeat, so only range and held need a
- * look, branch-free. False: not ascending, or something is wrong (the exact loop below
- * then finds the first bad index and says what it is). */
+ * look. False: not ascending, or something is wrong (the exact loop below then finds the
+ * first bad index and says what it is). Each slot's upper bound is checked before its
+ * state is read: ascending so far says nothing of the slots after it (fuzz_flow found a
+ * read past the state array with a list that rose past the end and fell back). */
 static bool ascending_held(const kvc_swa_allocator *a, const int64_t *slots, size_t n) {
   const int64_t end = kvc__alloc_num_pages(a->full) + 1;
   if (slots[0] < 1 || slots[n - 1] >= end) return false;
   const uint8_t *state = a->full->state;
   unsigned bad = 0;
   for (size_t i = 0; i < n; i++) {
-    if (i && slots[i] <= slots[i - 1]) return false;
-    const uint8_t st = state[slots[i]]; /* in [1, end) by the ascending order and the ends */
+    const int64_t x = slots[i];
+    if ((i && x <= slots[i - 1]) || x >= end) return false;
+    const uint8_t st = state[x]; /* in [1, end): above slots[0] >= 1, below end */
     bad |= (unsigned)((st & (KVC__PG_STATE | KVC__PG_GFREE | KVC__PG_GSEG)) != KVC__PG_HELD);
   }
   return !bad;

@@ -169,6 +169,27 @@ static void test_token_alloc_mapping_and_translate(void **state) {
   kvc_swa_allocator_destroy(a);
 }
 
+/* A slot list that rises past the end and falls back below it: the page-1 fast path
+ * took "first >= 1 and last < end" plus ascending-so-far as proof of range and read the
+ * state of the huge slot (fuzz_flow, an ASan SEGV). Refused, nothing changed. */
+static void test_free_rising_past_the_end_is_refused(void **state) {
+  (void)state;
+  kvc_swa_allocator *a = make_swa(16, 8, 1, 0);
+  int64_t f[4];
+  KVT_OK(kvc_swa_allocator_alloc(a, 4, f, NULL, NULL));
+  snap s = take(a);
+  const int64_t bad[3] = {1, (int64_t)1 << 40, 3};
+  KVT_STATUS(kvc_swa_allocator_free(a, bad, 3, NULL), KVC_ERR_MISUSE);
+  expect_same(a, &s); /* frees the snapshot */
+  s = take(a);
+  const int64_t bad_full[3] = {2, 17 + 4096, 4};
+  KVT_STATUS(kvc_swa_allocator_free(a, bad_full, 3, NULL), KVC_ERR_MISUSE);
+  expect_same(a, &s);
+  KVT_OK(kvc_swa_allocator_free(a, f, 4, NULL));
+  KVT_OK(kvc_swa_allocator_check(a));
+  kvc_swa_allocator_destroy(a);
+}
+
 /* Exhaustion on either side changes nothing (SGLang leaks in alloc_decode). */
 static void test_out_of_slots_changes_nothing(void **state) {
   (void)state;
@@ -421,6 +442,7 @@ static void test_ring_and_pure(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_create_and_sizes),
     cmocka_unit_test(test_token_alloc_mapping_and_translate),
+    cmocka_unit_test(test_free_rising_past_the_end_is_refused),
     cmocka_unit_test(test_decode_full_side_misuse_rolls_back_swa_side),
     cmocka_unit_test(test_extend_rollback_and_mapped_partial_pages),
     cmocka_unit_test(test_out_of_slots_changes_nothing),
