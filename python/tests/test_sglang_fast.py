@@ -270,6 +270,31 @@ def test_token_list_conversion_in_place_and_general():
         T.fast.fill_i32(array.array("i", [0]), [1.0], None, 1)
 
 
+def test_token_list_conversion_blocks_and_a_list_that_shrinks():
+    """Four compact ints at a time, then item by item from the first block that is not all
+    compact; a token whose __index__ empties the list mid-conversion raises instead of
+    reading past the list's new end."""
+    if T.fast is None:
+        pytest.skip("the _kvcfast extension is not in use")
+    vals = list(range(-500, 501)) + [2 ** 30 + 3, 7, -(2 ** 31), 11, 12]
+    out = array.array("i", bytes(4 * len(vals)))
+    T.fast.fill_i32(out, vals, None, len(vals))
+    assert list(out) == vals
+
+    class Shrinker:
+        def __init__(self, lst):
+            self.lst = lst
+
+        def __index__(self):
+            del self.lst[:]
+            return 5
+
+    toks = list(range(8))
+    toks += [Shrinker(toks), 9, 10, 11]
+    with pytest.raises(RuntimeError, match="shrank"):
+        T.fast.fill_i32(array.array("i", bytes(4 * 12)), toks, None, 12)
+
+
 @pytest.mark.parametrize("ps", [1, 4])
 def test_extend_rows_written_by_the_launch_into_fresh_slab_vectors(ps):
     """The CUDA path of alloc_for_extend (kvc_allocator_alloc_extend_ex writes
