@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Medians of the run medians (and the fastest run) of before-/after-host-<mode>-N.csv."""
-import collections, csv, glob, os, statistics as st
-here = os.path.dirname(os.path.abspath(__file__))
+"""Medians of the run medians (and the fastest run) of before-/after-host-<mode>-N.csv in
+the folder given (default: this script's, run14-adapter/; the final pass: final/)."""
+import collections, csv, glob, os, statistics as st, sys
+here = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 for mode in ("ext", "ctypes"):
     d = collections.defaultdict(lambda: collections.defaultdict(list))
     for side in ("before", "after"):
