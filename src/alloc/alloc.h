@@ -154,15 +154,9 @@ kvc_status kvc__fl_audit(const kvc_allocator *a, const char *fn);
 
 /* --- Batch call arguments (kvc_allocator_alloc_extend / _decode document each) ---- */
 
-typedef struct kvc__extend_args {
-  size_t bs;
-  const int64_t *prefix_lens, *seq_lens, *last_locs;
-  kvc_req_to_token_pool *req_pool;
-  const int32_t *rows;
-  const int64_t *const *prefix_slots;
-  int64_t *out_host, *out_device;
-  kvc_stream stream;
-} kvc__extend_args;
+/* The extend's arguments are the public kvc_extend_args (kvc_allocator_alloc_extend_ex),
+ * so the slot-allocator interface and the public entry carry one struct. */
+typedef kvc_extend_args kvc__extend_args;
 
 typedef struct kvc__decode_args {
   size_t bs;

@@ -281,9 +281,9 @@ kvc_status kvc_allocator_alloc_extend_ex(kvc_allocator *a, const kvc_extend_args
 
 kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, const kvc__extend_args *x,
                                     const kvc__extend_map *m) {
-  if (x->bs == 0) return KVC_OK;
-  return alloc_extend_impl(a, fn, x->bs, x->prefix_lens, x->seq_lens, x->last_locs, x->req_pool, x->rows,
-                           x->prefix_slots, x->out_host, x->out_device, NULL, m, x->stream);
+  if (x->batch_size == 0) return KVC_OK;
+  return alloc_extend_impl(a, fn, x->batch_size, x->prefix_lens, x->seq_lens, x->last_locs, x->req_pool, x->req_rows,
+                           x->prefix_slots, x->out_host, x->out_device, x->rows_device, m, x->stream);
 }
 
 /* --- alloc_decode ------------------------------------------------------------------- */

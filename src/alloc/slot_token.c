@@ -11,8 +11,7 @@
 static kvc_allocator *impl(const kvc__slot_allocator *sa) { return (kvc_allocator *)sa->impl; }
 
 static kvc_status tok_extend(const kvc__slot_allocator *sa, const kvc__extend_args *x) {
-  return kvc_allocator_alloc_extend(impl(sa), x->bs, x->prefix_lens, x->seq_lens, x->last_locs, x->req_pool, x->rows,
-                                    x->prefix_slots, x->out_host, x->out_device, x->stream);
+  return kvc_allocator_alloc_extend_ex(impl(sa), x);
 }
 
 static kvc_status tok_decode(const kvc__slot_allocator *sa, const kvc__decode_args *x) {

@@ -112,8 +112,16 @@ kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const
   KVC_FORWARD(kvc_allocator_alloc_extend(a->swa, bs, prefix_lens, seq_lens, a->lastw, NULL, NULL, NULL, a->w_buf, NULL,
                                          stream));
   const kvc__extend_map m = {a->dmap, a->map_len - 1, a->w_buf, a->lastw};
-  const kvc__extend_args x = {bs,   prefix_lens,  seq_lens, last_locs,  rp,
-                              rows, prefix_slots, a->f_buf, out_device, stream};
+  const kvc__extend_args x = {.batch_size = bs,
+                              .prefix_lens = prefix_lens,
+                              .seq_lens = seq_lens,
+                              .last_locs = last_locs,
+                              .req_pool = rp,
+                              .req_rows = rows,
+                              .prefix_slots = prefix_slots,
+                              .out_host = a->f_buf,
+                              .out_device = out_device,
+                              .stream = stream};
   kvc_status st = kvc__alloc_extend_mapped(a->full, "kvc_allocator_alloc_extend", &x, &m);
   if (st != KVC_OK) {
     kvc_allocator_restore_state(a->swa, &bsw);

@@ -90,11 +90,9 @@ static kvc_status tell(const kvc__slot_allocator *sa, const kvc__free_args *x, s
  * mapping: the flows' extend and decode are that allocator's (SGLang allocates with
  * alloc(n) at page size 1 and writes the row: the same slots in the same order). */
 static kvc_status swa_extend(const kvc__slot_allocator *sa, const kvc__extend_args *x) {
-  if (impl(sa)->pure)
-    return kvc_allocator_alloc_extend(impl(sa)->full, x->bs, x->prefix_lens, x->seq_lens, x->last_locs, x->req_pool,
-                                      x->rows, x->prefix_slots, x->out_host, x->out_device, x->stream);
-  return kvc_swa_allocator_alloc_extend(impl(sa), x->bs, x->prefix_lens, x->seq_lens, x->last_locs, x->req_pool,
-                                        x->rows, x->prefix_slots, x->out_host, x->out_device, x->stream);
+  if (impl(sa)->pure) return kvc_allocator_alloc_extend_ex(impl(sa)->full, x);
+  return kvc_swa_allocator_alloc_extend(impl(sa), x->batch_size, x->prefix_lens, x->seq_lens, x->last_locs, x->req_pool,
+                                        x->req_rows, x->prefix_slots, x->out_host, x->out_device, x->stream);
 }
 
 static kvc_status swa_decode(const kvc__slot_allocator *sa, const kvc__decode_args *x) {

@@ -134,7 +134,16 @@ void kvc_flow_destroy(kvc_flow *f) {
 static kvc_status alloc_extend(kvc_flow *f, size_t n, const int64_t *pre, const int64_t *seq, const int64_t *last,
                                const int32_t *rows, const int64_t *const *prefix_slots, int64_t *out_host, int64_t *out,
                                kvc_stream stream) {
-  const kvc__extend_args x = {n, pre, seq, last, f->cfg.req_pool, rows, prefix_slots, out_host, out, stream};
+  const kvc__extend_args x = {.batch_size = n,
+                              .prefix_lens = pre,
+                              .seq_lens = seq,
+                              .last_locs = last,
+                              .req_pool = f->cfg.req_pool,
+                              .req_rows = rows,
+                              .prefix_slots = prefix_slots,
+                              .out_host = out_host,
+                              .out_device = out,
+                              .stream = stream};
   return kvc__slot_extend(&f->sa, &x);
 }
 static kvc_status alloc_decode(kvc_flow *f, size_t n, const int64_t *seq, const int32_t *rows, int64_t *out_host,

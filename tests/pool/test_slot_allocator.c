@@ -59,7 +59,12 @@ static int64_t avail(const twin *t, int k) {
 /* Extend the row from p to s tokens on both twins; the slots must agree. */
 static void extend_both(twin *t, int64_t p, int64_t s, int64_t *slots) {
   int64_t other[W];
-  const kvc__extend_args x = {1, &p, &s, NULL, t->rp[0], &t->row[0], NULL, slots, NULL, NULL};
+  const kvc__extend_args x = {.batch_size = 1,
+                              .prefix_lens = &p,
+                              .seq_lens = &s,
+                              .req_pool = t->rp[0],
+                              .req_rows = &t->row[0],
+                              .out_host = slots};
   KVT_OK(kvc__slot_extend(&t->sa, &x));
   if (t->swa[1])
     KVT_OK(kvc_swa_allocator_alloc_extend(t->swa[1], 1, &p, &s, NULL, t->rp[1], &t->row[1], NULL, other, NULL, NULL));
@@ -128,7 +133,8 @@ static void run_twins(bool swa, int32_t ps) {
     kvc_allocator_state st;
     const int64_t before = kvc__slot_available(&t.sa), p = 0, s = 20;
     KVT_OK(t.sa.ops->backup(&t.sa, &st));
-    const kvc__extend_args x = {1, &p, &s, NULL, t.rp[0], &t.row[0], NULL, NULL, NULL, NULL};
+    const kvc__extend_args x = {
+        .batch_size = 1, .prefix_lens = &p, .seq_lens = &s, .req_pool = t.rp[0], .req_rows = &t.row[0]};
     KVT_OK(kvc__slot_extend(&t.sa, &x));
     assert_int_equal(kvc__slot_available(&t.sa), before - (20 + ps - 1) / ps * ps);
     KVT_OK(t.sa.ops->restore(&t.sa, &st));
@@ -192,7 +198,12 @@ static void test_observer_hears_frees_and_allocations(void **state) {
     KVT_OK(kvc__slot_observe_reserve(&t.sa, __func__, 10, &host));
     assert_ptr_equal(host, r.host);
     const int64_t p = 0, s = 10;
-    const kvc__extend_args x = {1, &p, &s, NULL, t.rp[0], &t.row[0], NULL, host, NULL, NULL};
+    const kvc__extend_args x = {.batch_size = 1,
+                                .prefix_lens = &p,
+                                .seq_lens = &s,
+                                .req_pool = t.rp[0],
+                                .req_rows = &t.row[0],
+                                .out_host = host};
     KVT_OK(kvc__slot_extend(&t.sa, &x));
     KVT_OK(kvc__slot_announce(&t.sa, host, 10, NULL));
     assert_int_equal(r.allocated[KVC__SIDE_FULL], 1);
