@@ -52,6 +52,7 @@ typedef struct kvc_p_get_last_loc {
  * flags; the kernels have the types built in. */
 #define KVC_LAST_LOC_ROWS_I64 1
 #define KVC_LAST_LOC_LENS_I64 2
+#define KVC_LAST_LOC_ONE 4       /* launcher only: n == 1 takes the one-thread _one entry */
 #define KVC_LAST_LOC_THREADS 128 /* threads per block, one request each */
 
 typedef struct kvc_p_write_req_to_token {

@@ -2,7 +2,8 @@
  * req_to_token.cu — kernels on the request-to-token table.
  *
  *   kvc_get_last_loc_r*_l*    last_loc[i] = table[rows[i], prefix[i]-1] or -1 (one
- *                             entry per index-type pair)
+ *                             entry per index-type pair, and a _one twin of each for
+ *                             n == 1)
  *   kvc_write_req_to_token    prefix rows from per-request pointers + extend rows from
  *                             out_cache_loc; offsets by block scans, not a serial loop
  *   kvc_row_write             host-planned slots into one row (payload inline/staged)
@@ -42,10 +43,16 @@ template <bool R64, bool L64> KVC_DEVICE void kvc_last_loc_kernel(const kvc_p_ge
   kvc_last_loc_one<R64, L64>(p, i);
 }
 
-#define KVC_LAST_LOC_ENTRY(name, R64, L64)                           \
-  extern "C" __global__ void __launch_bounds__(KVC_LAST_LOC_THREADS) \
-      name(const __grid_constant__ kvc_p_get_last_loc p) {           \
-    kvc_last_loc_kernel<R64, L64>(p);                                \
+/* Batch 1 (a decode of one request) is launched on one thread with i = 0 built in: no
+ * block index and no load of n before the first global load. Triton specialises its
+ * kernel the same way when num_tokens == 1 (bench/NOTES-kernels.md). */
+#define KVC_LAST_LOC_ENTRY(name, R64, L64)                                                                   \
+  extern "C" __global__ void __launch_bounds__(KVC_LAST_LOC_THREADS)                                         \
+      name(const __grid_constant__ kvc_p_get_last_loc p) {                                                   \
+    kvc_last_loc_kernel<R64, L64>(p);                                                                        \
+  }                                                                                                          \
+  extern "C" __global__ void __launch_bounds__(1) name##_one(const __grid_constant__ kvc_p_get_last_loc p) { \
+    kvc_last_loc_one<R64, L64>(p, 0);                                                                        \
   }
 KVC_LAST_LOC_ENTRY(kvc_get_last_loc_r32_l32, false, false)
 KVC_LAST_LOC_ENTRY(kvc_get_last_loc_r64_l32, true, false)

@@ -24,7 +24,7 @@ struct P {
   i64 num_rows, row_stride, n;
   int r64, l64;
 };
-enum { G = 64, REPLAYS = 30, ROUNDS = 7, NV = 28 };
+enum { G = 64, REPLAYS = 30, ROUNDS = 7, NV = 33 };
 static CUstream st;
 static CUmodule mv, ml, mt;
 typedef struct {
@@ -124,6 +124,16 @@ static float run(V *v, int n) {
       bx = 128;
       args = a_k32;
       break;
+    case 12: /* one request, one thread (the library's _one entries) */
+      gx = 1;
+      bx = 1;
+      args = a_k32;
+      break;
+    case 13:
+      gx = (n + 63) / 64;
+      bx = 64;
+      args = a_k32;
+      break;
     default:
       gx = 1;
       bx = 128;
@@ -171,12 +181,14 @@ int main(int argc, char **argv) {
   CK(cuModuleLoad(&ml, path));
   snprintf(path, sizeof path, "%s/triton_b1.cubin", dir);
   const int have_triton = cuModuleLoad(&mt, path) == CUDA_SUCCESS;
-  V vs[NV] = {{"empty", 0, 3},      {"library", 0, 11},  {"triton(b1)", 0, 5}, {"mimic", 0, 1},  {"mimic_chk", 0, 2},
-              {"s1", 0, 0},         {"s1_ldg", 0, 0},    {"s1_val", 0, 0},     {"s2", 0, 4},     {"s2_ldg", 0, 4},
-              {"library_b", 0, 11}, {"c1", 0, 0},        {"c2", 0, 4},         {"c3_ldg", 0, 0}, {"c4_clamp", 0, 0},
-              {"c5_u32", 0, 0},     {"m_s", 0, 7},       {"m_pad", 0, 8},      {"c7", 0, 4},     {"c8_sep", 0, 2},
-              {"c9_tstruct", 0, 4}, {"c10_byval", 0, 4}, {"k1_32", 0, 9},      {"k2_64", 0, 10}, {"k3_32_1pt", 0, 11},
-              {"k4_64_dyn", 0, 10}, {"k5_32_dyn", 0, 9}, {"k6_pred", 0, 11}};
+  V vs[NV] = {
+      {"empty", 0, 3},      {"library", 0, 11},  {"triton(b1)", 0, 5}, {"mimic", 0, 1},        {"mimic_chk", 0, 2},
+      {"s1", 0, 0},         {"s1_ldg", 0, 0},    {"s1_val", 0, 0},     {"s2", 0, 4},           {"s2_ldg", 0, 4},
+      {"library_b", 0, 11}, {"c1", 0, 0},        {"c2", 0, 4},         {"c3_ldg", 0, 0},       {"c4_clamp", 0, 0},
+      {"c5_u32", 0, 0},     {"m_s", 0, 7},       {"m_pad", 0, 8},      {"c7", 0, 4},           {"c8_sep", 0, 2},
+      {"c9_tstruct", 0, 4}, {"c10_byval", 0, 4}, {"k1_32", 0, 9},      {"k2_64", 0, 10},       {"k3_32_1pt", 0, 11},
+      {"k4_64_dyn", 0, 10}, {"k5_32_dyn", 0, 9}, {"k6_pred", 0, 11},   {"lib_one(b1)", 0, 12}, {"k7_u32", 0, 11},
+      {"k8_clamp", 0, 11},  {"k9_min", 0, 11},   {"k3_blk64", 0, 13}};
   const char *fn[NV] = {"k_empty",
                         "kvc_get_last_loc_r64_l64",
                         "get_last_loc_kernel",
@@ -204,14 +216,19 @@ int main(int argc, char **argv) {
                         "k3",
                         "k4",
                         "k5",
-                        "k6"};
+                        "k6",
+                        "kvc_get_last_loc_r64_l64_one",
+                        "k7",
+                        "k8",
+                        "k9",
+                        "k3"};
   for (int i = 0; i < NV; i++) {
     if (i == 2 && !have_triton) {
       vs[i].f = vs[0].f;
       vs[i].name = "(no triton)";
       continue;
     }
-    CK(cuModuleGetFunction(&vs[i].f, i == 1 || i == 10 ? ml : i == 2 ? mt : mv, fn[i]));
+    CK(cuModuleGetFunction(&vs[i].f, i == 1 || i == 10 || i == 28 ? ml : i == 2 ? mt : mv, fn[i]));
   }
   size_t tb = (size_t)nrows * width * 4;
   CK(cuMemAlloc(&dtable, tb));
@@ -236,7 +253,7 @@ int main(int argc, char **argv) {
   for (int bi = 0; bi < 4; bi++)
     for (int v = 1; v < NV; v++) {
       int n = batches[bi];
-      if (v == 2 && n != 1) continue;
+      if ((v == 2 || v == 28) && n != 1) continue;
       CK(cuMemsetD8(dout, 0x55, 1024 * 8));
       run(&vs[v], n);
       CK(cuStreamSynchronize(st));
@@ -258,13 +275,13 @@ int main(int argc, char **argv) {
   for (int r = 0; r < ROUNDS; r++)
     for (int bi = 0; bi < 4; bi++)
       for (int v = 0; v < NV; v++) {
-        if (v == 2 && batches[bi] != 1) continue;
+        if ((v == 2 || v == 28) && batches[bi] != 1) continue;
         t[v][bi][r] = run(&vs[v], batches[bi]);
       }
   for (int v = 0; v < NV; v++) {
     printf("%-12s", vs[v].name);
     for (int bi = 0; bi < 4; bi++) {
-      if (v == 2 && batches[bi] != 1) {
+      if ((v == 2 || v == 28) && batches[bi] != 1) {
         printf("   %-18s", "-");
         continue;
       }

@@ -304,3 +304,39 @@ extern "C" __global__ void __launch_bounds__(128) k6(const __grid_constant__ K32
   if (l64) ((i64 *)p.out)[i] = v;
   else ((int *)p.out)[i] = (int)v;
 }
+
+// Session 8: what is left at batch 64 (k3 is the committed shape).
+// k3 with 32-bit index math (the host would pick it when num_rows * row_stride < 2^32).
+extern "C" __global__ void __launch_bounds__(128) k7(const __grid_constant__ K32 p) {
+  const unsigned i = blockIdx.x * 128u + threadIdx.x;
+  if (i >= (unsigned)p.n) return;
+  const i64 q = ((const i64 *)p.pre)[i], r = ((const i64 *)p.rows)[i];
+  const bool a = (unsigned long long)r < (unsigned long long)(i64)p.num_rows &&
+                 (unsigned long long)(q - 1) < (unsigned long long)(i64)p.row_stride;
+  const unsigned at = (unsigned)r * (unsigned)p.row_stride + (unsigned)q - 1u;
+  ((i64 *)p.out)[i] = a ? (i64)((const int *)p.table)[at] : -1;
+}
+// k3 with the checks off the load's path: a clamped (always valid) entry is loaded
+// unconditionally and -1 selected after.
+extern "C" __global__ void __launch_bounds__(128) k8(const __grid_constant__ K32 p) {
+  const unsigned i = blockIdx.x * 128u + threadIdx.x;
+  if (i >= (unsigned)p.n) return;
+  const i64 q = ((const i64 *)p.pre)[i], r = ((const i64 *)p.rows)[i];
+  const bool ar = (unsigned long long)r < (unsigned long long)(i64)p.num_rows;
+  const bool aq = (unsigned long long)(q - 1) < (unsigned long long)(i64)p.row_stride;
+  const i64 at = (ar ? r : 0) * p.row_stride + (aq ? q - 1 : 0);
+  const int v = ((const int *)p.table)[at];
+  ((i64 *)p.out)[i] = ar && aq ? (i64)v : -1;
+}
+// k3 with only the q > 0 predicate on the load (Triton's), the row and upper bound folded
+// into a clamp of the row index (min), -1 selected after.
+extern "C" __global__ void __launch_bounds__(128) k9(const __grid_constant__ K32 p) {
+  const unsigned i = blockIdx.x * 128u + threadIdx.x;
+  if (i >= (unsigned)p.n) return;
+  const i64 q = ((const i64 *)p.pre)[i], r = ((const i64 *)p.rows)[i];
+  const unsigned long long rc = min((unsigned long long)r, (unsigned long long)(p.num_rows - 1));
+  const unsigned long long qc = min((unsigned long long)(q - 1), (unsigned long long)(p.row_stride - 1));
+  const int v = ((const int *)p.table)[rc * p.row_stride + qc];
+  const bool ok = rc == (unsigned long long)r && qc == (unsigned long long)(q - 1);
+  ((i64 *)p.out)[i] = ok ? (i64)v : -1;
+}

@@ -87,9 +87,10 @@ kvc_status kvc_compile_check(int sm, int *compiled) {
 kvc_status kvc_context_precompile(kvc_context *ctx) {
   KVC_API_ENTRY();
   KVC_RETURN_IF(!ctx, NULL, KVC_ERR_INVALID_ARGUMENT, "ctx is NULL");
-  const kvc__kernel_def *fixed[] = {&kvc__k_get_last_loc[0], &kvc__k_get_last_loc[1],    &kvc__k_get_last_loc[2],
-                                    &kvc__k_get_last_loc[3], &kvc__k_write_req_to_token, &kvc__k_extend_fill,
-                                    &kvc__k_decode_fill};
+  const kvc__kernel_def *fixed[] = {&kvc__k_get_last_loc[0], &kvc__k_get_last_loc[1], &kvc__k_get_last_loc[2],
+                                    &kvc__k_get_last_loc[3], &kvc__k_get_last_loc[4], &kvc__k_get_last_loc[5],
+                                    &kvc__k_get_last_loc[6], &kvc__k_get_last_loc[7], &kvc__k_write_req_to_token,
+                                    &kvc__k_extend_fill,     &kvc__k_decode_fill};
   for (size_t i = 0; i < KVC__ARRAY_LEN(fixed); i++) {
     const kvc__kfunc *f;
     KVC_FORWARD(kvc__kernel_get(ctx, fixed[i], NULL, &f));

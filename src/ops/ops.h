@@ -22,7 +22,7 @@
 #include "kvc_abi.h"
 
 /* The kernel table (kernels.c). */
-extern const kvc__kernel_def kvc__k_get_last_loc[4]; /* by index-type pair */
+extern const kvc__kernel_def kvc__k_get_last_loc[8]; /* by index-type pair, then n == 1 */
 extern const kvc__kernel_def kvc__k_write_req_to_token;
 extern const kvc__kernel_def kvc__k_row_write;
 extern const kvc__kernel_def kvc__k_extend_fill;

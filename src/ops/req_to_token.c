@@ -44,12 +44,15 @@ kvc_status kvc_get_last_loc(kvc_context *ctx, const int32_t *req_to_token, int64
   kvc_p_get_last_loc p = {ADDR(rows), ADDR(prefix_lens), ADDR(req_to_token),  ADDR(out_last_loc),
                           (int32_t)n, (int32_t)num_rows, (int32_t)row_stride, flags};
   const kvc__kfunc *f;
-  KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_get_last_loc[flags], NULL, &f));
+  const bool one = n == 1;
+  KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_get_last_loc[flags | (one ? KVC_LAST_LOC_ONE : 0)], NULL, &f));
   /* 128-thread blocks, one request per thread: at batch 256 and 1024 they measured 0.04
    * us per kernel faster than 256 on the H200 (more, smaller blocks start sooner), and
-   * two requests per thread (Triton's shape) no faster (bench/NOTES-kernels.md). */
-  return kvc__kernel_launch(ctx, f, kvc__dim((unsigned)((n + KVC_LAST_LOC_THREADS - 1) / KVC_LAST_LOC_THREADS), 1, 1),
-                            kvc__dim(KVC_LAST_LOC_THREADS, 1, 1), 0, stream, &p, sizeof p);
+   * two requests per thread (Triton's shape) no faster (bench/NOTES-kernels.md). One
+   * request runs on one thread of the _one entry, which has i = 0 built in. */
+  const unsigned blocks = (unsigned)((n + KVC_LAST_LOC_THREADS - 1) / KVC_LAST_LOC_THREADS);
+  return kvc__kernel_launch(ctx, f, kvc__dim(blocks, 1, 1), kvc__dim(one ? 1 : KVC_LAST_LOC_THREADS, 1, 1), 0, stream,
+                            &p, sizeof p);
 }
 
 kvc_status kvc_write_req_to_token(kvc_context *ctx, int32_t *req_to_token, int64_t num_rows, int64_t row_stride,

@@ -117,6 +117,46 @@ static void test_get_last_loc_matches_model(void **state) {
   free(table);
 }
 
+/* n == 1 takes the one-thread entries: each range case of the batched kernel, for every
+ * type pair, one request per call, and nothing written past out[0]. */
+static void test_get_last_loc_single_request(void **state) {
+  (void)state;
+  const int64_t rows = 6, W = 10;
+  int32_t table[6 * 10];
+  for (int64_t i = 0; i < rows * W; i++) table[i] = (int32_t)(1000 + i);
+  int32_t *dtable = upload(table, sizeof table);
+  const int64_t cases[][2] = {{2, 4}, {0, 1}, {5, 10}, {6, 3}, {-1, 3}, {3, 0}, {3, 11}, {3, -2}};
+  for (int t = 0; t < 4; t++) {
+    kvc_index_type rt = t & 1 ? KVC_INDEX_I64 : KVC_INDEX_I32, lt = t & 2 ? KVC_INDEX_I64 : KVC_INDEX_I32;
+    const size_t osz = lt == KVC_INDEX_I64 ? 8 : 4;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+      const int64_t row = cases[c][0], pre = cases[c][1];
+      const int64_t want = (row >= 0 && row < rows && pre > 0 && pre <= W) ? table[row * W + pre - 1] : -1;
+      void *drow = to_index(&cases[c][0], 1, rt), *dpre = to_index(&cases[c][1], 1, lt);
+      void *dout = kvt_dev_alloc(2 * osz);
+      kvt_poison(dout, 2 * osz);
+      KVT_OK(kvc_get_last_loc(kvt_ctx, dtable, rows, W, drow, rt, dpre, lt, dout, 1, NULL));
+      unsigned char got[16];
+      kvt_d2h(got, dout, 2 * osz);
+      int64_t g;
+      if (lt == KVC_INDEX_I64) memcpy(&g, got, 8);
+      else {
+        int32_t g32;
+        memcpy(&g32, got, 4);
+        g = g32;
+      }
+      if (g != want)
+        fail_msg("types=%d row=%lld pre=%lld: %lld != %lld", t, (long long)row, (long long)pre, (long long)g,
+                 (long long)want);
+      for (size_t b = osz; b < 2 * osz; b++) assert_int_equal(got[b], 0xA5);
+      kvt_dev_free(drow);
+      kvt_dev_free(dpre);
+      kvt_dev_free(dout);
+    }
+  }
+  kvt_dev_free(dtable);
+}
+
 static void test_get_last_loc_rejects_bad_arguments(void **state) {
   (void)state;
   int32_t dummy = 0;
@@ -377,10 +417,10 @@ static void test_every_kernel_has_a_host_twin(void **state) {
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_every_kernel_has_a_host_twin),       cmocka_unit_test(test_get_last_loc_matches_model),
-    cmocka_unit_test(test_get_last_loc_rejects_bad_arguments), cmocka_unit_test(test_write_req_to_token_matches_model),
-    cmocka_unit_test(test_extend_fill_spec_example),           cmocka_unit_test(test_extend_fill_matches_model),
-    cmocka_unit_test(test_decode_fill_spec_example),           cmocka_unit_test(test_decode_fill_matches_model),
-    cmocka_unit_test(test_cuda_extend_fill_equals_host_twin),
+    cmocka_unit_test(test_every_kernel_has_a_host_twin),     cmocka_unit_test(test_get_last_loc_matches_model),
+    cmocka_unit_test(test_get_last_loc_single_request),      cmocka_unit_test(test_get_last_loc_rejects_bad_arguments),
+    cmocka_unit_test(test_write_req_to_token_matches_model), cmocka_unit_test(test_extend_fill_spec_example),
+    cmocka_unit_test(test_extend_fill_matches_model),        cmocka_unit_test(test_decode_fill_spec_example),
+    cmocka_unit_test(test_decode_fill_matches_model),        cmocka_unit_test(test_cuda_extend_fill_equals_host_twin),
 };
 KVT_MAIN("ops", tests)
