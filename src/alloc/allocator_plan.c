@@ -75,7 +75,17 @@ static kvc_status no_last_loc(kvc_allocator *a, const char *fn, size_t i) {
 
 static void unmark_rows(kvc_req_to_token_pool *rp, const int32_t *rows, size_t n) {
   uint8_t *const flag = rp->rowflag; /* a local: the byte stores may alias rp->rowflag */
-  for (size_t j = 0; j < n; j++) flag[rows[j]] &= (uint8_t)~KVC__ROW_MARK;
+  const uint8_t keep = (uint8_t)~KVC__ROW_MARK;
+  size_t j = 0;
+  /* Four rows a step: the loop's own increment and test were half of its instructions
+   * at batch 1024 (decode runs this after every step). */
+  for (; j + 4 <= n; j += 4) {
+    flag[rows[j]] &= keep;
+    flag[rows[j + 1]] &= keep;
+    flag[rows[j + 2]] &= keep;
+    flag[rows[j + 3]] &= keep;
+  }
+  for (; j < n; j++) flag[rows[j]] &= keep;
 }
 
 static kvc_status check_common(kvc_allocator *a, const char *fn, size_t bs, kvc_req_to_token_pool *rp,
