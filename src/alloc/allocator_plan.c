@@ -75,7 +75,17 @@ static kvc_status no_last_loc(kvc_allocator *a, const char *fn, size_t i) {
 
 static void unmark_rows(kvc_req_to_token_pool *rp, const int32_t *rows, size_t n) {
   uint8_t *const flag = rp->rowflag; /* a local: the byte stores may alias rp->rowflag */
-  for (size_t j = 0; j < n; j++) flag[rows[j]] &= (uint8_t)~KVC__ROW_MARK;
+  const uint8_t keep = (uint8_t)~KVC__ROW_MARK;
+  size_t j = 0;
+  /* Four rows a step: the loop's own increment and test were half of its instructions
+   * at batch 1024 (decode runs this after every step). */
+  for (; j + 4 <= n; j += 4) {
+    flag[rows[j]] &= keep;
+    flag[rows[j + 1]] &= keep;
+    flag[rows[j + 2]] &= keep;
+    flag[rows[j + 3]] &= keep;
+  }
+  for (; j < n; j++) flag[rows[j]] &= keep;
 }
 
 static kvc_status check_common(kvc_allocator *a, const char *fn, size_t bs, kvc_req_to_token_pool *rp,
@@ -380,8 +390,8 @@ static kvc_status decode_plan_one_pass(kvc_allocator *a, const char *fn, size_t 
 /* --- The fused decode pass ---------------------------------------------------------- */
 
 /* decode_plan_one_pass's work for a power-of-two page size and a source of last_locs
- * (the usual case: every engine step), written so that a request costs ~75 instructions
- * instead of ~125 (callgrind, issue 20):
+ * (the usual case: every engine step), written so that a request costs ~70 instructions
+ * instead of ~125 (callgrind, issue 20, sessions 4 and 8):
  *   - every field lives in a local: the row-flag stores are bytes, which may alias
  *     anything, so a->ps, a->state, rp->mirror... were reloaded after each one;
  *   - the checks of a request fold into three predictable branches, the precise message
@@ -391,9 +401,13 @@ static kvc_status decode_plan_one_pass(kvc_allocator *a, const char *fn, size_t 
  *     before its row, page 0 when out of range), and the slot is a select between the
  *     ring's next page and last_loc + 1. About 1 request in ps opens a page, in no
  *     pattern a predictor learns: a branch there cost a mispredict per fresh request;
+ *   - the loop spills (more live values than registers): stores that a failure leaves
+ *     harmless (payload row and position, the undo copy) come right after the row
+ *     checks, so row and position die early; that took ~8 instructions per request,
+ *     mostly stack reloads;
  *   - no software prefetch of the mirror lines: it cost ~10 instructions per request and
- *     bought nothing measurable, the out-of-order window overlapping those misses itself
- *     now that a request is shorter (bench/RESULTS.md, issue 20).
+ *     bought nothing measurable, 8, 16 or 32 requests ahead it measured 1-17% slower
+ *     (bench/RESULTS.md, issue 20), the out-of-order window overlapping those misses.
  * Returns the requests done; on a failure at i, rows [0, i) are marked (row i is not:
  * it is marked only once all of its checks passed) and their mirror entries written, as
  * decode_plan_one_pass leaves them. `stride` is a constant (0: no payload) at each call. */
@@ -412,42 +426,47 @@ decode_fused(kvc_allocator *a, size_t bs, const int64_t *seq_lens, const int64_t
   uint64_t k = 0; /* next_pages[k]: the page the next fresh request takes */
   size_t i = 0;
   for (; i < bs; i++) {
-    const int64_t s = seq_lens[i];
-    if ((uint64_t)s - 1 >= width) break; /* s in [1, width] */
-    int32_t row = -1;
+    const uint64_t p = (uint64_t)seq_lens[i] - 1; /* the new token's position */
+    if (p >= width) break;                        /* seq_len in [1, width] */
+    uint8_t *fl = NULL;
     int32_t *m = NULL;
-    uint8_t f = 0;
     if (has_rp) {
-      row = req_rows[i];
+      const int32_t row = req_rows[i];
       if ((uint32_t)row - 1 >= nrows) break; /* row in [1, size] */
-      f = flag[row];
-      if ((f & (KVC__ROW_HELD | KVC__ROW_MARK)) != KVC__ROW_HELD) break; /* not held, or listed earlier */
-      m = mirror + (size_t)row * width;
+      fl = flag + row;
+      if ((*fl & (KVC__ROW_HELD | KVC__ROW_MARK)) != KVC__ROW_HELD) break; /* not held, or listed earlier */
+      m = mirror + (size_t)row * width + p; /* the new token's entry; m[-1] is last_loc's */
     }
-    const bool fresh = (((uint64_t)s - 1) & pmask) == 0;
-    /* s == 1 reads m[-1], the previous row's last entry (row >= 1): unused, in bounds. */
-    const uint64_t last = (uint64_t)(has_last ? last_locs[i] : m[s - 2]);
+    /* Stores that a later failure leaves harmless (the payload and b_old are scratch
+     * until the call succeeds), made early so that row and p need no register below:
+     * this loop spills. */
+    if (stride) {
+      w[stride * i] = has_rp ? (uint32_t)req_rows[i] : UINT32_MAX; /* -1: no table write */
+      w[stride * i + 1] = (uint32_t)p;
+    }
+    if (has_rp) b_old[i] = *m;
+    const bool fresh = (p & pmask) == 0;
+    /* p == 0 reads m[-1], the previous row's last entry (row >= 1): unused, in bounds. */
+    const uint64_t last = (uint64_t)(has_last ? last_locs[i] : m[-1]);
     /* last in [ps, (num_pages + 1) ps) iff its page is in [1, num_pages]; else page 0,
-     * which is RESERVED and fails the state test. */
+     * which is RESERVED and fails the state test (a mask, not a select between two
+     * pointers: one register fewer). */
     uint64_t page = last >> shift;
-    page = page - 1 < np ? page : 0;
-    const bool cont_ok = (((last ^ ((uint64_t)s - 2)) & pmask) == 0) &
-                         ((pstate[page] & (KVC__PG_STATE | KVC__PG_GFREE | KVC__PG_GSEG)) == KVC__PG_HELD);
-    if (!(fresh | cont_ok)) break;
+    page &= -(uint64_t)(page - 1 < np);
+    /* A continuing token needs last at in-page offset p - 1 and its page held: both
+     * tests in one word, zero when they pass. */
+    const uint64_t bad =
+        ((last ^ (p - 1)) & pmask) | ((pstate[page] & (KVC__PG_STATE | KVC__PG_GFREE | KVC__PG_GSEG)) ^ KVC__PG_HELD);
+    if (!fresh & (bad != 0)) break;
     /* k <= i < bs: next_pages[k] exists even when unused. */
     const uint64_t next = (uint64_t)next_pages[k] << shift;
     const int64_t slot = (int64_t)(fresh ? next : last + 1);
     k += fresh;
-    if (has_rp) flag[row] = (uint8_t)(f | KVC__ROW_MARK);
     b_last[i] = slot;
-    if (stride) {
-      w[stride * i] = has_rp ? (uint32_t)row : UINT32_MAX; /* -1: no table write */
-      w[stride * i + 1] = (uint32_t)(s - 1);
-      w[stride * i + 2] = (uint32_t)slot;
-    }
+    if (stride) w[stride * i + 2] = (uint32_t)slot;
     if (has_rp) {
-      b_old[i] = m[s - 1];
-      m[s - 1] = (int32_t)slot;
+      *fl |= KVC__ROW_MARK;
+      *m = (int32_t)slot;
     }
   }
   *need_out = (int64_t)k;

@@ -863,6 +863,69 @@ static void test_decode_across_ring_wrap(void **state) {
   kvc_allocator_destroy(y);
 }
 
+/* The fused decode pass's last_loc checks inside a batch, at page 16 and 64 (its
+ * constant-shift copies) and 8 (the generic one), from the mirror and from last_locs: a
+ * continuing request whose last_loc is in a freed page, at the wrong in-page offset,
+ * below the first page or past the last fails the call at that request, after earlier
+ * requests were applied; the call must then leave mirror rows, row marks and the free
+ * list as they were (the same slots come out of the next decode as out of a twin). */
+static void run_decode_bad_last(int ps) {
+  const int64_t pages = 16;
+  kvc_allocator *x = kvt_allocator(KVC_ALLOCATOR_PAGED, pages * ps, ps, 0);
+  kvc_allocator *y = kvt_allocator(KVC_ALLOCATOR_PAGED, pages * ps, ps, 0);
+  kvc_req_to_token_pool *p = kvt_req_pool(4, 4 * ps);
+  int32_t rows[4] = {0};
+  KVT_OK(kvc_req_to_token_pool_alloc(p, 4, rows));
+  /* New tokens at positions 3 (continues), ps (opens a page), ps + 2, 5 (continue). */
+  int64_t pre[4] = {0, 0, 0, 0}, seq[4] = {3, ps, ps + 2, 5}, out_x[256], out_y[256];
+  KVT_OK(kvc_allocator_alloc_extend(x, 4, pre, seq, NULL, p, rows, NULL, out_x, NULL, NULL));
+  KVT_OK(kvc_allocator_alloc_extend(y, 4, pre, seq, NULL, NULL, NULL, NULL, out_y, NULL, NULL));
+  expect_slots(out_x, out_y, (size_t)(seq[0] + seq[1] + seq[2] + seq[3]));
+  int64_t dseq[4], last[4];
+  for (int i = 0; i < 4; i++) {
+    dseq[i] = seq[i] + 1;
+    last[i] = kvc_req_to_token_pool_row(p, rows[i])[seq[i] - 1];
+  }
+  int32_t was[4][256]; /* 4 ps entries per row, ps <= 64 */
+  for (int i = 0; i < 4; i++) memcpy(was[i], kvc_req_to_token_pool_row(p, rows[i]), sizeof(int32_t) * 4 * (size_t)ps);
+
+  /* last_locs given: wrong offset, page 0, past the last page, far out of range. */
+  const int64_t bad[4] = {last[2] + 1, 1, (pages + 1) * ps, (int64_t)1 << 40};
+  const kvc_status want[4] = {KVC_ERR_INVALID_ARGUMENT, KVC_ERR_INVALID_ARGUMENT, KVC_ERR_INVALID_ARGUMENT,
+                              KVC_ERR_INVALID_ARGUMENT};
+  for (int c = 0; c < 4; c++) {
+    int64_t l[4] = {last[0], last[1], bad[c], last[3]};
+    KVT_STATUS(kvc_allocator_alloc_decode(x, 4, dseq, l, NULL, NULL, out_x, NULL, NULL), want[c]);
+    assert_non_null(strstr(kvc_last_error(kvt_ctx), "request 2"));
+    KVT_STATUS(kvc_allocator_alloc_decode(x, 4, dseq, l, p, rows, out_x, NULL, NULL), want[c]);
+    assert_same(x, y);
+  }
+  /* From the mirror: request 3's pages freed while its row still names them. */
+  KVT_OK(kvc_allocator_free(x, &out_x[seq[0] + seq[1] + seq[2]], seq[3]));
+  KVT_OK(kvc_allocator_free(y, &out_y[seq[0] + seq[1] + seq[2]], seq[3]));
+  KVT_STATUS(kvc_allocator_alloc_decode(x, 4, dseq, NULL, p, rows, out_x, NULL, NULL), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "request 3"));
+  assert_same(x, y);
+  for (int i = 0; i < 4; i++)
+    assert_memory_equal(was[i], kvc_req_to_token_pool_row(p, rows[i]), sizeof(int32_t) * 4 * (size_t)ps);
+  /* Nothing left marked or taken: the first three decode as on the twin. */
+  KVT_OK(kvc_allocator_alloc_decode(x, 3, dseq, NULL, p, rows, out_x, NULL, NULL));
+  KVT_OK(kvc_allocator_alloc_decode(y, 3, dseq, last, NULL, NULL, out_y, NULL, NULL));
+  expect_slots(out_x, out_y, 3);
+  for (int i = 0; i < 3; i++) assert_int_equal(kvc_req_to_token_pool_row(p, rows[i])[seq[i]], out_x[i]);
+  assert_same(x, y);
+  kvc_req_to_token_pool_destroy(p);
+  kvc_allocator_destroy(x);
+  kvc_allocator_destroy(y);
+}
+
+static void test_decode_bad_last_loc_changes_nothing(void **state) {
+  (void)state;
+  run_decode_bad_last(8);
+  run_decode_bad_last(16);
+  run_decode_bad_last(64);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_create_rejects_bad_config),
     cmocka_unit_test(test_token_allocator_reuses_fifo),
@@ -884,5 +947,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_large_batches_every_payload_size),
     cmocka_unit_test(test_free_orders_sorted_unique),
     cmocka_unit_test(test_decode_across_ring_wrap),
+    cmocka_unit_test(test_decode_bad_last_loc_changes_nothing),
 };
 KVT_MAIN("allocator", tests)
