@@ -144,6 +144,8 @@ typedef struct kvcf_extend_args {
   void *stream;
 } kvcf_extend_args;
 typedef int (*kvcf_aext_ex_fn)(void *alloc, const kvcf_extend_args *args);
+typedef int (*kvcf_check_free_fn)(void *alloc, const int64_t *const *lists, const size_t *counts, size_t num_lists);
+typedef int (*kvcf_row_held_fn)(const void *pool, int32_t row);
 
 static kvcf_adec_fn kvcf_adec[2];
 static kvcf_aext_fn kvcf_aext[2];
@@ -156,23 +158,29 @@ static kvcf_alloc_fn kvcf_alloc;
 static kvcf_swa_alloc_fn kvcf_swa_alloc;
 static kvcf_rows_alloc_fn kvcf_rows_alloc;
 static kvcf_aext_ex_fn kvcf_aext_ex;
+static kvcf_check_free_fn kvcf_check_free;
+static kvcf_row_held_fn kvcf_row_held;
 
 /* Token scratch of radix_match_list (grown, never shrunk; the GIL serializes its users). */
 static int32_t *kvcf_tok;
 static size_t kvcf_tok_cap;
 
-#define KVCF_ADAPTER_FNS 13
+#define KVCF_ADAPTER_FNS 15
 
 static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   void *a[KVCF_ADAPTER_FNS] = {NULL};
   (void)self;
-  /* 12: an adapter older than alloc_extend_ex (a same-session before/after runs an older
-   * tree's Python on this build), which then never passes rows_dev. */
-  if (nargs != KVCF_ADAPTER_FNS - 1 && kvcf_nargs(nargs, KVCF_ADAPTER_FNS, "bind_adapter")) return NULL;
+  /* Fewer: an older adapter (a same-session before/after runs an older tree's Python on
+   * this build): 12 never passes rows_dev, 13 has no check functions (release_row then
+   * raises, and that adapter's fused release falls back on ctypes only if it checks). */
+  if (nargs < 12 || nargs > KVCF_ADAPTER_FNS) {
+    PyErr_Format(PyExc_TypeError, "bind_adapter() takes 12 to %d arguments (%zd given)", KVCF_ADAPTER_FNS, nargs);
+    return NULL;
+  }
   for (Py_ssize_t i = 0; i < nargs; i++) {
     if (kvcf_ptr(args[i], &a[i])) return NULL;
     if (!a[i]) {
-      PyErr_SetString(PyExc_ValueError, "bind_adapter() needs 12 or 13 function addresses");
+      PyErr_SetString(PyExc_ValueError, "bind_adapter() needs non-NULL function addresses");
       return NULL;
     }
   }
@@ -190,6 +198,8 @@ static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssi
   *(void **)&kvcf_swa_alloc = a[10];
   *(void **)&kvcf_rows_alloc = a[11];
   *(void **)&kvcf_aext_ex = a[12];
+  *(void **)&kvcf_check_free = a[13];
+  *(void **)&kvcf_row_held = a[14];
   Py_RETURN_NONE;
 }
 
@@ -351,12 +361,22 @@ static PyObject *kvcf_free_row(PyObject *self, PyObject *const *args, Py_ssize_t
   return PyLong_FromLong(st);
 }
 
+/* The over-allocated tail of release_row, read before anything is freed (grown, never
+ * shrunk; the GIL serializes its users). */
+static int64_t *kvcf_tail;
+static size_t kvcf_tail_cap;
+
 /* release_row(alloc, flow, pool, row, committed, start, end, buf) -> kvc_status: a finished
  * request of a ChunkCache over a plain (non-SWA) allocator, as release_kv_cache does it in
  * three calls: free row[0:committed), free row[start:end) (the over-allocated tail), then
  * release the row. buf holds max(committed, end - start) int64. Two frees, not one, because
  * a paged free puts its sorted pages in front of the free list: one merged free would
- * order them differently from SGLang's two. Stops at the first failure (its status). */
+ * order them differently from SGLang's two.
+ * A failed call changes nothing: both slices are read (the tail into kvcf_tail), the row
+ * and kvc_allocator_check_free over the two lists are checked, and only then freed, so a
+ * refused tail (slots not held) cannot leave the committed slots freed and the request
+ * half-released. A row not held is reported by kvc_req_to_token_pool_free itself (it
+ * refuses and changes nothing), so the status and message are that call's. */
 static PyObject *kvcf_release_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   void *alloc, *flow, *pool, *buf;
   int32_t row;
@@ -367,14 +387,36 @@ static PyObject *kvcf_release_row(PyObject *self, PyObject *const *args, Py_ssiz
       kvcf_addr(args[1], &flow) || kvcf_addr(args[2], &pool) || kvcf_i32(args[3], &row) ||
       kvcf_i64(args[4], &committed) || kvcf_i64(args[5], &start) || kvcf_i64(args[6], &end) || kvcf_addr(args[7], &buf))
     return NULL;
-  if (committed > 0) {
-    st = kvcf_row_slots(flow, row, 0, committed, buf);
-    if (st == 0) st = kvcf_free(alloc, buf, (size_t)committed);
+  if (!kvcf_check_free || !kvcf_row_held) {
+    PyErr_SetString(PyExc_RuntimeError, "release_row() needs bind_adapter() with its check functions");
+    return NULL;
   }
-  if (st == 0 && start < end) {
-    st = kvcf_row_slots(flow, row, start, end, buf);
-    if (st == 0) st = kvcf_free(alloc, buf, (size_t)(end - start));
+  /* Unsigned difference: end - start in int64 may overflow for hostile values (the row
+   * width check of kvc_flow_row_slots comes later). */
+  const uint64_t span = start < end ? (uint64_t)end - (uint64_t)start : 0;
+  if (span > (uint64_t)PY_SSIZE_T_MAX / sizeof(int64_t)) {
+    PyErr_SetString(PyExc_OverflowError, "release_row(): tail too long");
+    return NULL;
   }
+  const size_t nc = committed > 0 ? (size_t)committed : 0, nt = (size_t)span;
+  if (nt > kvcf_tail_cap) {
+    size_t cap = nt > 2 * kvcf_tail_cap ? nt : 2 * kvcf_tail_cap;
+    int64_t *p = PyMem_RawRealloc(kvcf_tail, cap * sizeof *p);
+    if (!p) return PyErr_NoMemory();
+    kvcf_tail = p;
+    kvcf_tail_cap = cap;
+  }
+  if (nc) st = kvcf_row_slots(flow, row, 0, committed, buf);
+  if (st == 0 && nt) st = kvcf_row_slots(flow, row, start, end, kvcf_tail);
+  if (st == 0 && !kvcf_row_held(pool, row)) st = kvcf_row_free(pool, row); /* refused: its status */
+  if (st == 0) {
+    const int64_t *lists[2] = {buf, kvcf_tail};
+    const size_t counts[2] = {nc, nt};
+    st = kvcf_check_free(alloc, lists, counts, 2);
+  }
+  /* Checked: none of these is refused now (the row stays held across the frees). */
+  if (st == 0 && nc) st = kvcf_free(alloc, buf, nc);
+  if (st == 0 && nt) st = kvcf_free(alloc, kvcf_tail, nt);
   if (st == 0) st = kvcf_row_free(pool, row);
   return PyLong_FromLong(st);
 }

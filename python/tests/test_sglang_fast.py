@@ -415,3 +415,37 @@ def test_extend_prefix_lens_list_read_in_c():
             T.fast.alloc_extend(False, alloc._h, 2, bad, T.host_i64_arg(T.host_array([3, 6])),
                                 None, None, None, None, None, None, None)
     assert alloc.available_size() == free
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_chunk_cache_release_refused_changes_nothing(ps):
+    """A fused release (_kvcfast.release_row) whose tail free would be refused (tail slots
+    not held: row entries past what was allocated) changes nothing: the committed slots
+    stay held and the row stays held, so the corrected call releases everything. The old
+    entry freed the committed slots first and left the request half-released."""
+    from kvcache.sglang import common
+    if T.fast is None:
+        pytest.skip("the fused release is the _kvcfast path")
+    pool, alloc = world(ps=ps, rows=4, width=64, size=256)
+    cache = S.ChunkCache(pool, alloc, ps)
+    req = S.Req(fill_ids=list(range(13)))
+    S.ScheduleBatch([req], pool, cache).prepare_for_extend()
+    row, avail = req.req_pool_idx, alloc.available_size()
+    req.kv_committed_len, req.kv_allocated_len = 10, 16  # row[13:16) was never allocated
+    with pytest.raises(Exception, match="padding page 0"):
+        S.release_kv_cache(req, cache)
+    assert alloc.available_size() == avail
+    assert req.req_pool_idx == row and pool.available_size() == 3
+    assert T.lib.kvc_allocator_check(alloc._h) == 0  # the audit: no mark left behind
+    req.kv_allocated_len = 13
+    S.release_kv_cache(req, cache)
+    assert alloc.available_size() == 256 and pool.available_size() == 4
+    # Slots held but the row released already (its mirror still names them): refused by
+    # the row release's own check before anything is freed.
+    other = S.Req(fill_ids=list(range(5)))
+    S.ScheduleBatch([other], pool, cache).prepare_for_extend()
+    got, row = alloc.available_size(), other.req_pool_idx
+    assert T.lib.kvc_req_to_token_pool_free(pool._h, row) == 0
+    _, ah, fh, ph, _ = common._release_plan(cache)
+    assert T.fast.release_row(ah, fh, ph, row, 5, 5, 5, alloc._scratch(8)) != 0
+    assert alloc.available_size() == got
