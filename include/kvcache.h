@@ -1821,6 +1821,19 @@ KVC_API kvc_status kvc_swa_allocator_alloc_extend(
     const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *req_pool,
     const int32_t *req_rows, const int64_t *const *prefix_slots, int64_t *out_host,
     int64_t *out_device, kvc_stream stream);
+/** kvc_swa_allocator_alloc_extend_ex() : kvc_swa_allocator_alloc_extend() with its
+ *  arguments in `args` (kvc_extend_args, as kvc_allocator_alloc_extend_ex; not retained),
+ *  and rows_device: rows_device[i] = req_rows[i] (int64, SGLang's req_pool_indices),
+ *  written by the full side's one launch on args->stream together with out_cache_loc,
+ *  the rows and the mapping (ring mode: the full side's launch), so the caller needs no
+ *  copy of the rows to the device. Same slots, rows, mapping and launch count as
+ *  kvc_swa_allocator_alloc_extend; stream-ordered, never synchronizes, not capturable
+ *  (per-call data in the launch).
+ *  @return as kvc_swa_allocator_alloc_extend (nothing changed on any failure), and
+ *  KVC_ERR_INVALID_ARGUMENT for a NULL alloc or args, or rows_device without req_pool
+ *  (checked before either side allocates). */
+KVC_API kvc_status kvc_swa_allocator_alloc_extend_ex(kvc_swa_allocator *alloc,
+                                                     const kvc_extend_args *args);
 /** kvc_swa_allocator_alloc_decode() : SGLang alloc_decode, both sides or none (see
  *  kvc_allocator_alloc_decode for the arguments). One launch on `stream` writes
  *  out_cache_loc, the req_to_token entries and the full->SWA mapping of the new slots.

@@ -157,7 +157,7 @@ static kvcf_match_fn kvcf_match;
 static kvcf_alloc_fn kvcf_alloc;
 static kvcf_swa_alloc_fn kvcf_swa_alloc;
 static kvcf_rows_alloc_fn kvcf_rows_alloc;
-static kvcf_aext_ex_fn kvcf_aext_ex;
+static kvcf_aext_ex_fn kvcf_aext_ex[2];
 static kvcf_check_free_fn kvcf_check_free;
 static kvcf_row_held_fn kvcf_row_held;
 
@@ -165,14 +165,14 @@ static kvcf_row_held_fn kvcf_row_held;
 static int32_t *kvcf_tok;
 static size_t kvcf_tok_cap;
 
-#define KVCF_ADAPTER_FNS 15
+#define KVCF_ADAPTER_FNS 16
 
 static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   void *a[KVCF_ADAPTER_FNS] = {NULL};
   (void)self;
   /* Fewer: an older adapter (a same-session before/after runs an older tree's Python on
    * this build): 12 never passes rows_dev, 13 has no check functions (release_row then
-   * raises, and that adapter's fused release falls back on ctypes only if it checks). */
+   * raises), 15 no SWA extend_ex (rows_dev with the SWA allocator then raises). */
   if (nargs < 12 || nargs > KVCF_ADAPTER_FNS) {
     PyErr_Format(PyExc_TypeError, "bind_adapter() takes 12 to %d arguments (%zd given)", KVCF_ADAPTER_FNS, nargs);
     return NULL;
@@ -197,9 +197,10 @@ static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssi
   *(void **)&kvcf_alloc = a[9];
   *(void **)&kvcf_swa_alloc = a[10];
   *(void **)&kvcf_rows_alloc = a[11];
-  *(void **)&kvcf_aext_ex = a[12];
+  *(void **)&kvcf_aext_ex[0] = a[12];
   *(void **)&kvcf_check_free = a[13];
   *(void **)&kvcf_row_held = a[14];
+  *(void **)&kvcf_aext_ex[1] = a[15];
   Py_RETURN_NONE;
 }
 
@@ -300,7 +301,7 @@ static int kvcf_list_i64(PyObject *list, size_t n, void **out) {
  * [, rows_dev]) -> kvc_status (prefix: the address of n host int64 pointers, or None; pre
  * may be a list of ints).
  * rows_dev (device int64 [n], or None): the rows as int64, written by the same launch
- * (kvc_allocator_alloc_extend_ex; the SWA allocator has no such entry: ValueError). */
+ * ([swa_]allocator_alloc_extend_ex). */
 static PyObject *kvcf_alloc_extend(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   void *alloc, *pre, *seq, *last, *pool, *rows, *prefix, *oh, *od, *stream, *rd = NULL;
   size_t n;
@@ -314,16 +315,15 @@ static PyObject *kvcf_alloc_extend(PyObject *self, PyObject *const *args, Py_ssi
       kvcf_addr(args[11], &stream) || (nargs == 13 && kvcf_addr(args[12], &rd)))
     return NULL;
   if (rd) {
-    if (!kvcf_aext_ex) {
-      PyErr_SetString(PyExc_RuntimeError, "alloc_extend(): rows_dev needs bind_adapter() with 13 functions");
-      return NULL;
-    }
-    if (swa) {
-      PyErr_SetString(PyExc_ValueError, "alloc_extend(): rows_dev with the SWA allocator");
+    const kvcf_aext_ex_fn ex = kvcf_aext_ex[swa ? 1 : 0];
+    if (!ex) {
+      PyErr_SetString(PyExc_RuntimeError, swa ? "alloc_extend(): rows_dev with the SWA allocator needs bind_adapter() "
+                                                "with 16 functions"
+                                              : "alloc_extend(): rows_dev needs bind_adapter() with 13 functions");
       return NULL;
     }
     const kvcf_extend_args x = {n, pre, seq, last, pool, rows, (const int64_t *const *)prefix, oh, od, rd, stream};
-    return PyLong_FromLong(kvcf_aext_ex(alloc, &x));
+    return PyLong_FromLong(ex(alloc, &x));
   }
   return PyLong_FromLong(
       kvcf_aext[swa ? 1 : 0](alloc, n, pre, seq, last, pool, rows, (const int64_t *const *)prefix, oh, od, stream));

@@ -295,14 +295,23 @@ def test_token_list_conversion_blocks_and_a_list_that_shrinks():
         T.fast.fill_i32(array.array("i", bytes(4 * 12)), toks, None, 12)
 
 
+def swa_world(ps, rows=16, width=16, size=512):
+    pool = S.ReqToTokenPool(rows, width, "cpu")
+    kv = S.SWAKVPool(size, size, ps, "float32", 1, 4, swa_attention_layer_ids=[1],
+                     full_attention_layer_ids=[0], device="cpu")
+    return pool, S.SWATokenToKVPoolAllocator(size, size, ps, "float32", "cpu", kv, False)
+
+
+@pytest.mark.parametrize("swa", [False, True])
 @pytest.mark.parametrize("ps", [1, 4])
-def test_extend_rows_written_by_the_launch_into_fresh_slab_vectors(ps):
-    """The CUDA path of alloc_for_extend (kvc_allocator_alloc_extend_ex writes
+def test_extend_rows_written_by_the_launch_into_fresh_slab_vectors(ps, swa):
+    """The CUDA path of alloc_for_extend ([swa_]allocator_alloc_extend_ex writes
     req_pool_indices into a slab vector), forced onto the host backend: the vector holds
     the rows as int64, carries the host rows, and a kept one is never written by later
-    calls, also across a slab change (capacity 8, batches of 3)."""
+    calls, also across a slab change (capacity 8, batches of 3). The SWA allocator takes
+    the same route (session 8: it copied the rows before)."""
     from kvcache.sglang import common
-    pool, alloc = world(ps=ps, rows=16, width=16, size=512)
+    pool, alloc = swa_world(ps) if swa else world(ps=ps, rows=16, width=16, size=512)
     cache = S.ChunkCache(pool, alloc, ps)
     common._hot(alloc).rows_slab = T.Slab("cpu", cap=8)
     kept = []
@@ -326,13 +335,33 @@ def test_extend_rows_written_by_the_launch_into_fresh_slab_vectors(ps):
         assert L(t) == want
 
 
-def test_extend_rows_entry_refuses_swa_and_bad_arity():
+def test_extend_rows_entry_refuses_bad_arity():
     if T.fast is None:
         pytest.skip("ctypes session: no _kvcfast entry")
     with pytest.raises(TypeError):
         T.fast.alloc_extend(*([None] * 11))
-    with pytest.raises(ValueError):
-        T.fast.alloc_extend(True, 1, 0, None, None, None, None, None, None, None, None, None, 8)
+    with pytest.raises(TypeError):
+        T.fast.alloc_extend(*([None] * 14))
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_swa_extend_rows_device_refusal_changes_nothing(ps):
+    """kvc_swa_allocator_alloc_extend_ex with rows_device and no req_pool is refused before
+    either side allocates (through the entry the adapter uses)."""
+    pool, alloc = swa_world(ps)
+    rows_dev = T.host_empty(1)
+    pre, seq = T.host_array([0]), T.host_array([5])
+    full, swa = alloc.full_available_size(), alloc.swa_available_size()
+    if T.fast is not None:
+        st = T.fast.alloc_extend(True, alloc._h, 1, pre, seq, None, None, None, None, None, None,
+                                 None, rows_dev)
+    else:
+        from kvcache.sglang import common
+        hot = common._hot(alloc)
+        st = common._extend_ex(hot, alloc._h, 1, T.ptr(pre), T.ptr(seq), None,
+                               (T.ctypes.c_int32 * 1)(0), None, None, None, T.ptr(rows_dev))
+    assert st == 1  # KVC_ERR_INVALID_ARGUMENT
+    assert (alloc.full_available_size(), alloc.swa_available_size()) == (full, swa)
 
 
 @pytest.mark.parametrize("ps", [1, 4])
