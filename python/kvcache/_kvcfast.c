@@ -547,9 +547,37 @@ typedef struct kvcf_match_out {
   int32_t copied, reserved_;
 } kvcf_match_out;
 
+/* After a successful match into m: *node = the matched node as an int (None at the root;
+ * a new reference), *kept = the kept tensor of (node, len) in results when its slots are
+ * still exactly the tree's, else None (borrowed). 0, or -1 with a Python error. */
+static int kvcf_kept_lookup(const kvcf_match_out *m, PyObject *results, PyObject **node, PyObject **kept) {
+  PyObject *key, *ent, *len;
+  *kept = Py_None;
+  *node = m->node ? PyLong_FromVoidPtr(m->node) : Py_NewRef(Py_None);
+  if (!*node) return -1;
+  if (m->len <= 0) return 0;
+  len = PyLong_FromLongLong((long long)m->len);
+  key = len ? PyTuple_Pack(2, *node, len) : NULL;
+  Py_XDECREF(len);
+  if (!key) goto fail;
+  ent = PyDict_GetItemWithError(results, key); /* borrowed */
+  Py_DECREF(key);
+  if (!ent && PyErr_Occurred()) goto fail;
+  if (ent && PyTuple_Check(ent) && PyTuple_GET_SIZE(ent) == 2 && PyByteArray_Check(PyTuple_GET_ITEM(ent, 0))) {
+    PyObject *buf = PyTuple_GET_ITEM(ent, 0);
+    if (PyByteArray_GET_SIZE(buf) == (Py_ssize_t)(8 * m->len) &&
+        memcmp(PyByteArray_AS_STRING(buf), m->slots, (size_t)(8 * m->len)) == 0)
+      *kept = PyTuple_GET_ITEM(ent, 1);
+  }
+  return 0;
+fail:
+  Py_CLEAR(*node);
+  return -1;
+}
+
 static PyObject *kvcf_radix_match_kept(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   kvcf_match_out *m;
-  PyObject *res, *key, *node, *ent, *kept = Py_None;
+  PyObject *res, *node, *kept;
   if (kvcf_nargs(nargs, 5, "radix_match_kept")) return NULL;
   if (!PyDict_Check(args[4])) {
     PyErr_SetString(PyExc_TypeError, "radix_match_kept() needs a dict of kept results");
@@ -561,34 +589,145 @@ static PyObject *kvcf_radix_match_kept(PyObject *self, PyObject *const *args, Py
   Py_DECREF(res);
   if (st == -1 && PyErr_Occurred()) return NULL;
   if (st != 0) return PyLong_FromLong(st); /* the caller raises from the status */
-  if (kvcf_addr(args[3], (void **)&m)) return NULL;
-  if (m->node) {
-    node = PyLong_FromVoidPtr(m->node);
-    if (!node) return NULL;
-  } else {
-    node = Py_None;
-    Py_INCREF(node);
-  }
-  if (m->len > 0) {
-    key = Py_BuildValue("(On)", node, (Py_ssize_t)m->len);
-    if (!key) {
-      Py_DECREF(node);
-      return NULL;
-    }
-    ent = PyDict_GetItemWithError(args[4], key); /* borrowed */
-    Py_DECREF(key);
-    if (!ent && PyErr_Occurred()) {
-      Py_DECREF(node);
-      return NULL;
-    }
-    if (ent && PyTuple_Check(ent) && PyTuple_GET_SIZE(ent) == 2 && PyByteArray_Check(PyTuple_GET_ITEM(ent, 0))) {
-      PyObject *buf = PyTuple_GET_ITEM(ent, 0);
-      if (PyByteArray_GET_SIZE(buf) == (Py_ssize_t)(8 * m->len) &&
-          memcmp(PyByteArray_AS_STRING(buf), m->slots, (size_t)(8 * m->len)) == 0)
-        kept = PyTuple_GET_ITEM(ent, 1);
-    }
-  }
+  if (kvcf_addr(args[3], (void **)&m) || kvcf_kept_lookup(m, args[4], &node, &kept)) return NULL;
   return Py_BuildValue("(LKNO)", (long long)m->len, (unsigned long long)(uintptr_t)m->slots, node, kept);
+}
+
+/* match_prefix(mc, params) -> MatchResult, (len, slots, node), a kvc_status int, or None:
+ * RadixCache.match_prefix in one call (issue 18 item 4: the Python around radix_match_kept,
+ * its attribute walk and the dataclass __init__, was about as long as the match). mc is
+ * the cache's tuple (tree handle, address of its kvc_radix_match, kept-results dict, empty
+ * result, MatchResult class), built once. params: SGLang's MatchPrefixParams, a RadixKey,
+ * or the tokens (key = getattr(params, "key", params), tokens = getattr(key, "token_ids",
+ * key), extra_key hashed as the adapter's _ns does). Tokens: a list (converted as
+ * radix_match_list does), or a C-contiguous buffer of int32 (format "i": array('i'), a NumPy
+ * int32 vector; read in place). Returns None for other tokens (the caller's general path),
+ * a status on a failed match (the caller raises), MatchResult(kept or empty, node, node)
+ * when no new tensor is needed, else (len, slots, node) for the caller to build it. The
+ * MatchResult is made as the dataclass' __init__ makes it (object.__new__, then its four
+ * fields set in order); the caller passes the class only if it has no __post_init__. */
+static PyObject *kvcf_s_key, *kvcf_s_tokens, *kvcf_s_extra, *kvcf_s_f[4], *kvcf_zero, *kvcf_no_args;
+
+static int kvcf_opt_attr(PyObject *o, PyObject *name, PyObject **out) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return PyObject_GetOptionalAttr(o, name, out);
+#else
+  return _PyObject_LookupAttr(o, name, out);
+#endif
+}
+
+static int kvcf_match_names(void) {
+  static const char *const f[4] = {"device_indices", "last_device_node", "last_host_node", "host_hit_length"};
+  if (kvcf_no_args) return 0;
+  if (!(kvcf_s_key = PyUnicode_InternFromString("key")) || !(kvcf_s_tokens = PyUnicode_InternFromString("token_ids")) ||
+      !(kvcf_s_extra = PyUnicode_InternFromString("extra_key")) || !(kvcf_zero = PyLong_FromLong(0)))
+    return -1;
+  for (int i = 0; i < 4; i++)
+    if (!(kvcf_s_f[i] = PyUnicode_InternFromString(f[i]))) return -1;
+  return (kvcf_no_args = PyTuple_New(0)) ? 0 : -1;
+}
+
+static PyObject *kvcf_match_result(PyObject *cls, PyObject *indices, PyObject *node) {
+  PyTypeObject *t = (PyTypeObject *)cls;
+  PyObject *r = t->tp_new(t, kvcf_no_args, NULL);
+  if (!r) return NULL;
+  PyObject *const v[4] = {indices, node, node, kvcf_zero};
+  for (int i = 0; i < 4; i++)
+    if (PyObject_SetAttr(r, kvcf_s_f[i], v[i]) < 0) {
+      Py_DECREF(r);
+      return NULL;
+    }
+  return r;
+}
+
+/* The tokens of a match_prefix key: 1 (a list, converted into kvcf_tok), 2 (an int32
+ * buffer, *view held), 0 (neither: the caller's general path), -1 (a Python error). */
+static int kvcf_key_tokens(PyObject *toks, const int32_t **p, Py_ssize_t *n, Py_buffer *view) {
+  if (PyList_CheckExact(toks)) {
+    *n = PyList_GET_SIZE(toks);
+    if ((size_t)*n > kvcf_tok_cap) {
+      size_t cap = (size_t)*n > 2 * kvcf_tok_cap ? (size_t)*n : 2 * kvcf_tok_cap;
+      int32_t *q = PyMem_RawRealloc(kvcf_tok, cap * sizeof *q);
+      if (!q) {
+        PyErr_NoMemory();
+        return -1;
+      }
+      kvcf_tok = q;
+      kvcf_tok_cap = cap;
+    }
+    if (kvcf_list_i32(toks, kvcf_tok, *n)) return -1;
+    *p = kvcf_tok;
+    return 1;
+  }
+  if (!PyObject_CheckBuffer(toks)) return 0;
+  if (PyObject_GetBuffer(toks, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+    PyErr_Clear(); /* not one this path reads: the general path decides */
+    return 0;
+  }
+  const char *f = view->format ? view->format : "B";
+  if (view->itemsize != 4 || view->ndim != 1 || (strcmp(f, "i") && strcmp(f, "@i") && strcmp(f, "=i"))) {
+    PyBuffer_Release(view);
+    return 0;
+  }
+  *p = view->buf;
+  *n = view->shape[0];
+  return 2;
+}
+
+static PyObject *kvcf_match_prefix(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  PyObject *mc, *k, *toks, *extra = NULL, *node, *kept, *out;
+  Py_buffer view;
+  const int32_t *tp = NULL;
+  Py_ssize_t nt = 0;
+  uint64_t ns = 0;
+  void *cache;
+  kvcf_match_out *m;
+  (void)self;
+  if (kvcf_nargs(nargs, 2, "match_prefix") || kvcf_adapter_bound() || kvcf_match_names()) return NULL;
+  mc = args[0];
+  if (!PyTuple_Check(mc) || PyTuple_GET_SIZE(mc) != 5 || !PyDict_Check(PyTuple_GET_ITEM(mc, 2)) ||
+      !PyType_Check(PyTuple_GET_ITEM(mc, 4))) {
+    PyErr_SetString(PyExc_TypeError, "match_prefix() needs the cache's 5-tuple");
+    return NULL;
+  }
+  if (kvcf_addr(PyTuple_GET_ITEM(mc, 0), &cache) || kvcf_addr(PyTuple_GET_ITEM(mc, 1), (void **)&m)) return NULL;
+  if (kvcf_opt_attr(args[1], kvcf_s_key, &k) < 0) return NULL;
+  if (!k) k = Py_NewRef(args[1]);
+  if (kvcf_opt_attr(k, kvcf_s_tokens, &toks) < 0) {
+    Py_DECREF(k);
+    return NULL;
+  }
+  if (!toks) toks = Py_NewRef(k);
+  if (toks != k && kvcf_opt_attr(k, kvcf_s_extra, &extra) < 0) {
+    Py_DECREF(k);
+    Py_DECREF(toks);
+    return NULL;
+  }
+  Py_DECREF(k);
+  if (extra && extra != Py_None) { /* the adapter's _ns: hash(extra) & (2^64 - 1) or 1 */
+    const Py_hash_t h = PyObject_Hash(extra);
+    if (h == -1) {
+      Py_DECREF(extra);
+      Py_DECREF(toks);
+      return NULL;
+    }
+    ns = (uint64_t)h;
+    if (!ns) ns = 1;
+  }
+  Py_XDECREF(extra);
+  const int kind = kvcf_key_tokens(toks, &tp, &nt, &view);
+  int st = kind > 0 ? kvcf_match(cache, ns, tp, (int64_t)nt, m) : 0;
+  if (kind == 2) PyBuffer_Release(&view);
+  Py_DECREF(toks);
+  if (kind < 0) return NULL;
+  if (kind == 0) Py_RETURN_NONE;
+  if (st != 0) return PyLong_FromLong(st); /* the caller raises from the status */
+  if (kvcf_kept_lookup(m, PyTuple_GET_ITEM(mc, 2), &node, &kept)) return NULL;
+  if (kept != Py_None) out = kvcf_match_result(PyTuple_GET_ITEM(mc, 4), kept, node);
+  else if (m->len == 0) out = kvcf_match_result(PyTuple_GET_ITEM(mc, 4), PyTuple_GET_ITEM(mc, 3), node);
+  else out = Py_BuildValue("(LKO)", (long long)m->len, (unsigned long long)(uintptr_t)m->slots, node);
+  Py_DECREF(node);
+  return out;
 }
 
 /* alloc(swa, alloc, n, out_host, out_dev, stream) -> kvc_status (kvc_allocator_alloc
@@ -788,6 +927,8 @@ static PyMethodDef kvcf_methods[] = {
      "radix_cache_match_prefix of a list of int tokens"},
     {"radix_match_kept", (PyCFunction)(void (*)(void))kvcf_radix_match_kept, METH_FASTCALL,
      "radix_match_list, then the kept result of (node, len) when its slots are unchanged"},
+    {"match_prefix", (PyCFunction)(void (*)(void))kvcf_match_prefix, METH_FASTCALL,
+     "RadixCache.match_prefix of a list key: a MatchResult, or what the caller completes"},
     {"alloc", (PyCFunction)(void (*)(void))kvcf_alloc_slots, METH_FASTCALL,
      "[swa_]allocator_alloc(swa, alloc, n, out_host, out_dev, stream)"},
     {"rows_alloc", (PyCFunction)(void (*)(void))kvcf_rows_alloc_py, METH_FASTCALL,

@@ -478,3 +478,45 @@ def test_chunk_cache_release_refused_changes_nothing(ps):
     _, ah, fh, ph, _ = common._release_plan(cache)
     assert T.fast.release_row(ah, fh, ph, row, 5, 5, 5, alloc._scratch(8)) != 0
     assert alloc.available_size() == got
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_match_prefix_entry_agrees_with_the_python_path(ps):
+    """RadixCache.match_prefix through _kvcfast.match_prefix (list and int32 buffer keys,
+    MatchResult built in C) gives what the Python path gives with the entry switched off:
+    equal MatchResults (all four fields, also in vars()), the same kept tensor, extra_key
+    namespaces, a miss is the shared empty result, keys given as a RadixKey or the bare
+    tokens; other tokens (a tuple) take the general path; a bad tuple raises."""
+    if T.fast is None or not hasattr(T.fast, "match_prefix"):
+        pytest.skip("ctypes session: no _kvcfast entry")
+    pool, alloc = world(ps, size=256)
+    cache = S.RadixCache(pool, alloc, ps)
+    assert cache._mc is not None
+    toks = list(range(300, 321))
+    r = S.Req(origin_input_ids=toks, fill_ids=list(toks))
+    S.ScheduleBatch([r], pool, cache).prepare_for_extend()
+    S.release_kv_cache(r, cache)
+    keys = [S.MatchPrefixParams(S.RadixKey(toks[:-1])), S.RadixKey(array.array("i", toks[:-1])),
+            S.MatchPrefixParams(S.RadixKey(T.host_i32(toks[:-1]))), toks[:-1],
+            S.MatchPrefixParams(S.RadixKey(toks[:-1], extra_key="ns")),
+            S.MatchPrefixParams(S.RadixKey([9, 9, 9])), S.MatchPrefixParams(S.RadixKey([]))]
+    fast = [cache.match_prefix(k) for k in keys]
+    fast_again = cache.match_prefix(keys[0])
+    mc, cache._mc = cache._mc, None
+    slow = [cache.match_prefix(k) for k in keys]
+    cache._mc = mc
+    for f, s in zip(fast, slow):
+        assert type(f) is S.MatchResult and vars(f).keys() == vars(s).keys()
+        assert L(f.device_indices) == L(s.device_indices)
+        assert f.last_device_node == s.last_device_node == f.last_host_node
+        assert f.host_hit_length == s.host_hit_length == 0
+    assert len(L(fast[0].device_indices)) == (20 // ps) * ps
+    assert fast_again.device_indices is fast[0].device_indices  # kept, built once
+    assert all(f.device_indices is fast[0].device_indices for f in fast[1:4])
+    assert fast[4].device_indices is fast[5].device_indices is fast[6].device_indices  # empty
+    assert T.fast.match_prefix(cache._mc, tuple(toks[:-1])) is None  # general path's
+    assert L(cache.match_prefix(tuple(toks[:-1])).device_indices) == L(fast[0].device_indices)
+    with pytest.raises(TypeError):
+        T.fast.match_prefix((1, 2), keys[0])
+    with pytest.raises(TypeError):  # a token that is not an int, as array('i') refuses
+        cache.match_prefix(S.RadixKey([1, "x"]))
