@@ -12,13 +12,13 @@
 #include <string.h>
 #include <time.h>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    kvc_status st_ = (x);                                                             \
-    if (st_ != KVC_OK) {                                                              \
+#define CHECK(x)                                                                         \
+  do {                                                                                   \
+    kvc_status st_ = (x);                                                                \
+    if (st_ != KVC_OK) {                                                                 \
       fprintf(stderr, "%s:%d %s -> %s\n", __FILE__, __LINE__, #x, kvc_status_name(st_)); \
-      exit(1);                                                                        \
-    }                                                                                 \
+      exit(1);                                                                           \
+    }                                                                                    \
   } while (0)
 
 static double now_us(void) {
@@ -77,8 +77,8 @@ int main(int argc, char **argv) {
   CHECK(kvc_stream_synchronize(ctx, NULL));
   qsort(t, (size_t)reps, sizeof *t, cmpd);
   printf("alloc_extend_ex 16 x 512 TOKEN: median %.2f us, p10 %.2f, p90 %.2f (%d reps; backend %s; check %llu)\n",
-         t[reps / 2], t[reps / 10], t[reps * 9 / 10], reps, kvc_context_backend(ctx) == KVC_BACKEND_CUDA ? "cuda" : "host",
-         (unsigned long long)sum);
+         t[reps / 2], t[reps / 10], t[reps * 9 / 10], reps,
+         kvc_context_backend(ctx) == KVC_BACKEND_CUDA ? "cuda" : "host", (unsigned long long)sum);
   kvc_memory_free(ctx, dev_out);
   kvc_memory_free(ctx, dev_rows);
   kvc_allocator_destroy(a);
