@@ -520,3 +520,13 @@ def test_match_prefix_entry_agrees_with_the_python_path(ps):
         T.fast.match_prefix((1, 2), keys[0])
     with pytest.raises(TypeError):  # a token that is not an int, as array('i') refuses
         cache.match_prefix(S.RadixKey([1, "x"]))
+
+
+def test_match_prefix_entry_off_for_a_subclass_with_its_own_namespace():
+    """A subclass that overrides _ns keeps the Python path (the C entry hashes as _ns)."""
+    class Own(S.RadixCache):
+        def _ns(self, extra):
+            return 7
+
+    pool, alloc = world(1, size=64)
+    assert Own(pool, alloc, 1)._mc is None

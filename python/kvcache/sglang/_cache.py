@@ -218,9 +218,12 @@ class RadixCache(_PrefixCacheBase):
         self._kept = getattr(T.fast, "radix_match_kept", None) if T.fast is not None else None
         self._results = {}
         # _kvcfast.match_prefix: the list-key path, MatchResult included, in one C call; it
-        # builds the dataclass as its __init__ does, which a __post_init__ would change.
+        # builds the dataclass as its __init__ does (which a __post_init__ would change)
+        # and hashes extra_key as _ns does (which a subclass may override).
+        fast_ok = _FAST_MATCH is not None and not hasattr(MatchResult, "__post_init__") \
+            and type(self)._ns is RadixCache._ns
         self._mc = (self._th, self._maddr, self._results, self._empty_match, MatchResult) \
-            if _FAST_MATCH is not None and not hasattr(MatchResult, "__post_init__") else None
+            if fast_ok else None
         self._result_tokens = 0
 
     # --- matching ---------------------------------------------------------------------
