@@ -1633,6 +1633,24 @@ KVC_API kvc_status kvc_allocator_alloc_decode(kvc_allocator *alloc, size_t batch
  *  slot or page not currently held (double free), or a slot listed twice (TOKEN). */
 KVC_API kvc_status kvc_allocator_free(kvc_allocator *alloc, const int64_t *slots, size_t n);
 
+/** kvc_allocator_check_free() : what kvc_allocator_free(alloc, lists[i], counts[i]) for
+ *  i = 0 .. num_lists - 1, in that order, would return, without freeing anything: a later
+ *  list is checked as if the earlier ones had been freed (TOKEN: a slot in two lists is
+ *  refused; PAGED: a page freed by an earlier list is refused, except inside an open free
+ *  group, where free() accepts it again). For a caller that frees several lists in turn
+ *  and must not be left with the first ones done when a later one is refused (SGLang's
+ *  release: committed slots, then the over-allocated tail, two frees because one merged
+ *  paged free would order the free list differently): check, then free. An empty list
+ *  (counts[i] == 0) may be NULL; num_lists == 0 is KVC_OK.
+ *  Changes nothing (it sets and clears transient per-page marks: single writer, as the
+ *  allocator). Host only, no stream, no device work.
+ *  @return KVC_OK when every free would succeed; else the status and message (lists[i][j]
+ *  named) the first refused free would give: KVC_ERR_MISUSE for slot 0 / page 0, a slot
+ *  out of range, not held, listed twice, or freed by an earlier list;
+ *  KVC_ERR_INVALID_ARGUMENT for NULL lists / counts, or a NULL list with counts[i] > 0. */
+KVC_API kvc_status kvc_allocator_check_free(kvc_allocator *alloc, const int64_t *const *lists,
+                                            const size_t *counts, size_t num_lists);
+
 /** kvc_allocator_free_segment() : frees slots = row[start_pos : start_pos + n) of one
  *  request (start_pos page-aligned): pages are slots[0], slots[ps], ... (no dedup, no
  *  sort), a trailing partial page released whole. @return as kvc_allocator_free, and
@@ -1803,6 +1821,19 @@ KVC_API kvc_status kvc_swa_allocator_alloc_extend(
     const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *req_pool,
     const int32_t *req_rows, const int64_t *const *prefix_slots, int64_t *out_host,
     int64_t *out_device, kvc_stream stream);
+/** kvc_swa_allocator_alloc_extend_ex() : kvc_swa_allocator_alloc_extend() with its
+ *  arguments in `args` (kvc_extend_args, as kvc_allocator_alloc_extend_ex; not retained),
+ *  and rows_device: rows_device[i] = req_rows[i] (int64, SGLang's req_pool_indices),
+ *  written by the full side's one launch on args->stream together with out_cache_loc,
+ *  the rows and the mapping (ring mode: the full side's launch), so the caller needs no
+ *  copy of the rows to the device. Same slots, rows, mapping and launch count as
+ *  kvc_swa_allocator_alloc_extend; stream-ordered, never synchronizes, not capturable
+ *  (per-call data in the launch).
+ *  @return as kvc_swa_allocator_alloc_extend (nothing changed on any failure), and
+ *  KVC_ERR_INVALID_ARGUMENT for a NULL alloc or args, or rows_device without req_pool
+ *  (checked before either side allocates). */
+KVC_API kvc_status kvc_swa_allocator_alloc_extend_ex(kvc_swa_allocator *alloc,
+                                                     const kvc_extend_args *args);
 /** kvc_swa_allocator_alloc_decode() : SGLang alloc_decode, both sides or none (see
  *  kvc_allocator_alloc_decode for the arguments). One launch on `stream` writes
  *  out_cache_loc, the req_to_token entries and the full->SWA mapping of the new slots.

@@ -263,6 +263,7 @@ _fn("kvc_allocator_alloc_extend", _st, _P, c_size_t, _I64P, _I64P, _I64P, _P, _I
 _fn("kvc_allocator_alloc_extend_ex", _st, _P, POINTER(ExtendArgs))
 _fn("kvc_allocator_alloc_decode", _st, _P, c_size_t, _I64P, _I64P, _P, _I32P, _I64P, _P, _P)
 _fn("kvc_allocator_free", _st, _P, _I64P, c_size_t)
+_fn("kvc_allocator_check_free", _st, _P, POINTER(_I64P), POINTER(c_size_t), c_size_t)
 _fn("kvc_allocator_free_segment", _st, _P, _I64P, c_size_t, c_int64)
 _fn("kvc_allocator_free_group_begin", _st, _P)
 _fn("kvc_allocator_free_group_end", _st, _P)

@@ -144,6 +144,8 @@ typedef struct kvcf_extend_args {
   void *stream;
 } kvcf_extend_args;
 typedef int (*kvcf_aext_ex_fn)(void *alloc, const kvcf_extend_args *args);
+typedef int (*kvcf_check_free_fn)(void *alloc, const int64_t *const *lists, const size_t *counts, size_t num_lists);
+typedef int (*kvcf_row_held_fn)(const void *pool, int32_t row);
 
 static kvcf_adec_fn kvcf_adec[2];
 static kvcf_aext_fn kvcf_aext[2];
@@ -155,24 +157,30 @@ static kvcf_match_fn kvcf_match;
 static kvcf_alloc_fn kvcf_alloc;
 static kvcf_swa_alloc_fn kvcf_swa_alloc;
 static kvcf_rows_alloc_fn kvcf_rows_alloc;
-static kvcf_aext_ex_fn kvcf_aext_ex;
+static kvcf_aext_ex_fn kvcf_aext_ex[2];
+static kvcf_check_free_fn kvcf_check_free;
+static kvcf_row_held_fn kvcf_row_held;
 
 /* Token scratch of radix_match_list (grown, never shrunk; the GIL serializes its users). */
 static int32_t *kvcf_tok;
 static size_t kvcf_tok_cap;
 
-#define KVCF_ADAPTER_FNS 13
+#define KVCF_ADAPTER_FNS 16
 
 static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   void *a[KVCF_ADAPTER_FNS] = {NULL};
   (void)self;
-  /* 12: an adapter older than alloc_extend_ex (a same-session before/after runs an older
-   * tree's Python on this build), which then never passes rows_dev. */
-  if (nargs != KVCF_ADAPTER_FNS - 1 && kvcf_nargs(nargs, KVCF_ADAPTER_FNS, "bind_adapter")) return NULL;
+  /* Fewer: an older adapter (a same-session before/after runs an older tree's Python on
+   * this build): 12 never passes rows_dev, 13 has no check functions (release_row then
+   * raises), 15 no SWA extend_ex (rows_dev with the SWA allocator then raises). */
+  if (nargs < 12 || nargs > KVCF_ADAPTER_FNS) {
+    PyErr_Format(PyExc_TypeError, "bind_adapter() takes 12 to %d arguments (%zd given)", KVCF_ADAPTER_FNS, nargs);
+    return NULL;
+  }
   for (Py_ssize_t i = 0; i < nargs; i++) {
     if (kvcf_ptr(args[i], &a[i])) return NULL;
     if (!a[i]) {
-      PyErr_SetString(PyExc_ValueError, "bind_adapter() needs 12 or 13 function addresses");
+      PyErr_SetString(PyExc_ValueError, "bind_adapter() needs non-NULL function addresses");
       return NULL;
     }
   }
@@ -189,7 +197,10 @@ static PyObject *kvcf_bind_adapter(PyObject *self, PyObject *const *args, Py_ssi
   *(void **)&kvcf_alloc = a[9];
   *(void **)&kvcf_swa_alloc = a[10];
   *(void **)&kvcf_rows_alloc = a[11];
-  *(void **)&kvcf_aext_ex = a[12];
+  *(void **)&kvcf_aext_ex[0] = a[12];
+  *(void **)&kvcf_check_free = a[13];
+  *(void **)&kvcf_row_held = a[14];
+  *(void **)&kvcf_aext_ex[1] = a[15];
   Py_RETURN_NONE;
 }
 
@@ -290,7 +301,7 @@ static int kvcf_list_i64(PyObject *list, size_t n, void **out) {
  * [, rows_dev]) -> kvc_status (prefix: the address of n host int64 pointers, or None; pre
  * may be a list of ints).
  * rows_dev (device int64 [n], or None): the rows as int64, written by the same launch
- * (kvc_allocator_alloc_extend_ex; the SWA allocator has no such entry: ValueError). */
+ * ([swa_]allocator_alloc_extend_ex). */
 static PyObject *kvcf_alloc_extend(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   void *alloc, *pre, *seq, *last, *pool, *rows, *prefix, *oh, *od, *stream, *rd = NULL;
   size_t n;
@@ -304,16 +315,15 @@ static PyObject *kvcf_alloc_extend(PyObject *self, PyObject *const *args, Py_ssi
       kvcf_addr(args[11], &stream) || (nargs == 13 && kvcf_addr(args[12], &rd)))
     return NULL;
   if (rd) {
-    if (!kvcf_aext_ex) {
-      PyErr_SetString(PyExc_RuntimeError, "alloc_extend(): rows_dev needs bind_adapter() with 13 functions");
-      return NULL;
-    }
-    if (swa) {
-      PyErr_SetString(PyExc_ValueError, "alloc_extend(): rows_dev with the SWA allocator");
+    const kvcf_aext_ex_fn ex = kvcf_aext_ex[swa ? 1 : 0];
+    if (!ex) {
+      PyErr_SetString(PyExc_RuntimeError, swa ? "alloc_extend(): rows_dev with the SWA allocator needs bind_adapter() "
+                                                "with 16 functions"
+                                              : "alloc_extend(): rows_dev needs bind_adapter() with 13 functions");
       return NULL;
     }
     const kvcf_extend_args x = {n, pre, seq, last, pool, rows, (const int64_t *const *)prefix, oh, od, rd, stream};
-    return PyLong_FromLong(kvcf_aext_ex(alloc, &x));
+    return PyLong_FromLong(ex(alloc, &x));
   }
   return PyLong_FromLong(
       kvcf_aext[swa ? 1 : 0](alloc, n, pre, seq, last, pool, rows, (const int64_t *const *)prefix, oh, od, stream));
@@ -351,12 +361,22 @@ static PyObject *kvcf_free_row(PyObject *self, PyObject *const *args, Py_ssize_t
   return PyLong_FromLong(st);
 }
 
+/* The over-allocated tail of release_row, read before anything is freed (grown, never
+ * shrunk; the GIL serializes its users). */
+static int64_t *kvcf_tail;
+static size_t kvcf_tail_cap;
+
 /* release_row(alloc, flow, pool, row, committed, start, end, buf) -> kvc_status: a finished
  * request of a ChunkCache over a plain (non-SWA) allocator, as release_kv_cache does it in
  * three calls: free row[0:committed), free row[start:end) (the over-allocated tail), then
  * release the row. buf holds max(committed, end - start) int64. Two frees, not one, because
  * a paged free puts its sorted pages in front of the free list: one merged free would
- * order them differently from SGLang's two. Stops at the first failure (its status). */
+ * order them differently from SGLang's two.
+ * A failed call changes nothing: both slices are read (the tail into kvcf_tail), the row
+ * and kvc_allocator_check_free over the two lists are checked, and only then freed, so a
+ * refused tail (slots not held) cannot leave the committed slots freed and the request
+ * half-released. A row not held is reported by kvc_req_to_token_pool_free itself (it
+ * refuses and changes nothing), so the status and message are that call's. */
 static PyObject *kvcf_release_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   void *alloc, *flow, *pool, *buf;
   int32_t row;
@@ -367,14 +387,36 @@ static PyObject *kvcf_release_row(PyObject *self, PyObject *const *args, Py_ssiz
       kvcf_addr(args[1], &flow) || kvcf_addr(args[2], &pool) || kvcf_i32(args[3], &row) ||
       kvcf_i64(args[4], &committed) || kvcf_i64(args[5], &start) || kvcf_i64(args[6], &end) || kvcf_addr(args[7], &buf))
     return NULL;
-  if (committed > 0) {
-    st = kvcf_row_slots(flow, row, 0, committed, buf);
-    if (st == 0) st = kvcf_free(alloc, buf, (size_t)committed);
+  if (!kvcf_check_free || !kvcf_row_held) {
+    PyErr_SetString(PyExc_RuntimeError, "release_row() needs bind_adapter() with its check functions");
+    return NULL;
   }
-  if (st == 0 && start < end) {
-    st = kvcf_row_slots(flow, row, start, end, buf);
-    if (st == 0) st = kvcf_free(alloc, buf, (size_t)(end - start));
+  /* Unsigned difference: end - start in int64 may overflow for hostile values (the row
+   * width check of kvc_flow_row_slots comes later). */
+  const uint64_t span = start < end ? (uint64_t)end - (uint64_t)start : 0;
+  if (span > (uint64_t)PY_SSIZE_T_MAX / sizeof(int64_t)) {
+    PyErr_SetString(PyExc_OverflowError, "release_row(): tail too long");
+    return NULL;
   }
+  const size_t nc = committed > 0 ? (size_t)committed : 0, nt = (size_t)span;
+  if (nt > kvcf_tail_cap) {
+    size_t cap = nt > 2 * kvcf_tail_cap ? nt : 2 * kvcf_tail_cap;
+    int64_t *p = PyMem_RawRealloc(kvcf_tail, cap * sizeof *p);
+    if (!p) return PyErr_NoMemory();
+    kvcf_tail = p;
+    kvcf_tail_cap = cap;
+  }
+  if (nc) st = kvcf_row_slots(flow, row, 0, committed, buf);
+  if (st == 0 && nt) st = kvcf_row_slots(flow, row, start, end, kvcf_tail);
+  if (st == 0 && !kvcf_row_held(pool, row)) st = kvcf_row_free(pool, row); /* refused: its status */
+  if (st == 0) {
+    const int64_t *lists[2] = {buf, kvcf_tail};
+    const size_t counts[2] = {nc, nt};
+    st = kvcf_check_free(alloc, lists, counts, 2);
+  }
+  /* Checked: none of these is refused now (the row stays held across the frees). */
+  if (st == 0 && nc) st = kvcf_free(alloc, buf, nc);
+  if (st == 0 && nt) st = kvcf_free(alloc, kvcf_tail, nt);
   if (st == 0) st = kvcf_row_free(pool, row);
   return PyLong_FromLong(st);
 }
@@ -505,9 +547,37 @@ typedef struct kvcf_match_out {
   int32_t copied, reserved_;
 } kvcf_match_out;
 
+/* After a successful match into m: *node = the matched node as an int (None at the root;
+ * a new reference), *kept = the kept tensor of (node, len) in results when its slots are
+ * still exactly the tree's, else None (borrowed). 0, or -1 with a Python error. */
+static int kvcf_kept_lookup(const kvcf_match_out *m, PyObject *results, PyObject **node, PyObject **kept) {
+  PyObject *key, *ent, *len;
+  *kept = Py_None;
+  *node = m->node ? PyLong_FromVoidPtr(m->node) : Py_NewRef(Py_None);
+  if (!*node) return -1;
+  if (m->len <= 0) return 0;
+  len = PyLong_FromLongLong((long long)m->len);
+  key = len ? PyTuple_Pack(2, *node, len) : NULL;
+  Py_XDECREF(len);
+  if (!key) goto fail;
+  ent = PyDict_GetItemWithError(results, key); /* borrowed */
+  Py_DECREF(key);
+  if (!ent && PyErr_Occurred()) goto fail;
+  if (ent && PyTuple_Check(ent) && PyTuple_GET_SIZE(ent) == 2 && PyByteArray_Check(PyTuple_GET_ITEM(ent, 0))) {
+    PyObject *buf = PyTuple_GET_ITEM(ent, 0);
+    if (PyByteArray_GET_SIZE(buf) == (Py_ssize_t)(8 * m->len) &&
+        memcmp(PyByteArray_AS_STRING(buf), m->slots, (size_t)(8 * m->len)) == 0)
+      *kept = PyTuple_GET_ITEM(ent, 1);
+  }
+  return 0;
+fail:
+  Py_CLEAR(*node);
+  return -1;
+}
+
 static PyObject *kvcf_radix_match_kept(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   kvcf_match_out *m;
-  PyObject *res, *key, *node, *ent, *kept = Py_None;
+  PyObject *res, *node, *kept;
   if (kvcf_nargs(nargs, 5, "radix_match_kept")) return NULL;
   if (!PyDict_Check(args[4])) {
     PyErr_SetString(PyExc_TypeError, "radix_match_kept() needs a dict of kept results");
@@ -519,34 +589,145 @@ static PyObject *kvcf_radix_match_kept(PyObject *self, PyObject *const *args, Py
   Py_DECREF(res);
   if (st == -1 && PyErr_Occurred()) return NULL;
   if (st != 0) return PyLong_FromLong(st); /* the caller raises from the status */
-  if (kvcf_addr(args[3], (void **)&m)) return NULL;
-  if (m->node) {
-    node = PyLong_FromVoidPtr(m->node);
-    if (!node) return NULL;
-  } else {
-    node = Py_None;
-    Py_INCREF(node);
-  }
-  if (m->len > 0) {
-    key = Py_BuildValue("(On)", node, (Py_ssize_t)m->len);
-    if (!key) {
-      Py_DECREF(node);
-      return NULL;
-    }
-    ent = PyDict_GetItemWithError(args[4], key); /* borrowed */
-    Py_DECREF(key);
-    if (!ent && PyErr_Occurred()) {
-      Py_DECREF(node);
-      return NULL;
-    }
-    if (ent && PyTuple_Check(ent) && PyTuple_GET_SIZE(ent) == 2 && PyByteArray_Check(PyTuple_GET_ITEM(ent, 0))) {
-      PyObject *buf = PyTuple_GET_ITEM(ent, 0);
-      if (PyByteArray_GET_SIZE(buf) == (Py_ssize_t)(8 * m->len) &&
-          memcmp(PyByteArray_AS_STRING(buf), m->slots, (size_t)(8 * m->len)) == 0)
-        kept = PyTuple_GET_ITEM(ent, 1);
-    }
-  }
+  if (kvcf_addr(args[3], (void **)&m) || kvcf_kept_lookup(m, args[4], &node, &kept)) return NULL;
   return Py_BuildValue("(LKNO)", (long long)m->len, (unsigned long long)(uintptr_t)m->slots, node, kept);
+}
+
+/* match_prefix(mc, params) -> MatchResult, (len, slots, node), a kvc_status int, or None:
+ * RadixCache.match_prefix in one call (issue 18 item 4: the Python around radix_match_kept,
+ * its attribute walk and the dataclass __init__, was about as long as the match). mc is
+ * the cache's tuple (tree handle, address of its kvc_radix_match, kept-results dict, empty
+ * result, MatchResult class), built once. params: SGLang's MatchPrefixParams, a RadixKey,
+ * or the tokens (key = getattr(params, "key", params), tokens = getattr(key, "token_ids",
+ * key), extra_key hashed as the adapter's _ns does). Tokens: a list (converted as
+ * radix_match_list does), or a C-contiguous buffer of int32 (format "i": array('i'), a NumPy
+ * int32 vector; read in place). Returns None for other tokens (the caller's general path),
+ * a status on a failed match (the caller raises), MatchResult(kept or empty, node, node)
+ * when no new tensor is needed, else (len, slots, node) for the caller to build it. The
+ * MatchResult is made as the dataclass' __init__ makes it (object.__new__, then its four
+ * fields set in order); the caller passes the class only if it has no __post_init__. */
+static PyObject *kvcf_s_key, *kvcf_s_tokens, *kvcf_s_extra, *kvcf_s_f[4], *kvcf_zero, *kvcf_no_args;
+
+static int kvcf_opt_attr(PyObject *o, PyObject *name, PyObject **out) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return PyObject_GetOptionalAttr(o, name, out);
+#else
+  return _PyObject_LookupAttr(o, name, out);
+#endif
+}
+
+static int kvcf_match_names(void) {
+  static const char *const f[4] = {"device_indices", "last_device_node", "last_host_node", "host_hit_length"};
+  if (kvcf_no_args) return 0;
+  if (!(kvcf_s_key = PyUnicode_InternFromString("key")) || !(kvcf_s_tokens = PyUnicode_InternFromString("token_ids")) ||
+      !(kvcf_s_extra = PyUnicode_InternFromString("extra_key")) || !(kvcf_zero = PyLong_FromLong(0)))
+    return -1;
+  for (int i = 0; i < 4; i++)
+    if (!(kvcf_s_f[i] = PyUnicode_InternFromString(f[i]))) return -1;
+  return (kvcf_no_args = PyTuple_New(0)) ? 0 : -1;
+}
+
+static PyObject *kvcf_match_result(PyObject *cls, PyObject *indices, PyObject *node) {
+  PyTypeObject *t = (PyTypeObject *)cls;
+  PyObject *r = t->tp_new(t, kvcf_no_args, NULL);
+  if (!r) return NULL;
+  PyObject *const v[4] = {indices, node, node, kvcf_zero};
+  for (int i = 0; i < 4; i++)
+    if (PyObject_SetAttr(r, kvcf_s_f[i], v[i]) < 0) {
+      Py_DECREF(r);
+      return NULL;
+    }
+  return r;
+}
+
+/* The tokens of a match_prefix key: 1 (a list, converted into kvcf_tok), 2 (an int32
+ * buffer, *view held), 0 (neither: the caller's general path), -1 (a Python error). */
+static int kvcf_key_tokens(PyObject *toks, const int32_t **p, Py_ssize_t *n, Py_buffer *view) {
+  if (PyList_CheckExact(toks)) {
+    *n = PyList_GET_SIZE(toks);
+    if ((size_t)*n > kvcf_tok_cap) {
+      size_t cap = (size_t)*n > 2 * kvcf_tok_cap ? (size_t)*n : 2 * kvcf_tok_cap;
+      int32_t *q = PyMem_RawRealloc(kvcf_tok, cap * sizeof *q);
+      if (!q) {
+        PyErr_NoMemory();
+        return -1;
+      }
+      kvcf_tok = q;
+      kvcf_tok_cap = cap;
+    }
+    if (kvcf_list_i32(toks, kvcf_tok, *n)) return -1;
+    *p = kvcf_tok;
+    return 1;
+  }
+  if (!PyObject_CheckBuffer(toks)) return 0;
+  if (PyObject_GetBuffer(toks, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+    PyErr_Clear(); /* not one this path reads: the general path decides */
+    return 0;
+  }
+  const char *f = view->format ? view->format : "B";
+  if (view->itemsize != 4 || view->ndim != 1 || (strcmp(f, "i") && strcmp(f, "@i") && strcmp(f, "=i"))) {
+    PyBuffer_Release(view);
+    return 0;
+  }
+  *p = view->buf;
+  *n = view->shape[0];
+  return 2;
+}
+
+static PyObject *kvcf_match_prefix(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  PyObject *mc, *k, *toks, *extra = NULL, *node, *kept, *out;
+  Py_buffer view;
+  const int32_t *tp = NULL;
+  Py_ssize_t nt = 0;
+  uint64_t ns = 0;
+  void *cache;
+  kvcf_match_out *m;
+  (void)self;
+  if (kvcf_nargs(nargs, 2, "match_prefix") || kvcf_adapter_bound() || kvcf_match_names()) return NULL;
+  mc = args[0];
+  if (!PyTuple_Check(mc) || PyTuple_GET_SIZE(mc) != 5 || !PyDict_Check(PyTuple_GET_ITEM(mc, 2)) ||
+      !PyType_Check(PyTuple_GET_ITEM(mc, 4))) {
+    PyErr_SetString(PyExc_TypeError, "match_prefix() needs the cache's 5-tuple");
+    return NULL;
+  }
+  if (kvcf_addr(PyTuple_GET_ITEM(mc, 0), &cache) || kvcf_addr(PyTuple_GET_ITEM(mc, 1), (void **)&m)) return NULL;
+  if (kvcf_opt_attr(args[1], kvcf_s_key, &k) < 0) return NULL;
+  if (!k) k = Py_NewRef(args[1]);
+  if (kvcf_opt_attr(k, kvcf_s_tokens, &toks) < 0) {
+    Py_DECREF(k);
+    return NULL;
+  }
+  if (!toks) toks = Py_NewRef(k);
+  if (toks != k && kvcf_opt_attr(k, kvcf_s_extra, &extra) < 0) {
+    Py_DECREF(k);
+    Py_DECREF(toks);
+    return NULL;
+  }
+  Py_DECREF(k);
+  if (extra && extra != Py_None) { /* the adapter's _ns: hash(extra) & (2^64 - 1) or 1 */
+    const Py_hash_t h = PyObject_Hash(extra);
+    if (h == -1) {
+      Py_DECREF(extra);
+      Py_DECREF(toks);
+      return NULL;
+    }
+    ns = (uint64_t)h;
+    if (!ns) ns = 1;
+  }
+  Py_XDECREF(extra);
+  const int kind = kvcf_key_tokens(toks, &tp, &nt, &view);
+  int st = kind > 0 ? kvcf_match(cache, ns, tp, (int64_t)nt, m) : 0;
+  if (kind == 2) PyBuffer_Release(&view);
+  Py_DECREF(toks);
+  if (kind < 0) return NULL;
+  if (kind == 0) Py_RETURN_NONE;
+  if (st != 0) return PyLong_FromLong(st); /* the caller raises from the status */
+  if (kvcf_kept_lookup(m, PyTuple_GET_ITEM(mc, 2), &node, &kept)) return NULL;
+  if (kept != Py_None) out = kvcf_match_result(PyTuple_GET_ITEM(mc, 4), kept, node);
+  else if (m->len == 0) out = kvcf_match_result(PyTuple_GET_ITEM(mc, 4), PyTuple_GET_ITEM(mc, 3), node);
+  else out = Py_BuildValue("(LKO)", (long long)m->len, (unsigned long long)(uintptr_t)m->slots, node);
+  Py_DECREF(node);
+  return out;
 }
 
 /* alloc(swa, alloc, n, out_host, out_dev, stream) -> kvc_status (kvc_allocator_alloc
@@ -746,6 +927,8 @@ static PyMethodDef kvcf_methods[] = {
      "radix_cache_match_prefix of a list of int tokens"},
     {"radix_match_kept", (PyCFunction)(void (*)(void))kvcf_radix_match_kept, METH_FASTCALL,
      "radix_match_list, then the kept result of (node, len) when its slots are unchanged"},
+    {"match_prefix", (PyCFunction)(void (*)(void))kvcf_match_prefix, METH_FASTCALL,
+     "RadixCache.match_prefix of a list key: a MatchResult, or what the caller completes"},
     {"alloc", (PyCFunction)(void (*)(void))kvcf_alloc_slots, METH_FASTCALL,
      "[swa_]allocator_alloc(swa, alloc, n, out_host, out_dev, stream)"},
     {"rows_alloc", (PyCFunction)(void (*)(void))kvcf_rows_alloc_py, METH_FASTCALL,

@@ -295,14 +295,23 @@ def test_token_list_conversion_blocks_and_a_list_that_shrinks():
         T.fast.fill_i32(array.array("i", bytes(4 * 12)), toks, None, 12)
 
 
+def swa_world(ps, rows=16, width=16, size=512):
+    pool = S.ReqToTokenPool(rows, width, "cpu")
+    kv = S.SWAKVPool(size, size, ps, "float32", 1, 4, swa_attention_layer_ids=[1],
+                     full_attention_layer_ids=[0], device="cpu")
+    return pool, S.SWATokenToKVPoolAllocator(size, size, ps, "float32", "cpu", kv, False)
+
+
+@pytest.mark.parametrize("swa", [False, True])
 @pytest.mark.parametrize("ps", [1, 4])
-def test_extend_rows_written_by_the_launch_into_fresh_slab_vectors(ps):
-    """The CUDA path of alloc_for_extend (kvc_allocator_alloc_extend_ex writes
+def test_extend_rows_written_by_the_launch_into_fresh_slab_vectors(ps, swa):
+    """The CUDA path of alloc_for_extend ([swa_]allocator_alloc_extend_ex writes
     req_pool_indices into a slab vector), forced onto the host backend: the vector holds
     the rows as int64, carries the host rows, and a kept one is never written by later
-    calls, also across a slab change (capacity 8, batches of 3)."""
+    calls, also across a slab change (capacity 8, batches of 3). The SWA allocator takes
+    the same route (session 8: it copied the rows before)."""
     from kvcache.sglang import common
-    pool, alloc = world(ps=ps, rows=16, width=16, size=512)
+    pool, alloc = swa_world(ps) if swa else world(ps=ps, rows=16, width=16, size=512)
     cache = S.ChunkCache(pool, alloc, ps)
     common._hot(alloc).rows_slab = T.Slab("cpu", cap=8)
     kept = []
@@ -326,13 +335,33 @@ def test_extend_rows_written_by_the_launch_into_fresh_slab_vectors(ps):
         assert L(t) == want
 
 
-def test_extend_rows_entry_refuses_swa_and_bad_arity():
+def test_extend_rows_entry_refuses_bad_arity():
     if T.fast is None:
         pytest.skip("ctypes session: no _kvcfast entry")
     with pytest.raises(TypeError):
         T.fast.alloc_extend(*([None] * 11))
-    with pytest.raises(ValueError):
-        T.fast.alloc_extend(True, 1, 0, None, None, None, None, None, None, None, None, None, 8)
+    with pytest.raises(TypeError):
+        T.fast.alloc_extend(*([None] * 14))
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_swa_extend_rows_device_refusal_changes_nothing(ps):
+    """kvc_swa_allocator_alloc_extend_ex with rows_device and no req_pool is refused before
+    either side allocates (through the entry the adapter uses)."""
+    pool, alloc = swa_world(ps)
+    rows_dev = T.host_empty(1)
+    pre, seq = T.host_array([0]), T.host_array([5])
+    full, swa = alloc.full_available_size(), alloc.swa_available_size()
+    if T.fast is not None:
+        st = T.fast.alloc_extend(True, alloc._h, 1, pre, seq, None, None, None, None, None, None,
+                                 None, rows_dev)
+    else:
+        from kvcache.sglang import common
+        hot = common._hot(alloc)
+        st = common._extend_ex(hot, alloc._h, 1, T.ptr(pre), T.ptr(seq), None,
+                               (T.ctypes.c_int32 * 1)(0), None, None, None, T.ptr(rows_dev))
+    assert st == 1  # KVC_ERR_INVALID_ARGUMENT
+    assert (alloc.full_available_size(), alloc.swa_available_size()) == (full, swa)
 
 
 @pytest.mark.parametrize("ps", [1, 4])
@@ -415,3 +444,89 @@ def test_extend_prefix_lens_list_read_in_c():
             T.fast.alloc_extend(False, alloc._h, 2, bad, T.host_i64_arg(T.host_array([3, 6])),
                                 None, None, None, None, None, None, None)
     assert alloc.available_size() == free
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_chunk_cache_release_refused_changes_nothing(ps):
+    """A fused release (_kvcfast.release_row) whose tail free would be refused (tail slots
+    not held: row entries past what was allocated) changes nothing: the committed slots
+    stay held and the row stays held, so the corrected call releases everything. The old
+    entry freed the committed slots first and left the request half-released."""
+    from kvcache.sglang import common
+    if T.fast is None:
+        pytest.skip("the fused release is the _kvcfast path")
+    pool, alloc = world(ps=ps, rows=4, width=64, size=256)
+    cache = S.ChunkCache(pool, alloc, ps)
+    req = S.Req(fill_ids=list(range(13)))
+    S.ScheduleBatch([req], pool, cache).prepare_for_extend()
+    row, avail = req.req_pool_idx, alloc.available_size()
+    req.kv_committed_len, req.kv_allocated_len = 10, 16  # row[13:16) was never allocated
+    with pytest.raises(Exception, match="padding page 0"):
+        S.release_kv_cache(req, cache)
+    assert alloc.available_size() == avail
+    assert req.req_pool_idx == row and pool.available_size() == 3
+    assert T.lib.kvc_allocator_check(alloc._h) == 0  # the audit: no mark left behind
+    req.kv_allocated_len = 13
+    S.release_kv_cache(req, cache)
+    assert alloc.available_size() == 256 and pool.available_size() == 4
+    # Slots held but the row released already (its mirror still names them): refused by
+    # the row release's own check before anything is freed.
+    other = S.Req(fill_ids=list(range(5)))
+    S.ScheduleBatch([other], pool, cache).prepare_for_extend()
+    got, row = alloc.available_size(), other.req_pool_idx
+    assert T.lib.kvc_req_to_token_pool_free(pool._h, row) == 0
+    _, ah, fh, ph, _ = common._release_plan(cache)
+    assert T.fast.release_row(ah, fh, ph, row, 5, 5, 5, alloc._scratch(8)) != 0
+    assert alloc.available_size() == got
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_match_prefix_entry_agrees_with_the_python_path(ps):
+    """RadixCache.match_prefix through _kvcfast.match_prefix (list and int32 buffer keys,
+    MatchResult built in C) gives what the Python path gives with the entry switched off:
+    equal MatchResults (all four fields, also in vars()), the same kept tensor, extra_key
+    namespaces, a miss is the shared empty result, keys given as a RadixKey or the bare
+    tokens; other tokens (a tuple) take the general path; a bad tuple raises."""
+    if T.fast is None or not hasattr(T.fast, "match_prefix"):
+        pytest.skip("ctypes session: no _kvcfast entry")
+    pool, alloc = world(ps, size=256)
+    cache = S.RadixCache(pool, alloc, ps)
+    assert cache._mc is not None
+    toks = list(range(300, 321))
+    r = S.Req(origin_input_ids=toks, fill_ids=list(toks))
+    S.ScheduleBatch([r], pool, cache).prepare_for_extend()
+    S.release_kv_cache(r, cache)
+    keys = [S.MatchPrefixParams(S.RadixKey(toks[:-1])), S.RadixKey(array.array("i", toks[:-1])),
+            S.MatchPrefixParams(S.RadixKey(T.host_i32(toks[:-1]))), toks[:-1],
+            S.MatchPrefixParams(S.RadixKey(toks[:-1], extra_key="ns")),
+            S.MatchPrefixParams(S.RadixKey([9, 9, 9])), S.MatchPrefixParams(S.RadixKey([]))]
+    fast = [cache.match_prefix(k) for k in keys]
+    fast_again = cache.match_prefix(keys[0])
+    mc, cache._mc = cache._mc, None
+    slow = [cache.match_prefix(k) for k in keys]
+    cache._mc = mc
+    for f, s in zip(fast, slow):
+        assert type(f) is S.MatchResult and vars(f).keys() == vars(s).keys()
+        assert L(f.device_indices) == L(s.device_indices)
+        assert f.last_device_node == s.last_device_node == f.last_host_node
+        assert f.host_hit_length == s.host_hit_length == 0
+    assert len(L(fast[0].device_indices)) == (20 // ps) * ps
+    assert fast_again.device_indices is fast[0].device_indices  # kept, built once
+    assert all(f.device_indices is fast[0].device_indices for f in fast[1:4])
+    assert fast[4].device_indices is fast[5].device_indices is fast[6].device_indices  # empty
+    assert T.fast.match_prefix(cache._mc, tuple(toks[:-1])) is None  # general path's
+    assert L(cache.match_prefix(tuple(toks[:-1])).device_indices) == L(fast[0].device_indices)
+    with pytest.raises(TypeError):
+        T.fast.match_prefix((1, 2), keys[0])
+    with pytest.raises(TypeError):  # a token that is not an int, as array('i') refuses
+        cache.match_prefix(S.RadixKey([1, "x"]))
+
+
+def test_match_prefix_entry_off_for_a_subclass_with_its_own_namespace():
+    """A subclass that overrides _ns keeps the Python path (the C entry hashes as _ns)."""
+    class Own(S.RadixCache):
+        def _ns(self, extra):
+            return 7
+
+    pool, alloc = world(1, size=64)
+    assert Own(pool, alloc, 1)._mc is None

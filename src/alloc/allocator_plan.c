@@ -101,6 +101,33 @@ static kvc_status check_common(kvc_allocator *a, const char *fn, size_t bs, kvc_
 
 /* --- alloc_extend ------------------------------------------------------------------- */
 
+/* Page size 1: the n new slots of a request are the ring entries from .. from + n - 1 in
+ * order, so they are copied in (at most two) contiguous runs of the ring's buffer:
+ * widened into out, as they are into the int32 mirror row. The page loop of the commit
+ * below spends about 27 instructions a slot on pages of one slot (a loop per page of one
+ * trip, twice); this is about 2 (callgrind, 16 x 512 at page 1: bench/RESULTS.md session 8). */
+static void commit_run_ps1(const kvc__ring *r, int64_t from, int64_t n, int64_t *restrict out, int32_t *restrict mrow) {
+  const uint32_t *restrict const buf = r->buf;
+  uint64_t at = (r->head + (uint64_t)from) & r->mask;
+  while (n > 0) {
+    /* mask + 1 - at: the entries left before the buffer wraps; 0 only for a plain array
+     * view (mask UINT64_MAX, at 0), which never wraps (as kvc__ring_copy). */
+    const uint64_t room = r->mask + 1 - at;
+    const int64_t run = (room == 0 || room > (uint64_t)n) ? n : (int64_t)room;
+    const uint32_t *restrict const src = buf + at;
+    if (out) {
+      for (int64_t j = 0; j < run; j++) out[j] = (int64_t)src[j];
+      out += run;
+    }
+    if (mrow) {
+      memcpy(mrow, src, (size_t)run * sizeof *mrow); /* ids < 2^31: the same bits as int32 */
+      mrow += run;
+    }
+    n -= run;
+    at = 0;
+  }
+}
+
 /* alloc_extend, optionally (m) writing the SWA allocator's full->SWA mapping of every new
  * slot in the same launch. */
 static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs, const int64_t *prefix_lens,
@@ -247,6 +274,12 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
     if (pre)
       for (int64_t t = 0; t < p; t++) mrow[t] = (int32_t)pre[t];
     int64_t *out = out_host ? out_host + o - p : NULL; /* indexed by position */
+    if (ps == 1) {                                     /* no partial page to continue: every slot is a ring entry */
+      commit_run_ps1(r, pb, s - p, out ? out + p : NULL, mrow ? mrow + p : NULL);
+      o += s - p;
+      pb += a->b_pages[i];
+      continue;
+    }
     int64_t pos = p;
     const int64_t part1_end = KVC__MIN(s, ceil_div(p, ps) * ps);
     for (int64_t slot = a->b_last[i] + 1; pos < part1_end; pos++, slot++) {

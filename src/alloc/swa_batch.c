@@ -66,16 +66,24 @@ static kvc_status two_sided(kvc_swa_allocator *a, side_fn fn, void *args, const 
   return st;
 }
 
-kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const int64_t *prefix_lens,
-                                          const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *rp,
-                                          const int32_t *rows, const int64_t *const *prefix_slots, int64_t *out_host,
-                                          int64_t *out_device, kvc_stream stream) {
-  KVC_API_ENTRY();
-  SWA_ENTRY(a);
+/* alloc_extend and alloc_extend_ex: args as kvc_extend_args (rows_device: written by the
+ * full side's launch, with the slots and the mapping). */
+static kvc_status swa_extend(kvc_swa_allocator *a, const char *fn, const kvc_extend_args *args) {
   kvc_context *ctx = a->ctx;
+  const size_t bs = args->batch_size;
+  const int64_t *const prefix_lens = args->prefix_lens, *const seq_lens = args->seq_lens;
+  const int64_t *const last_locs = args->last_locs, *const *const prefix_slots = args->prefix_slots;
+  kvc_req_to_token_pool *const rp = args->req_pool;
+  const int32_t *const rows = args->req_rows;
+  int64_t *const out_host = args->out_host;
+  const kvc_stream stream = args->stream;
   KVC_RETURN_IF(a->pure, ctx, KVC_ERR_UNSUPPORTED, "the pure-SWA allocator has no alloc_extend (page_size 1)");
   if (bs == 0) return KVC_OK;
   KVC_RETURN_IF(!prefix_lens || !seq_lens, ctx, KVC_ERR_INVALID_ARGUMENT, "prefix_lens and seq_lens must be non-NULL");
+  /* Before the SWA side allocates (the full side would refuse it too, but after a
+   * rollback). */
+  KVC_RETURN_IF(args->rows_device && !rp, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "rows_device needs a req_pool (and its req_rows)");
   const int64_t ps = a->ps;
   int64_t need = 0, tokens = 0;
   for (size_t i = 0; i < bs; i++) {
@@ -88,19 +96,17 @@ kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const
   KVC_RETURN_IF(need > kvc__swa_full_free(a) || (!a->ring && need > kvc__swa_swa_free(a)), ctx, KVC_ERR_OUT_OF_SLOTS,
                 "%lld pages needed on each side; %lld full and %lld SWA free", (long long)need,
                 (long long)kvc__swa_full_free(a), (long long)(a->ring ? -1 : kvc__swa_swa_free(a)));
-  if (a->ring)
-    return kvc__swa_finish(a, kvc_allocator_alloc_extend(a->full, bs, prefix_lens, seq_lens, last_locs, rp, rows,
-                                                         prefix_slots, out_host, out_device, stream));
-  KVC_FORWARD(kvc__swa_ensure_tok(a, __func__, (size_t)tokens));
-  KVC_FORWARD(kvc__swa_ensure_bs(a, __func__, bs));
+  if (a->ring) return kvc__swa_finish(a, kvc_allocator_alloc_extend_ex(a->full, args));
+  KVC_FORWARD(kvc__swa_ensure_tok(a, fn, (size_t)tokens));
+  KVC_FORWARD(kvc__swa_ensure_bs(a, fn, bs));
   for (size_t i = 0; i < bs; i++) {
     const int64_t p = prefix_lens[i], s = seq_lens[i];
     a->lastw[i] = -1;
     if (p % ps != 0 && s > p) {
       int64_t fl;
       const int64_t *pre = (prefix_slots && rp) ? prefix_slots[i] : NULL;
-      KVC_FORWARD(resolve_last(a, __func__, i, p - 1, last_locs, pre, rp, rows, &fl));
-      KVC_FORWARD(swa_peer(a, __func__, i, fl, &a->lastw[i]));
+      KVC_FORWARD(resolve_last(a, fn, i, p - 1, last_locs, pre, rp, rows, &fl));
+      KVC_FORWARD(swa_peer(a, fn, i, fl, &a->lastw[i]));
     }
   }
   /* The SWA side first (host only), then the full side's one launch, which also writes
@@ -112,16 +118,8 @@ kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const
   KVC_FORWARD(kvc_allocator_alloc_extend(a->swa, bs, prefix_lens, seq_lens, a->lastw, NULL, NULL, NULL, a->w_buf, NULL,
                                          stream));
   const kvc__extend_map m = {a->dmap, a->map_len - 1, a->w_buf, a->lastw};
-  const kvc__extend_args x = {.batch_size = bs,
-                              .prefix_lens = prefix_lens,
-                              .seq_lens = seq_lens,
-                              .last_locs = last_locs,
-                              .req_pool = rp,
-                              .req_rows = rows,
-                              .prefix_slots = prefix_slots,
-                              .out_host = a->f_buf,
-                              .out_device = out_device,
-                              .stream = stream};
+  kvc__extend_args x = *args;
+  x.out_host = a->f_buf; /* the mapping is written from it below; out_host gets a copy */
   kvc_status st = kvc__alloc_extend_mapped(a->full, "kvc_allocator_alloc_extend", &x, &m);
   if (st != KVC_OK) {
     kvc_allocator_restore_state(a->swa, &bsw);
@@ -130,6 +128,32 @@ kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const
   for (int64_t t = 0; t < tokens; t++) a->map[a->f_buf[t]] = (int32_t)a->w_buf[t];
   if (out_host) memcpy(out_host, a->f_buf, (size_t)tokens * 8);
   return kvc__swa_finish(a, KVC_OK);
+}
+
+kvc_status kvc_swa_allocator_alloc_extend(kvc_swa_allocator *a, size_t bs, const int64_t *prefix_lens,
+                                          const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *rp,
+                                          const int32_t *rows, const int64_t *const *prefix_slots, int64_t *out_host,
+                                          int64_t *out_device, kvc_stream stream) {
+  KVC_API_ENTRY();
+  SWA_ENTRY(a);
+  const kvc_extend_args x = {.batch_size = bs,
+                             .prefix_lens = prefix_lens,
+                             .seq_lens = seq_lens,
+                             .last_locs = last_locs,
+                             .req_pool = rp,
+                             .req_rows = rows,
+                             .prefix_slots = prefix_slots,
+                             .out_host = out_host,
+                             .out_device = out_device,
+                             .stream = stream};
+  return swa_extend(a, __func__, &x);
+}
+
+kvc_status kvc_swa_allocator_alloc_extend_ex(kvc_swa_allocator *a, const kvc_extend_args *args) {
+  KVC_API_ENTRY();
+  SWA_ENTRY(a);
+  KVC_RETURN_IF(!args, a->ctx, KVC_ERR_INVALID_ARGUMENT, "args is NULL");
+  return swa_extend(a, __func__, args);
 }
 
 /* alloc_decode's checks (spec: both sides or none) and, outside ring mode, each request's

@@ -571,6 +571,74 @@ static void run_misuse(kvc_allocator_kind kind, int32_t ps) {
   kvc_allocator_destroy(y);
 }
 
+/* kvc_allocator_check_free: the verdict of the frees in turn, and nothing changed either
+ * way (the free list hands out exactly what it would have; the audit passes). */
+static void check_free_case(kvc_allocator_kind kind, int32_t ps, uint32_t flags) {
+  const int64_t size = 16 * ps;
+  kvc_allocator *a = kvt_allocator(kind, size, ps, flags), *b = kvt_allocator(kind, size, ps, flags);
+  int64_t held[256], tmp[256];
+  assert_true(size <= 256);
+  KVT_OK(kvc_allocator_alloc(a, size - 2 * ps, held));
+  KVT_OK(kvc_allocator_alloc(b, size - 2 * ps, tmp));
+  /* Lists: the first page's slots, then the second page's; a repeat of the first. */
+  const int64_t *l_ok[2] = {held, held + ps};
+  const size_t n_page[2] = {(size_t)ps, (size_t)ps};
+  KVT_OK(kvc_allocator_check_free(a, l_ok, n_page, 2));
+  const int64_t *l_rep[2] = {held, held};
+  KVT_STATUS(kvc_allocator_check_free(a, l_rep, n_page, 2), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "earlier list"));
+  /* Second list not held (the free part of the allocator), first fine. */
+  const int64_t not_held = size - ps + 1;
+  const int64_t *l_bad[2] = {held, &not_held};
+  const size_t n_bad[2] = {(size_t)ps, 1};
+  KVT_STATUS(kvc_allocator_check_free(a, l_bad, n_bad, 2), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "lists[1][0]"));
+  const int64_t zero = 0, *l_zero[1] = {&zero};
+  const size_t one = 1;
+  KVT_STATUS(kvc_allocator_check_free(a, l_zero, &one, 1), KVC_ERR_MISUSE);
+  const int64_t *l_null[2] = {held, NULL};
+  const size_t n_null[2] = {1, 1}, n_empty[2] = {1, 0};
+  KVT_STATUS(kvc_allocator_check_free(a, l_null, n_null, 2), KVC_ERR_INVALID_ARGUMENT);
+  KVT_OK(kvc_allocator_check_free(a, l_null, n_empty, 2));
+  KVT_OK(kvc_allocator_check_free(a, NULL, NULL, 0));
+  KVT_STATUS(kvc_allocator_check_free(a, NULL, n_page, 2), KVC_ERR_INVALID_ARGUMENT);
+  if (kind == KVC_ALLOCATOR_TOKEN) { /* a slot twice in one list is refused */
+    const int64_t dup[2] = {held[3], held[3]}, *l_dup[1] = {dup};
+    const size_t two = 2;
+    KVT_STATUS(kvc_allocator_check_free(a, l_dup, &two, 1), KVC_ERR_MISUSE);
+    KVT_STATUS(kvc_allocator_free(a, dup, 2), KVC_ERR_MISUSE); /* as free() says */
+  } else { /* PAGED: several slots of one page in one list are one page */
+    const int64_t same[2] = {held[0], held[1]}, *l_same[1] = {same};
+    const size_t two = 2;
+    KVT_OK(kvc_allocator_check_free(a, l_same, &two, 1));
+    /* Inside a group free() accepts a page again: so does the check. */
+    KVT_OK(kvc_allocator_free_group_begin(a));
+    KVT_OK(kvc_allocator_check_free(a, l_rep, n_page, 2));
+    KVT_OK(kvc_allocator_free_group_end(a));
+  }
+  KVT_OK(kvc_allocator_check(a));
+  /* Nothing changed: a and b (never checked) agree on every slot from here on. */
+  KVT_OK(kvc_allocator_free(a, held, (size_t)ps));
+  KVT_OK(kvc_allocator_free(b, held, (size_t)ps));
+  int64_t ra[256], rb[256];
+  const int64_t rest = kvc_allocator_available_size(a);
+  assert_int_equal(rest, kvc_allocator_available_size(b));
+  KVT_OK(kvc_allocator_alloc(a, rest, ra));
+  KVT_OK(kvc_allocator_alloc(b, rest, rb));
+  expect_slots(ra, rb, (size_t)rest);
+  kvc_allocator_destroy(a);
+  kvc_allocator_destroy(b);
+}
+
+static void test_check_free_matches_free_in_turn(void **state) {
+  (void)state;
+  check_free_case(KVC_ALLOCATOR_TOKEN, 1, 0);
+  check_free_case(KVC_ALLOCATOR_TOKEN, 1, KVC_ALLOCATOR_NEED_SORT);
+  check_free_case(KVC_ALLOCATOR_PAGED, 1, 0);
+  check_free_case(KVC_ALLOCATOR_PAGED, 4, 0);
+  check_free_case(KVC_ALLOCATOR_PAGED, 16, KVC_ALLOCATOR_NEED_SORT);
+}
+
 static void test_misuse_changes_nothing(void **state) {
   (void)state;
   run_misuse(KVC_ALLOCATOR_TOKEN, 1);
@@ -943,6 +1011,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_free_segment_strides),
     cmocka_unit_test(test_backup_restore),
     cmocka_unit_test(test_misuse_changes_nothing),
+    cmocka_unit_test(test_check_free_matches_free_in_turn),
     cmocka_unit_test(test_out_of_slots_changes_nothing),
     cmocka_unit_test(test_large_batches_every_payload_size),
     cmocka_unit_test(test_free_orders_sorted_unique),

@@ -439,6 +439,70 @@ static void test_ring_and_pure(void **state) {
   kvc_req_to_token_pool_destroy(rp);
 }
 
+/* kvc_swa_allocator_alloc_extend_ex: the same slots, rows and mapping as the plain call on
+ * a twin allocator, plus rows_device; refusals (NULL args, rows_device without a
+ * req_pool) change nothing. Ring mode goes through the full side's extend_ex. */
+static void extend_ex_case(int32_t ps, int64_t ring) {
+  kvc_req_to_token_pool *rp = kvt_req_pool(4, 64), *rq = kvt_req_pool(4, 64);
+  kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+  c.size_full = 64, c.size_swa = 32, c.page_size = ps, c.ring_size = ring;
+  kvc_swa_allocator *a = NULL, *b = NULL;
+  c.req_pool = rp;
+  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &c, &a));
+  c.req_pool = rq;
+  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &c, &b));
+  int32_t ra[3] = {0, 0, 0}, rb[3] = {0, 0, 0}, spare = 0;
+  KVT_OK(kvc_req_to_token_pool_alloc(rp, 1, &spare)); /* rows then are not 1, 2, 3 */
+  spare = 0;
+  KVT_OK(kvc_req_to_token_pool_alloc(rq, 1, &spare));
+  KVT_OK(kvc_req_to_token_pool_alloc(rp, 3, ra));
+  KVT_OK(kvc_req_to_token_pool_alloc(rq, 3, rb));
+  for (int step = 0; step < 2; step++) { /* the second step continues partial pages */
+    const int64_t pre0[3] = {0, 0, 0}, seq0[3] = {5, 3, 6}, pre1[3] = {5, 3, 6}, seq1[3] = {7, 9, 6};
+    const int64_t *pre = step ? pre1 : pre0, *seq = step ? seq1 : seq0;
+    const int64_t n = step ? 6 : 14;
+    int64_t ha[16], hb[16], back[16], rows_back[3] = {-1, -1, -1};
+    int64_t *dev = kvt_dev_alloc(sizeof back), *rows_dev = kvt_dev_alloc(sizeof rows_back);
+    kvc_extend_args x;
+    memset(&x, 0, sizeof x);
+    x.batch_size = 3, x.prefix_lens = pre, x.seq_lens = seq, x.out_host = ha, x.out_device = dev;
+    x.rows_device = rows_dev;
+    snap s0 = take(a);
+    KVT_STATUS(kvc_swa_allocator_alloc_extend_ex(a, NULL), KVC_ERR_INVALID_ARGUMENT);
+    KVT_STATUS(kvc_swa_allocator_alloc_extend_ex(NULL, &x), KVC_ERR_INVALID_ARGUMENT);
+    KVT_STATUS(kvc_swa_allocator_alloc_extend_ex(a, &x), KVC_ERR_INVALID_ARGUMENT); /* no req_pool */
+    expect_same(a, &s0);
+    x.req_pool = rp, x.req_rows = ra;
+    KVT_OK(kvc_swa_allocator_alloc_extend_ex(a, &x));
+    KVT_OK(kvc_swa_allocator_alloc_extend(b, 3, pre, seq, NULL, rq, rb, NULL, hb, NULL, NULL));
+    for (int64_t i = 0; i < n; i++) assert_int_equal(ha[i], hb[i]);
+    KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+    kvt_d2h(back, dev, (size_t)n * 8);
+    for (int64_t i = 0; i < n; i++) assert_int_equal(back[i], ha[i]);
+    kvt_d2h(rows_back, rows_dev, sizeof rows_back);
+    for (int i = 0; i < 3; i++) assert_int_equal(rows_back[i], ra[i]);
+    assert_memory_equal(kvc_swa_allocator_mapping_host(a), kvc_swa_allocator_mapping_host(b),
+                        (size_t)kvc_swa_allocator_mapping_length(a) * 4);
+    for (int i = 0; i < 3; i++)
+      assert_memory_equal(kvc_req_to_token_pool_row(rp, ra[i]), kvc_req_to_token_pool_row(rq, rb[i]), 9 * 4);
+    expect_device_mapping(a);
+    KVT_OK(kvc_swa_allocator_check(a));
+    kvt_dev_free(dev);
+    kvt_dev_free(rows_dev);
+  }
+  kvc_swa_allocator_destroy(a);
+  kvc_swa_allocator_destroy(b);
+  kvc_req_to_token_pool_destroy(rp);
+  kvc_req_to_token_pool_destroy(rq);
+}
+
+static void test_extend_ex_writes_rows_device(void **state) {
+  (void)state;
+  extend_ex_case(1, 0);
+  extend_ex_case(4, 0);
+  extend_ex_case(4, 6);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_create_and_sizes),
     cmocka_unit_test(test_token_alloc_mapping_and_translate),
@@ -450,5 +514,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_free_group_ordering),
     cmocka_unit_test(test_swa_tail),
     cmocka_unit_test(test_ring_and_pure),
+    cmocka_unit_test(test_extend_ex_writes_rows_device),
 };
 KVT_MAIN("swa_allocator", tests)

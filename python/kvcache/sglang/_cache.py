@@ -183,6 +183,9 @@ class ChunkCache(_PrefixCacheBase):
         return 0
 
 
+_FAST_MATCH = getattr(T.fast, "match_prefix", None) if T.fast is not None else None
+
+
 class RadixCache(_PrefixCacheBase):
     """SGLang RadixCache (seed interface: match_prefix, cache_finished_req,
     cache_unfinished_req, evict, inc/dec_lock_ref) over kvcache's C radix tree. Token
@@ -214,6 +217,13 @@ class RadixCache(_PrefixCacheBase):
         self._same = T.fast.memeq if T.fast is not None else self._same_ctypes
         self._kept = getattr(T.fast, "radix_match_kept", None) if T.fast is not None else None
         self._results = {}
+        # _kvcfast.match_prefix: the list-key path, MatchResult included, in one C call; it
+        # builds the dataclass as its __init__ does (which a __post_init__ would change)
+        # and hashes extra_key as _ns does (which a subclass may override).
+        fast_ok = _FAST_MATCH is not None and not hasattr(MatchResult, "__post_init__") \
+            and type(self)._ns is RadixCache._ns
+        self._mc = (self._th, self._maddr, self._results, self._empty_match, MatchResult) \
+            if fast_ok else None
         self._result_tokens = 0
 
     # --- matching ---------------------------------------------------------------------
@@ -235,6 +245,16 @@ class RadixCache(_PrefixCacheBase):
         floored), last_device_node = its node). The key's token_ids may be a list, an
         array.array('i'), or an int32 NumPy array / torch CPU tensor (read in place)."""
         k = params if params is not None else key
+        mc = self._mc
+        if mc is not None:
+            r = _FAST_MATCH(mc, k)
+            if type(r) is MatchResult:  # kept, or a miss
+                return r
+            if r is not None:  # a failed match (status), or a new result to build
+                if type(r) is int:
+                    self._tree._check(r)
+                n, addr, node = r
+                return MatchResult(self._new_result(node, n, addr), node, node)
         k = getattr(k, "key", k)  # self._key(), inlined: this is a per-request call
         toks = getattr(k, "token_ids", k)
         if self._kept is not None and type(toks) is list:

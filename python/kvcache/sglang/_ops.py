@@ -34,7 +34,8 @@ _ADAPTER_FNS = ("kvc_allocator_alloc_decode", "kvc_swa_allocator_alloc_decode",
                 "kvc_allocator_free", "kvc_swa_allocator_free", "kvc_flow_row_slots",
                 "kvc_req_to_token_pool_free", "kvc_radix_cache_match_prefix",
                 "kvc_allocator_alloc", "kvc_swa_allocator_alloc", "kvc_req_to_token_pool_alloc",
-                "kvc_allocator_alloc_extend_ex")
+                "kvc_allocator_alloc_extend_ex", "kvc_allocator_check_free",
+                "kvc_req_to_token_pool_is_held", "kvc_swa_allocator_alloc_extend_ex")
 fast = _kvc._ffi.fast
 if fast is not None and hasattr(fast, "bind_adapter"):
     try:

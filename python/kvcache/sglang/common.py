@@ -165,16 +165,18 @@ class _Hot:
         self.seq = None
         self.swa = isinstance(allocator, SWATokenToKVPoolAllocator)
         self.cuda = T.is_cuda(dev)
-        # CUDA, non-SWA: req_pool_indices is written by the extend launch itself
-        # (kvc_allocator_alloc_extend_ex's rows_device) into fresh slab vectors.
-        self.rows_slab = T.Slab(dev) if self.cuda and not self.swa else None
+        # CUDA: req_pool_indices is written by the extend launch itself
+        # ([swa_]allocator_alloc_extend_ex's rows_device) into fresh slab vectors.
+        self.rows_slab = T.Slab(dev) if self.cuda else None
         self.ext_args = None  # the ctypes path's kvc_extend_args, built on first use
         if self.swa:
             self.decode_fn = lib.kvc_swa_allocator_alloc_decode
             self.extend_fn = lib.kvc_swa_allocator_alloc_extend
+            self.extend_ex_fn = lib.kvc_swa_allocator_alloc_extend_ex
         else:
             self.decode_fn = lib.kvc_allocator_alloc_decode
             self.extend_fn = lib.kvc_allocator_alloc_extend
+            self.extend_ex_fn = lib.kvc_allocator_alloc_extend_ex
 
     def seq_reserve(self, n):
         """Grows the host int64 scratch of the new lengths to n (its address: seq_ptr)."""
@@ -337,7 +339,7 @@ def alloc_for_extend(batch):
     if slab is not None:  # req_pool_indices (device) written by the same launch
         rows_dev, rdptr = slab.take(bs)
         if fast is not None:
-            st = fast.alloc_extend(False, allocator._h, bs, pre_ptr, seq_ptr, None, pool._h,
+            st = fast.alloc_extend(hot.swa, allocator._h, bs, pre_ptr, seq_ptr, None, pool._h,
                                    rows32, prefix, hptr, dptr, T.stream(hot.cuda), rdptr)
         else:
             st = _extend_ex(hot, allocator._h, bs, pre_ptr, seq_ptr, pool._h, rows32, prefix,
@@ -354,14 +356,14 @@ def alloc_for_extend(batch):
         allocator._ctx._check(st, "alloc_for_extend")
     # req_pool_indices_cpu: a fresh int64 vector (the batch keeps it; widened from the
     # int32 rows in one C call, about 1 us instead of torch.tensor(list)'s 4). Its device
-    # twin came from the launch above (slab) or, for the SWA allocator, is a copy, as
-    # SGLang's (non_blocking; the host tensor stays alive on it). Either way the device
-    # tensor carries the host one (_kvc_host), so later steps never read the device.
+    # twin came from the launch above (slab; the host backend has none: one vector). The
+    # device tensor carries the host one (_kvc_host), so later steps never read the
+    # device.
     rows_cpu = T.rows_i64(rows32, bs)
     if slab is not None:
         if T.torch is not None:  # (NumPy: host backend only, where only tests use a slab)
             rows_dev._kvc_host = rows_cpu
-    elif hot.cuda:
+    elif hot.cuda:  # (no slab: only where a caller replaced it)
         rows_dev = T.to_device(rows_cpu, pool.device)
     else:
         rows_dev = rows_cpu
@@ -369,7 +371,7 @@ def alloc_for_extend(batch):
 
 
 def _extend_ex(hot, alloc_h, bs, pre_ptr, seq_ptr, pool_h, rows32, prefix, hptr, dptr, rdptr):
-    """kvc_allocator_alloc_extend_ex through ctypes (no _kvcfast): one reused args struct."""
+    """[swa_]allocator_alloc_extend_ex through ctypes (no _kvcfast): one reused args struct."""
     x = hot.ext_args
     if x is None:
         x = hot.ext_args = _ffi.ExtendArgs()
@@ -380,7 +382,7 @@ def _extend_ex(hot, alloc_h, bs, pre_ptr, seq_ptr, pool_h, rows32, prefix, hptr,
     x.prefix_slots = ctypes.addressof(prefix) if prefix is not None else None
     x.out_host, x.out_device, x.rows_device = hptr, dptr, rdptr
     x.stream = T.stream(hot.cuda)
-    return lib.kvc_allocator_alloc_extend_ex(alloc_h, ctypes.byref(x))
+    return hot.extend_ex_fn(alloc_h, ctypes.byref(x))
 
 
 def _release_plan(tree_cache):
