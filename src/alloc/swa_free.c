@@ -283,7 +283,26 @@ static size_t plan_pages(kvc_swa_allocator *a, const int64_t *slots, size_t n, s
     if (s != KVC__PG_HELD) break;
     fst[pg] = KVC__PG_HELD | KVC__PG_MARK;
     fv[nf++] = (uint32_t)pg;
+    /* The common case: extend and decode map a full page onto one SWA page at the same
+     * offsets, which one compare loop without branches proves; the SWA page is then
+     * checked once (the loop below would find it ps times). */
+    const int32_t *const e = map + pg * ps, w0 = e[0];
+    const int64_t wp0 = w0 > 0 ? kvc__pg_div(a->swa, w0) : 0;
+    uint32_t off = w0 > 0 ? (uint32_t)(w0 - wp0 * ps) : 1; /* w0 starts its SWA page */
+    for (int64_t j = 1; j < ps; j++) off |= (uint32_t)e[j] ^ ((uint32_t)w0 + (uint32_t)j);
     bool bad = false;
+    if (off == 0) {
+      const int64_t wp = wp0;
+      const uint8_t t = (uint64_t)wp - 1 < nps ? sst[wp] : 0;
+      if (t == KVC__PG_HELD) {
+        sst[wp] = KVC__PG_HELD | KVC__PG_MARK;
+        wv[nw++] = (uint32_t)wp;
+      } else if (t != (KVC__PG_HELD | KVC__PG_MARK)) {
+        break;
+      }
+      run_add(&r, (uint32_t)(pg * ps), (uint32_t)ps);
+      continue;
+    }
     for (int64_t j = 0; j < ps && !bad; j++) {
       const int32_t w = map[pg * ps + j];
       if (w <= 0) continue;
