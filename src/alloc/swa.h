@@ -35,6 +35,8 @@ struct kvc_swa_allocator {
   int64_t *lastw;
   uint8_t *fmark, *smark; /* per page of each side: dedup within one call */
   int64_t *pages;         /* touched full pages (num full pages) */
+  uint32_t *rel;          /* the one-pass free's full then SWA ids (swa_free.c) */
+  size_t rel_cap;
   unsigned char *scratch;
   const kvc__kfunc *k_map[KVC__PLAN_INLINE_VARIANTS], *k_gather;
   /* SWA slots an observer is told of (released by a free, or the peers of new slots);

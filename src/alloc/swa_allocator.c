@@ -30,6 +30,7 @@ void kvc_swa_allocator_destroy(kvc_swa_allocator *a) {
   kvc__free(ctx, a->fmark);
   kvc__free(ctx, a->smark);
   kvc__free(ctx, a->pages);
+  kvc__free(ctx, a->rel);
   kvc__free(ctx, a->scratch);
   kvc__free(ctx, a->obs_peers);
   a->magic = KVC__DEAD_MAGIC;

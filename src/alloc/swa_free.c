@@ -2,9 +2,13 @@
  * swa_free.c — the SWA allocator's frees (spec 7.5-7.8): free (both sides), free_swa
  * (the SWA side only: window eviction), free_full (the full side of slots whose peer is
  * gone), their segment forms and the flows' free_evicted. Every call validates first
- * (range, held pages through kvc__alloc_page_held, peers); then the device zero launch
- * goes first (the only step that can fail after validation), then the host frees, SWA
- * side before the full side.
+ * (range, held pages, peers); then the device zero launch goes first (the only step that
+ * can fail after validation), then the host frees, SWA side before the full side.
+ *
+ * free, free_evicted and free_swa (what eviction's victims go through) first try the
+ * one-pass form (free_fast): the same checks in one pass that marks the state bytes, then
+ * a release of what it checked without the allocators checking it again. A list it does
+ * not accept goes to the checked path below, which refuses it as it always has.
  */
 #include "swa.h"
 
@@ -156,6 +160,233 @@ static kvc_status zero_entries(kvc_swa_allocator *a, int64_t np, kvc_stream stre
   return KVC_OK;
 }
 
+/* --- Validate and release in one pass ------------------------------------------------ */
+
+/* Work space of the one-pass free: nf full ids, then nw SWA ids (uint32, the free lists'
+ * id type). HOST_OOM: nothing changed. */
+static kvc_status ensure_rel(kvc_swa_allocator *a, const char *fn, size_t nf, size_t nw) {
+  KVC_RETURN_IF(nf > SIZE_MAX / 2 / sizeof *a->rel || nw > SIZE_MAX / 2 / sizeof *a->rel, a->ctx,
+                KVC_ERR_INVALID_ARGUMENT, "%s: %zu slots is too large", fn, nf);
+  const size_t need = nf + nw; /* each half below SIZE_MAX / 8: no overflow */
+  if (need <= a->rel_cap) return KVC_OK;
+  size_t cap = KVC__MAX(need, (size_t)2048);
+  if (a->rel_cap <= SIZE_MAX / 2 / sizeof *a->rel) cap = KVC__MAX(cap, 2 * a->rel_cap);
+  uint32_t *p = kvc__malloc(a->ctx, cap * sizeof *p);
+  if (!p) return kvc__error(a->ctx, KVC_ERR_HOST_OOM, fn, "work space for %zu slots", nf);
+  kvc__free(a->ctx, a->rel);
+  a->rel = p;
+  a->rel_cap = cap;
+  return KVC_OK;
+}
+
+static void unmark_ids(uint8_t *state, const uint32_t *ids, size_t n) {
+  for (size_t i = 0; i < n; i++) state[ids[i]] = KVC__PG_HELD;
+}
+
+/* The release half of kvc_allocator_free (allocator.c, free_impl after its checks) for
+ * pages this file validated itself in this call (held, in range, each listed once, no
+ * open group): the free list's order and the state bytes come out as that call's would
+ * (PAGED: sorted, then in front; TOKEN: appended in call order; need_sort: to the side
+ * list). */
+static kvc_status release_checked(kvc_allocator *al, uint32_t *ids, size_t n) {
+  if (!n) return KVC_OK;
+  al->epoch++;
+  if (al->kind == KVC_ALLOCATOR_PAGED) kvc__fl_sort(al, ids, (int64_t)n);
+  kvc__fl_release(al, ids, (int64_t)n);
+  return kvc__alloc_finish(al, "kvc_allocator_free", KVC_OK);
+}
+
+/* The zeroed runs of the mapping, built as the plans pass: the open run stays in locals
+ * (the state bytes the plans store may alias any memory, so a run kept in the buffer
+ * would be reloaded after every slot) and goes to the buffer when the next entry does not
+ * extend it. */
+typedef struct runs_acc {
+  uint32_t *words;
+  size_t items;
+  uint32_t start, len;
+} runs_acc;
+
+static inline void run_add(runs_acc *r, uint32_t start, uint32_t len) {
+  if (r->len && r->start + r->len == start) {
+    r->len += len;
+    return;
+  }
+  if (r->len) {
+    r->words[2 * r->items] = r->start;
+    r->words[2 * r->items + 1] = r->len;
+    r->items++;
+  }
+  r->start = start;
+  r->len = len;
+}
+
+static inline size_t run_close(runs_acc *r) {
+  run_add(r, UINT32_MAX, 0); /* no run ends at UINT32_MAX (ids are below 2^31) */
+  return r->items;
+}
+
+/* One pass over page-1 slots: each in range and exactly HELD (so not free, not recorded
+ * by a group, and not seen earlier in this call: the byte is marked as it passes), its
+ * peer in range and exactly HELD (marked too: a corrupt mapping naming one SWA slot twice
+ * stops here as it did in the SWA side's own free). Returns the slots that passed. */
+static size_t plan_p1(kvc_swa_allocator *a, const int64_t *slots, size_t n, bool unmapped_ok, size_t *nw_out,
+                      size_t *items_out) {
+  uint8_t *const fst = a->full->state, *const sst = a->swa->state;
+  const int32_t *const map = a->map;
+  uint32_t *const fv = a->rel, *const wv = a->rel + n;
+  const uint64_t npf = (uint64_t)kvc__alloc_num_pages(a->full), nps = (uint64_t)kvc__alloc_num_pages(a->swa);
+  runs_acc r = {a->words, 0, 0, 0};
+  size_t i = 0, nw = 0;
+  for (; i < n; i++) {
+    const uint64_t x = (uint64_t)slots[i];
+    if (x - 1 >= npf || fst[x] != KVC__PG_HELD) break; /* padding, negative, past the end, not held, repeated */
+    const int32_t w = map[x];
+    if (w > 0) {
+      if ((uint64_t)w - 1 >= nps || sst[w] != KVC__PG_HELD) break;
+      sst[w] = KVC__PG_HELD | KVC__PG_MARK;
+      wv[nw++] = (uint32_t)w;
+      run_add(&r, (uint32_t)x, 1);
+    } else if (!unmapped_ok) {
+      break; /* no peer: the checked path says which call to use */
+    }
+    fst[x] = KVC__PG_HELD | KVC__PG_MARK;
+    fv[i] = (uint32_t)x;
+  }
+  *nw_out = nw;
+  *items_out = run_close(&r);
+  return i;
+}
+
+/* The same for page size > 1, per page: the tree's values are runs of whole pages, so
+ * each page is looked at once (a page listed again later is released once, as the paged
+ * allocator's free does), and every entry of the mapping on it names an SWA page that is
+ * released once. *nf_out: the full pages listed. */
+static size_t plan_pages(kvc_swa_allocator *a, const int64_t *slots, size_t n, size_t *nf_out, size_t *nw_out,
+                         size_t *items_out) {
+  uint8_t *const fst = a->full->state, *const sst = a->swa->state;
+  const int32_t *const map = a->map;
+  uint32_t *const fv = a->rel, *const wv = a->rel + n;
+  const int64_t ps = a->ps;
+  const uint64_t npf = (uint64_t)kvc__alloc_num_pages(a->full), nps = (uint64_t)kvc__alloc_num_pages(a->swa);
+  const uint64_t span = npf * (uint64_t)ps;
+  runs_acc r = {a->words, 0, 0, 0};
+  size_t i = 0, nf = 0, nw = 0;
+  int64_t last = -1;
+  for (; i < n; i++) {
+    const int64_t x = slots[i];
+    if ((uint64_t)x - (uint64_t)ps >= span) break; /* page 0, negative or past the end */
+    const int64_t pg = kvc__pg_div(a->full, x);
+    if (pg == last) continue;
+    last = pg;
+    const uint8_t s = fst[pg];
+    if (s == (KVC__PG_HELD | KVC__PG_MARK)) continue; /* listed earlier in this call */
+    if (s != KVC__PG_HELD) break;
+    fst[pg] = KVC__PG_HELD | KVC__PG_MARK;
+    fv[nf++] = (uint32_t)pg;
+    /* The common case: extend and decode map a full page onto one SWA page at the same
+     * offsets, which one compare loop without branches proves; the SWA page is then
+     * checked once (the loop below would find it ps times). */
+    const int32_t *const e = map + pg * ps, w0 = e[0];
+    const int64_t wp0 = w0 > 0 ? kvc__pg_div(a->swa, w0) : 0;
+    uint32_t off = w0 > 0 ? (uint32_t)(w0 - wp0 * ps) : 1; /* w0 starts its SWA page */
+    for (int64_t j = 1; j < ps; j++) off |= (uint32_t)e[j] ^ ((uint32_t)w0 + (uint32_t)j);
+    bool bad = false;
+    if (off == 0) {
+      const int64_t wp = wp0;
+      const uint8_t t = (uint64_t)wp - 1 < nps ? sst[wp] : 0;
+      if (t == KVC__PG_HELD) {
+        sst[wp] = KVC__PG_HELD | KVC__PG_MARK;
+        wv[nw++] = (uint32_t)wp;
+      } else if (t != (KVC__PG_HELD | KVC__PG_MARK)) {
+        break;
+      }
+      run_add(&r, (uint32_t)(pg * ps), (uint32_t)ps);
+      continue;
+    }
+    for (int64_t j = 0; j < ps && !bad; j++) {
+      const int32_t w = map[pg * ps + j];
+      if (w <= 0) continue;
+      const int64_t wp = kvc__pg_div(a->swa, w);
+      const uint8_t t = (uint64_t)wp - 1 < nps ? sst[wp] : 0;
+      if (t == (KVC__PG_HELD | KVC__PG_MARK)) continue; /* listed already */
+      bad = t != KVC__PG_HELD;
+      if (bad) break;
+      sst[wp] = KVC__PG_HELD | KVC__PG_MARK;
+      wv[nw++] = (uint32_t)wp;
+    }
+    if (bad) break;
+    run_add(&r, (uint32_t)(pg * ps), (uint32_t)ps);
+  }
+  *nf_out = nf;
+  *nw_out = nw;
+  *items_out = run_close(&r);
+  return i;
+}
+
+/*
+ * free / free_evicted (`full_too`) or free_swa of n > 0 slots (not pure, not ring) in one
+ * validating pass. Until issue 17's last pass each eviction victim was checked by
+ * check_full_slots (range, held, a duplicate mark), planned (peer read, peer held, marks
+ * set and cleared), its runs built, and then checked again by the SWA side's and the full
+ * side's kvc_allocator_free: five passes over the slots, three of them validating. Here
+ * plan_p1 / plan_pages read each slot (page) once and mark the state bytes as they go,
+ * which is the duplicate check too. Nothing is trusted: every slot and every peer is
+ * checked by this allocator in this call, the same checks as before. Then the device zero
+ * launch (the only step that can fail: the marks are undone and nothing changed), the
+ * host map, and the two free lists through release_checked (SWA side first, as before).
+ *
+ * *taken is false, with nothing changed, when some slot does not pass: the caller then
+ * runs the checked path, which refuses it with the same status and message as always.
+ * An open group keeps the checked path (its records are the allocator's).
+ */
+static kvc_status free_fast(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n, bool unmapped_ok,
+                            bool full_too, kvc_stream stream, bool *taken) {
+  *taken = false;
+  if (a->full->in_group || a->swa->in_group) return KVC_OK;
+  /* SWA ids: at most one per slot with ps 1; with ps > 1 one per mapped entry of the
+   * listed pages, and distinct, so at most the SWA side's pages. */
+  size_t nw_cap = n;
+  if (a->ps > 1 && !kvc__mul_size(n, (size_t)a->ps, &nw_cap)) nw_cap = SIZE_MAX;
+  nw_cap = KVC__MIN(nw_cap, (size_t)kvc__alloc_num_pages(a->swa));
+  KVC_FORWARD(kvc__swa_ensure_tok(a, fn, n)); /* the runs: 2 words per slot at most */
+  KVC_FORWARD(ensure_rel(a, fn, n, nw_cap));
+  size_t nf = n, nw = 0, items = 0, done;
+  if (a->ps == 1) done = plan_p1(a, slots, n, unmapped_ok, &nw, &items);
+  else done = plan_pages(a, slots, n, &nf, &nw, &items);
+  uint8_t *const fst = a->full->state, *const sst = a->swa->state;
+  uint32_t *const fv = a->rel, *const wv = a->rel + n;
+  if (done < n) {
+    unmark_ids(fst, fv, a->ps == 1 ? done : nf);
+    unmark_ids(sst, wv, nw);
+    return KVC_OK;
+  }
+  *taken = true;
+  const kvc__swa_map_dst d = kvc__swa_dmap_dst(a);
+  const kvc__swa_map_items zero = {a->words, 2 * items, (int64_t)items, KVC_SWA_MAP_ZERO};
+  kvc_status st = kvc__swa_map_write(a->ctx, &d, &zero, stream);
+  if (st != KVC_OK) {
+    unmark_ids(fst, fv, nf);
+    unmark_ids(sst, wv, nw);
+    return st;
+  }
+  /* By runs; short ones (page-1 victims are mostly runs of one slot) without a memset call. */
+  int32_t *const map = a->map;
+  const uint32_t *const runs = a->words;
+  for (size_t k = 0; k < items; k++) {
+    const uint32_t at = runs[2 * k], len = runs[2 * k + 1];
+    if (len <= 8) {
+      for (uint32_t j = 0; j < len; j++) map[at + j] = 0;
+    } else {
+      memset(map + at, 0, (size_t)len * sizeof *map);
+    }
+  }
+  st = release_checked(a->swa, wv, nw);
+  /* A failed SWA-side audit (check mode) stops before the full side, as it always has. */
+  if (full_too && st == KVC_OK) st = release_checked(a->full, fv, nf);
+  else unmark_ids(fst, fv, nf);
+  return kvc__swa_finish(a, st);
+}
+
 /* free_swa of validated slots (not pure, not ring). */
 static kvc_status do_free_swa(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n, bool unmapped_ok,
                               kvc_stream stream) {
@@ -185,6 +416,11 @@ kvc_status kvc_swa_allocator_free_swa(kvc_swa_allocator *a, const int64_t *slots
   if (!n) return KVC_OK;
   KVC_ARG_NOT_NULL(a->ctx, slots);
   if (a->pure) return pure_free(a, __func__, slots, n);
+  if (!a->ring) {
+    bool taken;
+    const kvc_status st = free_fast(a, __func__, slots, n, false, false, stream, &taken);
+    if (taken || st != KVC_OK) return st;
+  }
   KVC_FORWARD(check_full_slots(a, __func__, slots, n));
   if (a->ring) return KVC_OK; /* the mapping is never written in ring mode */
   return kvc__swa_finish(a, do_free_swa(a, __func__, slots, n, false, stream));
@@ -213,6 +449,11 @@ kvc_status kvc_swa_allocator_free_full(kvc_swa_allocator *a, const int64_t *slot
 static kvc_status free_both(kvc_swa_allocator *a, const int64_t *slots, size_t n, bool unmapped_ok, kvc_stream stream) {
   const char *fn = "kvc_swa_allocator_free";
   if (a->pure) return pure_free(a, fn, slots, n);
+  if (!a->ring) {
+    bool taken;
+    const kvc_status st = free_fast(a, fn, slots, n, unmapped_ok, true, stream, &taken);
+    if (taken || st != KVC_OK) return st;
+  }
   KVC_FORWARD(check_full_slots(a, fn, slots, n));
   if (!a->ring) KVC_FORWARD(do_free_swa(a, fn, slots, n, unmapped_ok, stream));
   return kvc__swa_finish(a, kvc_allocator_free(a->full, slots, n));

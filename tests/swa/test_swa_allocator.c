@@ -190,6 +190,94 @@ static void test_free_rising_past_the_end_is_refused(void **state) {
   kvc_swa_allocator_destroy(a);
 }
 
+/* The one-pass free (issue 17: validation and release share one pass over the slots,
+ * the state bytes marked as they go): every list the checked path refused is still
+ * refused, with its message, after good slots were marked; nothing changes; a valid
+ * free out of order puts both sides' slots at the back of their FIFOs in call order. */
+static void test_one_pass_free_refusals_and_order_page1(void **state) {
+  (void)state;
+  kvc_swa_allocator *a = make_swa(20, 18, 1, 0);
+  int64_t f[6];
+  KVT_OK(kvc_swa_allocator_alloc(a, 6, f, NULL, NULL)); /* full 1..6, SWA 1..6 */
+  const struct {
+    int64_t s[3];
+    const char *says;
+  } bad[] = {
+      {{3, 1, 3}, "slots[2] = 3 is listed twice"},
+      {{2, 5, 0}, "slots[2] = 0 is the padding page or out of range"},
+      {{4, 2, 99}, "slots[2] = 99 is the padding page or out of range"},
+      {{4, 2, -1}, "slots[2] = -1 is the padding page or out of range"},
+      {{1, 2, 7}, "slots[2] = 7 is not held"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    snap s = take(a);
+    KVT_STATUS(kvc_swa_allocator_free(a, bad[k].s, 3, NULL), KVC_ERR_MISUSE);
+    if (!strstr(kvc_last_error(kvt_ctx), bad[k].says)) fail_msg("case %zu: %s", k, kvc_last_error(kvt_ctx));
+    expect_same(a, &s);
+    s = take(a);
+    KVT_STATUS(kvc_swa_allocator_free_swa(a, bad[k].s, 3, NULL), KVC_ERR_MISUSE);
+    expect_same(a, &s);
+  }
+  /* slot 6 loses its peer: a free listing it after good slots is refused, unmarked */
+  KVT_OK(kvc_swa_allocator_free_swa(a, &f[5], 1, NULL));
+  snap s = take(a);
+  const int64_t peerless[2] = {1, 6};
+  KVT_STATUS(kvc_swa_allocator_free(a, peerless, 2, NULL), KVC_ERR_MISUSE);
+  expect_same(a, &s);
+  KVT_OK(kvc_swa_allocator_free_full(a, &f[5], 1)); /* full FIFO 7..20, 6; SWA 7..18, 6 */
+  const int64_t good[3] = {5, 2, 4};
+  KVT_OK(kvc_swa_allocator_free(a, good, 3, NULL)); /* full ..., 6, 5, 2, 4; SWA the same */
+  const int32_t *m = kvc_swa_allocator_mapping_host(a);
+  for (int k = 0; k < 3; k++) assert_int_equal(m[good[k]], 0);
+  expect_device_mapping(a);
+  int64_t g[16];
+  KVT_OK(kvc_swa_allocator_alloc(a, 14, g, NULL, NULL)); /* full 7..20; SWA 7..18, 6, 5 */
+  assert_int_equal(m[19], 6);
+  assert_int_equal(m[20], 5);
+  KVT_OK(kvc_swa_allocator_alloc(a, 2, g, NULL, NULL)); /* full 6, 5; SWA 2, 4 */
+  assert_int_equal(g[0], 6);
+  assert_int_equal(g[1], 5);
+  assert_int_equal(m[6], 2);
+  assert_int_equal(m[5], 4);
+  KVT_OK(kvc_swa_allocator_check(a));
+  kvc_swa_allocator_destroy(a);
+}
+
+/* The same with pages: a page listed again later is released once (as the paged free
+ * does), a page not held or a slot past the end is refused after good pages were
+ * marked, and the released pages go to the front of both free lists sorted. */
+static void test_one_pass_free_refusals_and_order_paged(void **state) {
+  (void)state;
+  two_reqs t;
+  two_reqs_open(&t, 32, 4, 4); /* request 0: full page 1, request 1: page 2; SWA pages 1, 2 */
+  const int64_t *o = t.out;
+  const int64_t not_held[9] = {o[4], o[5], o[6], o[7], o[0], o[1], o[2], o[3], 4 * 15};
+  const int64_t past_end[5] = {o[4], o[5], o[6], o[7], (int64_t)1 << 40};
+  snap s = take(t.a);
+  KVT_STATUS(kvc_swa_allocator_free(t.a, not_held, 9, NULL), KVC_ERR_MISUSE);
+  if (!strstr(kvc_last_error(kvt_ctx), "slots[8] = 60 is not held")) fail_msg("%s", kvc_last_error(kvt_ctx));
+  expect_same(t.a, &s);
+  s = take(t.a);
+  KVT_STATUS(kvc_swa_allocator_free_swa(t.a, past_end, 5, NULL), KVC_ERR_MISUSE);
+  expect_same(t.a, &s);
+  const int64_t f0 = kvc_swa_allocator_full_available_size(t.a), w0 = kvc_swa_allocator_swa_available_size(t.a);
+  const int64_t twice[9] = {o[4], o[5], o[6], o[7], o[0], o[1], o[2], o[3], o[4]};
+  KVT_OK(kvc_swa_allocator_free(t.a, twice, 9, NULL));
+  assert_int_equal(kvc_swa_allocator_full_available_size(t.a), f0 + 8);
+  assert_int_equal(kvc_swa_allocator_swa_available_size(t.a), w0 + 8);
+  const int32_t *m = kvc_swa_allocator_mapping_host(t.a);
+  for (int k = 0; k < 8; k++) assert_int_equal(m[o[k]], 0);
+  expect_device_mapping(t.a);
+  /* pages 2 then 1 were listed: sorted, so page 1 comes back first on both sides */
+  const int64_t pre[1] = {0}, seq[1] = {4};
+  int64_t out[4];
+  KVT_OK(kvc_swa_allocator_alloc_extend(t.a, 1, pre, seq, NULL, t.rp, t.rows, NULL, out, NULL, NULL));
+  assert_int_equal(out[0], 4);
+  assert_int_equal(m[4] / 4, 1);
+  KVT_OK(kvc_swa_allocator_check(t.a));
+  two_reqs_close(&t);
+}
+
 /* Exhaustion on either side changes nothing (SGLang leaks in alloc_decode). */
 static void test_out_of_slots_changes_nothing(void **state) {
   (void)state;
@@ -507,6 +595,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_create_and_sizes),
     cmocka_unit_test(test_token_alloc_mapping_and_translate),
     cmocka_unit_test(test_free_rising_past_the_end_is_refused),
+    cmocka_unit_test(test_one_pass_free_refusals_and_order_page1),
+    cmocka_unit_test(test_one_pass_free_refusals_and_order_paged),
     cmocka_unit_test(test_decode_full_side_misuse_rolls_back_swa_side),
     cmocka_unit_test(test_extend_rollback_and_mapped_partial_pages),
     cmocka_unit_test(test_out_of_slots_changes_nothing),
