@@ -145,8 +145,9 @@ static inline int64_t rx_page(const kvc_radix_cache *rc, int64_t s) {
 static inline bool rx_slot_held(const kvc_radix_cache *rc, int64_t s) { return rc->held[rx_page(rc, s)] != 0; }
 static inline size_t rx_held_bytes(const kvc_radix_cache *rc) { return (size_t)(rc->top_slot / rc->ps) + 1; }
 
-/** Marks the pages of slots[0:n) (n a multiple of the page size) held, a range at a time
- *  along runs of consecutive slots. With page_size > 1 every page must be one
+/** Marks the pages of slots[0:n) (n a multiple of the page size) held: with page_size > 1
+ *  a range at a time along runs of consecutive slots, at page 1 a slot at a time (the
+ *  status as the run path would give it). With page_size > 1 every page must be one
  *  allocator page: its first slot page-aligned, the others consecutive. Returns KVC_OK,
  *  or, having marked nothing, the status for the run holding the first bad slot (its
  *  start in *bad): INVALID_ARGUMENT (outside [1, num_slots] or not whole pages) or

@@ -272,6 +272,42 @@ static void test_handles_are_generation_checked(void **state) {
   kvc_radix_cache_destroy(NULL);
 }
 
+/* At page 1 slots are marked four a step; a bad slot is still reported for the run of
+ * consecutive slots that holds it (at the run's first position, the run's ends tested
+ * before its marks), with nothing changed. */
+static void test_bad_slots_in_steps_of_four(void **state) {
+  (void)state;
+  freelog log = {0};
+  kvc_radix_cache *rc = radix_make(1, KVC_RADIX_LRU, &log);
+  const int32_t a[] = {1, 2, 3, 4}, e[] = {5}, b[] = {20, 21, 22, 23, 24, 25, 26, 27};
+  radix_put(rc, 0, a, 4, 10, 0);    /* slots 10-13 */
+  radix_put(rc, 0, e, 1, 65535, 0); /* the slot below the top one, 65536 */
+  char before[512], after[512];
+  KVT_OK(kvc_radix_cache_dump(rc, before, sizeof before, NULL));
+  int64_t held_mid[] = {40, 41, 42, 43, 9, 10, 11, 50}; /* 10 is cached: the run 9-11 */
+  KVT_STATUS(kvc_radix_cache_insert(rc, NULL, 0, b, held_mid, 8, 0, NULL), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots from 9 at position 4"));
+  int64_t twice_in_step[] = {40, 41, 40, 43, 44, 45, 46, 47};
+  KVT_STATUS(kvc_radix_cache_insert(rc, NULL, 0, b, twice_in_step, 8, 0, NULL), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots from 40 at position 2"));
+  int64_t run_past_top[] = {40, 41, 42, 43, 65534, 65535, 65536, 65537}; /* 65535 cached */
+  KVT_STATUS(kvc_radix_cache_insert(rc, NULL, 0, b, run_past_top, 8, 0, NULL), KVC_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots from 65534 at position 4"));
+  int64_t zero_last[] = {40, 41, 42, 43, 44, 45, 46, 0};
+  KVT_STATUS(kvc_radix_cache_insert(rc, NULL, 0, b, zero_last, 8, 0, NULL), KVC_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots from 0 at position 7"));
+  KVT_OK(kvc_radix_cache_dump(rc, after, sizeof after, NULL));
+  assert_string_equal(before, after);
+  assert_int_equal(radix_cached(rc), 5);
+  assert_int_equal(log.calls, 0);
+  KVT_OK(kvc_radix_cache_check(rc));
+  int64_t good[] = {40, 41, 42, 43, 44, 45, 46, 47};
+  KVT_OK(kvc_radix_cache_insert(rc, NULL, 0, b, good, 8, 0, NULL));
+  KVT_OK(kvc_radix_cache_check(rc));
+  assert_int_equal(radix_cached(rc), 13);
+  kvc_radix_cache_destroy(rc);
+}
+
 static void test_bad_slots_change_nothing(void **state) {
   (void)state;
   freelog log = {0};
@@ -459,6 +495,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_parent_becomes_a_victim_after_its_children),
     cmocka_unit_test(test_locked_tree_evicts_nothing),
     cmocka_unit_test(test_handles_are_generation_checked),
+    cmocka_unit_test(test_bad_slots_in_steps_of_four),
     cmocka_unit_test(test_bad_slots_change_nothing),
     cmocka_unit_test(test_kv_events),
     cmocka_unit_test(test_memory_bound),

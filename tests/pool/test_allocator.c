@@ -77,6 +77,38 @@ static void test_refused_free_keeps_the_backup_image(void **state) {
   kvc_allocator_destroy(a);
 }
 
+/* The TOKEN free checks four slots a step: a bad slot anywhere in a step of four (a
+ * repeat inside it, one out of range, one not held) is refused with the per-slot loop's
+ * status and index and nothing changed, and a free that reaches the ring's wrap point
+ * keeps the call order across it. */
+static void test_token_free_four_a_step(void **state) {
+  (void)state;
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 16, 1, 0);
+  int64_t out[16];
+  KVT_OK(kvc_allocator_alloc(a, 16, out));
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){1, 2, 2, 4, 5, 6, 7, 8}, 8), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots[2]"));
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "listed twice"));
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){1, 2, 3, 4, 5, 6, 5, 8}, 8), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots[6]"));
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){1, 2, 3, 4, 5, 17, 7, 8}, 8), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots[5]"));
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){1, 2, 3, 4, 5, 6, 7, 0}, 8), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots[7]"));
+  assert_int_equal(kvc_allocator_available_size(a), 0);
+  KVT_OK(kvc_allocator_check(a));
+  /* Ten freed, ten taken back: the ring's tail sits 6 entries before its wrap. */
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){10, 9, 8, 7, 6, 5, 4, 3, 2, 1}, 10));
+  expect_next_alloc(a, (int64_t[]){10, 9, 8, 7, 6, 5, 4, 3, 2, 1}, 10);
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){16, 15, 14, 13, 12, 11, 3, 3, 1}, 9), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots[7]"));
+  KVT_OK(kvc_allocator_check(a));
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){16, 15, 14, 13, 12, 11, 3, 2, 1, 9, 8, 7}, 12));
+  KVT_OK(kvc_allocator_check(a));
+  expect_next_alloc(a, (int64_t[]){16, 15, 14, 13, 12, 11, 3, 2, 1, 9, 8, 7}, 12);
+  kvc_allocator_destroy(a);
+}
+
 static void test_paged_free_prepends_sorted_unique(void **state) {
   (void)state;
   kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 40, 4, 0);
@@ -998,6 +1030,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_create_rejects_bad_config),
     cmocka_unit_test(test_token_allocator_reuses_fifo),
     cmocka_unit_test(test_refused_free_keeps_the_backup_image),
+    cmocka_unit_test(test_token_free_four_a_step),
     cmocka_unit_test(test_paged_free_prepends_sorted_unique),
     cmocka_unit_test(test_extend_matches_spec_example),
     cmocka_unit_test(test_extend_without_pool),
