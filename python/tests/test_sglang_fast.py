@@ -353,8 +353,10 @@ def test_swa_extend_rows_device_refusal_changes_nothing(ps):
     pre, seq = T.host_array([0]), T.host_array([5])
     full, swa = alloc.full_available_size(), alloc.swa_available_size()
     if T.fast is not None:
-        st = T.fast.alloc_extend(True, alloc._h, 1, pre, seq, None, None, None, None, None, None,
-                                 None, rows_dev)
+        # The entry takes host vectors as the adapter passes them (T.host_i64_arg: an
+        # address under torch, the array itself under NumPy) and rows_device as an address.
+        st = T.fast.alloc_extend(True, alloc._h, 1, T.host_i64_arg(pre), T.host_i64_arg(seq), None, None,
+                                 None, None, None, None, None, T.ptr(rows_dev))
     else:
         from kvcache.sglang import common
         hot = common._hot(alloc)
