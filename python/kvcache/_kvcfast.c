@@ -373,7 +373,8 @@ static size_t kvcf_tail_cap;
  * a paged free puts its sorted pages in front of the free list: one merged free would
  * order them differently from SGLang's two.
  * A failed call changes nothing: both slices are read (the tail into kvcf_tail), the row
- * and kvc_allocator_check_free over the two lists are checked, and only then freed, so a
+ * and (when both slices are non-empty) kvc_allocator_check_free over the two lists are
+ * checked, and only then freed, so a
  * refused tail (slots not held) cannot leave the committed slots freed and the request
  * half-released. A row not held is reported by kvc_req_to_token_pool_free itself (it
  * refuses and changes nothing), so the status and message are that call's. */
@@ -409,7 +410,9 @@ static PyObject *kvcf_release_row(PyObject *self, PyObject *const *args, Py_ssiz
   if (nc) st = kvcf_row_slots(flow, row, 0, committed, buf);
   if (st == 0 && nt) st = kvcf_row_slots(flow, row, start, end, kvcf_tail);
   if (st == 0 && !kvcf_row_held(pool, row)) st = kvcf_row_free(pool, row); /* refused: its status */
-  if (st == 0) {
+  /* One list needs no check: a refused free changes nothing, and the row is known held.
+   * The tail exists only after over-allocation, so the common release pays nothing. */
+  if (st == 0 && nc && nt) {
     const int64_t *lists[2] = {buf, kvcf_tail};
     const size_t counts[2] = {nc, nt};
     st = kvcf_check_free(alloc, lists, counts, 2);

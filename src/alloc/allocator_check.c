@@ -32,8 +32,10 @@ static kvc_status check_list(kvc_allocator *a, size_t l, const int64_t *slots, s
   uint8_t *const state = a->state;
   const bool paged = a->kind == KVC_ALLOCATOR_PAGED;
   const int64_t ps = a->ps;
+  const int shift = a->ps_shift; /* a division per slot would cost more than the check */
   int64_t k = *k_io;
   kvc_status st = KVC_OK;
+  uint32_t prev = 0; /* page 0 is never valid, so the first slot is always looked at */
   for (size_t i = 0; i < n; i++) {
     const int64_t slot = slots[i];
     if (slot < ps || slot >= (a->num_pages + 1) * ps) {
@@ -41,7 +43,9 @@ static kvc_status check_list(kvc_allocator *a, size_t l, const int64_t *slots, s
                       (long long)slot, (slot >= 0 && slot < ps) ? "in the padding page 0" : "out of range");
       break;
     }
-    const uint32_t p = (uint32_t)(slot / ps);
+    const uint32_t p = (uint32_t)(shift >= 0 ? slot >> shift : slot / ps);
+    if (paged && p == prev) continue; /* the next slot of the same page, as free() skips it */
+    prev = p;
     const uint8_t s = state[p];
     if (s & KVC__PG_MARK) {
       if (paged) continue;
