@@ -4,7 +4,8 @@
  *
  * The kernel's parameters never change (only addresses), so it can be captured once
  * into an engine's CUDA graph and replayed every step; the per-step data (row, position,
- * slot per request) lives in a ring of host memory the GPU reads directly. Each execution
+ * slot per request: kvc_decode_write's three-word form) lives in a ring of host memory
+ * the GPU reads directly. Each execution
  * takes step `applied + 1` from ring slot (step - 1) % depth, checks that the host has
  * published it (the slot's step word, read with acquire semantics at system scope), writes
  * out_cache_loc and the req_to_token entries, and reports the step back to the host
@@ -64,7 +65,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   int64_t *out = p.out ? kvc_ptr<int64_t *>(p.out) : nullptr;
   int32_t *table = p.table ? kvc_ptr<int32_t *>(p.table) : nullptr;
   int64_t *map = p.map ? kvc_ptr<int64_t *>(p.map) : nullptr;
-  const int stride = KVC_DECODE_ENTRY_WORDS(map);
+  const int stride = KVC_DECODE_ENTRY_WORDS(map, 0);
   for (int base = 0; base < n; base += KVC_CH_PASS) {
     const int cnt = n - base < KVC_CH_PASS ? n - base : KVC_CH_PASS;
     const int words = stride * cnt, vecs = (words + 3) / 4;
@@ -74,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     for (int v = threadIdx.x; v < vecs; v += blockDim.x) reinterpret_cast<uint4 *>(s_words)[v] = __ldcv(src + v);
     __syncthreads();
     for (int i = threadIdx.x; i < cnt; i += blockDim.x)
-      kvc_decode_write(s_words + stride * i, base + i, out, table, p.row_stride, map, p.map_len);
+      kvc_decode_write(s_words + stride * i, base + i, out, table, p.row_stride, 0, map, p.map_len);
     __syncthreads(); /* s_words is refilled by the next pass */
   }
   if (out)

@@ -10,8 +10,10 @@
  * last_loc (descriptor word 7) exactly as the full slot does.
  * With rows_out, each request's row goes there as int64 too (SGLang's req_pool_indices).
  * Grid: x = request, y = token tile of tokens_per_block.
- * Decode payload: (row, position, slot) per request, plus the slot's full->SWA mapping
- * value when the SWA allocator fuses its mapping write in; one thread per request.
+ * Decode payload: per request (table offset, slot) when the header's table_len > 0 (a
+ * req_to_token table below 2^31 entries), else (row, position, slot), plus the slot's
+ * full->SWA mapping value when the SWA allocator fuses its mapping write in
+ * (kvc_decode_write, kvc_index.h); one thread per request.
  */
 #include "common.cuh"
 
@@ -76,7 +78,7 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_decode(const __grid_c
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= p.h.n) return;
   const uint32_t *w = p.h.staged ? kvc_ptr<const uint32_t *>(p.h.staged) : p.words;
-  const int stride = KVC_DECODE_ENTRY_WORDS(p.h.map);
+  const int stride = KVC_DECODE_ENTRY_WORDS(p.h.map, p.h.table_len);
   kvc_decode_write(w + stride * i, i, kvc_ptr<int64_t *>(p.h.out), kvc_ptr<int32_t *>(p.h.table), p.h.row_stride,
-                   kvc_ptr<int64_t *>(p.h.map), p.h.map_len);
+                   p.h.table_len, kvc_ptr<int64_t *>(p.h.map), p.h.map_len);
 }

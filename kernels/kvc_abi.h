@@ -128,9 +128,11 @@ typedef struct kvc_p_plan_decode {
   uint64_t map; /* int64 [map_len] full->SWA mapping, or 0 (SWA allocators) */
   int64_t map_len;
   int32_t n;
-  int32_t pad_;
-} kvc_p_plan_decode; /* followed by the inline payload: per request (row, position, slot)
-                        and, with a map, the slot's mapped value: 3 or 4 words */
+  int32_t table_len; /* > 0: entries (row * row_stride + position, slot), offsets outside
+                        [0, table_len) skipped; 0: (row, position, slot), row < 0 skipped */
+} kvc_p_plan_decode; /* followed by the inline payload: per request one entry of
+                        KVC_DECODE_ENTRY_WORDS(map, table_len) words (kvc_index.h): 2 or 3,
+                        plus the slot's mapped value with a map */
 
 /* --- alloc_channel.cu: decode steps published by the host, applied by a kernel that
  * may sit in a CUDA graph (kvc_decode_channel) ------------------------------------- */
@@ -148,7 +150,9 @@ typedef struct kvc_p_decode_channel {
   int32_t depth, slot_words;
   int32_t max_batch, pad_;
 } kvc_p_decode_channel; /* payload words per request: (row, position, slot), plus the
-                           slot's mapped value when map != 0 */
+                           slot's mapped value when map != 0: kvc_decode_write's
+                           three-word form (its two-word one measured slower in the host
+                           half: bench/RESULTS.md, session 8, decode20b) */
 
 /* --- req_to_token.cu: write host-planned slots into one row ------------------------ */
 typedef struct kvc_p_row_write {
@@ -163,7 +167,9 @@ typedef struct kvc_p_row_write {
  * biggest goes through the staging buffer instead. Header + payload <= 32764 bytes. The
  * driver copies the whole parameter block per launch: on the H200 a 4 KB block costs
  * about 0.1-0.3 us over none, 8 KB 0.4-0.6, 16 KB 0.9-1.5, 32 KB 2.1-3.8 (bench_kv's raw
- * sweep), hence four sizes: a decode step at batch 1024 (12 KB) takes the 16 KB one. */
+ * sweep), hence four sizes: a decode step at batch 1024 takes the 8 KB one in its two-word
+ * form (8 KB of payload: req_to_token tables below 2^31 entries), the 16 KB one in the
+ * three-word form (12 KB). */
 #define KVC_INLINE_SMALL 1000
 #define KVC_INLINE_MEDIUM 2048
 #define KVC_INLINE_WIDE 4000

@@ -72,19 +72,36 @@ KVC_HD int64_t kvc_load_index(uint64_t base, int64_t i, int is64) {
  * then page * ps, else KVC_SLOT_AFTER(last, 0). */
 #define KVC_DECODE_NEW_PAGE(seq, ps) ((seq) >= 1 && ((seq)-1) % (ps) == 0)
 
-/* Words of one planned decode entry: (row, position, slot), plus the slot's full->SWA
- * mapping value when the allocator fuses its mapping write in (map non-zero). */
-#define KVC_DECODE_ENTRY_WORDS(map) ((map) ? 4 : 3)
+/* Words of one planned decode entry. Two forms, chosen per launch by the header's
+ * table_len (kvc_abi.h):
+ *   table_len > 0: (table offset row * row_stride + position, slot), the form of a
+ *     req_to_token table of fewer than 2^31 entries: two words, so a step of 1024
+ *     requests (8 KB) fits the 8 KB parameter block instead of the 16 KB one;
+ *   table_len == 0: (row, position, slot), for larger tables (or none);
+ * plus, in either form, the slot's full->SWA mapping value when the allocator fuses its
+ * mapping write in (map non-zero). */
+#define KVC_DECODE_ENTRY_WORDS(map, table_len) (((map) ? 4 : 3) - ((table_len) > 0))
 
 /* Request i's writes of one planned decode step from its entry e: out_cache_loc, the
- * req_to_token table (row < 0: none) and, when map is given, the full->SWA mapping
- * (entries outside [0, map_len) skipped). Any of out, table, map may be NULL. */
-KVC_HD void kvc_decode_write(const uint32_t *e, int i, int64_t *out, int32_t *table, int64_t row_stride, int64_t *map,
-                             int64_t map_len) {
-  const int32_t row = (int32_t)e[0], pos = (int32_t)e[1], slot = (int32_t)e[2];
+ * req_to_token table and, when map is given, the full->SWA mapping. Every index read
+ * from the payload is bounded: a table offset outside [0, table_len) (two-word form; the
+ * host writes UINT32_MAX for "no table write") or a row < 0 (three-word form) writes no
+ * table entry, a slot outside [0, map_len) no mapping entry. Any of out, table, map may
+ * be NULL. table_len is uniform across the launch: the branch on it does not diverge. */
+KVC_HD void kvc_decode_write(const uint32_t *e, int i, int64_t *out, int32_t *table, int64_t row_stride,
+                             int32_t table_len, int64_t *map, int64_t map_len) {
+  const bool two = table_len > 0;
+  const int32_t slot = (int32_t)e[two ? 1 : 2];
   if (out) out[i] = slot;
-  if (table && row >= 0) table[(int64_t)row * row_stride + pos] = slot;
-  if (map && slot >= 0 && slot < map_len) map[slot] = (int32_t)e[3];
+  if (table) {
+    if (two) {
+      if (e[0] < (uint32_t)table_len) table[e[0]] = slot;
+    } else {
+      const int32_t row = (int32_t)e[0], pos = (int32_t)e[1];
+      if (row >= 0) table[(int64_t)row * row_stride + pos] = slot;
+    }
+  }
+  if (map && slot >= 0 && slot < map_len) map[slot] = (int32_t)e[two ? 2 : 3];
 }
 
 /* --- req_to_token ------------------------------------------------------------------ */

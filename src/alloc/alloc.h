@@ -181,10 +181,33 @@ kvc_status kvc__alloc_finish(kvc_allocator *a, const char *fn, kvc_status st);
 /** Makes the per-batch arrays hold at least n requests (HOST_OOM, nothing changed). */
 kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n);
 
+/* Tables of fewer entries than this get the decode kernels' two-word payload entries
+ * (table offset, slot): an offset then fits the uint32 word and the header's int32
+ * table_len (kernels/kvc_index.h, kvc_decode_write). */
+#define KVC__DECODE_TWO_WORD_LIMIT ((int64_t)1 << 31)
+
+/** The decode kernels' table_len for a req_to_token table of rows x width entries:
+ *  that count when it is below `limit` (at most KVC__DECODE_TWO_WORD_LIMIT; a parameter
+ *  so that a test can move the boundary), else 0, the three-word form. Overflow-safe for
+ *  any int64 arguments; a negative count is 0. */
+static inline int32_t kvc__decode_table_len(int64_t rows, int64_t width, int64_t limit) {
+  int64_t entries;
+  if (limit > KVC__DECODE_TWO_WORD_LIMIT) limit = KVC__DECODE_TWO_WORD_LIMIT;
+  if (rows <= 0 || width <= 0 || __builtin_mul_overflow(rows, width, &entries) || entries >= limit) return 0;
+  return (int32_t)entries;
+}
+
+/** kvc__decode_table_len of a req pool's device table ((size + 1) x width: row 0 is the
+ *  padding row); 0 for NULL. */
+static inline int32_t kvc__req_pool_table_len(const kvc_req_to_token_pool *rp) {
+  return rp ? kvc__decode_table_len((int64_t)rp->size + 1, rp->width, KVC__DECODE_TWO_WORD_LIMIT) : 0;
+}
+
 /* alloc_decode in pieces (allocator_plan.c), shared by kvc_allocator_alloc_decode and
  * the decode channel. plan validates the batch, picks every slot, writes the kernel
- * payload (when not NULL: `stride` words per request, the first three (row, position,
- * slot)) and the req pool mirror; nothing changes on failure. undo reverts a successful plan's mirror writes (the launch failed); finish
+ * payload (when not NULL: `stride` words per request: 2 = (table offset, slot), allowed
+ * only when kvc__req_pool_table_len(req pool) > 0; 3 or 4 = (row, position, slot) first)
+ * and the req pool mirror; nothing changes on failure. undo reverts a successful plan's mirror writes (the launch failed); finish
  * copies out_host and pops the pages taken. */
 kvc_status kvc__alloc_decode_plan(kvc_allocator *a, const char *fn, const kvc__decode_args *x, uint32_t *payload,
                                   size_t stride, int64_t *need);

@@ -352,12 +352,17 @@ static inline kvc_status decode_check_one(kvc_allocator *a, const char *fn, size
   return check_last_loc(a, fn, i, *last, s - 2);
 }
 
-/* The step's effects for request i once its slot is known: b_last, the payload triple
- * (when w), and the mirror entry (its old value kept in b_pages for kvc__alloc_decode_undo). */
+/* The step's effects for request i once its slot is known: b_last, the payload entry
+ * (when w: stride 2 (table offset, slot), else (row, position, slot)), and the mirror
+ * entry (its old value kept in b_pages for kvc__alloc_decode_undo). */
 static inline void decode_apply_one(kvc_allocator *a, size_t i, int64_t slot, const int64_t *seq_lens,
                                     kvc_req_to_token_pool *rp, const int32_t *req_rows, uint32_t *w, size_t stride) {
   a->b_last[i] = slot;
-  if (w) {
+  if (w && stride == 2) {
+    /* < 2^31 (kvc__alloc_decode_plan checked the table); UINT32_MAX: no table write */
+    w[2 * i] = rp ? (uint32_t)((int64_t)req_rows[i] * rp->width + seq_lens[i] - 1) : UINT32_MAX;
+    w[2 * i + 1] = (uint32_t)slot;
+  } else if (w) {
     w[stride * i] = rp ? (uint32_t)req_rows[i] : UINT32_MAX; /* -1: no table write */
     w[stride * i + 1] = (uint32_t)(seq_lens[i] - 1);
     w[stride * i + 2] = (uint32_t)slot;
@@ -473,7 +478,9 @@ decode_fused(kvc_allocator *a, size_t bs, const int64_t *seq_lens, const int64_t
     /* Stores that a later failure leaves harmless (the payload and b_old are scratch
      * until the call succeeds), made early so that row and p need no register below:
      * this loop spills. */
-    if (stride) {
+    if (stride == 2) { /* the table offset is the mirror's: < 2^31 entries (checked) */
+      w[2 * i] = has_rp ? (uint32_t)(m - mirror) : UINT32_MAX;
+    } else if (stride) {
       w[stride * i] = has_rp ? (uint32_t)req_rows[i] : UINT32_MAX; /* -1: no table write */
       w[stride * i + 1] = (uint32_t)p;
     }
@@ -496,7 +503,7 @@ decode_fused(kvc_allocator *a, size_t bs, const int64_t *seq_lens, const int64_t
     const int64_t slot = (int64_t)(fresh ? next : last + 1);
     k += fresh;
     b_last[i] = slot;
-    if (stride) w[stride * i + 2] = (uint32_t)slot;
+    if (stride) w[stride * i + (stride == 2 ? 1 : 2)] = (uint32_t)slot;
     if (has_rp) {
       *fl |= KVC__ROW_MARK;
       *m = (int32_t)slot;
@@ -527,10 +534,16 @@ static kvc_status decode_plan_fast(kvc_allocator *a, const char *fn, size_t bs, 
     next = a->tmp_a;
   }
   /* Constant flags for an engine's step (a req pool, last_locs from its mirror, a payload
-   * of 3 or 4 words, page 16 or 64): fewer live values, so the loop's locals stay in
+   * of 2, 3 or 4 words, page 16 or 64): fewer live values, so the loop's locals stay in
    * registers. */
   const int sh = a->ps_shift;
-  if (rp && !last_locs && w && stride == 3 && sh == 4)
+  if (rp && !last_locs && w && stride == 2 && sh == 4)
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 2, 4, next, &k);
+  else if (rp && !last_locs && w && stride == 2 && sh == 6)
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 2, 6, next, &k);
+  else if (rp && !last_locs && w && stride == 2)
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 2, sh, next, &k);
+  else if (rp && !last_locs && w && stride == 3 && sh == 4)
     done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 3, 4, next, &k);
   else if (rp && !last_locs && w && stride == 3 && sh == 6)
     done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 3, 6, next, &k);
@@ -597,6 +610,10 @@ static kvc_status decode_plan(kvc_allocator *a, const char *fn, size_t bs, const
 
 kvc_status kvc__alloc_decode_plan(kvc_allocator *a, const char *fn, const kvc__decode_args *x, uint32_t *payload,
                                   size_t stride, int64_t *need) {
+  /* The two-word entries' offsets are 32-bit: a table of 2^31 entries or more would
+   * truncate them. The callers choose the form from the same test; this is its guard. */
+  if (payload && stride == 2 && x->req_pool && !kvc__req_pool_table_len(x->req_pool))
+    return kvc__error(a->ctx, KVC_ERR_INTERNAL, fn, "two-word decode payload for a table of 2^31 entries or more");
   return decode_plan(a, fn, x->bs, x->seq_lens, x->last_locs, x->req_pool, x->rows, payload, stride, need);
 }
 
@@ -623,7 +640,11 @@ static kvc_status alloc_decode_impl(kvc_allocator *a, const char *fn, size_t bs,
     KVC_FORWARD(decode_plan(a, fn, bs, seq_lens, last_locs, rp, req_rows, NULL, 3, &need));
     return kvc__alloc_decode_finish(a, fn, bs, out_host, need);
   }
-  const size_t stride = map ? 4 : 3;
+  /* Two words per request where the table's offsets fit (8 KB at batch 1024: the 8 KB
+   * parameter block instead of the 16 KB one). The mapped form keeps (row, position,
+   * slot, value): three words would still need the 16 KB block at batch 1024. */
+  const int32_t table_len = map ? 0 : kvc__req_pool_table_len(rp);
+  const size_t stride = map ? 4 : table_len ? 2 : 3;
   if (!a->k_decode[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_plan_decode, NULL, a->k_decode));
   kvc__plan plan;
   KVC_FORWARD(kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode), stride * bs));
@@ -643,6 +664,7 @@ static kvc_status alloc_decode_impl(kvc_allocator *a, const char *fn, size_t bs,
   h.map = (uint64_t)(uintptr_t)map;
   h.map_len = map_len;
   h.n = (int32_t)bs;
+  h.table_len = table_len;
   st = kvc__plan_launch(ctx, &plan, &kvc__k_plan_decode, NULL, a->k_decode,
                         kvc__dim((unsigned)((bs + 255) / 256), 1, 1), kvc__dim(256, 1, 1), stream, &h);
   if (st != KVC_OK) {

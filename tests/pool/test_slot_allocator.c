@@ -233,9 +233,30 @@ static void test_observer_hears_frees_and_allocations(void **state) {
   }
 }
 
+/* The two-word decode form's boundary: tables below the limit get their entry count,
+ * the rest (and nonsense sizes, and products that overflow) the three-word form. */
+static void test_decode_table_len_boundary(void **state) {
+  (void)state;
+  const int64_t lim = KVC__DECODE_TWO_WORD_LIMIT;
+  assert_int_equal(lim, (int64_t)INT32_MAX + 1);
+  assert_int_equal(kvc__decode_table_len(1, INT32_MAX, lim), INT32_MAX);               /* 2^31 - 1 */
+  assert_int_equal(kvc__decode_table_len((int64_t)1 << 16, (int64_t)1 << 15, lim), 0); /* 2^31 */
+  assert_int_equal(kvc__decode_table_len(((int64_t)1 << 16) + 1, ((int64_t)1 << 15) - 1, lim),
+                   (((int64_t)1 << 16) + 1) * (((int64_t)1 << 15) - 1));
+  assert_int_equal(kvc__decode_table_len(INT64_MAX, 2, lim), 0); /* the product overflows */
+  assert_int_equal(kvc__decode_table_len(0, 16, lim), 0);
+  assert_int_equal(kvc__decode_table_len(-4, 16, lim), 0);
+  assert_int_equal(kvc__decode_table_len(4, 16, 65), 64); /* a lower limit moves the boundary */
+  assert_int_equal(kvc__decode_table_len(4, 16, 64), 0);
+  assert_int_equal(kvc__decode_table_len(4, 16, INT64_MAX), 64); /* never above 2^31 */
+  assert_int_equal(kvc__decode_table_len(1, (int64_t)1 << 31, INT64_MAX), 0);
+  assert_int_equal(kvc__req_pool_table_len(NULL), 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ops_match_the_public_calls_plain),
     cmocka_unit_test(test_ops_match_the_public_calls_swa),
     cmocka_unit_test(test_observer_hears_frees_and_allocations),
+    cmocka_unit_test(test_decode_table_len_boundary),
 };
 KVT_MAIN("slot_allocator", tests)

@@ -354,6 +354,79 @@ static void test_decode_fill_matches_model(void **state) {
   }
 }
 
+/* --- plan_decode's two payload forms ------------------------------------------------ */
+
+/* One kvc_plan_decode launch on the run's backend (inline or, under
+ * KVC_INLINE_MAX_WORDS=0, staged) of n entries in the form table_len selects, against
+ * the model: out[i] = slot, the table entry the entry names written unless its index is
+ * out of bounds (two-word: offset >= table_len; three-word: row < 0). */
+static void run_plan_decode_form(kvt_rng *r, size_t n, int32_t rows, int32_t width, bool two) {
+  const size_t entries = (size_t)rows * (size_t)width, words = (two ? 2 : 3) * n;
+  int32_t *table = malloc(entries * 4), *want = malloc(entries * 4);
+  int64_t *out = malloc(n * 8), *want_out = malloc(n * 8);
+  uint32_t *payload = malloc(words * 4);
+  for (size_t j = 0; j < entries; j++) table[j] = want[j] = -7;
+  for (size_t i = 0; i < n; i++) {
+    /* distinct rows (rows >= n), so no two threads write one entry */
+    const int32_t row = (int32_t)i, pos = (int32_t)kvt_range(r, 0, width - 1);
+    const int32_t slot = (int32_t)kvt_range(r, 1, 1 << 30);
+    const int64_t kind = kvt_range(r, 0, 7); /* 0, 1: an index the kernel must skip */
+    want_out[i] = slot;
+    if (two) {
+      const uint32_t off = (uint32_t)row * (uint32_t)width + (uint32_t)pos;
+      payload[2 * i] = kind == 0 ? (uint32_t)entries : kind == 1 ? UINT32_MAX : off;
+      payload[2 * i + 1] = (uint32_t)slot;
+      if (kind > 1) want[off] = slot;
+    } else {
+      payload[3 * i] = kind < 2 ? UINT32_MAX : (uint32_t)row; /* row -1 */
+      payload[3 * i + 1] = (uint32_t)pos;
+      payload[3 * i + 2] = (uint32_t)slot;
+      if (kind > 1) want[(size_t)row * (size_t)width + (size_t)pos] = slot;
+    }
+  }
+  void *dt = upload(table, entries * 4), *dout = kvt_dev_alloc(n * 8);
+  kvt_poison(dout, n * 8);
+  unsigned char *scratch = aligned_alloc(8, KVC__PARAM_SCRATCH_BYTES);
+  const kvc__kfunc *kc[KVC__PLAN_INLINE_VARIANTS] = {0};
+  kvc__plan plan;
+  KVT_OK(kvc__plan_begin(kvt_ctx, &plan, scratch, sizeof(kvc_p_plan_decode), words));
+  memcpy(plan.payload, payload, words * 4);
+  kvc_p_plan_decode h;
+  memset(&h, 0, sizeof h);
+  h.table = (uint64_t)(uintptr_t)dt;
+  h.out = (uint64_t)(uintptr_t)dout;
+  h.staged = plan.staged_dev;
+  h.row_stride = width;
+  h.n = (int32_t)n;
+  h.table_len = two ? (int32_t)entries : 0;
+  KVT_OK(kvc__plan_launch(kvt_ctx, &plan, &kvc__k_plan_decode, NULL, kc, kvc__dim((unsigned)((n + 255) / 256), 1, 1),
+                          kvc__dim(256, 1, 1), NULL, &h));
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  kvt_d2h(table, dt, entries * 4);
+  kvt_d2h(out, dout, n * 8);
+  assert_memory_equal(table, want, entries * 4);
+  assert_memory_equal(out, want_out, n * 8);
+  kvt_dev_free(dt);
+  kvt_dev_free(dout);
+  free(scratch);
+  free(table);
+  free(want);
+  free(out);
+  free(want_out);
+  free(payload);
+}
+
+static void test_plan_decode_both_payload_forms(void **state) {
+  (void)state;
+  kvt_rng r = {kvt_seed() ^ 11};
+  for (size_t b = 0; b < sizeof batch_sizes / sizeof *batch_sizes; b++) {
+    const size_t n = batch_sizes[b];
+    const int32_t rows = (int32_t)n + 3, width = (int32_t)kvt_range(&r, 1, 40);
+    run_plan_decode_form(&r, n, rows, width, true);
+    run_plan_decode_form(&r, n, rows, width, false);
+  }
+}
+
 /* --- CUDA against the host twin, directly ------------------------------------------- */
 
 static void test_cuda_extend_fill_equals_host_twin(void **state) {
@@ -422,5 +495,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_write_req_to_token_matches_model), cmocka_unit_test(test_extend_fill_spec_example),
     cmocka_unit_test(test_extend_fill_matches_model),        cmocka_unit_test(test_decode_fill_spec_example),
     cmocka_unit_test(test_decode_fill_matches_model),        cmocka_unit_test(test_cuda_extend_fill_equals_host_twin),
+    cmocka_unit_test(test_plan_decode_both_payload_forms),
 };
 KVT_MAIN("ops", tests)

@@ -86,11 +86,17 @@ void kvc_host_plan_extend(const void *params) {
 void kvc_host_plan_decode(const void *params) {
   const kvc_p_plan_decode *p = params;
   const uint32_t *w = p->staged ? KVC_HPTR(const uint32_t *, p->staged) : KVC_INLINE_PAYLOAD(p);
-  const int stride = KVC_DECODE_ENTRY_WORDS(p->map);
-  for (int i = 0; i < p->n; i++) {
-    kvc_decode_write(w + stride * i, i, KVC_HPTR(int64_t *, p->out), KVC_HPTR(int32_t *, p->table), p->row_stride,
-                     KVC_HPTR(int64_t *, p->map), p->map_len);
-  }
+  const int stride = KVC_DECODE_ENTRY_WORDS(p->map, p->table_len);
+  int64_t *out = KVC_HPTR(int64_t *, p->out), *map = KVC_HPTR(int64_t *, p->map);
+  int32_t *table = KVC_HPTR(int32_t *, p->table);
+  /* One loop per form, so that kvc_decode_write's form test folds away (the kernel's
+   * threads test a uniform value): callgrind, batch 1024, 32.0 -> 30.0 instructions a
+   * request (the three-word loop: 25.0). */
+  if (p->table_len > 0)
+    for (int i = 0; i < p->n; i++)
+      kvc_decode_write(w + stride * i, i, out, table, p->row_stride, p->table_len, map, p->map_len);
+  else
+    for (int i = 0; i < p->n; i++) kvc_decode_write(w + stride * i, i, out, table, p->row_stride, 0, map, p->map_len);
 }
 
 void kvc_host_decode_channel_apply(const void *params) {
@@ -104,10 +110,10 @@ void kvc_host_decode_channel_apply(const void *params) {
   const int n = ok ? (int)slot[1] : 0;
   const uint32_t *w = slot + KVC_CHANNEL_HEADER_WORDS;
   int64_t *out = p->out ? KVC_HPTR(int64_t *, p->out) : NULL;
-  const int stride = KVC_DECODE_ENTRY_WORDS(p->map);
+  const int stride = KVC_DECODE_ENTRY_WORDS(p->map, 0); /* the channel's three-word form */
   for (int i = 0; i < n; i++) {
-    kvc_decode_write(w + stride * i, i, out, KVC_HPTR(int32_t *, p->table), p->row_stride, KVC_HPTR(int64_t *, p->map),
-                     p->map_len);
+    kvc_decode_write(w + stride * i, i, out, KVC_HPTR(int32_t *, p->table), p->row_stride, 0,
+                     KVC_HPTR(int64_t *, p->map), p->map_len);
   }
   if (out)
     for (int i = n; i < p->max_batch; i++) out[i] = 0;
