@@ -93,6 +93,9 @@ kvc_status kvc__kv_move_launch(kvc_context *ctx, const char *fn, kvc_p_kv_move *
    * 88.0-88.2% against 87.0-87.3%; run 13 in bench/RESULTS.md, three rounds each). The
    * threshold sits between the two measured sizes. */
   const int threads = tt ? tt : (per_sm >= 4 || p->n > 8 * chunk) ? 256 : 512;
+  /* The fused store-and-load paid where few chunks run and cost half a point at N = 8192
+   * (run 15), the same split as the CTA size. */
+  p->fuse = p->n <= 8 * chunk;
   const int64_t resident = (int64_t)kvc__num_sms(ctx) * KVC__MIN(per_sm, 2048 / threads);
   /* Equal tile counts per CTA: k tiles each on ceil(ctas / k) CTAs, k the fewest that
    * fits the resident CTAs (a persistent grid with some CTAs owning one tile more would
