@@ -447,6 +447,21 @@ static kvc_radix_req *req_of(void *user, const kvc_req_state *r) {
   return &((ereq *)(uintptr_t)r)->rr;
 }
 
+/* The two shims' (radix and SWA) finished / unfinished callbacks: the inner cache's
+ * call, its wall clock (and only its) added to `into`. */
+static kvc_status timed_finished(const kvc_prefix_cache *inner, samples *into, kvc_flow *f, kvc_req_state *r, int ins) {
+  double t0 = kvb_now_us();
+  kvc_status st = inner->cache_finished_req(inner->self, f, r, ins);
+  add(into, kvb_now_us() - t0);
+  return st;
+}
+static kvc_status timed_unfinished(const kvc_prefix_cache *inner, samples *into, kvc_flow *f, kvc_req_state *r) {
+  double t0 = kvb_now_us();
+  kvc_status st = inner->cache_unfinished_req(inner->self, f, r);
+  add(into, kvb_now_us() - t0);
+  return st;
+}
+
 /* The shim: the radix callbacks the flow makes, timed. */
 typedef struct shim {
   kvc_prefix_cache inner;
@@ -458,17 +473,11 @@ typedef struct shim {
 
 static kvc_status sh_finished(void *self, kvc_flow *f, kvc_req_state *r, int ins) {
   shim *s = self;
-  double t0 = kvb_now_us();
-  kvc_status st = s->inner.cache_finished_req(s->inner.self, f, r, ins);
-  add(&s->finished, kvb_now_us() - t0);
-  return st;
+  return timed_finished(&s->inner, &s->finished, f, r, ins);
 }
 static kvc_status sh_unfinished(void *self, kvc_flow *f, kvc_req_state *r) {
   shim *s = self;
-  double t0 = kvb_now_us();
-  kvc_status st = s->inner.cache_unfinished_req(s->inner.self, f, r);
-  add(&s->unfinished, kvb_now_us() - t0);
-  return st;
+  return timed_unfinished(&s->inner, &s->unfinished, f, r);
 }
 /* What the radix cache's kvc_prefix_cache evict does (evict max(n, swa_n), nothing
  * evictable is no error), but with no flow given, so that the victims are freed through
@@ -764,17 +773,11 @@ static int64_t swa_cached_of(const gshim *s) {
 
 static kvc_status gs_finished(void *self, kvc_flow *f, kvc_req_state *r, int ins) {
   gshim *s = self;
-  double t0 = kvb_now_us();
-  kvc_status st = s->inner.cache_finished_req(s->inner.self, f, r, ins);
-  add(&s->finished, kvb_now_us() - t0);
-  return st;
+  return timed_finished(&s->inner, &s->finished, f, r, ins);
 }
 static kvc_status gs_unfinished(void *self, kvc_flow *f, kvc_req_state *r) {
   gshim *s = self;
-  double t0 = kvb_now_us();
-  kvc_status st = s->inner.cache_unfinished_req(s->inner.self, f, r);
-  add(&s->unfinished, kvb_now_us() - t0);
-  return st;
+  return timed_unfinished(&s->inner, &s->unfinished, f, r);
 }
 static kvc_status gs_evict(void *self, kvc_flow *f, int64_t n, int64_t swa, int64_t mamba) {
   gshim *s = self;
