@@ -225,6 +225,28 @@ static void *dev_upload(const void *h, size_t bytes) {
   return d;
 }
 
+/* The pool both sections time: BF16, 8 heads of 128 (2048-byte rows), `size` slots. */
+static kvc_kv_pool *bf16_pool_create(int64_t size, int layers) {
+  kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
+  c.dtype = KVC_DTYPE_BF16;
+  c.head_num = 8;
+  c.head_dim = 128;
+  c.size = size;
+  c.layer_num = layers;
+  kvc_kv_pool *pool;
+  CHECK(kvc_kv_pool_create(ctx, &c, &pool));
+  return pool;
+}
+
+/* An operation of n slots over `pool`: every buffer, kind and stream zero; the section
+ * fills in its input sets. */
+static void op_ctx_init(op_ctx *o, kvc_kv_pool *pool, int layers, size_t n) {
+  memset(o, 0, sizeof *o);
+  o->pool = pool;
+  o->layers = layers;
+  o->n = n;
+}
+
 int main(int argc, char **argv) {
   int quick = 0, host = 0, move_only = 0;
   const char *csv_path = NULL;
@@ -259,20 +281,10 @@ int main(int argc, char **argv) {
     const int nn = quick ? 2 : 4;
     const int64_t size = quick ? 1024 : 262144;
     const int layers = quick ? 1 : 4;
-    kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
-    c.dtype = KVC_DTYPE_BF16;
-    c.head_num = 8;
-    c.head_dim = 128;
-    c.size = size;
-    c.layer_num = layers;
-    kvc_kv_pool *pool;
-    CHECK(kvc_kv_pool_create(ctx, &c, &pool));
+    kvc_kv_pool *pool = bf16_pool_create(size, layers);
     for (int a = 0; a < nn; a++) {
       op_ctx o;
-      memset(&o, 0, sizeof o);
-      o.pool = pool;
-      o.layers = layers;
-      o.n = ns[a];
+      op_ctx_init(&o, pool, layers, ns[a]);
       o.copy_bytes = 2 * o.n * (size_t)row;
       uint8_t *junk = calloc(1, o.n * (size_t)row);
       for (int s = 0; s < SETS; s++) {
@@ -349,20 +361,10 @@ int main(int argc, char **argv) {
     const int nn = quick ? 1 : 3;
     const int layers = quick ? 2 : 32;
     const int64_t size = quick ? 512 : 32768;
-    kvc_kv_pool_config c = KVC_KV_POOL_CONFIG_INIT;
-    c.dtype = KVC_DTYPE_BF16;
-    c.head_num = 8;
-    c.head_dim = 128;
-    c.size = size;
-    c.layer_num = layers;
-    kvc_kv_pool *pool;
-    CHECK(kvc_kv_pool_create(ctx, &c, &pool));
+    kvc_kv_pool *pool = bf16_pool_create(size, layers);
     for (int a = 0; a < nn; a++) {
       op_ctx o;
-      memset(&o, 0, sizeof o);
-      o.pool = pool;
-      o.layers = layers;
-      o.n = ns[a];
+      op_ctx_init(&o, pool, layers, ns[a]);
       o.copy_bytes = (size_t)(2 * layers) * o.n * (size_t)row;
       for (int s = 0; s < SETS; s++) {
         int64_t *sl = distinct_slots(2 * (int64_t)o.n, size); /* disjoint src / tgt */

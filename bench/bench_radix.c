@@ -447,6 +447,21 @@ static kvc_radix_req *req_of(void *user, const kvc_req_state *r) {
   return &((ereq *)(uintptr_t)r)->rr;
 }
 
+/* The two shims' (radix and SWA) finished / unfinished callbacks: the inner cache's
+ * call, its wall clock (and only its) added to `into`. */
+static kvc_status timed_finished(const kvc_prefix_cache *inner, samples *into, kvc_flow *f, kvc_req_state *r, int ins) {
+  double t0 = kvb_now_us();
+  kvc_status st = inner->cache_finished_req(inner->self, f, r, ins);
+  add(into, kvb_now_us() - t0);
+  return st;
+}
+static kvc_status timed_unfinished(const kvc_prefix_cache *inner, samples *into, kvc_flow *f, kvc_req_state *r) {
+  double t0 = kvb_now_us();
+  kvc_status st = inner->cache_unfinished_req(inner->self, f, r);
+  add(into, kvb_now_us() - t0);
+  return st;
+}
+
 /* The shim: the radix callbacks the flow makes, timed. */
 typedef struct shim {
   kvc_prefix_cache inner;
@@ -458,17 +473,11 @@ typedef struct shim {
 
 static kvc_status sh_finished(void *self, kvc_flow *f, kvc_req_state *r, int ins) {
   shim *s = self;
-  double t0 = kvb_now_us();
-  kvc_status st = s->inner.cache_finished_req(s->inner.self, f, r, ins);
-  add(&s->finished, kvb_now_us() - t0);
-  return st;
+  return timed_finished(&s->inner, &s->finished, f, r, ins);
 }
 static kvc_status sh_unfinished(void *self, kvc_flow *f, kvc_req_state *r) {
   shim *s = self;
-  double t0 = kvb_now_us();
-  kvc_status st = s->inner.cache_unfinished_req(s->inner.self, f, r);
-  add(&s->unfinished, kvb_now_us() - t0);
-  return st;
+  return timed_unfinished(&s->inner, &s->unfinished, f, r);
 }
 /* What the radix cache's kvc_prefix_cache evict does (evict max(n, swa_n), nothing
  * evictable is no error), but with no flow given, so that the victims are freed through
@@ -568,6 +577,24 @@ static double match_floor(kvc_radix_cache *rc, const kvc_radix_req *rr, int64_t 
   }
   __asm__ volatile("" : : "r"(buf) : "memory");
   return kvb_now_us() - t0;
+}
+
+/* The rest of a matched request's life in both replays: its prompt in chunks of up to 2048
+ * page-aligned tokens (SGLang's chunked prefill), each but the last checkpointed, the
+ * outn output tokens in one step, then the release (insert). Not timed here: the shims
+ * time the cache's share of it. */
+static void run_to_finish(kvc_flow *flow, ereq *e, int64_t prompt, int64_t outn, int ps, int64_t *out) {
+  kvc_req_state *one[] = {&e->st};
+  int64_t end = prompt + outn;
+  e->rr.num_tokens = end;
+  while (e->st.prefix_len < end) {
+    int64_t next = e->st.prefix_len + 2048 < prompt ? (e->st.prefix_len + 2048) / ps * ps : end;
+    e->st.seq_len = next;
+    KVB_CHECK(ctx, kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+    if (next < end) KVB_CHECK(ctx, kvc_flow_cache_unfinished(flow, &e->st));
+    else e->st.prefix_len = end;
+  }
+  KVB_CHECK(ctx, kvc_flow_release(flow, one, 1, 1, NULL));
 }
 
 /* KVB_TRACE_SEL=<trace>-<page>-<capacity> (e.g. chat-1-10000, profiling): the other
@@ -682,19 +709,8 @@ static void replay(int trace, int ps, int64_t cap) {
     }
     prompt_total += prompt;
     hit_total += e.st.prefix_len;
-    kvc_req_state *one[] = {&e.st};
-    /* Prefill in chunks of up to 2048 page-aligned tokens (SGLang chunked prefill), then
-     * the output in one step: the request finishes with prompt + output tokens. */
-    int64_t end = prompt + outn;
-    e.rr.num_tokens = end;
-    while (e.st.prefix_len < end) {
-      int64_t next = e.st.prefix_len + 2048 < prompt ? (e.st.prefix_len + 2048) / ps * ps : end;
-      e.st.seq_len = next;
-      KVB_CHECK(ctx, kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
-      if (next < end) KVB_CHECK(ctx, kvc_flow_cache_unfinished(flow, &e.st));
-      else e.st.prefix_len = end;
-    }
-    KVB_CHECK(ctx, kvc_flow_release(flow, one, 1, 1, NULL));
+    /* The request finishes with prompt + output tokens. */
+    run_to_finish(flow, &e, prompt, outn, ps, out);
   }
   if (dump && fclose(dump)) exit(1);
   KVB_CHECK(ctx, kvc_flow_check(flow, NULL, 0));
@@ -764,17 +780,11 @@ static int64_t swa_cached_of(const gshim *s) {
 
 static kvc_status gs_finished(void *self, kvc_flow *f, kvc_req_state *r, int ins) {
   gshim *s = self;
-  double t0 = kvb_now_us();
-  kvc_status st = s->inner.cache_finished_req(s->inner.self, f, r, ins);
-  add(&s->finished, kvb_now_us() - t0);
-  return st;
+  return timed_finished(&s->inner, &s->finished, f, r, ins);
 }
 static kvc_status gs_unfinished(void *self, kvc_flow *f, kvc_req_state *r) {
   gshim *s = self;
-  double t0 = kvb_now_us();
-  kvc_status st = s->inner.cache_unfinished_req(s->inner.self, f, r);
-  add(&s->unfinished, kvb_now_us() - t0);
-  return st;
+  return timed_unfinished(&s->inner, &s->unfinished, f, r);
 }
 static kvc_status gs_evict(void *self, kvc_flow *f, int64_t n, int64_t swa, int64_t mamba) {
   gshim *s = self;
@@ -911,19 +921,7 @@ static void replay_one(int trace, int ps, int64_t cap, int use_swa, swa_run *out
     add(&match, kvb_now_us() - t0);
     out->prompt += prompt;
     out->hit += e.st.prefix_len;
-    kvc_req_state *one[] = {&e.st};
-    /* Chunks of up to 2048 page-aligned tokens, checkpointed, then the output in one
-     * step (window eviction runs before each step of the SWA flow). */
-    int64_t end = prompt + outn;
-    e.rr.num_tokens = end;
-    while (e.st.prefix_len < end) {
-      int64_t next = e.st.prefix_len + 2048 < prompt ? (e.st.prefix_len + 2048) / ps * ps : end;
-      e.st.seq_len = next;
-      KVB_CHECK(ctx, kvc_flow_alloc_for_extend(flow, one, 1, out_loc, NULL));
-      if (next < end) KVB_CHECK(ctx, kvc_flow_cache_unfinished(flow, &e.st));
-      else e.st.prefix_len = end;
-    }
-    KVB_CHECK(ctx, kvc_flow_release(flow, one, 1, 1, NULL));
+    run_to_finish(flow, &e, prompt, outn, ps, out_loc); /* the SWA flow evicts the window before each step */
     kvc_radix_stats st;
     if (use_swa) KVB_CHECK(ctx, kvc_swa_radix_cache_stats(sc, &st));
     else KVB_CHECK(ctx, kvc_radix_cache_stats(rc, &st));

@@ -417,17 +417,36 @@ static void flow_world_free(world *w, kvc_flow *flow, int64_t *out, kvc_allocato
   world_free(w);
 }
 
+/* The flow tests' world: flow_world_make's pools and cache, a flow over 256 slots of page
+ * size ps with the Mamba cache as its prefix cache, and an output buffer for the slots. */
+static kvc_flow *flow_test_make(world *w, int32_t mamba_size, uint32_t flags, int32_t ps, kvc_allocator **a,
+                                int64_t **out) {
+  flow_world_make(w, mamba_size, flags, ps);
+  const kvc_prefix_cache pc = kvc_mamba_radix_cache_as_prefix_cache(w->c); /* flow_make copies it */
+  kvc_flow *flow = flow_make(w, a, ps, 256, &pc);
+  *out = kvt_dev_alloc(1024 * sizeof(int64_t));
+  return flow;
+}
+
+/* A request over the tokens 1..64 (the flow tests' shared prompt), num_tokens of them in
+ * its radix request and seq_len in its state; everything else zero. */
+static void ereq_counting(ereq *e, int64_t num_tokens, int64_t seq_len) {
+  memset(e, 0, sizeof *e);
+  for (int k = 0; k < 64; k++) e->toks[k] = k + 1;
+  e->rr.tokens = e->toks;
+  e->rr.num_tokens = num_tokens;
+  e->st.seq_len = seq_len;
+}
+
 /* A hybrid flow without track buffers: a finished request donates its running state for
  * its committed tokens; the next request with that prefix matches it (prefix_len, the
  * state copied into its own slot), and so on; everything is conserved per component. */
 static void test_flow_donates_the_running_state(void **state) {
   (void)state;
   world w;
-  flow_world_make(&w, 8, 0, 1);
-  const kvc_prefix_cache pc = kvc_mamba_radix_cache_as_prefix_cache(w.c);
   kvc_allocator *a;
-  kvc_flow *flow = flow_make(&w, &a, 1, 256, &pc);
-  int64_t *out = kvt_dev_alloc(1024 * sizeof(int64_t));
+  int64_t *out;
+  kvc_flow *flow = flow_test_make(&w, 8, 0, 1, &a, &out);
   static ereq e[5];
   for (int i = 0; i < 5; i++) {
     memset(&e[i], 0, sizeof e[i]);
@@ -501,17 +520,11 @@ static void test_flow_donates_the_running_state(void **state) {
 static void test_chunks_cache_a_copy_of_the_state(void **state) {
   (void)state;
   world w;
-  flow_world_make(&w, 8, 0, 1);
-  const kvc_prefix_cache pc = kvc_mamba_radix_cache_as_prefix_cache(w.c);
   kvc_allocator *a;
-  kvc_flow *flow = flow_make(&w, &a, 1, 256, &pc);
-  int64_t *out = kvt_dev_alloc(1024 * sizeof(int64_t));
+  int64_t *out;
+  kvc_flow *flow = flow_test_make(&w, 8, 0, 1, &a, &out);
   static ereq e, f;
-  memset(&e, 0, sizeof e);
-  for (int k = 0; k < 64; k++) e.toks[k] = k + 1;
-  e.rr.tokens = e.toks;
-  e.rr.num_tokens = 40;
-  e.st.seq_len = 16;
+  ereq_counting(&e, 40, 16);
   e.st.flags = KVC_REQ_CHUNKED;
   KVT_OK(kvc_mamba_radix_cache_match_req(w.c, flow, &e.st, &e.rr, NULL));
   kvc_req_state *one[] = {&e.st};
@@ -570,17 +583,11 @@ static void test_chunks_cache_a_copy_of_the_state(void **state) {
 static void test_failures_change_nothing(void **state) {
   (void)state;
   world w;
-  flow_world_make(&w, 8, 0, 1);
-  const kvc_prefix_cache pc = kvc_mamba_radix_cache_as_prefix_cache(w.c);
   kvc_allocator *a;
-  kvc_flow *flow = flow_make(&w, &a, 1, 256, &pc);
-  int64_t *out = kvt_dev_alloc(1024 * sizeof(int64_t));
+  int64_t *out;
+  kvc_flow *flow = flow_test_make(&w, 8, 0, 1, &a, &out);
   static ereq e, f;
-  memset(&e, 0, sizeof e);
-  for (int k = 0; k < 64; k++) e.toks[k] = k + 1;
-  e.rr.tokens = e.toks;
-  e.rr.num_tokens = 20;
-  e.st.seq_len = 20;
+  ereq_counting(&e, 20, 20);
   kvc_req_state *one[] = {&e.st};
   KVT_OK(kvc_mamba_radix_cache_match_req(w.c, flow, &e.st, &e.rr, NULL));
   KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
@@ -836,17 +843,11 @@ static void test_match_evicts_into_the_victim_slot(void **state) {
 static void test_flow_donates_a_track_checkpoint(void **state) {
   (void)state;
   world w;
-  flow_world_make(&w, 12, KVC_HYBRID_TRACK, 4);
-  const kvc_prefix_cache pc = kvc_mamba_radix_cache_as_prefix_cache(w.c);
   kvc_allocator *a;
-  kvc_flow *flow = flow_make(&w, &a, 4, 256, &pc);
-  int64_t *out = kvt_dev_alloc(1024 * sizeof(int64_t));
+  int64_t *out;
+  kvc_flow *flow = flow_test_make(&w, 12, KVC_HYBRID_TRACK, 4, &a, &out);
   static ereq e;
-  memset(&e, 0, sizeof e);
-  for (int k = 0; k < 64; k++) e.toks[k] = k + 1;
-  e.rr.tokens = e.toks;
-  e.rr.num_tokens = 30;
-  e.st.seq_len = 30;
+  ereq_counting(&e, 30, 30);
   KVT_OK(kvc_mamba_radix_cache_match_req(w.c, flow, &e.st, &e.rr, NULL));
   kvc_req_state *one[] = {&e.st};
   KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));

@@ -392,24 +392,38 @@ static void conserve(kvc_flow *flow, kvc_req_state *live, kvc_swa_allocator *a, 
   KVT_OK(kvc_swa_radix_cache_check(c));
 }
 
-static void flow_run(void) {
-  const int32_t window = 8;
+/* The flow tests' pools: an 8-row request pool of 256 tokens, an SWA allocator of 256
+ * FULL and 96 SWA slots, and a cache over it with the given window. */
+static void swa_pools_make(int32_t window, kvc_req_to_token_pool **pool, kvc_swa_allocator **a,
+                           kvc_swa_radix_cache **c) {
   kvc_req_to_token_pool_config rcfg = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
   rcfg.size = 8;
   rcfg.max_context_len = 256;
-  kvc_req_to_token_pool *pool;
-  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rcfg, &pool));
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rcfg, pool));
   kvc_swa_allocator_config ac = KVC_SWA_ALLOCATOR_CONFIG_INIT;
   ac.size_full = 256;
   ac.size_swa = 96;
-  kvc_swa_allocator *a;
-  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &ac, &a));
+  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &ac, a));
   kvc_swa_radix_cache_config cc = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
   cc.sliding_window = window;
-  cc.radix.num_slots = kvc_swa_allocator_size_full(a);
+  cc.radix.num_slots = kvc_swa_allocator_size_full(*a);
   cc.radix.req_of = req_of;
+  KVT_OK(kvc_swa_radix_cache_create(kvt_ctx, &cc, c));
+}
+
+/* Destroys what swa_pools_make made, in the reverse order of creation. */
+static void swa_pools_free(kvc_req_to_token_pool *pool, kvc_swa_allocator *a, kvc_swa_radix_cache *c) {
+  kvc_swa_radix_cache_destroy(c);
+  kvc_swa_allocator_destroy(a);
+  kvc_req_to_token_pool_destroy(pool);
+}
+
+static void flow_run(void) {
+  const int32_t window = 8;
+  kvc_req_to_token_pool *pool;
+  kvc_swa_allocator *a;
   kvc_swa_radix_cache *c;
-  KVT_OK(kvc_swa_radix_cache_create(kvt_ctx, &cc, &c));
+  swa_pools_make(window, &pool, &a, &c);
   kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
   fc.page_size = 1;
   fc.req_pool = pool;
@@ -457,9 +471,7 @@ static void flow_run(void) {
   assert_int_equal(sizes(c).cached, 0);
   kvc_flow_destroy(flow);
   kvt_dev_free(out);
-  kvc_swa_radix_cache_destroy(c);
-  kvc_swa_allocator_destroy(a);
-  kvc_req_to_token_pool_destroy(pool);
+  swa_pools_free(pool, a, c);
 }
 
 /* A streaming session over the SWA cache: turn 1 matches a cached request's 40 tokens
@@ -468,22 +480,10 @@ static void flow_run(void) {
  * gives every lock back. */
 static void test_sessions_over_swa_radix(void **state) {
   (void)state;
-  kvc_req_to_token_pool_config rcfg = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
-  rcfg.size = 8;
-  rcfg.max_context_len = 256;
   kvc_req_to_token_pool *pool;
-  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rcfg, &pool));
-  kvc_swa_allocator_config ac = KVC_SWA_ALLOCATOR_CONFIG_INIT;
-  ac.size_full = 256;
-  ac.size_swa = 96;
   kvc_swa_allocator *a;
-  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &ac, &a));
-  kvc_swa_radix_cache_config cc = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
-  cc.sliding_window = 8;
-  cc.radix.num_slots = kvc_swa_allocator_size_full(a);
-  cc.radix.req_of = req_of;
   kvc_swa_radix_cache *c;
-  KVT_OK(kvc_swa_radix_cache_create(kvt_ctx, &cc, &c));
+  swa_pools_make(8, &pool, &a, &c);
   kvc_prefix_cache inner = kvc_swa_radix_cache_as_prefix_cache(c);
   kvc_session_cache *sc;
   KVT_OK(kvc_session_cache_create(kvt_ctx, &inner, &sc));
@@ -543,9 +543,7 @@ static void test_sessions_over_swa_radix(void **state) {
   kvc_flow_destroy(flow);
   kvt_dev_free(out);
   kvc_session_cache_destroy(sc);
-  kvc_swa_radix_cache_destroy(c);
-  kvc_swa_allocator_destroy(a);
-  kvc_req_to_token_pool_destroy(pool);
+  swa_pools_free(pool, a, c);
 }
 
 static void test_flow_with_swa_allocator(void **state) {

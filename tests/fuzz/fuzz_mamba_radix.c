@@ -107,20 +107,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memset(reqs, 0, sizeof reqs);
   void *stale[8] = {0};
   for (int step = 0; f.n > 0 && step < 400; step++) {
-    ereq *e = &reqs[fz_u8(&f) % NREQ];
+    int op;
+    ereq *e = fz_rx_step(&f, reqs, &op);
     kvc_req_state *one[] = {&e->st};
-    const int op = fz_u8(&f) % 10;
     if (getenv("FZ_TRACE")) fprintf(stderr, "step %d op %d req %d live %d\n", step, op, (int)(e - reqs), e->live);
     switch (op) {
     case 0:
     case 1: { /* a new request: a tiny alphabet, so prefixes repeat; match + extend */
       if (e->live) break;
-      memset(e, 0, sizeof *e);
-      const int64_t n = 1 + fz_u8(&f) % (MAXT / 2);
-      const uint8_t stem = fz_u8(&f) & 3;
-      for (int64_t i = 0; i < n; i++) e->toks[i] = i < 32 ? stem : fz_u8(&f) & 3;
-      e->rr.tokens = e->toks;
-      e->rr.num_tokens = e->rr.prompt_len = n;
+      const int64_t n = fz_rx_prompt(&f, e, MAXT / 2, 32);
       kvc_status st = kvc_mamba_radix_cache_match_req(c, flow, &e->st, &e->rr, NULL);
       FZ_STATUS(st);
       if (st != KVC_OK) break;
@@ -138,19 +133,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       e->st.mamba_track_seqlen[k] = v;
       break;
     }
-    case 3: { /* decode a few tokens (their ids join the key) */
-      const int k = 1 + fz_u8(&f) % 8;
-      for (int i = 0; i < k && e->live && e->st.seq_len < MAXT; i++)
-        if (kvc_flow_alloc_for_decode(flow, one, 1, 1, g_out, NULL) == KVC_OK)
-          e->toks[e->rr.num_tokens++] = fz_u8(&f) & 3;
-      break;
-    }
+    case 3: /* decode a few tokens (their ids join the key) */ fz_rx_decode_few(&f, flow, e, g_out); break;
     case 4:
     case 5: { /* release: insert, or abort; a session request sometimes */
       if (!e->live) break;
       if (sessions && fz_u8(&f) % 3 == 0) e->st.session_id = 1 + (uint64_t)(e - reqs);
-      if (e->st.cache_node && fz_u8(&f) % 4 == 0) stale[fz_u8(&f) & 7] = e->st.cache_node;
-      kvc_status st = kvc_flow_release(flow, one, 1, fz_u8(&f) % 5 != 0, NULL);
+      kvc_status st = kvc_flow_release(flow, one, 1, fz_rx_release_inserts(&f, e, stale), NULL);
       FZ_STATUS(st);
       if (st == KVC_OK) {
         e->live = 0;
@@ -165,8 +153,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     }
     case 7: { /* lock + unlock a stale, live or garbage handle; unlock a garbage one */
-      void *h = stale[fz_u8(&f) & 7];
-      if (fz_u8(&f) % 3 == 0) h = (void *)(uintptr_t)fz_u32(&f);
+      void *h = fz_rx_handle(&f, stale);
       kvc_status st = kvc_mamba_radix_cache_lock(c, h);
       FZ_STATUS(st);
       if (st == KVC_OK) FZ_AUDIT(kvc_mamba_radix_cache_unlock(c, h));

@@ -51,9 +51,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memset(reqs, 0, sizeof reqs);
   void *stale[8] = {0};
   for (int step = 0; f.n > 0 && step < 400; step++) {
-    ereq *e = &reqs[fz_u8(&f) % NREQ];
+    int op;
+    ereq *e = fz_rx_step(&f, reqs, &op);
     kvc_req_state *one[] = {&e->st};
-    const int op = fz_u8(&f) % 10;
     if (getenv("FZ_TRACE")) { /* reproducing a crash: one line per step */
       int64_t ev = 0, pr = 0;
       kvc_radix_cache_sizes(rc, &ev, &pr, NULL);
@@ -64,12 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 0:
     case 1: { /* a new request: tokens from a tiny alphabet (prefixes repeat), match + extend */
       if (e->live) break;
-      memset(e, 0, sizeof *e);
-      int64_t n = 1 + fz_u8(&f) % MAXT;
-      uint8_t stem = fz_u8(&f) & 3;
-      for (int64_t i = 0; i < n; i++) e->toks[i] = i < 64 ? stem : fz_u8(&f) & 3;
-      e->rr.tokens = e->toks;
-      e->rr.num_tokens = e->rr.prompt_len = n;
+      const int64_t n = fz_rx_prompt(&f, e, MAXT, 64);
       e->rr.ns = fz_u8(&f) % 7 == 0;
       kvc_status st = kvc_radix_cache_match_req(rc, &e->st, &e->rr);
       FZ_STATUS(st);
@@ -100,8 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 4:
     case 5: { /* release: insert, or abort */
       if (!e->live) break;
-      if (e->st.cache_node && fz_u8(&f) % 4 == 0) stale[fz_u8(&f) & 7] = e->st.cache_node;
-      kvc_status st = kvc_flow_release(flow, one, 1, fz_u8(&f) % 5 != 0, NULL);
+      kvc_status st = kvc_flow_release(flow, one, 1, fz_rx_release_inserts(&f, e, stale), NULL);
       FZ_STATUS(st);
       if (st == KVC_OK) e->live = 0;
       break;
@@ -113,8 +107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     }
     case 7: { /* lock / unlock a stale, live or garbage handle; unlock what was locked */
-      void *h = stale[fz_u8(&f) & 7];
-      if (fz_u8(&f) % 3 == 0) h = (void *)(uintptr_t)fz_u32(&f);
+      void *h = fz_rx_handle(&f, stale);
       if (fz_u8(&f) & 1) {
         kvc_status st = kvc_radix_cache_lock(rc, h);
         FZ_STATUS(st);

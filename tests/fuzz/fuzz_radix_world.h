@@ -57,4 +57,52 @@ static kvc_flow *fz_rx_flow(kvc_context *ctx, kvc_flow_config fc, kvc_req_to_tok
   return flow;
 }
 
+/* --- The steps the harnesses share -------------------------------------------------------
+ * Each reads its bytes in the order the harnesses did before it was shared, so the
+ * committed corpora drive the same sequences. static inline: not every harness takes every
+ * step (fuzz_radix.c decodes one token at a time), and -Wunused-function would refuse. */
+
+/* The next step: its request and its op (of 10), a byte each. */
+static inline ereq *fz_rx_step(fz *f, ereq *reqs, int *op) {
+  ereq *e = &reqs[fz_u8(f) % NREQ];
+  *op = fz_u8(f) % 10;
+  return e;
+}
+
+/* Clears *e for a new request and writes its prompt: 1 + a byte % max_n tokens, the first
+ * stem_len of them one stem byte & 3, each later one a byte & 3 (a tiny alphabet, so
+ * prefixes repeat). Returns the prompt's length. */
+static inline int64_t fz_rx_prompt(fz *f, ereq *e, int64_t max_n, int64_t stem_len) {
+  memset(e, 0, sizeof *e);
+  const int64_t n = 1 + fz_u8(f) % max_n;
+  const uint8_t stem = fz_u8(f) & 3;
+  for (int64_t i = 0; i < n; i++) e->toks[i] = i < stem_len ? stem : fz_u8(f) & 3;
+  e->rr.tokens = e->toks;
+  e->rr.num_tokens = e->rr.prompt_len = n;
+  return n;
+}
+
+/* Decodes up to 1 + a byte % 8 tokens while e is live and short of MAXT; each decoded
+ * token's id (a byte & 3) joins the key. */
+static inline void fz_rx_decode_few(fz *f, kvc_flow *flow, ereq *e, int64_t *out) {
+  kvc_req_state *one[] = {&e->st};
+  const int k = 1 + fz_u8(f) % 8;
+  for (int i = 0; i < k && e->live && e->st.seq_len < MAXT; i++)
+    if (kvc_flow_alloc_for_decode(flow, one, 1, 1, out, NULL) == KVC_OK) e->toks[e->rr.num_tokens++] = fz_u8(f) & 3;
+}
+
+/* A release's bytes: 1 in 4 keeps e's node as a stale handle for later locks, then the
+ * release inserts (4 in 5) or aborts. Returns kvc_flow_release's insert flag. */
+static inline int fz_rx_release_inserts(fz *f, ereq *e, void *stale[8]) {
+  if (e->st.cache_node && fz_u8(f) % 4 == 0) stale[fz_u8(f) & 7] = e->st.cache_node;
+  return fz_u8(f) % 5 != 0;
+}
+
+/* A handle to lock or unlock: a stale, live or NULL one, or (1 in 3) garbage. */
+static inline void *fz_rx_handle(fz *f, void *const stale[8]) {
+  void *h = stale[fz_u8(f) & 7];
+  if (fz_u8(f) % 3 == 0) h = (void *)(uintptr_t)fz_u32(f);
+  return h;
+}
+
 #endif /* KVC_FUZZ_RADIX_WORLD_H */
