@@ -167,6 +167,7 @@ static void bench_match(int ps, int64_t tree, int nodes) {
   snprintf(what, sizeof what, "match_prefix 4096 (3584 cached, %d node%s)", nodes, nodes > 1 ? "s" : "");
   report("target", what, ps, tree, &s, -1);
   kvc_radix_cache_destroy(rc);
+  free(s.t);
 }
 
 /* Host bytes of a tree of `tree` tokens over an allocator of 2 x tree slots (the held
@@ -209,6 +210,7 @@ static void bench_insert(int ps, int64_t tree, int64_t present) {
   snprintf(what, sizeof what, "insert 4096 (%lld present)", (long long)present);
   report("target", what, ps, tree, &s, -1);
   kvc_radix_cache_destroy(rc);
+  free(s.t);
 }
 
 static void bench_evict(int ps, int64_t tree) {
@@ -225,6 +227,7 @@ static void bench_evict(int ps, int64_t tree) {
   }
   report("target", "evict 4096", ps, tree, &s, -1);
   kvc_radix_cache_destroy(rc);
+  free(s.t);
 }
 
 static void bench_lock(int64_t tree) {
@@ -246,6 +249,7 @@ static void bench_lock(int64_t tree) {
   }
   report("target", "lock + unlock, 32-node path", 16, tree, &s, -1);
   kvc_radix_cache_destroy(rc);
+  free(s.t);
 }
 
 /* cache_finished_req of a 4096-token request (present tokens matched from the tree first)
