@@ -20,12 +20,19 @@
  *
  * Segments (kvc_kv_seg) describe a region across layers; each has its own access width
  * `vec`, dispatched once per tile. Slots outside [0, limit) are skipped.
- * Specialisation: KVC_W (tile bytes, 16..512, power of two).
+ * Specialisation: KVC_W (tile bytes, 16..512, power of two), KVC_MOVE_FUSE (0 / 1).
  */
 #include "common.cuh"
 
 #ifndef KVC_W
 #  define KVC_W 128
+#endif
+/* KVC_MOVE_FUSE = 1: the S = 1 path reads a CTA's next tile while writing this one (the
+ * launcher's choice where few chunks run). A separate compiled variant, not a parameter:
+ * with the fused loop in the same kernel the plain path took 40 registers instead of 38
+ * and lost a point at N = 8192 (bench/NOTES-kernels.md, session 8). */
+#ifndef KVC_MOVE_FUSE
+#  define KVC_MOVE_FUSE 0
 #endif
 
 extern __shared__ __align__(16) uint8_t kvc_move_smem[];
@@ -210,21 +217,18 @@ extern "C" __global__ void __launch_bounds__(512, 3) kvc_kv_move(const __grid_co
       stgt[i] = (b >= 0 && b <= 0x7fffffff) ? (int32_t)b : -1;
     }
     __syncthreads();
-    if (S == 1) {
-      /* One buffer. With p.fuse the next tile of the chunk is read into it while this
-       * tile is being written out of it (kvc_mv_store_load), so a CTA with several tiles
-       * overlaps its own reads and writes; across chunks, and between tiles of different
-       * widths, the stores finish (barrier) before the next reads. On the H200 that took
-       * N = 1024 from 81.8 to 83.0% of a copy and N = 8192 from 88.6 to 88.1% (its
-       * store loop is not unrolled, to stay at 40 registers without spills), so the
-       * launcher sets it only where few chunks run (bench/NOTES-kernels.md). */
+    if (S == 1 && KVC_MOVE_FUSE) {
+      /* One buffer: the next tile of the chunk is read into it while this tile is being
+       * written out of it (kvc_mv_store_load), so a CTA with several tiles overlaps its
+       * own reads and writes; across chunks, and between tiles of different widths, the
+       * stores finish (barrier) before the next reads. */
       kvc_mv_issue(p, first, cnt, ssrc, kvc_move_smem);
       kvc_cp_commit();
       for (int k = 0; k < mine; k++) {
         const int32_t t = first + k * stride;
         kvc_cp_wait(0);
         __syncthreads(); /* every source of tile t in this chunk has been read */
-        if (p.fuse && k + 1 < mine && kvc_mv_write_then_issue(p, t, t + stride, cnt, ssrc, stgt, kvc_move_smem)) {
+        if (k + 1 < mine && kvc_mv_write_then_issue(p, t, t + stride, cnt, ssrc, stgt, kvc_move_smem)) {
           kvc_cp_commit();
           continue;
         }
@@ -234,6 +238,16 @@ extern "C" __global__ void __launch_bounds__(512, 3) kvc_kv_move(const __grid_co
           kvc_mv_issue(p, t + stride, cnt, ssrc, kvc_move_smem);
           kvc_cp_commit();
         }
+      }
+    } else if (S == 1) {
+      for (int k = 0; k < mine; k++) {
+        const int32_t t = first + k * stride;
+        kvc_mv_issue(p, t, cnt, ssrc, kvc_move_smem);
+        kvc_cp_commit();
+        kvc_cp_wait(0);
+        __syncthreads();
+        kvc_mv_write(p, t, cnt, ssrc, stgt, kvc_move_smem);
+        __syncthreads();
       }
     } else {
       for (int k = 0; k < S - 1; k++) {

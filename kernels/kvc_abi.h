@@ -226,7 +226,7 @@ typedef struct kvc_p_kv_move {
   int32_t loc_i64, nseg;
   int32_t chunk, stages;
   int32_t cta_first[KVC_MAX_SEGS + 1];
-  int32_t fuse; /* stages == 1: read a CTA's next tile while writing this one (few chunks) */
+  int32_t pad_;
   kvc_kv_seg seg[KVC_MAX_SEGS];
   uint64_t host_scratch; /* host twin only: chunk x widest row bytes, allocated by the
                             launcher so that a failed allocation is a status (0 on CUDA) */

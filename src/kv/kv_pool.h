@@ -25,11 +25,11 @@
  * the common launch of each operation does no hashing. The MLA and NSA launches look
  * their kernels up each time and have none. */
 enum {
-  KVC__KV_MEMO_SET_KV = 0,                                        /* kv_mha.c: per source dtype 1..5 */
-  KVC__KV_MEMO_GATHER = KVC__KV_MEMO_SET_KV + 5,                  /* kv_mha.c: per output dtype 1..5 */
-  KVC__KV_MEMO_MOVE = KVC__KV_MEMO_GATHER + 5,                    /* kv_move.c: per tile width */
-  KVC__KV_MEMO_OFFLOAD = KVC__KV_MEMO_MOVE + KVC__KV_MOVE_WIDTHS, /* kv_offload.c */
-  KVC__KV_MEMO_CANARY_FILL,                                       /* kv_canary.c: the plan variants */
+  KVC__KV_MEMO_SET_KV = 0,                                          /* kv_mha.c: per source dtype 1..5 */
+  KVC__KV_MEMO_GATHER = KVC__KV_MEMO_SET_KV + 5,                    /* kv_mha.c: per output dtype 1..5 */
+  KVC__KV_MEMO_MOVE = KVC__KV_MEMO_GATHER + 5,                      /* kv_move.c: per tile width, fused */
+  KVC__KV_MEMO_OFFLOAD = KVC__KV_MEMO_MOVE + KVC__KV_MOVE_VARIANTS, /* kv_offload.c */
+  KVC__KV_MEMO_CANARY_FILL,                                         /* kv_canary.c: the plan variants */
   KVC__KV_MEMO_CANARY_CHECK = KVC__KV_MEMO_CANARY_FILL + KVC__PLAN_INLINE_VARIANTS,
   KVC__KV_MEMO_COUNT = KVC__KV_MEMO_CANARY_CHECK + KVC__PLAN_INLINE_VARIANTS
 };

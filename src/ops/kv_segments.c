@@ -38,7 +38,7 @@ static void move_tune(int *w, int *s, int *t, int *one) {
 }
 
 kvc_status kvc__kv_move_launch(kvc_context *ctx, const char *fn, kvc_p_kv_move *p,
-                               const kvc__kfunc *memo[KVC__KV_MOVE_WIDTHS], kvc_stream stream) {
+                               const kvc__kfunc *memo[KVC__KV_MOVE_VARIANTS], kvc_stream stream) {
   const int ns = p->nseg;
   int64_t widest = 16;
   for (int i = 0; i < ns; i++) widest = KVC__MAX(widest, p->seg[i].row_bytes);
@@ -71,12 +71,22 @@ kvc_status kvc__kv_move_launch(kvc_context *ctx, const char *fn, kvc_p_kv_move *
   p->cta_first[ns] = (int32_t)ctas;
   if (ctas > INT32_MAX) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "pool too large for one move launch");
 
-  /* memo[] holds one kernel per tile width, 16 .. 512 (S is a kernel parameter, so it
-   * needs no variant). */
-  const int memo_i = w == 16 ? 0 : w == 32 ? 1 : w == 64 ? 2 : w == 128 ? 3 : w == 256 ? 4 : 5;
+  /* The fused store-and-load (S = 1 only) paid where few chunks run, N = 1024 81.8 ->
+   * 83.0% of a copy, and lost at N = 8192 even as a branch in the same kernel (run 15):
+   * the same split as the CTA size below, and its own compiled variant. */
+  const int fuse = stages == 1 && p->n <= 8 * chunk;
+  /* memo[] holds one kernel per tile width, 16 .. 512, plain then fused (S is a kernel
+   * parameter, so it needs no variant). */
+  const int memo_i = (w == 16    ? 0
+                      : w == 32  ? 1
+                      : w == 64  ? 2
+                      : w == 128 ? 3
+                      : w == 256 ? 4
+                                 : 5) +
+                     (fuse ? KVC__KV_MOVE_WIDTHS : 0);
   const kvc__kfunc **f = &memo[memo_i];
   if (!*f) {
-    kvc__spec spec = {1, {{"KVC_W", w}}};
+    kvc__spec spec = {2, {{"KVC_W", w}, {"KVC_MOVE_FUSE", fuse}}};
     KVC_FORWARD(kvc__kernel_get(ctx, &kvc__k_kv_move, &spec, f));
   }
   /* The host twin buffers one chunk of rows (sources are all read before any target is
@@ -93,9 +103,6 @@ kvc_status kvc__kv_move_launch(kvc_context *ctx, const char *fn, kvc_p_kv_move *
    * 88.0-88.2% against 87.0-87.3%; run 13 in bench/RESULTS.md, three rounds each). The
    * threshold sits between the two measured sizes. */
   const int threads = tt ? tt : (per_sm >= 4 || p->n > 8 * chunk) ? 256 : 512;
-  /* The fused store-and-load paid where few chunks run and cost half a point at N = 8192
-   * (run 15), the same split as the CTA size. */
-  p->fuse = p->n <= 8 * chunk;
   const int64_t resident = (int64_t)kvc__num_sms(ctx) * KVC__MIN(per_sm, 2048 / threads);
   /* Equal tile counts per CTA: k tiles each on ceil(ctas / k) CTAs, k the fewest that
    * fits the resident CTAs (a persistent grid with some CTAs owning one tile more would

@@ -164,15 +164,17 @@ kvc_status kvc__nsa_index_get_launch(kvc_context *ctx, kvc_p_nsa_index_get *p, i
 
 /* --- Whole-pool segment kernels (kv_segments.c) ------------------------------------- */
 
-/* Tile widths of kernels/kv_move.cu (16, 32, ..., 512): one memoised kernel each. */
+/* Tile widths of kernels/kv_move.cu (16, 32, ..., 512), each compiled plain and with the
+ * fused store-and-load (KVC_MOVE_FUSE): one memoised kernel per pair. */
 #define KVC__KV_MOVE_WIDTHS 6
+#define KVC__KV_MOVE_VARIANTS (2 * KVC__KV_MOVE_WIDTHS)
 
 /** Launches kvc_kv_move for `p` (segments, nseg, tgt, src, n, loc_i64 and the chunk set):
  *  picks the tile width and pipeline depth from the device's shared memory, sets the
  *  tiles, CTA ranges and stages, and runs the persistent grid. `memo` caches one kernel
- *  per tile width. Errors name `fn`. */
+ *  per (tile width, fused or not). Errors name `fn`. */
 kvc_status kvc__kv_move_launch(kvc_context *ctx, const char *fn, kvc_p_kv_move *p,
-                               const kvc__kfunc *memo[KVC__KV_MOVE_WIDTHS], kvc_stream stream);
+                               const kvc__kfunc *memo[KVC__KV_MOVE_VARIANTS], kvc_stream stream);
 /** Launches kvc_kv_offload for a fully built `p`; `*memo` caches the kernel. */
 kvc_status kvc__kv_offload_launch(kvc_context *ctx, const kvc_p_kv_offload *p, const kvc__kfunc **memo,
                                   kvc_stream stream);
