@@ -178,6 +178,15 @@ typedef struct kvc__decode_plan {
 
 /** Check-mode epilogue of a mutating call: passes `st` through, or the audit's failure. */
 kvc_status kvc__alloc_finish(kvc_allocator *a, const char *fn, kvc_status st);
+/** kvc_allocator_free's validation of slots[0:n) (named `what` in messages, `fn` the
+ *  caller): every page it would release is marked KVC__PG_MARK and appended to
+ *  v[*k_io ...] (*k_io advanced); pages already recorded by an open group are skipped as
+ *  free() skips them. On a refusal the status and message free() would give, and *bad
+ *  (when not NULL) the index of the refused slot; the marks of v[0:*k_io) are the
+ *  caller's to clear either way. */
+kvc_status kvc__alloc_free_validate(kvc_allocator *a, const char *fn, const char *what, const int64_t *slots, size_t n,
+                                    uint32_t *v, int64_t *k_io, size_t *bad);
+
 /** Makes the per-batch arrays hold at least n requests (HOST_OOM, nothing changed). */
 kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n);
 

@@ -360,16 +360,10 @@ static size_t token_free_fast(kvc_allocator *a, const int64_t *slots, size_t n) 
   return i;
 }
 
-static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slots, size_t n) {
-  if (n == 0) return KVC_OK;
-  if (!slots) return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "slots is NULL for n = %zu", n);
-  if (a->kind == KVC_ALLOCATOR_TOKEN && !a->in_group && !a->need_sort && token_free_fast(a, slots, n) == n) {
-    a->epoch++;
-    return kvc__alloc_finish(a, fn, KVC_OK);
-  }
+kvc_status kvc__alloc_free_validate(kvc_allocator *a, const char *fn, const char *what, const int64_t *slots, size_t n,
+                                    uint32_t *v, int64_t *k_io, size_t *bad) {
   const bool paged = a->kind == KVC_ALLOCATOR_PAGED;
-  uint32_t *v = a->tmp_a;
-  int64_t k = 0;
+  int64_t k = *k_io;
   kvc_status st = KVC_OK;
   const int64_t ps = a->ps, slot_span = a->num_pages * ps;
   const int shift = a->ps_shift;
@@ -380,7 +374,7 @@ static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slo
     const int64_t slot = slots[i];
     uint32_t p;
     if (((uint64_t)slot - (uint64_t)ps) >= (uint64_t)slot_span) { /* page 0, negative or past the end */
-      checked_page(a, fn, "slots", i, slot, &st);
+      checked_page(a, fn, what, i, slot, &st);
       break;
     }
     p = (uint32_t)(shift >= 0 ? slot >> shift : slot / ps);
@@ -389,12 +383,12 @@ static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slo
     uint8_t s = a->state[p];
     if (s & KVC__PG_MARK) {
       if (paged) continue; /* several slots of one page: released once */
-      st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld is listed twice", i, (long long)slots[i]);
+      st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "%s[%zu] = %lld is listed twice", what, i, (long long)slots[i]);
       break;
     }
     if (paged && (s & KVC__PG_GFREE)) continue; /* already recorded by this group: dedup */
     if ((s & KVC__PG_STATE) != KVC__PG_HELD || (s & (KVC__PG_GFREE | KVC__PG_GSEG))) {
-      st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "slots[%zu] = %lld: %s %u is %s (double free?)", i,
+      st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "%s[%zu] = %lld: %s %u is %s (double free?)", what, i,
                       (long long)slots[i], paged ? "page" : "slot", p,
                       (s & (KVC__PG_GFREE | KVC__PG_GSEG)) ? "already freed in this group" : "not held");
       break;
@@ -402,10 +396,26 @@ static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slo
     a->state[p] = (uint8_t)(s | KVC__PG_MARK);
     v[k++] = p;
   }
+  *k_io = k;
+  if (bad) *bad = i;
+  return st;
+}
+
+static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slots, size_t n) {
+  if (n == 0) return KVC_OK;
+  if (!slots) return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "slots is NULL for n = %zu", n);
+  if (a->kind == KVC_ALLOCATOR_TOKEN && !a->in_group && !a->need_sort && token_free_fast(a, slots, n) == n) {
+    a->epoch++;
+    return kvc__alloc_finish(a, fn, KVC_OK);
+  }
+  uint32_t *v = a->tmp_a;
+  int64_t k = 0;
+  const kvc_status st = kvc__alloc_free_validate(a, fn, "slots", slots, n, v, &k, NULL);
   if (st != KVC_OK) {
     unmark(a, v, k);
     return st;
   }
+  const bool paged = a->kind == KVC_ALLOCATOR_PAGED;
   a->epoch++;
   /* The marks are cleared by the state writes below (no separate pass). */
   if (a->in_group) {

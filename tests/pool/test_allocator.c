@@ -10,6 +10,19 @@ static void expect_slots(const int64_t *got, const int64_t *want, size_t n) {
 /* Frees the page holding `slot` (one slot is enough: the whole page goes). */
 static void free_page_of(kvc_allocator *a, int64_t slot) { KVT_OK(kvc_allocator_free(a, &slot, 1)); }
 
+/* Spec 6.8's allocator: 12 pages of 4, every page held, then pages 5, 9, 3, 7 freed in
+ * that order, so the free list is F = [7, 3, 9, 5]. */
+static kvc_allocator *spec_example_allocator(void) {
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 48, 4, 0);
+  int64_t all[48];
+  KVT_OK(kvc_allocator_alloc(a, 48, all)); /* hold every page */
+  free_page_of(a, 20);                     /* [5] */
+  free_page_of(a, 36);                     /* [9, 5] */
+  free_page_of(a, 12);                     /* [3, 9, 5] */
+  free_page_of(a, 28);                     /* [7, 3, 9, 5] */
+  return a;
+}
+
 static void expect_next_alloc(kvc_allocator *a, const int64_t *want, int64_t n) {
   int64_t got[256];
   assert_true(n <= 256);
@@ -126,13 +139,7 @@ static void test_paged_free_prepends_sorted_unique(void **state) {
 /* Spec 6.8 worked example: F = [7, 3, 9, 5, ...], ps 4. */
 static void test_extend_matches_spec_example(void **state) {
   (void)state;
-  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 48, 4, 0);
-  int64_t all[48];
-  KVT_OK(kvc_allocator_alloc(a, 48, all)); /* hold every page */
-  free_page_of(a, 20);                     /* [5] */
-  free_page_of(a, 36);                     /* [9, 5] */
-  free_page_of(a, 12);                     /* [3, 9, 5] */
-  free_page_of(a, 28);                     /* [7, 3, 9, 5] */
+  kvc_allocator *a = spec_example_allocator();
   kvc_req_to_token_pool *p = kvt_req_pool(4, 16);
   int32_t rows[2] = {0, 0};
   KVT_OK(kvc_req_to_token_pool_alloc(p, 2, rows));
@@ -168,13 +175,7 @@ static void test_extend_matches_spec_example(void **state) {
 /* The same example with explicit last_locs and no req pool (out_host only). */
 static void test_extend_without_pool(void **state) {
   (void)state;
-  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 48, 4, 0);
-  int64_t all[48];
-  KVT_OK(kvc_allocator_alloc(a, 48, all));
-  free_page_of(a, 20);
-  free_page_of(a, 36);
-  free_page_of(a, 12);
-  free_page_of(a, 28);
+  kvc_allocator *a = spec_example_allocator();
   int64_t pre[2] = {6, 0}, seq[2] = {13, 3}, last[2] = {9, -1}, out[10];
   KVT_STATUS(kvc_allocator_alloc_extend(a, 2, pre, seq, NULL, NULL, NULL, NULL, out, NULL, NULL),
              KVC_ERR_INVALID_ARGUMENT);
@@ -187,13 +188,7 @@ static void test_extend_without_pool(void **state) {
  * by the same launch; rows_device without a req_pool is refused before anything moves. */
 static void test_extend_ex_writes_rows(void **state) {
   (void)state;
-  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 48, 4, 0);
-  int64_t all[48];
-  KVT_OK(kvc_allocator_alloc(a, 48, all));
-  free_page_of(a, 20);
-  free_page_of(a, 36);
-  free_page_of(a, 12);
-  free_page_of(a, 28);
+  kvc_allocator *a = spec_example_allocator();
   kvc_req_to_token_pool *p = kvt_req_pool(4, 16);
   int32_t rows[2] = {0, 0}, spare = 0;
   KVT_OK(kvc_req_to_token_pool_alloc(p, 1, &spare)); /* rows[] are then not 0, 1 */
