@@ -187,6 +187,12 @@ kvc_status kvc__alloc_finish(kvc_allocator *a, const char *fn, kvc_status st);
 kvc_status kvc__alloc_free_validate(kvc_allocator *a, const char *fn, const char *what, const int64_t *slots, size_t n,
                                     uint32_t *v, int64_t *k_io, size_t *bad);
 
+/** The release half of kvc_allocator_free for the k pages v[0:k) that its validation
+ *  (or a caller's own, as strict) accepted and marked: recorded by the open group, or
+ *  sorted (PAGED) and put on the free list, exactly as free() does; then the check-mode
+ *  audit. v is reordered. */
+kvc_status kvc__alloc_release(kvc_allocator *a, const char *fn, uint32_t *v, int64_t k);
+
 /** Makes the per-batch arrays hold at least n requests (HOST_OOM, nothing changed). */
 kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n);
 

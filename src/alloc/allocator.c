@@ -401,6 +401,24 @@ kvc_status kvc__alloc_free_validate(kvc_allocator *a, const char *fn, const char
   return st;
 }
 
+kvc_status kvc__alloc_release(kvc_allocator *a, const char *fn, uint32_t *v, int64_t k) {
+  a->epoch++;
+  /* The marks are cleared by the state writes below (no separate pass). */
+  if (a->in_group) {
+    uint8_t *const state = a->state; /* locals: byte stores may alias the fields */
+    uint32_t *const g = a->group + a->group_free_n;
+    for (int64_t j = 0; j < k; j++) {
+      state[v[j]] = (uint8_t)((state[v[j]] & ~KVC__PG_MARK) | KVC__PG_GFREE);
+      g[j] = v[j];
+    }
+    a->group_free_n += k;
+  } else {
+    if (a->kind == KVC_ALLOCATOR_PAGED) kvc__fl_sort(a, v, k);
+    kvc__fl_release(a, v, k);
+  }
+  return kvc__alloc_finish(a, fn, KVC_OK);
+}
+
 static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slots, size_t n) {
   if (n == 0) return KVC_OK;
   if (!slots) return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "slots is NULL for n = %zu", n);
@@ -415,22 +433,7 @@ static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slo
     unmark(a, v, k);
     return st;
   }
-  const bool paged = a->kind == KVC_ALLOCATOR_PAGED;
-  a->epoch++;
-  /* The marks are cleared by the state writes below (no separate pass). */
-  if (a->in_group) {
-    uint8_t *const state = a->state; /* locals: byte stores may alias the fields */
-    uint32_t *const g = a->group + a->group_free_n;
-    for (int64_t j = 0; j < k; j++) {
-      state[v[j]] = (uint8_t)((state[v[j]] & ~KVC__PG_MARK) | KVC__PG_GFREE);
-      g[j] = v[j];
-    }
-    a->group_free_n += k;
-  } else {
-    if (paged) kvc__fl_sort(a, v, k);
-    kvc__fl_release(a, v, k);
-  }
-  return kvc__alloc_finish(a, fn, KVC_OK);
+  return kvc__alloc_release(a, fn, v, k);
 }
 
 kvc_status kvc_allocator_free(kvc_allocator *a, const int64_t *slots, size_t n) {

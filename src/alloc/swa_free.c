@@ -183,17 +183,11 @@ static void unmark_ids(uint8_t *state, const uint32_t *ids, size_t n) {
   for (size_t i = 0; i < n; i++) state[ids[i]] = KVC__PG_HELD;
 }
 
-/* The release half of kvc_allocator_free (allocator.c, free_impl after its checks) for
- * pages this file validated itself in this call (held, in range, each listed once, no
- * open group): the free list's order and the state bytes come out as that call's would
- * (PAGED: sorted, then in front; TOKEN: appended in call order; need_sort: to the side
- * list). */
+/* The release half of kvc_allocator_free (kvc__alloc_release) for pages this file
+ * validated itself in this call (held, in range, each listed once, no open group): the
+ * free list's order and the state bytes come out as that call's would. */
 static kvc_status release_checked(kvc_allocator *al, uint32_t *ids, size_t n) {
-  if (!n) return KVC_OK;
-  al->epoch++;
-  if (al->kind == KVC_ALLOCATOR_PAGED) kvc__fl_sort(al, ids, (int64_t)n);
-  kvc__fl_release(al, ids, (int64_t)n);
-  return kvc__alloc_finish(al, "kvc_allocator_free", KVC_OK);
+  return n ? kvc__alloc_release(al, "kvc_allocator_free", ids, (int64_t)n) : KVC_OK;
 }
 
 /* The zeroed runs of the mapping, built as the plans pass: the open run stays in locals
