@@ -277,6 +277,15 @@ static size_t plan_pages(kvc_swa_allocator *a, const int64_t *slots, size_t n, s
     if (s != KVC__PG_HELD) break;
     fst[pg] = KVC__PG_HELD | KVC__PG_MARK;
     fv[nf++] = (uint32_t)pg;
+    /* The tree's values list a page's slots in order: when the next ps - 1 slots are the
+     * rest of this page (one compare loop proves it), they are skipped, as each of them
+     * would be by `pg == last` (in range: they lie on this page). */
+    size_t rest = 0;
+    if (x == pg * ps && n - i >= (size_t)ps) {
+      uint64_t d = 0;
+      for (int64_t j = 1; j < ps; j++) d |= (uint64_t)slots[i + (size_t)j] ^ (uint64_t)(x + j);
+      if (d == 0) rest = (size_t)ps - 1;
+    }
     /* The common case: extend and decode map a full page onto one SWA page at the same
      * offsets, which one compare loop without branches proves; the SWA page is then
      * checked once (the loop below would find it ps times). */
@@ -295,6 +304,7 @@ static size_t plan_pages(kvc_swa_allocator *a, const int64_t *slots, size_t n, s
         break;
       }
       run_add(&r, (uint32_t)(pg * ps), (uint32_t)ps);
+      i += rest;
       continue;
     }
     for (int64_t j = 0; j < ps && !bad; j++) {
@@ -310,6 +320,7 @@ static size_t plan_pages(kvc_swa_allocator *a, const int64_t *slots, size_t n, s
     }
     if (bad) break;
     run_add(&r, (uint32_t)(pg * ps), (uint32_t)ps);
+    i += rest;
   }
   *nf_out = nf;
   *nw_out = nw;
