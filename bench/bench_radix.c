@@ -46,6 +46,9 @@
  * Usage: kvc_bench_radix [--quick] [--csv FILE]. Host backend unless KVB_BACKEND=cuda
  * (meant for part 3: the allocators' launches are then real, and their host time is in
  * the rows; the trees themselves are host-only). KVB_ONLY=<part> runs one part.
+ * KVB_SWA_DEFER=0 runs part 3's SWA evict calls without the deferred-zero scope (one
+ * device-mapping launch per victim, as before it existed): the A/B of that scope in one
+ * binary, e.g. on a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_util.h"
@@ -58,6 +61,7 @@
 static kvc_context *ctx;
 static FILE *csv;
 static int quick;
+static int swa_defer = 1; /* KVB_SWA_DEFER=0: part 3's evict calls without the one-launch scope */
 
 /* --- Samples ---------------------------------------------------------------------------- */
 
@@ -873,7 +877,7 @@ static void replay_one(int trace, int ps, int64_t cap, int use_swa, swa_run *out
     c.radix.free_user = &sh.tf;
     c.free_swa_slots = gs_free_swa;
     c.free_swa_user = &sh;
-    c.swa_allocator = sa; /* the hooks' allocator: each evict call zeroes its mapping once */
+    c.swa_allocator = swa_defer ? sa : NULL; /* the hooks' allocator: each evict call zeroes its mapping once */
     KVB_CHECK(ctx, kvc_swa_radix_cache_create(ctx, &c, &sc));
     sh.inner = kvc_swa_radix_cache_as_prefix_cache(sc);
     sh.sc = sc;
@@ -1333,7 +1337,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   KVB_CHECK(NULL, kvc_context_create(&cfg, &ctx));
-  printf("backend %s\n", kvc_context_backend(ctx) == KVC_BACKEND_CUDA ? "cuda" : "host");
+  const char *defer = getenv("KVB_SWA_DEFER");
+  swa_defer = !defer || strcmp(defer, "0");
+  printf("backend %s, SWA evict scope %s\n", kvc_context_backend(ctx) == KVC_BACKEND_CUDA ? "cuda" : "host",
+         swa_defer ? "on" : "off (KVB_SWA_DEFER=0: a device-mapping launch per victim)");
   if (csv_path) {
     csv = fopen(csv_path, "w");
     if (!csv) return 1;
