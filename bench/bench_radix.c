@@ -43,7 +43,12 @@
  * requests (10^4..10^6 tokens, page 16), the same call timed on both, with the ratio;
  * and the copy of a matched 6.2 MB state beside a memcpy of it.
  *
- * Usage: kvc_bench_radix [--quick] [--csv FILE]   (host only by design)
+ * Usage: kvc_bench_radix [--quick] [--csv FILE]. Host backend unless KVB_BACKEND=cuda
+ * (meant for part 3: the allocators' launches are then real, and their host time is in
+ * the rows; the trees themselves are host-only). KVB_ONLY=<part> runs one part.
+ * KVB_SWA_DEFER=0 runs part 3's SWA evict calls without the deferred-zero scope (one
+ * device-mapping launch per victim, as before it existed): the A/B of that scope in one
+ * binary, e.g. on a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_util.h"
@@ -56,6 +61,7 @@
 static kvc_context *ctx;
 static FILE *csv;
 static int quick;
+static int swa_defer = 1; /* KVB_SWA_DEFER=0: part 3's evict calls without the one-launch scope */
 
 /* --- Samples ---------------------------------------------------------------------------- */
 
@@ -836,38 +842,6 @@ static void replay_one(int trace, int ps, int64_t cap, int use_swa, swa_run *out
   kvc_swa_radix_cache *sc = NULL;
   gshim sh;
   memset(&sh, 0, sizeof sh);
-  if (use_swa) {
-    kvc_swa_radix_cache_config c = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
-    c.sliding_window = window;
-    c.radix.page_size = ps;
-    c.radix.num_slots = cap;
-    c.radix.req_of = req_of;
-    c.radix.free_slots = timed_flow_free;
-    c.radix.free_user = &sh.tf;
-    c.free_swa_slots = gs_free_swa;
-    c.free_swa_user = &sh;
-    KVB_CHECK(ctx, kvc_swa_radix_cache_create(ctx, &c, &sc));
-    sh.inner = kvc_swa_radix_cache_as_prefix_cache(sc);
-    sh.sc = sc;
-  } else {
-    kvc_radix_cache_config c = KVC_RADIX_CACHE_CONFIG_INIT;
-    c.page_size = ps;
-    c.num_slots = cap;
-    c.req_of = req_of;
-    c.free_slots = timed_flow_free;
-    c.free_user = &sh.tf;
-    KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &c, &rc));
-    sh.inner = kvc_radix_cache_as_prefix_cache(rc);
-    sh.rc = rc;
-  }
-  kvc_prefix_cache pc = sh.inner;
-  pc.self = &sh;
-  pc.evict = gs_evict;
-  pc.evictable_size = gs_evictable;
-  pc.protected_size = gs_protected;
-  pc.cached_size = gs_cached;
-  pc.cache_finished_req = gs_finished;
-  pc.cache_unfinished_req = gs_unfinished;
   kvc_req_to_token_pool_config qc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
   qc.size = 4;
   qc.max_context_len = MAXLEN + 512;
@@ -893,12 +867,46 @@ static void replay_one(int trace, int ps, int64_t cap, int use_swa, swa_run *out
     KVB_CHECK(ctx, kvc_allocator_create(ctx, &ac, &alloc));
     fc.allocator = alloc;
   }
+  if (use_swa) {
+    kvc_swa_radix_cache_config c = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
+    c.sliding_window = window;
+    c.radix.page_size = ps;
+    c.radix.num_slots = cap;
+    c.radix.req_of = req_of;
+    c.radix.free_slots = timed_flow_free;
+    c.radix.free_user = &sh.tf;
+    c.free_swa_slots = gs_free_swa;
+    c.free_swa_user = &sh;
+    c.swa_allocator = swa_defer ? sa : NULL; /* the hooks' allocator: each evict call zeroes its mapping once */
+    KVB_CHECK(ctx, kvc_swa_radix_cache_create(ctx, &c, &sc));
+    sh.inner = kvc_swa_radix_cache_as_prefix_cache(sc);
+    sh.sc = sc;
+  } else {
+    kvc_radix_cache_config c = KVC_RADIX_CACHE_CONFIG_INIT;
+    c.page_size = ps;
+    c.num_slots = cap;
+    c.req_of = req_of;
+    c.free_slots = timed_flow_free;
+    c.free_user = &sh.tf;
+    KVB_CHECK(ctx, kvc_radix_cache_create(ctx, &c, &rc));
+    sh.inner = kvc_radix_cache_as_prefix_cache(rc);
+    sh.rc = rc;
+  }
+  kvc_prefix_cache pc = sh.inner;
+  pc.self = &sh;
+  pc.evict = gs_evict;
+  pc.evictable_size = gs_evictable;
+  pc.protected_size = gs_protected;
+  pc.cached_size = gs_cached;
+  pc.cache_finished_req = gs_finished;
+  pc.cache_unfinished_req = gs_unfinished;
   fc.page_size = ps;
   fc.req_pool = pool;
   fc.cache = pc;
   kvc_flow *flow;
   KVB_CHECK(ctx, kvc_flow_create(ctx, &fc, &flow));
-  int64_t *out_loc = malloc((MAXLEN + 512) * sizeof *out_loc);
+  int64_t *out_loc = NULL; /* out_cache_loc is device memory (host memory on the host backend) */
+  KVB_CHECK(ctx, kvc_memory_alloc(ctx, (MAXLEN + 512) * sizeof *out_loc, (void **)&out_loc));
   static int32_t conv[CONVS][MAXLEN], sys[4][4096];
   static int64_t conv_len[CONVS];
   int64_t sys_len[4] = {1024, 2048, 3072, 4096};
@@ -956,7 +964,7 @@ static void replay_one(int trace, int ps, int64_t cap, int use_swa, swa_run *out
   report("swa", what, ps, cap, &sh.evict_tree, hit);
   free(match.t), free(sh.finished.t), free(sh.unfinished.t), free(sh.evict.t), free(sh.evict_tree.t);
   free(e.toks);
-  free(out_loc);
+  kvc_memory_free(ctx, out_loc);
   kvc_flow_destroy(flow);
   kvc_allocator_destroy(alloc);
   kvc_swa_allocator_destroy(sa);
@@ -1313,8 +1321,26 @@ int main(int argc, char **argv) {
   kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
   const char *csv_path = NULL;
   if (kvb_parse_args(argc, argv, &cfg, &quick, &csv_path)) return 2;
-  cfg.backend = KVC_BACKEND_HOST; /* the radix cache is host-only */
+  /* The radix caches are host-only, so the host backend is the default; KVB_BACKEND=cuda
+   * runs the allocators' launches for real (meant for part 3, KVB_ONLY=swa: the SWA
+   * frees' device-mapping launches in the evict rows' host time). */
+  const char *backend = getenv("KVB_BACKEND");
+  if (backend && strcmp(backend, "host") && strcmp(backend, "cuda")) {
+    fprintf(stderr, "KVB_BACKEND=%s: host (default) or cuda\n", backend);
+    return 2;
+  }
+  cfg.backend = backend && !strcmp(backend, "cuda") ? KVC_BACKEND_CUDA : KVC_BACKEND_HOST;
+  const char *only = getenv("KVB_ONLY"); /* profiling: run one part (match, insert, finished, lock, evict, trace) */
+  if (cfg.backend == KVC_BACKEND_CUDA && (!only || strcmp(only, "swa"))) {
+    /* the other parts hand host buffers to the flows as device vectors */
+    fprintf(stderr, "KVB_BACKEND=cuda needs KVB_ONLY=swa\n");
+    return 2;
+  }
   KVB_CHECK(NULL, kvc_context_create(&cfg, &ctx));
+  const char *defer = getenv("KVB_SWA_DEFER");
+  swa_defer = !defer || strcmp(defer, "0");
+  printf("backend %s, SWA evict scope %s\n", kvc_context_backend(ctx) == KVC_BACKEND_CUDA ? "cuda" : "host",
+         swa_defer ? "on" : "off (KVB_SWA_DEFER=0: a device-mapping launch per victim)");
   if (csv_path) {
     csv = fopen(csv_path, "w");
     if (!csv) return 1;
@@ -1331,7 +1357,6 @@ int main(int argc, char **argv) {
     free(t.t);
   }
   const int64_t sizes[3] = {10000, 100000, 1000000};
-  const char *only = getenv("KVB_ONLY"); /* profiling: run one part (match, insert, finished, lock, evict, trace) */
 #define PART(name) (!only || !strcmp(only, name))
   for (int z = 0; z < 3; z++) {
     if (PART("match")) {

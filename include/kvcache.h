@@ -1023,9 +1023,10 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
  * KV events (config.radix.on_event): BlockStored for every new node's blocks, BlockRemoved
  * with component KVC_RADIX_COMPONENT_SWA when blocks become tombstones (evicted, or
  * inserted past the window), BlockRemoved with component ALL when a node is deleted.
- * No call does stream work (graph-capture safe); single writer; a failed call changes
- * nothing, except a free during eviction that the flow reports (the victims before it
- * stay evicted).
+ * No call does stream work of its own (the frees are the allocator's, with its stream
+ * rules; evict's deferred zero below); single writer; a failed call changes nothing,
+ * except a free during eviction that the flow reports (the victims before it stay
+ * evicted) and evict's deferred device-mapping zero (see kvc_swa_radix_cache_evict).
  * @{ */
 
 typedef struct kvc_swa_radix_cache kvc_swa_radix_cache;
@@ -1067,12 +1068,18 @@ typedef struct kvc_swa_radix_cache_config {
   int32_t kind; /* kvc_swa_radix_kind, 0 = HYBRID; must match the flow's allocator (calls
                    given a flow over another kind return KVC_ERR_INVALID_ARGUMENT) */
   int32_t reserved_i32_;
-  uint64_t reserved_[7];
+  kvc_swa_allocator *swa_allocator; /* standalone use (hooks, no flow), may be NULL: the
+                                       allocator the hooks free into; each evict call
+                                       then defers its device-mapping zeroes to one
+                                       launch on swa_stream at its end (see evict) */
+  kvc_stream swa_stream;
+  uint64_t reserved_[5];
 } kvc_swa_radix_cache_config;
 
 /* clang-format off */
 #define KVC_SWA_RADIX_CACHE_CONFIG_INIT \
-  { sizeof(kvc_swa_radix_cache_config), KVC_VERSION_NUMBER, 0, KVC_RADIX_CACHE_CONFIG_INIT, NULL, NULL, 0, 0, {0} }
+  { sizeof(kvc_swa_radix_cache_config), KVC_VERSION_NUMBER, 0, KVC_RADIX_CACHE_CONFIG_INIT, NULL, NULL, 0, 0, \
+    NULL, NULL, {0} }
 /* clang-format on */
 
 /** kvc_swa_radix_cache_create() : an empty tree. Copies the config.
@@ -1157,8 +1164,17 @@ KVC_API kvc_status kvc_swa_radix_cache_unlock(kvc_swa_radix_cache *cache, void *
  *  SWA eviction (rules above) until swa_num_tokens SWA tokens are freed in all. Frees go
  *  through flow (else the config's hooks), in victim order. *evicted / *swa_evicted (may
  *  be NULL) get the full and SWA tokens freed.
+ *  HYBRID: the call is one deferred-zero scope of the SWA allocator (flow's, else
+ *  config.swa_allocator when set; kvc_swa_allocator_defer_zero_begin): its victims'
+ *  frees are what they were, one by one in victim order, but the device mapping of all
+ *  of them is zeroed by one launch at the end, on the flow's stream (else
+ *  config.swa_stream). Not capturable then (the allocator's launches are not).
  *  @return KVC_ERR_OUT_OF_SLOTS when nothing is evictable for any requested component
- *  (nothing changed), KVC_ERR_UNSUPPORTED without a flow or hooks. */
+ *  (nothing changed), KVC_ERR_UNSUPPORTED without a flow or hooks; a free's failure
+ *  (the victims before it stay evicted). The end's launch failing returns its status
+ *  (KVC_ERR_CUDA) after the victims were evicted and freed (host state final, sizes and
+ *  *evicted as done): the zero stays queued in the allocator and is retried by its next
+ *  device-mapping write (kvc_swa_allocator_defer_zero_end's failure rule). */
 KVC_API kvc_status kvc_swa_radix_cache_evict(kvc_swa_radix_cache *cache, kvc_flow *flow,
                                              int64_t num_tokens, int64_t swa_num_tokens,
                                              int64_t *evicted, int64_t *swa_evicted);
@@ -1891,6 +1907,38 @@ KVC_API kvc_status kvc_swa_allocator_free_full_segment(kvc_swa_allocator *alloc,
  *  @return KVC_ERR_MISUSE for a nested begin or an end without begin. */
 KVC_API kvc_status kvc_swa_allocator_free_group_begin(kvc_swa_allocator *alloc);
 KVC_API kvc_status kvc_swa_allocator_free_group_end(kvc_swa_allocator *alloc);
+/** kvc_swa_allocator_defer_zero_begin() / _end() : one device launch for the mapping
+ *  zeroes of many frees. Between begin and end, every free of this allocator (free,
+ *  free_swa, free_segment and the flows' frees) does exactly what it does outside, in the
+ *  same order and with the same validation (slots released to both free lists, host
+ *  mapping zeroed at once), except that its device-mapping zero is queued instead of
+ *  launched; the outermost end launches the queue as ONE launch on `stream` (the frees'
+ *  own streams are not used for it). Scopes nest (a counter); an inner end does nothing
+ *  else. Unlike a free group, nothing is reordered or held back on the host: only the
+ *  device mirror of freed slots' entries lags until end (nothing may read those: no live
+ *  row holds a freed slot). Any other device-mapping write (alloc, alloc_extend(_ex),
+ *  alloc_extend_swa_tail, alloc_decode, the decode channel's step) and translate first
+ *  launch what is queued, on their own stream, so a queued zero never overwrites a pair
+ *  written after it. kvc_swa_allocator_clear drops the queue (its memset covers it).
+ *  The SWA radix cache opens a scope around each evict call (kvc_swa_radix_cache_evict).
+ *  Ownership: the queue is the allocator's (host memory, freed by destroy; an open scope
+ *  at destroy is no error). Ring and PURE allocators never queue (their frees write no
+ *  mapping). Single writer, like every call of the allocator. Graph capture: end launches
+ *  with per-call data, so it is not capturable (as the frees are not); begin is host only.
+ *  Failure rule: queueing cannot fail (when its host queue cannot grow, that free
+ *  launches its zero at once, after the queued ones, as outside a scope; a failure of
+ *  that launch refuses the free, changing nothing, as always). End's launch is the only step that can fail after frees
+ *  were done: it returns the launch's status (KVC_ERR_CUDA) with kvc_last_error() saying
+ *  the frees are done and the zero stays queued; the scope is closed, the host state is
+ *  final and correct, and the next device-mapping write (or a later outermost end)
+ *  retries the queue first; that call fails, changing nothing, if the retry fails too.
+ *  kvc_swa_allocator_zero_pending() : the queued runs (0 when the device mapping is
+ *  current; -1 for a dead handle).
+ *  @return begin: KVC_ERR_MISUSE at 2^32 - 1 nested scopes; end: KVC_ERR_MISUSE without
+ *  an open scope (nothing changed), the launch's status as above. */
+KVC_API kvc_status kvc_swa_allocator_defer_zero_begin(kvc_swa_allocator *alloc);
+KVC_API kvc_status kvc_swa_allocator_defer_zero_end(kvc_swa_allocator *alloc, kvc_stream stream);
+KVC_API int64_t kvc_swa_allocator_zero_pending(const kvc_swa_allocator *alloc);
 /** kvc_swa_allocator_clear() : both sides free again (ascending), groups closed, mapping
  *  zeroed except its last -1 (host, and one device memset on `stream`). Not capturable. */
 KVC_API kvc_status kvc_swa_allocator_clear(kvc_swa_allocator *alloc, kvc_stream stream);

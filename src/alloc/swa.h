@@ -43,6 +43,13 @@ struct kvc_swa_allocator {
    * grown only while one listens (swa_slot.c). */
   int64_t *obs_peers;
   size_t obs_peers_cap;
+  /* Device-map zeroes not launched yet: the frees of an open deferred-zero scope
+   * (kvc_swa_allocator_defer_zero_begin; `defer` its depth) queue their zeroed runs here
+   * for one launch at the scope's end; a failed launch leaves them queued for the next
+   * device-map write (swa_allocator.c: the rule). (start, len) pairs, pz_items runs. */
+  uint32_t defer;
+  uint32_t *pz;
+  size_t pz_items, pz_cap;
 };
 
 #define SWA_ENTRY(a) KVC_CHECK_HANDLE(a, KVC__SWA_MAGIC, "alloc", "kvc_swa_allocator")
@@ -71,6 +78,21 @@ static inline kvc__swa_map_dst kvc__swa_dmap_dst(kvc_swa_allocator *a) {
   const kvc__swa_map_dst d = {a->scratch, a->k_map, a->dmap, a->map_len - 1, 1};
   return d;
 }
+
+/* The queued device-map zeroes (a->pz) as one launch on `stream`; emptied when it
+ * succeeds, kept when it fails (the host map is already zeroed: only the device mirror
+ * lags). Every other write or read of the device map calls kvc__swa_zero_settle first,
+ * so a zero never lands on an entry written after it. */
+kvc_status kvc__swa_zero_flush(kvc_swa_allocator *a, const char *fn, kvc_stream stream);
+static inline kvc_status kvc__swa_zero_settle(kvc_swa_allocator *a, const char *fn, kvc_stream stream) {
+  return a->pz_items ? kvc__swa_zero_flush(a, fn, stream) : KVC_OK;
+}
+/* Zeroes the device map's runs runs[0:2 items): queued when a deferred-zero scope is open
+ * (and the queue can grow), else launched now on `stream` after any queued ones. The
+ * only step of a free that can fail after its validation (a launch only: nothing
+ * changed then). */
+kvc_status kvc__swa_zero_runs(kvc_swa_allocator *a, const char *fn, const uint32_t *runs, size_t items,
+                              kvc_stream stream);
 
 /* Work space for n tokens / n requests (HOST_OOM, nothing changed). */
 kvc_status kvc__swa_ensure_tok(kvc_swa_allocator *a, const char *fn, size_t n);

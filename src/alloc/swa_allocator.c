@@ -12,6 +12,7 @@
 #include "swa.h"
 #include "slot_allocator.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* --- Create / destroy --------------------------------------------------------------- */
@@ -33,6 +34,7 @@ void kvc_swa_allocator_destroy(kvc_swa_allocator *a) {
   kvc__free(ctx, a->rel);
   kvc__free(ctx, a->scratch);
   kvc__free(ctx, a->obs_peers);
+  kvc__free(ctx, a->pz);
   a->magic = KVC__DEAD_MAGIC;
   kvc__free(ctx, a);
 }
@@ -174,6 +176,7 @@ kvc_status kvc_swa_allocator_translate(const kvc_swa_allocator *ac, const void *
   KVC_CHECK_INDEX_TYPE(a->ctx, out_type);
   if (!n) return KVC_OK;
   KVC_RETURN_IF(!loc || !out, a->ctx, KVC_ERR_INVALID_ARGUMENT, "loc and out must be non-NULL");
+  KVC_FORWARD(kvc__swa_zero_settle(a, __func__, stream)); /* a freed slot reads 0, as on the host */
   const kvc__swa_gather_args g = kvc__swa_translate_args(a->dmap, a->map_len, loc, loc_type, out, out_type, n);
   return kvc__swa_gather(a->ctx, &a->k_gather, &g, stream);
 }
@@ -211,12 +214,105 @@ kvc_status kvc__swa_ensure_bs(kvc_swa_allocator *a, const char *fn, size_t n) {
 /* Writes the new pairs mapping[f[i]] = w[i] to the device (one launch), then the host. */
 kvc_status kvc__swa_map_set(kvc_swa_allocator *a, const int64_t *f, const int64_t *w, size_t n, kvc_stream stream) {
   if (!n) return KVC_OK;
+  KVC_FORWARD(kvc__swa_zero_settle(a, "kvc_swa_allocator", stream)); /* queued zeroes first: f may be among them */
   const kvc__swa_map_dst d = kvc__swa_dmap_dst(a);
   const kvc__swa_map_items items = kvc__swa_build_pairs(f, w, n, a->words);
   KVC_FORWARD(kvc__swa_map_write(a->ctx, &d, &items, stream));
   for (size_t i = 0; i < n; i++) a->map[f[i]] = (int32_t)w[i];
   return KVC_OK;
 }
+
+/* --- Deferred device-map zeroes ------------------------------------------------------
+ *
+ * Why: a free zeroes its slots' device-map entries with one launch, and an eviction frees
+ * victim by victim, so a call evicting k victims made k launches (a few us of host time
+ * each on a GPU, more than the rest of the call). Inside a scope the frees do everything
+ * else as before (same validation, same order, the host map zeroed, both free lists
+ * released) and queue their zeroed runs; the scope's end launches them all at once.
+ *
+ * Safe because the queued entries are those of freed full slots, which nothing reads
+ * (no live row holds them), and because nothing writes the device map after a queued
+ * zero: every device-map write (alloc, alloc_extend, alloc_decode, the decode channel's
+ * plan) and translate settle the queue first, so the zero of a slot always lands before
+ * the pair of its next allocation, on the stream of that call.
+ *
+ * The failure rule: queueing cannot fail (a queue that cannot grow makes that free
+ * launch its zero at once, after the queued ones, as outside a scope: a launch failure
+ * there refuses that free, changing nothing, as always). The end's launch is the only step that can fail once frees are done; then
+ * the frees stay done (the host state is final and correct), the runs stay queued, and
+ * the next device-map write or end retries them first (and fails, changing nothing, if
+ * the launch fails again). The status says so in kvc_last_error(). */
+
+kvc_status kvc__swa_zero_flush(kvc_swa_allocator *a, const char *fn, kvc_stream stream) {
+  if (!a->pz_items) return KVC_OK;
+  const kvc__swa_map_dst d = kvc__swa_dmap_dst(a);
+  const kvc__swa_map_items zero = {a->pz, 2 * a->pz_items, (int64_t)a->pz_items, KVC_SWA_MAP_ZERO};
+  const kvc_status st = kvc__swa_map_write(a->ctx, &d, &zero, stream);
+  if (st == KVC_OK) {
+    a->pz_items = 0;
+    return KVC_OK;
+  }
+  char why[192]; /* the launcher's message, before this one replaces it */
+  snprintf(why, sizeof why, "%s", kvc_last_error(a->ctx));
+  return kvc__error(a->ctx, st, fn,
+                    "the device mapping's deferred zero of %zu runs (freed slots) was not launched: %s; the frees "
+                    "are done, the zero stays queued for the next device-map write or defer_zero_end",
+                    a->pz_items, why);
+}
+
+/* Room for `more` queued runs; false (nothing changed, no error recorded) when the queue
+ * cannot grow: the caller then launches instead of queueing. */
+static bool pz_reserve(kvc_swa_allocator *a, size_t more) {
+  if (more > SIZE_MAX / 16 - a->pz_items) return false;
+  const size_t need = a->pz_items + more; /* below SIZE_MAX / 16: the bytes below cannot overflow */
+  if (need <= a->pz_cap) return true;
+  size_t cap = KVC__MAX(need, (size_t)256);
+  if (a->pz_cap <= SIZE_MAX / 32) cap = KVC__MAX(cap, 2 * a->pz_cap);
+  cap = KVC__MIN(cap, SIZE_MAX / 16);
+  uint32_t *p = kvc__malloc(a->ctx, cap * 2 * sizeof *p);
+  if (!p) return false;
+  if (a->pz_items) memcpy(p, a->pz, a->pz_items * 2 * sizeof *p);
+  kvc__free(a->ctx, a->pz);
+  a->pz = p;
+  a->pz_cap = cap;
+  return true;
+}
+
+kvc_status kvc__swa_zero_runs(kvc_swa_allocator *a, const char *fn, const uint32_t *runs, size_t items,
+                              kvc_stream stream) {
+  if (!items) return KVC_OK;
+  /* A queue that cannot grow is no failure of the free: it launches as outside a scope. */
+  if (!a->defer || !pz_reserve(a, items)) {
+    KVC_FORWARD(kvc__swa_zero_settle(a, fn, stream)); /* queued ones first: in launch order */
+    const kvc__swa_map_dst d = kvc__swa_dmap_dst(a);
+    const kvc__swa_map_items zero = {runs, 2 * items, (int64_t)items, KVC_SWA_MAP_ZERO};
+    return kvc__swa_map_write(a->ctx, &d, &zero, stream);
+  }
+  size_t k = a->pz_items, i = 0;
+  /* Consecutive victims are often neighbours: their runs join (fewer items to launch). */
+  if (k && a->pz[2 * k - 2] + a->pz[2 * k - 1] == runs[0]) a->pz[2 * k - 1] += runs[1], i = 1;
+  memcpy(a->pz + 2 * k, runs + 2 * i, (items - i) * 2 * sizeof *runs);
+  a->pz_items = k + items - i;
+  return KVC_OK;
+}
+
+kvc_status kvc_swa_allocator_defer_zero_begin(kvc_swa_allocator *a) {
+  KVC_API_ENTRY();
+  SWA_ENTRY(a);
+  KVC_RETURN_IF(a->defer == UINT32_MAX, a->ctx, KVC_ERR_MISUSE, "deferred-zero scopes nested %u deep", a->defer);
+  a->defer++;
+  return KVC_OK;
+}
+
+kvc_status kvc_swa_allocator_defer_zero_end(kvc_swa_allocator *a, kvc_stream stream) {
+  KVC_API_ENTRY();
+  SWA_ENTRY(a);
+  KVC_RETURN_IF(!a->defer, a->ctx, KVC_ERR_MISUSE, "no deferred-zero scope is open");
+  if (--a->defer) return KVC_OK; /* an inner scope: the outermost end launches */
+  return kvc__swa_zero_flush(a, __func__, stream);
+}
+
+int64_t kvc_swa_allocator_zero_pending(const kvc_swa_allocator *a) { return live(a) ? (int64_t)a->pz_items : -1; }
 
 /* Out device vector: out_device[i] = f[i] (one launch). */
 kvc_status kvc__swa_write_out(kvc_swa_allocator *a, int64_t *out_device, const int64_t *f, size_t n,
@@ -302,6 +398,7 @@ kvc_status kvc_swa_allocator_clear(kvc_swa_allocator *a, kvc_stream stream) {
   kvc_status st = kvc_allocator_clear(a->full);
   if (kvc__swa_has_side(a)) KVC_CLEANUP_KEEP_FIRST(kvc_allocator_clear(a->swa), st);
   if (!a->pure) memset(a->map, 0, (size_t)(a->map_len - 1) * sizeof *a->map);
+  a->pz_items = 0; /* the device memset zeroed every queued entry too */
   a->in_group = false;
   return kvc__swa_finish(a, st);
 }

@@ -113,6 +113,7 @@ static kvc_status swa_extend(kvc_swa_allocator *a, const char *fn, const kvc_ext
    * the full->SWA mapping of the new slots (as alloc_decode does): one launch where
    * two_sided() takes two. A full-side failure changes nothing there, so only the SWA
    * side is rolled back. */
+  KVC_FORWARD(kvc__swa_zero_settle(a, fn, stream)); /* queued zeroes land before the new pairs */
   kvc_allocator_state bsw;
   KVC_FORWARD(kvc_allocator_backup_state(a->swa, &bsw));
   KVC_FORWARD(kvc_allocator_alloc_extend(a->swa, bs, prefix_lens, seq_lens, a->lastw, NULL, NULL, NULL, a->w_buf, NULL,
@@ -201,6 +202,7 @@ kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *a, size_t bs, const
   /* The SWA side first (host only: no table, no out_cache_loc), then the full side's one
    * launch, which also writes the full->SWA mapping of the new slots: one launch per step
    * where two_sided() takes two (the plan, then the mapping). */
+  KVC_FORWARD(kvc__swa_zero_settle(a, __func__, stream)); /* queued zeroes land before the new pairs */
   kvc_allocator_state bsw;
   KVC_FORWARD(kvc_allocator_backup_state(a->swa, &bsw));
   KVC_FORWARD(kvc_allocator_alloc_decode(a->swa, bs, seq_lens, a->lastw, NULL, NULL, a->w_buf, NULL, stream));
@@ -225,6 +227,9 @@ kvc_status kvc__swa_decode_plan(kvc_swa_allocator *a, const char *fn, const kvc_
   if (bs == 0) return KVC_OK;
   KVC_FORWARD(decode_prepare(a, fn, bs, x->seq_lens, x->last_locs, x->req_pool, x->rows));
   if (a->ring) return kvc__alloc_decode_plan(a->full, fn, x, payload, 3, &p->need);
+  /* The channel's launch writes the new pairs: queued zeroes (only after a failed
+   * defer_zero_end or inside an open scope) go before it, on the same stream. */
+  KVC_FORWARD(kvc__swa_zero_settle(a, fn, x->stream));
   kvc_allocator_state bsw;
   KVC_FORWARD(kvc_allocator_backup_state(a->swa, &bsw));
   KVC_FORWARD(kvc_allocator_alloc_decode(a->swa, bs, x->seq_lens, a->lastw, NULL, NULL, a->w_buf, NULL, NULL));

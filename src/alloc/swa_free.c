@@ -3,7 +3,8 @@
  * (the SWA side only: window eviction), free_full (the full side of slots whose peer is
  * gone), their segment forms and the flows' free_evicted. Every call validates first
  * (range, held pages, peers); then the device zero launch goes first (the only step that
- * can fail after validation), then the host frees, SWA side before the full side.
+ * can fail after validation; inside a deferred-zero scope it is queued instead, see
+ * swa_allocator.c), then the host frees, SWA side before the full side.
  *
  * free, free_evicted and free_swa (what eviction's victims go through) first try the
  * one-pass form (free_fast): the same checks in one pass that marks the state bytes, then
@@ -137,8 +138,9 @@ static kvc_status plan_swa_free(kvc_swa_allocator *a, const char *fn, const int6
   return st;
 }
 
-/* Zeroes the planned entries: device (one launch of runs), then host. */
-static kvc_status zero_entries(kvc_swa_allocator *a, int64_t np, kvc_stream stream) {
+/* Zeroes the planned entries: device (one launch of runs, or queued in a deferred-zero
+ * scope), then host. */
+static kvc_status zero_entries(kvc_swa_allocator *a, const char *fn, int64_t np, kvc_stream stream) {
   const int64_t ps = a->ps;
   /* Runs of consecutive pages (ps > 1) or slots (ps 1), in plan order. */
   int64_t items = 0;
@@ -152,9 +154,7 @@ static kvc_status zero_entries(kvc_swa_allocator *a, int64_t np, kvc_stream stre
     a->words[2 * items + 1] = (uint32_t)ps;
     items++;
   }
-  const kvc__swa_map_dst d = kvc__swa_dmap_dst(a);
-  const kvc__swa_map_items zero = {a->words, (size_t)(2 * items), items, KVC_SWA_MAP_ZERO};
-  KVC_FORWARD(kvc__swa_map_write(a->ctx, &d, &zero, stream));
+  KVC_FORWARD(kvc__swa_zero_runs(a, fn, a->words, (size_t)items, stream));
   /* By runs, not pages: with ps 1 a free of n slots was n four-byte memsets. */
   for (int64_t i = 0; i < items; i++) memset(a->map + a->words[2 * i], 0, (size_t)a->words[2 * i + 1] * sizeof *a->map);
   return KVC_OK;
@@ -277,6 +277,15 @@ static size_t plan_pages(kvc_swa_allocator *a, const int64_t *slots, size_t n, s
     if (s != KVC__PG_HELD) break;
     fst[pg] = KVC__PG_HELD | KVC__PG_MARK;
     fv[nf++] = (uint32_t)pg;
+    /* The tree's values list a page's slots in order: when the next ps - 1 slots are the
+     * rest of this page (one compare loop proves it), they are skipped, as each of them
+     * would be by `pg == last` (in range: they lie on this page). */
+    size_t rest = 0;
+    if (x == pg * ps && n - i >= (size_t)ps) {
+      uint64_t d = 0;
+      for (int64_t j = 1; j < ps; j++) d |= (uint64_t)slots[i + (size_t)j] ^ (uint64_t)(x + j);
+      if (d == 0) rest = (size_t)ps - 1;
+    }
     /* The common case: extend and decode map a full page onto one SWA page at the same
      * offsets, which one compare loop without branches proves; the SWA page is then
      * checked once (the loop below would find it ps times). */
@@ -295,6 +304,7 @@ static size_t plan_pages(kvc_swa_allocator *a, const int64_t *slots, size_t n, s
         break;
       }
       run_add(&r, (uint32_t)(pg * ps), (uint32_t)ps);
+      i += rest;
       continue;
     }
     for (int64_t j = 0; j < ps && !bad; j++) {
@@ -310,6 +320,7 @@ static size_t plan_pages(kvc_swa_allocator *a, const int64_t *slots, size_t n, s
     }
     if (bad) break;
     run_add(&r, (uint32_t)(pg * ps), (uint32_t)ps);
+    i += rest;
   }
   *nf_out = nf;
   *nw_out = nw;
@@ -326,8 +337,9 @@ static size_t plan_pages(kvc_swa_allocator *a, const int64_t *slots, size_t n, s
  * plan_p1 / plan_pages read each slot (page) once and mark the state bytes as they go,
  * which is the duplicate check too. Nothing is trusted: every slot and every peer is
  * checked by this allocator in this call, the same checks as before. Then the device zero
- * launch (the only step that can fail: the marks are undone and nothing changed), the
- * host map, and the two free lists through release_checked (SWA side first, as before).
+ * launch, or in a deferred-zero scope its queueing (the only step that can fail: the
+ * marks are undone and nothing changed), the host map, and the two free lists through
+ * release_checked (SWA side first, as before).
  *
  * *taken is false, with nothing changed, when some slot does not pass: the caller then
  * runs the checked path, which refuses it with the same status and message as always.
@@ -355,9 +367,8 @@ static kvc_status free_fast(kvc_swa_allocator *a, const char *fn, const int64_t 
     return KVC_OK;
   }
   *taken = true;
-  const kvc__swa_map_dst d = kvc__swa_dmap_dst(a);
-  const kvc__swa_map_items zero = {a->words, 2 * items, (int64_t)items, KVC_SWA_MAP_ZERO};
-  kvc_status st = kvc__swa_map_write(a->ctx, &d, &zero, stream);
+  /* Launched now, or queued for the end of an open deferred-zero scope (swa_allocator.c). */
+  kvc_status st = kvc__swa_zero_runs(a, fn, a->words, items, stream);
   if (st != KVC_OK) {
     unmark_ids(fst, fv, nf);
     unmark_ids(sst, wv, nw);
@@ -390,7 +401,7 @@ static kvc_status do_free_swa(kvc_swa_allocator *a, const char *fn, const int64_
                 "%zu slots x page_size %d overflows", n, a->ps);
   KVC_FORWARD(kvc__swa_ensure_tok(a, fn, tokens));
   KVC_FORWARD(plan_swa_free(a, fn, slots, n, unmapped_ok, &nw, &np));
-  KVC_FORWARD(zero_entries(a, np, stream));
+  KVC_FORWARD(zero_entries(a, fn, np, stream));
   /* Cannot fail: every peer was checked held and listed once. */
   return kvc_allocator_free(a->swa, a->w_buf, (size_t)nw);
 }

@@ -162,6 +162,8 @@ kvc_status kvc_swa_radix_cache_create(kvc_context *ctx, const kvc_swa_radix_cach
   c->kind = cfg.kind;
   c->free_swa = cfg.free_swa_slots;
   c->free_swa_user = cfg.free_swa_user;
+  c->zalloc = cfg.swa_allocator;
+  c->zstream = cfg.swa_stream;
   *out = c;
   return KVC_OK;
 }
@@ -596,30 +598,29 @@ static int64_t req_key_len(const kvc_swa_radix_cache *c, const kvc_flow *flow, c
   return KVC__MAX(k, KVC__MIN(req->cache_protected_len, k0));
 }
 
-kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *c, kvc_flow *flow, kvc_req_state *req,
-                                                  int is_insert) {
-  SWA_RADIX_ENTRY(c);
+static kvc_status finished_req(kvc_swa_radix_cache *c, kvc_flow *flow, kvc_req_state *req, int is_insert) {
   kvc_radix_cache *rc = c->rc;
   int32_t old;
   kvc_radix_req *rr;
-  KVC_FORWARD(req_begin(c, flow, req, __func__, &old, &rr));
+  const char *const fn = "kvc_swa_radix_cache_cache_finished_req";
+  KVC_FORWARD(req_begin(c, flow, req, fn, &old, &rr));
   kvc_status st = KVC_OK;
   const int64_t committed = req->kv_committed_len;
   const int64_t key_len = is_insert ? req_key_len(c, flow, req) : 0;
   if (is_insert) {
-    KVC_FORWARD(kvc__rx_req_key(rc, rr, old, key_len, __func__));
-    KVC_FORWARD(check_evicted(c, req->swa_evicted_seqlen, __func__));
-    KVC_FORWARD(lru_reserve(c, __func__));
+    KVC_FORWARD(kvc__rx_req_key(rc, rr, old, key_len, fn));
+    KVC_FORWARD(check_evicted(c, req->swa_evicted_seqlen, fn));
+    KVC_FORWARD(lru_reserve(c, fn));
   }
-  KVC_FORWARD(req_unlock(c, old, rr, __func__));
+  KVC_FORWARD(req_unlock(c, old, rr, fn));
   int64_t keep = req->cache_protected_len; /* abort: the tree keeps only what it had */
   if (key_len > 0) {
     int64_t prefix, revived;
     int32_t node;
     size_t depth, nd;
     bool applied;
-    st = insert_req(c, flow, req, rr, KVC__MIN(req->cache_protected_len, key_len), key_len, __func__, &prefix, &node,
-                    &nd, &depth, &revived, &applied);
+    st = insert_req(c, flow, req, rr, KVC__MIN(req->cache_protected_len, key_len), key_len, fn, &prefix, &node, &nd,
+                    &depth, &revived, &applied);
     if (!applied) {
       req_relock(c, old, rr);
       return st;
@@ -657,7 +658,16 @@ kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *c, kvc_fl
   req->cache_protected_len = 0;
   rr->swa_lock = 0;
   KVC_FORWARD(st);
-  return kvc__swa_rx_post(c, __func__, KVC_OK);
+  return kvc__swa_rx_post(c, fn, KVC_OK);
+}
+
+/* Two frees (the insert's duplicates and revived tombstones' old slots, then the row's
+ * tail) in one deferred-zero scope: one device-mapping launch where there were two. */
+kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *c, kvc_flow *flow, kvc_req_state *req,
+                                                  int is_insert) {
+  SWA_RADIX_ENTRY(c);
+  kvc_swa_allocator *const za = kvc__swa_rx_zero_open(c, flow);
+  return kvc__swa_rx_zero_close(c, flow, za, finished_req(c, flow, req, is_insert));
 }
 
 kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_flow *flow, kvc_req_state *req) {

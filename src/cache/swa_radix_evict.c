@@ -281,8 +281,12 @@ kvc_status kvc_swa_radix_cache_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int
                 (long long)(rc->swa_live - rc->swa_protected));
   KVC_RETURN_IF(!kvc__rx_can_free(rc, flow) || (!flow && swa_num_tokens > 0 && !c->free_swa), c->ctx,
                 KVC_ERR_UNSUPPORTED, "no flow and no free_slots / free_swa_slots hook to free through");
-  /* SGLang: full leaves first (each frees its SWA side too), then SWA for what is left. */
+  /* SGLang: full leaves first (each frees its SWA side too), then SWA for what is left.
+   * Every victim is a free of its own (its order and checks are the allocator's); one
+   * deferred-zero scope around them all makes their device-mapping zeroes one launch,
+   * where a launch per victim cost more host time on a GPU than the rest of the call. */
   int64_t full_done = 0, swa_done = 0;
+  kvc_swa_allocator *const za = kvc__swa_rx_zero_open(c, flow);
   kvc_status st = KVC_OK;
   if (num_tokens > 0) {
     rx_free_path fp = {rc, flow};
@@ -291,6 +295,7 @@ kvc_status kvc_swa_radix_cache_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int
     swa_done = live0 - rc->swa_live;
   }
   if (st == KVC_OK && swa_done < swa_num_tokens) st = swa_evict(c, flow, swa_num_tokens, &swa_done, &full_done);
+  st = kvc__swa_rx_zero_close(c, flow, za, st); /* after the frees: they stay done if it fails */
   if (evicted) *evicted = full_done;
   if (swa_evicted) *swa_evicted = c->kind == KVC_SWA_RADIX_RING ? 0 : swa_done;
   return kvc__swa_rx_post(c, __func__, st);

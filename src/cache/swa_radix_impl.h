@@ -24,6 +24,8 @@ struct kvc_swa_radix_cache {
   int32_t kind; /* kvc_swa_radix_kind */
   kvc_radix_free_fn free_swa;
   void *free_swa_user;
+  kvc_swa_allocator *zalloc; /* config.swa_allocator: the hooks' allocator, for evict's scope */
+  kvc_stream zstream;
   uint32_t uuid_next;
   /* The SWA LRU: a min-heap of (access, id), in_lru per node id, and scratch for the
    * SWA-locked entries an eviction sets aside; all sized for cap node ids. */
@@ -63,6 +65,25 @@ static inline kvc_status kvc__swa_rx_post(kvc_swa_radix_cache *c, const char *fn
 
 /* Whether the cache has an SWA component on its nodes (tombstones, SWA locks). */
 static inline bool kvc__swa_rx_has_swa(const kvc_swa_radix_cache *c) { return c->kind == KVC_SWA_RADIX_HYBRID; }
+
+/* A deferred-zero scope of the SWA allocator the call frees into (the flow's, else the
+ * config's; none for PURE / RING, whose frees write no mapping): a call freeing several
+ * times opens one so that the device mapping of all its frees is zeroed by one launch
+ * (kvc_swa_allocator_defer_zero_begin). NULL: no scope (no allocator known). */
+static inline kvc_swa_allocator *kvc__swa_rx_zero_open(const kvc_swa_radix_cache *c, const kvc_flow *flow) {
+  kvc_swa_allocator *a = flow ? flow->swa : c->zalloc;
+  if (!a || !kvc__swa_rx_has_swa(c)) return NULL;
+  return kvc_swa_allocator_defer_zero_begin(a) == KVC_OK ? a : NULL; /* MISUSE only nested 2^32 deep */
+}
+
+/* Its end: the one launch, on the flow's stream (else the config's). A failure comes
+ * after the call's frees and is reported as the call's status if it had none (the
+ * allocator keeps the zero queued; see kvc_swa_allocator_defer_zero_end). */
+static inline kvc_status kvc__swa_rx_zero_close(const kvc_swa_radix_cache *c, const kvc_flow *flow,
+                                                kvc_swa_allocator *a, kvc_status st) {
+  if (a) KVC_CLEANUP_KEEP_FIRST(kvc_swa_allocator_defer_zero_end(a, flow ? flow->stream : c->zstream), st);
+  return st;
+}
 
 /* swa_radix.c: the flow's SWA allocator must be of the cache's kind; the SWA LRU heap
  * (eviction pops and pushes back, the request path notes nodes). */

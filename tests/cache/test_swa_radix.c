@@ -7,6 +7,7 @@
  * with conservation per component.
  */
 #include "../flow/flow_util.h"
+#include "core/fault.h"
 
 /* Frees the cache makes without a flow: full slots and SWA sides, in order. */
 typedef struct swalog {
@@ -551,6 +552,171 @@ static void test_flow_with_swa_allocator(void **state) {
   flow_run();
 }
 
+/* --- One device-mapping launch per evict call ------------------------------------------- */
+
+/* A flow world whose cache also has hooks (evict without a flow: full slots through the
+ * flow, SWA sides straight to the allocator, as the radix bench does) and knows their
+ * allocator (config.swa_allocator). */
+typedef struct zworld {
+  kvc_req_to_token_pool *pool;
+  kvc_swa_allocator *a;
+  kvc_swa_radix_cache *c;
+  kvc_flow *flow;
+  int64_t *out;
+  int64_t frees; /* hook calls */
+} zworld;
+
+static kvc_status z_free_full(void *user, const int64_t *s, size_t n) {
+  zworld *w = user;
+  w->frees++;
+  return kvc_flow_free_slots(w->flow, s, n);
+}
+static kvc_status z_free_swa(void *user, const int64_t *s, size_t n) {
+  zworld *w = user;
+  w->frees++;
+  return kvc_swa_allocator_free_swa(w->a, s, n, NULL);
+}
+
+/* Six requests with distinct prompts after a shared 8 tokens (window 8, page 1), each
+ * decoded 24 tokens and released into the tree: leaves and tombstones to evict. */
+static void zworld_make(zworld *w) {
+  memset(w, 0, sizeof *w);
+  kvc_req_to_token_pool_config rcfg = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
+  rcfg.size = 8;
+  rcfg.max_context_len = 256;
+  KVT_OK(kvc_req_to_token_pool_create(kvt_ctx, &rcfg, &w->pool));
+  kvc_swa_allocator_config ac = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+  ac.size_full = 512;
+  ac.size_swa = 256;
+  KVT_OK(kvc_swa_allocator_create(kvt_ctx, &ac, &w->a));
+  kvc_swa_radix_cache_config cc = KVC_SWA_RADIX_CACHE_CONFIG_INIT;
+  cc.sliding_window = 8;
+  cc.radix.num_slots = 512;
+  cc.radix.req_of = req_of;
+  cc.radix.free_slots = z_free_full;
+  cc.radix.free_user = w;
+  cc.free_swa_slots = z_free_swa;
+  cc.free_swa_user = w;
+  cc.swa_allocator = w->a;
+  KVT_OK(kvc_swa_radix_cache_create(kvt_ctx, &cc, &w->c));
+  kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+  fc.page_size = 1;
+  fc.req_pool = w->pool;
+  fc.swa_allocator = w->a;
+  fc.sliding_window = 8;
+  fc.cache = kvc_swa_radix_cache_as_prefix_cache(w->c);
+  KVT_OK(kvc_flow_create(kvt_ctx, &fc, &w->flow));
+  w->out = kvt_dev_alloc(1024 * sizeof(int64_t));
+  static ereq e[6];
+  for (int i = 0; i < 6; i++) {
+    memset(&e[i], 0, sizeof e[i]);
+    for (int k = 0; k < 96; k++) e[i].toks[k] = k < 8 ? k : 1000 * (i + 1) + k;
+    e[i].rr.tokens = e[i].toks;
+    e[i].rr.num_tokens = 32;
+    e[i].rr.prompt_len = 32;
+    e[i].st.seq_len = 32;
+    KVT_OK(kvc_swa_radix_cache_match_req(w->c, &e[i].st, &e[i].rr));
+    kvc_req_state *one[] = {&e[i].st};
+    KVT_OK(kvc_flow_alloc_for_extend(w->flow, one, 1, w->out, NULL));
+    for (int step = 0; step < 24; step++) {
+      KVT_OK(kvc_flow_alloc_for_decode(w->flow, one, 1, 1, w->out, NULL));
+      e[i].rr.num_tokens++;
+    }
+    e[i].st.kv_committed_len = e[i].st.seq_len;
+    KVT_OK(kvc_flow_release(w->flow, one, 1, 1, NULL));
+  }
+}
+
+static void zworld_free(zworld *w) {
+  kvc_flow_destroy(w->flow);
+  kvt_dev_free(w->out);
+  swa_pools_free(w->pool, w->a, w->c);
+}
+
+/* The device mapping equals the host one. */
+static void expect_mapping_synced(const kvc_swa_allocator *a) {
+  const int64_t n = kvc_swa_allocator_mapping_length(a);
+  int64_t *d = malloc((size_t)n * 8);
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  kvt_d2h(d, kvc_swa_allocator_mapping_device(a), (size_t)n * 8);
+  const int32_t *h = kvc_swa_allocator_mapping_host(a);
+  for (int64_t i = 0; i < n; i++)
+    if (d[i] != h[i]) fail_msg("device mapping[%lld] = %lld, host %d", (long long)i, (long long)d[i], h[i]);
+  free(d);
+}
+
+/* An evict call of several victims (SWA ones, then full leaves; through the hooks, then
+ * through the flow) zeroes the device mapping with one launch, and conserves both
+ * components. Before the scope there was one launch per victim's free. */
+static void test_evict_zeroes_the_mapping_once(void **state) {
+  (void)state;
+  for (int via_flow = 0; via_flow < 2; via_flow++) {
+    zworld w;
+    zworld_make(&w);
+    kvc_flow *fl = via_flow ? w.flow : NULL;
+    kvc_swa_radix_sizes s = sizes(w.c);
+    assert_true(s.cached > 64 && s.swa_cached > 8);
+    w.frees = 0;
+    kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, -1);
+    int64_t ev, swa_ev;
+    KVT_OK(kvc_swa_radix_cache_evict(w.c, fl, s.cached / 2, 0, &ev, NULL)); /* full leaves, SWA sides too */
+    assert_int_equal(kvc__fault_calls(kvt_ctx, KVC__FAULT_LAUNCH), 1);
+    assert_true(ev >= s.cached / 2 && ev < s.cached);
+    if (!via_flow) assert_true(w.frees >= 2);
+    assert_int_equal(kvc_swa_allocator_zero_pending(w.a), 0);
+    expect_mapping_synced(w.a);
+    conserve(w.flow, NULL, w.a, w.c, 0, 0);
+    s = sizes(w.c);
+    assert_true(s.swa_cached > 0);
+    w.frees = 0;
+    kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, -1);
+    KVT_OK(kvc_swa_radix_cache_evict(w.c, fl, 0, s.swa_cached, &ev, &swa_ev)); /* SWA eviction of the rest */
+    assert_int_equal(kvc__fault_calls(kvt_ctx, KVC__FAULT_LAUNCH), 1);
+    assert_int_equal(swa_ev, s.swa_cached);
+    if (!via_flow) assert_true(w.frees >= 2);
+    expect_mapping_synced(w.a);
+    conserve(w.flow, NULL, w.a, w.c, 0, 0);
+    assert_int_equal(sizes(w.c).cached, 0);
+    zworld_free(&w);
+  }
+}
+
+/* The end's launch fails: the call reports it after its victims were evicted and freed
+ * (conservation holds, the host mapping is final), the zero stays queued, and the next
+ * allocation through the flow launches it first. */
+static void test_evict_deferred_zero_failure(void **state) {
+  (void)state;
+  zworld w;
+  zworld_make(&w);
+  const kvc_swa_radix_sizes s = sizes(w.c);
+  kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0); /* the first launch is the end's */
+  int64_t ev = -1, swa_ev = -1;
+  KVT_STATUS(kvc_swa_radix_cache_evict(w.c, w.flow, s.cached, s.swa_cached, &ev, &swa_ev), KVC_ERR_CUDA);
+  kvc__fault_reset(kvt_ctx);
+  if (!strstr(kvc_last_error(kvt_ctx), "stays queued")) fail_msg("%s", kvc_last_error(kvt_ctx));
+  assert_int_equal(ev, s.cached);
+  assert_int_equal(sizes(w.c).cached, 0);
+  assert_true(kvc_swa_allocator_zero_pending(w.a) > 0);
+  conserve(w.flow, NULL, w.a, w.c, 0, 0);
+  /* a new request's allocation writes the mapping: the queued zero goes first */
+  static ereq e;
+  memset(&e, 0, sizeof e);
+  for (int k = 0; k < 32; k++) e.toks[k] = 7000 + k;
+  e.rr.tokens = e.toks;
+  e.rr.num_tokens = 32;
+  e.rr.prompt_len = 32;
+  e.st.seq_len = 32;
+  KVT_OK(kvc_swa_radix_cache_match_req(w.c, &e.st, &e.rr));
+  kvc_req_state *one[] = {&e.st};
+  KVT_OK(kvc_flow_alloc_for_extend(w.flow, one, 1, w.out, NULL));
+  assert_int_equal(kvc_swa_allocator_zero_pending(w.a), 0);
+  expect_mapping_synced(w.a);
+  e.st.kv_committed_len = e.st.seq_len;
+  KVT_OK(kvc_flow_release(w.flow, one, 1, 1, NULL));
+  conserve(w.flow, NULL, w.a, w.c, 0, 0);
+  zworld_free(&w);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_match_needs_a_window_after_the_last_tombstone),
     cmocka_unit_test(test_insert_tombstones_the_out_of_window_part),
@@ -561,5 +727,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_kv_events_name_the_component),
     cmocka_unit_test(test_flow_with_swa_allocator),
     cmocka_unit_test(test_sessions_over_swa_radix),
+    cmocka_unit_test(test_evict_zeroes_the_mapping_once),
+    cmocka_unit_test(test_evict_deferred_zero_failure),
 };
 KVT_MAIN("swa_radix", tests)

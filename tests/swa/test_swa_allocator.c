@@ -2,6 +2,7 @@
  * (host and device), translation, window eviction, groups, tail allocation, ring and
  * pure modes, and transactional misuse/exhaustion. */
 #include "../pool/alloc_test_util.h"
+#include "core/fault.h"
 
 static kvc_swa_allocator *make_swa(int64_t full, int64_t swa, int32_t ps, uint32_t flags) {
   kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
@@ -591,6 +592,182 @@ static void test_extend_ex_writes_rows_device(void **state) {
   extend_ex_case(4, 6);
 }
 
+/* --- Deferred device-mapping zeroes (kvc_swa_allocator_defer_zero_begin / _end) -------- */
+
+static int64_t launches(void) { return kvc__fault_calls(kvt_ctx, KVC__FAULT_LAUNCH); }
+static void count_launches(void) { kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, -1); } /* counter 0, unarmed */
+
+/* The device mapping's entry i (synchronized read). */
+static int64_t dmap_at(const kvc_swa_allocator *a, int64_t i) {
+  int64_t v;
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  kvt_d2h(&v, kvc_swa_allocator_mapping_device(a) + i, 8);
+  return v;
+}
+
+/* n slots of 64 full / 48 SWA of page size ps, from a fresh allocator: alloc(n) at page
+ * 1, one request's extend otherwise (n a multiple of ps). */
+static kvc_swa_allocator *fresh_with(int32_t ps, int64_t n, int64_t *slots) {
+  kvc_swa_allocator *a = make_swa(64, 48, ps, 0);
+  if (ps == 1) {
+    KVT_OK(kvc_swa_allocator_alloc(a, n, slots, NULL, NULL));
+  } else {
+    const int64_t p0 = 0;
+    KVT_OK(kvc_swa_allocator_alloc_extend(a, 1, &p0, &n, NULL, NULL, NULL, NULL, slots, NULL, NULL));
+  }
+  return a;
+}
+
+/* Everything left, in free-list order (both sides: the mapping of what comes out). */
+static void drain(kvc_swa_allocator *a, int32_t ps, int64_t *out, int64_t *n) {
+  *n = kvc_swa_allocator_available_size(a);
+  if (ps == 1) {
+    KVT_OK(kvc_swa_allocator_alloc(a, *n, out, NULL, NULL));
+  } else {
+    const int64_t p0 = 0;
+    KVT_OK(kvc_swa_allocator_alloc_extend(a, 1, &p0, n, NULL, NULL, NULL, NULL, out, NULL, NULL));
+  }
+}
+
+/* Three frees (free, free_swa, free) inside a scope launch nothing; its end launches once;
+ * the host state after each free, the free lists' order and the final device mapping
+ * are those of the same frees without a scope (three launches). */
+static void defer_case(int32_t ps) {
+  int64_t fa[24], fb[24];
+  kvc_swa_allocator *a = fresh_with(ps, 24, fa), *b = fresh_with(ps, 24, fb);
+  assert_memory_equal(fa, fb, sizeof fa);
+  const int64_t peer0 = kvc_swa_allocator_mapping_host(a)[fa[0]];
+  assert_true(peer0 > 0);
+  count_launches();
+  KVT_OK(kvc_swa_allocator_free(b, fb, 8, NULL));
+  KVT_OK(kvc_swa_allocator_free_swa(b, fb + 8, 8, NULL));
+  KVT_OK(kvc_swa_allocator_free(b, fb + 16, 8, NULL));
+  assert_int_equal(launches(), 3);
+  count_launches();
+  KVT_OK(kvc_swa_allocator_defer_zero_begin(a));
+  KVT_OK(kvc_swa_allocator_free(a, fa, 8, NULL));
+  KVT_OK(kvc_swa_allocator_free_swa(a, fa + 8, 8, NULL));
+  KVT_OK(kvc_swa_allocator_free(a, fa + 16, 8, NULL));
+  assert_int_equal(launches(), 0);
+  assert_int_equal(kvc_swa_allocator_mapping_host(a)[fa[0]], 0); /* the host map at once ... */
+  assert_int_equal(dmap_at(a, fa[0]), peer0);                    /* ... the device at the end */
+  assert_true(kvc_swa_allocator_zero_pending(a) > 0);
+  assert_memory_equal(kvc_swa_allocator_mapping_host(a), kvc_swa_allocator_mapping_host(b),
+                      (size_t)kvc_swa_allocator_mapping_length(a) * 4);
+  KVT_OK(kvc_swa_allocator_check(a));
+  KVT_OK(kvc_swa_allocator_defer_zero_end(a, NULL));
+  assert_int_equal(launches(), 1);
+  assert_int_equal(kvc_swa_allocator_zero_pending(a), 0);
+  expect_device_mapping(a);
+  int64_t ga[64], gb[64], na, nb;
+  drain(a, ps, ga, &na);
+  drain(b, ps, gb, &nb);
+  assert_int_equal(na, nb);
+  assert_memory_equal(ga, gb, (size_t)na * 8);
+  assert_memory_equal(kvc_swa_allocator_mapping_host(a), kvc_swa_allocator_mapping_host(b),
+                      (size_t)kvc_swa_allocator_mapping_length(a) * 4);
+  expect_device_mapping(a);
+  kvc_swa_allocator_destroy(a);
+  kvc_swa_allocator_destroy(b);
+}
+
+static void test_deferred_zero_one_launch_same_order(void **state) {
+  (void)state;
+  defer_case(1);
+  defer_case(4);
+}
+
+/* The end's launch fails: the frees stay done, the zero stays queued and says so; the
+ * next mapping write retries it first (failing, changing nothing, while launches fail);
+ * a free refused inside a scope queues nothing; scopes nest; end needs a begin. */
+static void test_deferred_zero_failure_rule(void **state) {
+  (void)state;
+  int64_t f[8];
+  kvc_swa_allocator *a = fresh_with(1, 8, f);
+  KVT_STATUS(kvc_swa_allocator_defer_zero_end(a, NULL), KVC_ERR_MISUSE);
+  KVT_OK(kvc_swa_allocator_defer_zero_begin(a));
+  KVT_OK(kvc_swa_allocator_free(a, f, 2, NULL));
+  KVT_OK(kvc_swa_allocator_free_swa(a, f + 2, 2, NULL));
+  assert_int_equal(kvc_swa_allocator_zero_pending(a), 1); /* slots 1..4: one run */
+  /* listed again: refused as outside a scope, nothing queued or released */
+  KVT_STATUS(kvc_swa_allocator_free(a, f + 1, 1, NULL), KVC_ERR_MISUSE);
+  KVT_STATUS(kvc_swa_allocator_free_swa(a, f + 3, 1, NULL), KVC_ERR_MISUSE);
+  assert_int_equal(kvc_swa_allocator_zero_pending(a), 1);
+  const int64_t fav = kvc_swa_allocator_full_available_size(a), sav = kvc_swa_allocator_swa_available_size(a);
+  assert_int_equal(fav, 64 - 8 + 2);
+  assert_int_equal(sav, 48 - 8 + 4);
+  kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0);
+  KVT_STATUS(kvc_swa_allocator_defer_zero_end(a, NULL), KVC_ERR_CUDA);
+  if (!strstr(kvc_last_error(kvt_ctx), "the frees are done, the zero stays queued"))
+    fail_msg("%s", kvc_last_error(kvt_ctx));
+  assert_int_equal(kvc_swa_allocator_zero_pending(a), 1);
+  assert_int_equal(kvc_swa_allocator_full_available_size(a), fav);
+  assert_int_equal(kvc_swa_allocator_swa_available_size(a), sav);
+  KVT_OK(kvc_swa_allocator_check(a));                                    /* the host state is final and consistent */
+  KVT_STATUS(kvc_swa_allocator_defer_zero_end(a, NULL), KVC_ERR_MISUSE); /* the scope is closed */
+  /* alloc writes the mapping: the queued zero goes first, and fails again */
+  int64_t g[2];
+  kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0);
+  KVT_STATUS(kvc_swa_allocator_alloc(a, 2, g, NULL, NULL), KVC_ERR_CUDA);
+  assert_int_equal(kvc_swa_allocator_zero_pending(a), 1);
+  assert_int_equal(kvc_swa_allocator_full_available_size(a), fav);
+  assert_int_equal(kvc_swa_allocator_swa_available_size(a), sav);
+  /* a free outside a scope launches the queue before its own zero */
+  kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0);
+  KVT_STATUS(kvc_swa_allocator_free(a, f + 4, 1, NULL), KVC_ERR_CUDA);
+  assert_int_equal(kvc_swa_allocator_full_available_size(a), fav);
+  count_launches();
+  KVT_OK(kvc_swa_allocator_alloc(a, 2, g, NULL, NULL));
+  assert_int_equal(launches(), 2); /* the queued zero, then the new pairs */
+  assert_int_equal(kvc_swa_allocator_zero_pending(a), 0);
+  expect_device_mapping(a);
+  /* nested: the inner end launches nothing */
+  KVT_OK(kvc_swa_allocator_defer_zero_begin(a));
+  KVT_OK(kvc_swa_allocator_defer_zero_begin(a));
+  KVT_OK(kvc_swa_allocator_free(a, f + 4, 2, NULL));
+  count_launches();
+  KVT_OK(kvc_swa_allocator_defer_zero_end(a, NULL));
+  assert_int_equal(launches(), 0);
+  assert_int_equal(kvc_swa_allocator_zero_pending(a), 1);
+  KVT_OK(kvc_swa_allocator_defer_zero_end(a, NULL));
+  assert_int_equal(launches(), 1);
+  expect_device_mapping(a);
+  kvc__fault_reset(kvt_ctx);
+  KVT_OK(kvc_swa_allocator_check(a));
+  kvc_swa_allocator_destroy(a);
+}
+
+/* Queueing needs host memory: a failed allocation of the work space refuses the free
+ * (HOST_OOM, nothing changed), one of the queue makes that free launch its own zero. */
+static void test_deferred_zero_queue_oom_launches_instead(void **state) {
+  (void)state;
+  int launched = 0;
+  for (int64_t at = 0;; at++) {
+    int64_t f[8];
+    kvc_swa_allocator *a = fresh_with(1, 8, f);
+    KVT_OK(kvc_swa_allocator_defer_zero_begin(a));
+    snap s = take(a);
+    count_launches();
+    kvc__fault_set(kvt_ctx, KVC__FAULT_HOST_ALLOC, at);
+    const kvc_status st = kvc_swa_allocator_free(a, f, 4, NULL);
+    const int64_t pending = kvc_swa_allocator_zero_pending(a), n_launch = launches();
+    kvc__fault_set(kvt_ctx, KVC__FAULT_HOST_ALLOC, -1); /* (a reset would clear the launch count too) */
+    if (st == KVC_OK) free(s.map);
+    else assert_int_equal(st, KVC_ERR_HOST_OOM), expect_same(a, &s);
+    if (st == KVC_OK && pending == 0) { /* the queue's allocation failed: launched at once */
+      assert_int_equal(n_launch, 1);
+      expect_device_mapping(a);
+      launched++;
+    }
+    if (st == KVC_OK && pending == 1) assert_int_equal(n_launch, 0);
+    KVT_OK(kvc_swa_allocator_defer_zero_end(a, NULL));
+    expect_device_mapping(a);
+    kvc_swa_allocator_destroy(a);
+    if (st == KVC_OK && pending == 1) break; /* no fault left to hit */
+  }
+  assert_int_equal(launched, 1);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_create_and_sizes),
     cmocka_unit_test(test_token_alloc_mapping_and_translate),
@@ -605,5 +782,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_swa_tail),
     cmocka_unit_test(test_ring_and_pure),
     cmocka_unit_test(test_extend_ex_writes_rows_device),
+    cmocka_unit_test(test_deferred_zero_one_launch_same_order),
+    cmocka_unit_test(test_deferred_zero_failure_rule),
+    cmocka_unit_test(test_deferred_zero_queue_oom_launches_instead),
 };
 KVT_MAIN("swa_allocator", tests)

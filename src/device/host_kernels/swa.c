@@ -3,6 +3,12 @@
  */
 #include "host_kernels.h"
 
+#include <string.h>
+
+/* Per item the kernel's skip of entries outside [0, dst_len) is one clamp of its range, so
+ * that a zeroed run (a free's, and a deferred scope's many) is one memset: the host
+ * backend stands in for device work that costs a GPU's host nothing, and a per-entry
+ * loop with two bounds checks was a fifth of an SWA eviction's instructions. */
 void kvc_host_swa_map_write(const void *params) {
   const kvc_p_swa_map_write *p = params;
   const uint32_t *w = p->staged ? KVC_HPTR(const uint32_t *, p->staged) : KVC_INLINE_PAYLOAD(p);
@@ -15,11 +21,19 @@ void kvc_host_swa_map_write(const void *params) {
     } else {
       idx = w[2 * item], val = 0, len = w[2 * item + 1], step = 0;
     }
-    for (int64_t j = 0; j < len; j++) {
-      const int64_t d = idx + j;
-      if (d < 0 || d >= p->dst_len) continue;
-      if (p->dst_i64) KVC_HPTR(int64_t *, p->dst)[d] = val + step * j;
-      else KVC_HPTR(int32_t *, p->dst)[d] = (int32_t)(val + step * j);
+    /* idx and len are uint32 values: idx >= 0 and idx + len cannot overflow */
+    const int64_t lo = idx, hi = idx + len < p->dst_len ? idx + len : p->dst_len;
+    if (lo >= hi) continue;
+    if (p->dst_i64) {
+      int64_t *const d = KVC_HPTR(int64_t *, p->dst);
+      if (val == 0 && step == 0) memset(d + lo, 0, (size_t)(hi - lo) * sizeof *d);
+      else
+        for (int64_t x = lo; x < hi; x++) d[x] = val + step * (x - idx);
+    } else {
+      int32_t *const d = KVC_HPTR(int32_t *, p->dst);
+      if (val == 0 && step == 0) memset(d + lo, 0, (size_t)(hi - lo) * sizeof *d);
+      else
+        for (int64_t x = lo; x < hi; x++) d[x] = (int32_t)(val + step * (x - idx));
     }
   }
 }
