@@ -796,6 +796,123 @@ static PyObject *kvcf_rows_alloc_py(PyObject *self, PyObject *const *args, Py_ss
   return PyLong_FromLong(st);
 }
 
+/* extend_new(swa, alloc, pool, reqs, pre, seq, prefix, out_host, out_dev, stream, rows_dev)
+ * -> bytearray, (stage, status) or None: alloc_for_extend of a batch of new requests in
+ * one call (issue 18 item 4: the Python around rows_alloc, alloc_extend and widen_i32 was
+ * about a third of the adapter's extend). reqs: a non-empty list of requests; the other
+ * arguments as alloc_extend's (pre may be a list; rows_dev None: no rows written by the
+ * launch). None when some request already has a req_pool_idx: nothing is done (the
+ * caller's general path takes the kept rows). Otherwise kvc_req_to_token_pool_alloc of
+ * len(reqs) rows, req.req_pool_idx set on each, the extend with those rows, and the rows as
+ * a bytearray of int64 (req_pool_indices_cpu). A refused row alloc returns (0, status)
+ * and changes nothing; a refused extend returns (1, status), the rows kept by the requests
+ * (as SGLang's alloc_for_extend leaves them). Every argument is converted and the result
+ * allocated before the rows are taken; a request that refuses its req_pool_idx gets the
+ * rows given back and the earlier requests' req_pool_idx reset to None. */
+static int32_t *kvcf_rows32; /* the rows, int32, for the library call (GIL-serialized) */
+static size_t kvcf_rows32_cap;
+
+/* After a failed req.req_pool_idx write at i: the earlier requests back to None, every
+ * row given back; the pending exception kept. */
+static void kvcf_rows_undo(PyObject *reqs, Py_ssize_t i, void *pool, const int32_t *rows, Py_ssize_t n) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyObject *exc = PyErr_GetRaisedException();
+#else
+  PyObject *et, *ev, *tb;
+  PyErr_Fetch(&et, &ev, &tb);
+#endif
+  for (Py_ssize_t j = 0; j < i; j++)
+    if (PyObject_SetAttr(PyTuple_GET_ITEM(reqs, j), kvcf_s_row, Py_None) < 0) PyErr_Clear();
+  for (Py_ssize_t j = 0; j < n; j++) (void)kvcf_row_free(pool, rows[j]);
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(exc);
+#else
+  PyErr_Restore(et, ev, tb);
+#endif
+}
+
+static PyObject *kvcf_extend_new(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *alloc, *pool, *pre, *seq, *prefix, *oh, *od, *stream, *rd;
+  PyObject *reqs, *out = NULL, *res = NULL;
+  Py_ssize_t n, i;
+  int swa, st;
+  (void)self;
+  if (kvcf_nargs(nargs, 11, "extend_new") || kvcf_adapter_bound()) return NULL;
+  if (!PyList_Check(args[3]) || PyList_GET_SIZE(args[3]) == 0) {
+    PyErr_SetString(PyExc_TypeError, "extend_new() needs a non-empty list of requests");
+    return NULL;
+  }
+  if (!kvcf_s_row && !(kvcf_s_row = PyUnicode_InternFromString("req_pool_idx"))) return NULL;
+  /* A snapshot: an attribute read may run Python code that changes the list. */
+  if (!(reqs = PyList_AsTuple(args[3]))) return NULL;
+  n = PyTuple_GET_SIZE(reqs);
+  for (i = 0; i < n; i++) {
+    PyObject *v = PyObject_GetAttr(PyTuple_GET_ITEM(reqs, i), kvcf_s_row);
+    if (!v) goto done;
+    Py_DECREF(v); /* only compared with None */
+    if (v != Py_None) {
+      res = Py_NewRef(Py_None);
+      goto done;
+    }
+  }
+  if (kvcf_flag(args[0], &swa) || kvcf_addr(args[1], &alloc) || kvcf_addr(args[2], &pool) ||
+      (PyList_Check(args[4]) ? kvcf_list_i64(args[4], (size_t)n, &pre) : kvcf_addr(args[4], &pre)) ||
+      kvcf_addr(args[5], &seq) || kvcf_addr(args[6], &prefix) || kvcf_addr(args[7], &oh) || kvcf_addr(args[8], &od) ||
+      kvcf_addr(args[9], &stream) || kvcf_addr(args[10], &rd))
+    goto done;
+  const kvcf_aext_ex_fn ex = kvcf_aext_ex[swa ? 1 : 0];
+  if (rd && !ex) {
+    PyErr_SetString(PyExc_RuntimeError, "extend_new(): rows_dev needs bind_adapter() with the extend_ex functions");
+    goto done;
+  }
+  if ((size_t)n > kvcf_rows32_cap) {
+    size_t cap = (size_t)n > 2 * kvcf_rows32_cap ? (size_t)n : 2 * kvcf_rows32_cap;
+    int32_t *p = PyMem_RawRealloc(kvcf_rows32, cap * sizeof *p);
+    if (!p) {
+      PyErr_NoMemory();
+      goto done;
+    }
+    kvcf_rows32 = p;
+    kvcf_rows32_cap = cap;
+  }
+  if (!(out = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t)))) goto done;
+  int32_t *rows = kvcf_rows32;
+  memset(rows, 0, (size_t)n * sizeof *rows);
+  st = kvcf_rows_alloc(pool, (size_t)n, rows);
+  if (st) {
+    res = Py_BuildValue("(ii)", 0, st);
+    goto done;
+  }
+  for (i = 0; i < n; i++) {
+    PyObject *v = PyLong_FromLong(rows[i]);
+    if (!v || PyObject_SetAttr(PyTuple_GET_ITEM(reqs, i), kvcf_s_row, v) < 0) {
+      Py_XDECREF(v);
+      kvcf_rows_undo(reqs, i, pool, rows, n);
+      goto done;
+    }
+    Py_DECREF(v);
+  }
+  const int64_t *const *pfx = prefix;
+  if (rd) {
+    const kvcf_extend_args x = {(size_t)n, pre, seq, NULL, pool, rows, pfx, oh, od, rd, stream};
+    st = ex(alloc, &x);
+  } else {
+    st = kvcf_aext[swa ? 1 : 0](alloc, (size_t)n, pre, seq, NULL, pool, rows, pfx, oh, od, stream);
+  }
+  if (st) {
+    res = Py_BuildValue("(ii)", 1, st);
+    goto done;
+  }
+  int64_t *d = (int64_t *)(void *)PyByteArray_AS_STRING(out);
+  for (i = 0; i < n; i++) d[i] = rows[i];
+  res = out;
+  out = NULL;
+done:
+  Py_XDECREF(out);
+  Py_DECREF(reqs);
+  return res;
+}
+
 /* fill_i32(dst, a, b, n) -> None: dst[0:n) = (a + b)[0:n) as int32, a and b lists (b may
  * be None), n <= len(a) + len(b); dst a writable buffer of at least 4 n bytes (an
  * array('i') of n). A request's token ids for the radix cache without a Python list. */
@@ -936,6 +1053,8 @@ static PyMethodDef kvcf_methods[] = {
      "[swa_]allocator_alloc(swa, alloc, n, out_host, out_dev, stream)"},
     {"rows_alloc", (PyCFunction)(void (*)(void))kvcf_rows_alloc_py, METH_FASTCALL,
      "req_to_token_pool_alloc for all-new requests, req_pool_idx set"},
+    {"extend_new", (PyCFunction)(void (*)(void))kvcf_extend_new, METH_FASTCALL,
+     "alloc_for_extend of new requests: rows_alloc, the extend, the rows as int64"},
     {"fill_i32", (PyCFunction)(void (*)(void))kvcf_fill_i32, METH_FASTCALL,
      "fill_i32(dst, a, b, n): dst[0:n) = (a + b)[0:n) as int32"},
     {"memcpy", (PyCFunction)(void (*)(void))kvcf_memcpy, METH_FASTCALL, "memcpy(dst, src, nbytes) of host memory"},
