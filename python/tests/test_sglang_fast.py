@@ -379,7 +379,7 @@ def test_chunk_cache_release_fused_matches_the_general_path(ps):
         pool, alloc = world(ps=ps, rows=8, width=64, size=512)
         cache = S.ChunkCache(pool, alloc, ps)
         if general:
-            cache._kvc_rel = False
+            cache._kvc_release = False
         reqs = [S.Req(fill_ids=list(range(n))) for n in (13, 9, 20)]
         b = S.ScheduleBatch(reqs, pool, cache)
         b.prepare_for_extend()
@@ -477,7 +477,7 @@ def test_chunk_cache_release_refused_changes_nothing(ps):
     S.ScheduleBatch([other], pool, cache).prepare_for_extend()
     got, row = alloc.available_size(), other.req_pool_idx
     assert T.lib.kvc_req_to_token_pool_free(pool._h, row) == 0
-    _, ah, fh, ph, _ = common._release_plan(cache)
+    _, (ah, fh, ph, _) = common._release_plan(cache)
     assert T.fast.release_row(ah, fh, ph, row, 5, 5, 5, alloc._scratch(8)) != 0
     assert alloc.available_size() == got
 
@@ -630,3 +630,47 @@ def test_extend_new_failures_change_nothing_or_keep_the_rows():
             T.fast.extend_new(False, alloc._h, pool._h, [], None, None, None, None, None, None,
                               None)
 
+
+class _Plain:
+    """A request with the lengths and no pop methods (a duck-typed Req)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_release_req_reads_what_the_python_path_reads(ps):
+    """The fused ChunkCache release (_kvcfast.release_req) takes the lengths from the pop
+    methods when the request has them and from kv_committed_len / kv_allocated_len
+    otherwise, accepts any 2-sequence from pop_overallocated_kv_cache, and frees what the
+    general path frees; on the fused path a bad pop result raises with nothing freed."""
+    def run(general):
+        pool, alloc = world(ps=ps, rows=4, width=64, size=256)
+        cache = S.ChunkCache(pool, alloc, ps)
+        if general:
+            cache._kvc_release = False
+        reqs = [S.Req(fill_ids=list(range(n))) for n in (13, 20, 6)]
+        S.ScheduleBatch(reqs, pool, cache).prepare_for_extend()
+        plain = _Plain(req_pool_idx=reqs[0].req_pool_idx, kv_committed_len=10,
+                       kv_allocated_len=13)
+        S.release_kv_cache(plain, cache)
+        assert plain.req_pool_idx is None
+        listed = reqs[1]
+        listed.pop_overallocated_kv_cache = lambda: [6, 20]
+        listed.kv_committed_len = 6
+        bad = reqs[2]
+        held = (alloc.available_size(), pool.available_size(), bad.req_pool_idx)
+        if not general and T.fast is not None:  # (the general path frees committed first)
+            for res, msg in (((1, 2, 3), "too many values"), ((1,), "not enough values")):
+                bad.pop_overallocated_kv_cache = lambda: res
+                with pytest.raises(ValueError, match=msg):
+                    S.release_kv_cache(bad, cache)
+                assert (alloc.available_size(), pool.available_size(),
+                        bad.req_pool_idx) == held
+        bad.pop_overallocated_kv_cache = lambda: (6, 6)
+        S.release_kv_cache(bad, cache)
+        S.release_kv_cache(listed, cache)
+        return held, L(alloc.alloc(alloc.available_size())), pool.available_size()
+
+    fused, general = run(False), run(True)
+    assert fused == general

@@ -24,7 +24,7 @@ import ctypes
 from . import _ops as T
 from ._alloc import (PagedTokenToKVPoolAllocator, SWATokenToKVPoolAllocator,
                      TokenToKVPoolAllocator)
-from ._cache import ChunkCache, EvictParams, _pop_committed
+from ._cache import ChunkCache, EvictParams
 from ._reqpool import HybridReqToTokenPool, ReqToTokenPool
 
 lib = T.lib
@@ -457,37 +457,30 @@ def _release_plan(tree_cache):
     plan = False
     alloc = tree_cache.token_to_kv_pool_allocator
     pool = tree_cache.req_to_token_pool
-    if T.fast is not None and hasattr(T.fast, "release_row") and type(tree_cache) is ChunkCache \
+    if T.fast is not None and hasattr(T.fast, "release_req") and type(tree_cache) is ChunkCache \
             and type(pool) is ReqToTokenPool \
             and type(alloc) in (TokenToKVPoolAllocator, PagedTokenToKVPoolAllocator):
-        plan = (alloc, alloc._h, alloc._row_flow(pool)[0], pool._h, tree_cache.page_size)
+        plan = (alloc, (alloc._h, alloc._row_flow(pool)[0], pool._h, tree_cache.page_size))
     try:
-        tree_cache._kvc_rel = plan
+        tree_cache._kvc_release = plan
     except AttributeError:
         pass
     return plan
 
 
 def release_kv_cache(req, tree_cache, is_insert: bool = True):
-    rel = tree_cache.__dict__.get("_kvc_rel") if hasattr(tree_cache, "__dict__") else None
+    rel = tree_cache.__dict__.get("_kvc_release") if hasattr(tree_cache, "__dict__") else None
     if rel is None:
         rel = _release_plan(tree_cache)
-    row = req.req_pool_idx
-    if rel and row is not None:
-        # ChunkCache over a plain allocator: cache_finished_req's free, the tail free and
-        # the row release in one extension call (the steps and their order as below).
-        alloc, ah, fh, ph, ps = rel
-        committed = _pop_committed(req)
-        pop = getattr(req, "pop_overallocated_kv_cache", None)
-        start, end = pop() if pop is not None else (req.kv_committed_len, req.kv_allocated_len)
-        if ps > 1:
-            start = -(-start // ps) * ps
-        buf = alloc._scratch(max(committed, end - start, 1))
-        st = T.fast.release_row(ah, fh, ph, row, committed, start, end, buf)
-        if st:
-            alloc._ctx._check(st, "release_kv_cache")
-        req.req_pool_idx = None
-        return
+    if rel:
+        # ChunkCache over a plain allocator: the request's pops, cache_finished_req's
+        # free, the tail free and the row release in one extension call (the steps and
+        # their order as below); None when the request has no row.
+        st = T.fast.release_req(rel[1], req)
+        if st is not None:
+            if st:
+                rel[0]._ctx._check(st, "release_kv_cache")
+            return
     pool = tree_cache.req_to_token_pool
     if req.req_pool_idx is None:
         assert tree_cache.supports_mamba(), "Only MambaRadixCache allow freeing before alloc"
