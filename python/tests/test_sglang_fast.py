@@ -674,3 +674,33 @@ def test_release_req_reads_what_the_python_path_reads(ps):
 
     fused, general = run(False), run(True)
     assert fused == general
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_radix_bind_from_the_token_scratch_matches_the_copying_bind(ps):
+    """cache_finished_req / cache_unfinished_req bind the tokens from the cache's reused
+    int32 scratch (lists with _kvcfast: nothing copied, the scratch grown for a longer
+    request) and give the same tree as the copying bind of an array('i')."""
+    from kvcache.sglang import _cache
+
+    def run(copying):
+        pool, alloc = world(ps, rows=4, width=128, size=512)
+        cache = S.RadixCache(pool, alloc, ps)
+        if copying:
+            cache._tokens = _cache._tokens_i32
+        for n, base in ((9, 0), (40, 0), (1200 // 16, 1000), (23, 5000)):
+            toks = list(range(base, base + n))
+            r = S.Req(origin_input_ids=toks[:n - 3], fill_ids=list(toks[:n - 3]))
+            S.ScheduleBatch([r], pool, cache).prepare_for_extend()
+            cache.cache_unfinished_req(r)
+            r.output_ids = toks[n - 3:]
+            r.kv_committed_len = n - 3
+            S.release_kv_cache(r, cache)
+        keys = [S.MatchPrefixParams(S.RadixKey(list(range(b, b + k))))
+                for b, k in ((0, 40), (1000, 75), (5000, 23), (7, 3))]
+        got = [L(cache.match_prefix(k).device_indices) for k in keys]
+        return got, cache.total_size(), alloc.available_size()
+
+    fused = run(False)
+    assert [len(g) for g in fused[0]] == [(k - 3) // ps * ps for k in (40, 75, 23)] + [0]
+    assert fused == run(True)
