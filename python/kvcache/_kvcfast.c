@@ -369,7 +369,8 @@ static size_t kvcf_tail_cap;
 /* release_row(alloc, flow, pool, row, committed, start, end, buf) -> kvc_status: a finished
  * request of a ChunkCache over a plain (non-SWA) allocator, as release_kv_cache does it in
  * three calls: free row[0:committed), free row[start:end) (the over-allocated tail), then
- * release the row. buf holds max(committed, end - start) int64. Two frees, not one, because
+ * release the row. buf holds committed int64 (the tail goes to kvcf_tail; callers may pass
+ * more, as the adapter's max(committed, end - start, 1) did). Two frees, not one, because
  * a paged free puts its sorted pages in front of the free list: one merged free would
  * order them differently from SGLang's two.
  * A failed call changes nothing: both slices are read (the tail into kvcf_tail), the row
@@ -377,33 +378,27 @@ static size_t kvcf_tail_cap;
  * checked, and only then freed, so a
  * refused tail (slots not held) cannot leave the committed slots freed and the request
  * half-released. A row not held is reported by kvc_req_to_token_pool_free itself (it
- * refuses and changes nothing), so the status and message are that call's. */
-static PyObject *kvcf_release_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  void *alloc, *flow, *pool, *buf;
-  int32_t row;
-  int64_t committed, start, end;
+ * refuses and changes nothing), so the status and message are that call's.
+ * kvcf_release_do: those steps (a kvc_status, or -1 with a Python error); release_row and
+ * release_req are its Python entries. */
+static int kvcf_release_do(void *alloc, void *flow, void *pool, int32_t row, int64_t committed, int64_t start,
+                           int64_t end, int64_t *buf) {
   int st = 0;
-  (void)self;
-  if (kvcf_nargs(nargs, 8, "release_row") || kvcf_adapter_bound() || kvcf_addr(args[0], &alloc) ||
-      kvcf_addr(args[1], &flow) || kvcf_addr(args[2], &pool) || kvcf_i32(args[3], &row) ||
-      kvcf_i64(args[4], &committed) || kvcf_i64(args[5], &start) || kvcf_i64(args[6], &end) || kvcf_addr(args[7], &buf))
-    return NULL;
-  if (!kvcf_check_free || !kvcf_row_held) {
-    PyErr_SetString(PyExc_RuntimeError, "release_row() needs bind_adapter() with its check functions");
-    return NULL;
-  }
   /* Unsigned difference: end - start in int64 may overflow for hostile values (the row
    * width check of kvc_flow_row_slots comes later). */
   const uint64_t span = start < end ? (uint64_t)end - (uint64_t)start : 0;
   if (span > (uint64_t)PY_SSIZE_T_MAX / sizeof(int64_t)) {
     PyErr_SetString(PyExc_OverflowError, "release_row(): tail too long");
-    return NULL;
+    return -1;
   }
   const size_t nc = committed > 0 ? (size_t)committed : 0, nt = (size_t)span;
   if (nt > kvcf_tail_cap) {
     size_t cap = nt > 2 * kvcf_tail_cap ? nt : 2 * kvcf_tail_cap;
     int64_t *p = PyMem_RawRealloc(kvcf_tail, cap * sizeof *p);
-    if (!p) return PyErr_NoMemory();
+    if (!p) {
+      PyErr_NoMemory();
+      return -1;
+    }
     kvcf_tail = p;
     kvcf_tail_cap = cap;
   }
@@ -421,7 +416,27 @@ static PyObject *kvcf_release_row(PyObject *self, PyObject *const *args, Py_ssiz
   if (st == 0 && nc) st = kvcf_free(alloc, buf, nc);
   if (st == 0 && nt) st = kvcf_free(alloc, kvcf_tail, nt);
   if (st == 0) st = kvcf_row_free(pool, row);
-  return PyLong_FromLong(st);
+  return st;
+}
+
+static int kvcf_release_bound(void) {
+  if (kvcf_check_free && kvcf_row_held) return 0;
+  PyErr_SetString(PyExc_RuntimeError, "release_row() needs bind_adapter() with its check functions");
+  return -1;
+}
+
+static PyObject *kvcf_release_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *alloc, *flow, *pool, *buf;
+  int32_t row;
+  int64_t committed, start, end;
+  (void)self;
+  if (kvcf_nargs(nargs, 8, "release_row") || kvcf_adapter_bound() || kvcf_addr(args[0], &alloc) ||
+      kvcf_addr(args[1], &flow) || kvcf_addr(args[2], &pool) || kvcf_i32(args[3], &row) ||
+      kvcf_i64(args[4], &committed) || kvcf_i64(args[5], &start) || kvcf_i64(args[6], &end) ||
+      kvcf_addr(args[7], &buf) || kvcf_release_bound())
+    return NULL;
+  const int st = kvcf_release_do(alloc, flow, pool, row, committed, start, end, buf);
+  return st < 0 ? NULL : PyLong_FromLong(st);
 }
 
 /* row_free(pool, row) -> kvc_status (kvc_req_to_token_pool_free). */
@@ -796,6 +811,238 @@ static PyObject *kvcf_rows_alloc_py(PyObject *self, PyObject *const *args, Py_ss
   return PyLong_FromLong(st);
 }
 
+/* extend_new(swa, alloc, pool, reqs, pre, seq, prefix, out_host, out_dev, stream, rows_dev)
+ * -> bytearray, (stage, status) or None: alloc_for_extend of a batch of new requests in
+ * one call (issue 18 item 4: the Python around rows_alloc, alloc_extend and widen_i32 was
+ * about a third of the adapter's extend). reqs: a non-empty list of requests; the other
+ * arguments as alloc_extend's (pre may be a list; rows_dev None: no rows written by the
+ * launch). None when some request already has a req_pool_idx: nothing is done (the
+ * caller's general path takes the kept rows). Otherwise kvc_req_to_token_pool_alloc of
+ * len(reqs) rows, req.req_pool_idx set on each, the extend with those rows, and the rows as
+ * a bytearray of int64 (req_pool_indices_cpu). A refused row alloc returns (0, status)
+ * and changes nothing; a refused extend returns (1, status), the rows kept by the requests
+ * (as SGLang's alloc_for_extend leaves them). Every argument is converted and the result
+ * allocated before the rows are taken; a request that refuses its req_pool_idx gets the
+ * rows given back and the earlier requests' req_pool_idx reset to None. */
+static int32_t *kvcf_rows32; /* the rows, int32, for the library call (GIL-serialized) */
+static size_t kvcf_rows32_cap;
+
+/* After a failed req.req_pool_idx write at i: the earlier requests back to None, every
+ * row given back; the pending exception kept. */
+static void kvcf_rows_undo(PyObject *reqs, Py_ssize_t i, void *pool, const int32_t *rows, Py_ssize_t n) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyObject *exc = PyErr_GetRaisedException();
+#else
+  PyObject *et, *ev, *tb;
+  PyErr_Fetch(&et, &ev, &tb);
+#endif
+  for (Py_ssize_t j = 0; j < i; j++)
+    if (PyObject_SetAttr(PyTuple_GET_ITEM(reqs, j), kvcf_s_row, Py_None) < 0) PyErr_Clear();
+  for (Py_ssize_t j = 0; j < n; j++) (void)kvcf_row_free(pool, rows[j]);
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(exc);
+#else
+  PyErr_Restore(et, ev, tb);
+#endif
+}
+
+static PyObject *kvcf_extend_new(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *alloc, *pool, *pre, *seq, *prefix, *oh, *od, *stream, *rd;
+  PyObject *reqs, *out = NULL, *res = NULL;
+  Py_ssize_t n, i;
+  int swa, st;
+  (void)self;
+  if (kvcf_nargs(nargs, 11, "extend_new") || kvcf_adapter_bound()) return NULL;
+  if (!PyList_Check(args[3]) || PyList_GET_SIZE(args[3]) == 0) {
+    PyErr_SetString(PyExc_TypeError, "extend_new() needs a non-empty list of requests");
+    return NULL;
+  }
+  if (!kvcf_s_row && !(kvcf_s_row = PyUnicode_InternFromString("req_pool_idx"))) return NULL;
+  /* A snapshot: an attribute read may run Python code that changes the list. */
+  if (!(reqs = PyList_AsTuple(args[3]))) return NULL;
+  n = PyTuple_GET_SIZE(reqs);
+  for (i = 0; i < n; i++) {
+    PyObject *v = PyObject_GetAttr(PyTuple_GET_ITEM(reqs, i), kvcf_s_row);
+    if (!v) goto done;
+    Py_DECREF(v); /* only compared with None */
+    if (v != Py_None) {
+      res = Py_NewRef(Py_None);
+      goto done;
+    }
+  }
+  if (kvcf_flag(args[0], &swa) || kvcf_addr(args[1], &alloc) || kvcf_addr(args[2], &pool) ||
+      (PyList_Check(args[4]) ? kvcf_list_i64(args[4], (size_t)n, &pre) : kvcf_addr(args[4], &pre)) ||
+      kvcf_addr(args[5], &seq) || kvcf_addr(args[6], &prefix) || kvcf_addr(args[7], &oh) || kvcf_addr(args[8], &od) ||
+      kvcf_addr(args[9], &stream) || kvcf_addr(args[10], &rd))
+    goto done;
+  const kvcf_aext_ex_fn ex = kvcf_aext_ex[swa ? 1 : 0];
+  if (rd && !ex) {
+    PyErr_SetString(PyExc_RuntimeError, "extend_new(): rows_dev needs bind_adapter() with the extend_ex functions");
+    goto done;
+  }
+  if ((size_t)n > kvcf_rows32_cap) {
+    size_t cap = (size_t)n > 2 * kvcf_rows32_cap ? (size_t)n : 2 * kvcf_rows32_cap;
+    int32_t *p = PyMem_RawRealloc(kvcf_rows32, cap * sizeof *p);
+    if (!p) {
+      PyErr_NoMemory();
+      goto done;
+    }
+    kvcf_rows32 = p;
+    kvcf_rows32_cap = cap;
+  }
+  if (!(out = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t)))) goto done;
+  int32_t *rows = kvcf_rows32;
+  memset(rows, 0, (size_t)n * sizeof *rows);
+  st = kvcf_rows_alloc(pool, (size_t)n, rows);
+  if (st) {
+    res = Py_BuildValue("(ii)", 0, st);
+    goto done;
+  }
+  for (i = 0; i < n; i++) {
+    PyObject *v = PyLong_FromLong(rows[i]);
+    if (!v || PyObject_SetAttr(PyTuple_GET_ITEM(reqs, i), kvcf_s_row, v) < 0) {
+      Py_XDECREF(v);
+      kvcf_rows_undo(reqs, i, pool, rows, n);
+      goto done;
+    }
+    Py_DECREF(v);
+  }
+  const int64_t *const *pfx = prefix;
+  if (rd) {
+    const kvcf_extend_args x = {(size_t)n, pre, seq, NULL, pool, rows, pfx, oh, od, rd, stream};
+    st = ex(alloc, &x);
+  } else {
+    st = kvcf_aext[swa ? 1 : 0](alloc, (size_t)n, pre, seq, NULL, pool, rows, pfx, oh, od, stream);
+  }
+  if (st) {
+    res = Py_BuildValue("(ii)", 1, st);
+    goto done;
+  }
+  int64_t *d = (int64_t *)(void *)PyByteArray_AS_STRING(out);
+  for (i = 0; i < n; i++) d[i] = rows[i];
+  res = out;
+  out = NULL;
+done:
+  Py_XDECREF(out);
+  Py_DECREF(reqs);
+  return res;
+}
+
+/* release_req(plan, req) -> kvc_status, or None when req.req_pool_idx is None (nothing
+ * read further; the caller's general path). release_kv_cache of a ChunkCache over a plain
+ * allocator in one call (issue 18 item 4), as the adapter's Python did it around
+ * release_row: committed = req.pop_committed_kv_cache() (req.kv_committed_len without
+ * it), (start, end) = req.pop_overallocated_kv_cache() (the two lengths without it),
+ * start rounded up to the page, then release_row's steps with the committed slots in a
+ * scratch of the extension, and req.req_pool_idx = None once they succeeded. plan: the
+ * cache's (allocator, flow, pool handles, page size), built once. */
+static PyObject *kvcf_s_pop_c, *kvcf_s_pop_o, *kvcf_s_kvc, *kvcf_s_kva;
+static int64_t *kvcf_rel_buf; /* the committed slots (grown, never shrunk; GIL-serialized) */
+static size_t kvcf_rel_cap;
+
+/* req.<name>() when req has it (*done = 1), else *done = 0; NULL with a Python error. */
+static PyObject *kvcf_call_opt(PyObject *req, PyObject *name, int *done) {
+  PyObject *f, *r;
+  *done = 0;
+  if (kvcf_opt_attr(req, name, &f) < 0) return NULL;
+  if (!f) return Py_NewRef(Py_None);
+  r = PyObject_CallNoArgs(f);
+  Py_DECREF(f);
+  *done = r != NULL;
+  return r;
+}
+
+static int kvcf_attr_i64(PyObject *o, PyObject *name, int64_t *out) {
+  PyObject *v = PyObject_GetAttr(o, name);
+  if (!v) return -1;
+  const int bad = kvcf_i64(v, out);
+  Py_DECREF(v);
+  return bad;
+}
+
+/* (start, end) of pop_overallocated_kv_cache's result: unpacked as `start, end = r`. */
+static int kvcf_unpack2(PyObject *r, int64_t *a, int64_t *b) {
+  PyObject *t = PyTuple_CheckExact(r) ? Py_NewRef(r) : PySequence_Tuple(r);
+  int bad;
+  if (!t) return -1;
+  if (PyTuple_GET_SIZE(t) != 2) {
+    if (PyTuple_GET_SIZE(t) < 2)
+      PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected 2, got %zd)", PyTuple_GET_SIZE(t));
+    else PyErr_SetString(PyExc_ValueError, "too many values to unpack (expected 2)");
+    Py_DECREF(t);
+    return -1;
+  }
+  bad = kvcf_i64(PyTuple_GET_ITEM(t, 0), a) || kvcf_i64(PyTuple_GET_ITEM(t, 1), b);
+  Py_DECREF(t);
+  return bad ? -1 : 0;
+}
+
+static PyObject *kvcf_release_req(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  void *alloc, *flow, *pool;
+  PyObject *plan, *req, *v, *r;
+  int32_t row;
+  int64_t committed, start, end, ps;
+  int done, st;
+  (void)self;
+  if (kvcf_nargs(nargs, 2, "release_req") || kvcf_adapter_bound() || kvcf_release_bound()) return NULL;
+  plan = args[0];
+  req = args[1];
+  if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 4) {
+    PyErr_SetString(PyExc_TypeError, "release_req() needs the cache's 4-tuple");
+    return NULL;
+  }
+  if (kvcf_addr(PyTuple_GET_ITEM(plan, 0), &alloc) || kvcf_addr(PyTuple_GET_ITEM(plan, 1), &flow) ||
+      kvcf_addr(PyTuple_GET_ITEM(plan, 2), &pool) || kvcf_i64(PyTuple_GET_ITEM(plan, 3), &ps))
+    return NULL;
+  if (ps < 1) {
+    PyErr_SetString(PyExc_ValueError, "release_req(): page size < 1");
+    return NULL;
+  }
+  if (!kvcf_s_row && !(kvcf_s_row = PyUnicode_InternFromString("req_pool_idx"))) return NULL;
+  if (!kvcf_s_pop_c && (!(kvcf_s_pop_c = PyUnicode_InternFromString("pop_committed_kv_cache")) ||
+                        !(kvcf_s_pop_o = PyUnicode_InternFromString("pop_overallocated_kv_cache")) ||
+                        !(kvcf_s_kvc = PyUnicode_InternFromString("kv_committed_len")) ||
+                        !(kvcf_s_kva = PyUnicode_InternFromString("kv_allocated_len")))) {
+    Py_CLEAR(kvcf_s_pop_c);
+    return NULL;
+  }
+  if (!(v = PyObject_GetAttr(req, kvcf_s_row))) return NULL;
+  if (v == Py_None) return v;
+  st = kvcf_i32(v, &row);
+  Py_DECREF(v);
+  if (st) return NULL;
+  /* The steps in the adapter's order: pop_committed_kv_cache, then the over-allocation. */
+  if (!(r = kvcf_call_opt(req, kvcf_s_pop_c, &done))) return NULL;
+  st = done ? kvcf_i64(r, &committed) : kvcf_attr_i64(req, kvcf_s_kvc, &committed);
+  Py_DECREF(r);
+  if (st) return NULL;
+  if (!(r = kvcf_call_opt(req, kvcf_s_pop_o, &done))) return NULL;
+  st = done ? kvcf_unpack2(r, &start, &end)
+            : (kvcf_attr_i64(req, kvcf_s_kvc, &start) || kvcf_attr_i64(req, kvcf_s_kva, &end));
+  Py_DECREF(r);
+  if (st) return NULL;
+  if (ps > 1) { /* -(-start // ps) * ps: start rounded up to the page */
+    int64_t q = start / ps + (start % ps > 0);
+    if (__builtin_mul_overflow(q, ps, &start)) {
+      PyErr_SetString(PyExc_OverflowError, "release_req(): start out of int64 range");
+      return NULL;
+    }
+  }
+  const size_t nc = committed > 0 ? (size_t)committed : 0;
+  if (nc > kvcf_rel_cap) {
+    if (nc > (size_t)PY_SSIZE_T_MAX / sizeof(int64_t)) return PyErr_NoMemory();
+    size_t cap = nc > 2 * kvcf_rel_cap ? nc : 2 * kvcf_rel_cap;
+    int64_t *p = PyMem_RawRealloc(kvcf_rel_buf, cap * sizeof *p);
+    if (!p) return PyErr_NoMemory();
+    kvcf_rel_buf = p;
+    kvcf_rel_cap = cap;
+  }
+  st = kvcf_release_do(alloc, flow, pool, row, committed, start, end, kvcf_rel_buf);
+  if (st < 0) return NULL;
+  if (st == 0 && PyObject_SetAttr(req, kvcf_s_row, Py_None) < 0) return NULL;
+  return PyLong_FromLong(st);
+}
+
 /* fill_i32(dst, a, b, n) -> None: dst[0:n) = (a + b)[0:n) as int32, a and b lists (b may
  * be None), n <= len(a) + len(b); dst a writable buffer of at least 4 n bytes (an
  * array('i') of n). A request's token ids for the radix cache without a Python list. */
@@ -921,6 +1168,8 @@ static PyMethodDef kvcf_methods[] = {
      "[swa_]allocator_free(swa, alloc, slots, n, stream)"},
     {"release_row", (PyCFunction)(void (*)(void))kvcf_release_row, METH_FASTCALL,
      "ChunkCache release: free committed, free the tail, release the row"},
+    {"release_req", (PyCFunction)(void (*)(void))kvcf_release_req, METH_FASTCALL,
+     "release_kv_cache of a ChunkCache request: its pops, release_row, req_pool_idx = None"},
     {"free_row", (PyCFunction)(void (*)(void))kvcf_free_row, METH_FASTCALL,
      "flow_row_slots into buf, then [swa_]allocator_free of them"},
     {"row_free", (PyCFunction)(void (*)(void))kvcf_row_free_py, METH_FASTCALL, "req_to_token_pool_free(pool, row)"},
@@ -936,6 +1185,8 @@ static PyMethodDef kvcf_methods[] = {
      "[swa_]allocator_alloc(swa, alloc, n, out_host, out_dev, stream)"},
     {"rows_alloc", (PyCFunction)(void (*)(void))kvcf_rows_alloc_py, METH_FASTCALL,
      "req_to_token_pool_alloc for all-new requests, req_pool_idx set"},
+    {"extend_new", (PyCFunction)(void (*)(void))kvcf_extend_new, METH_FASTCALL,
+     "alloc_for_extend of new requests: rows_alloc, the extend, the rows as int64"},
     {"fill_i32", (PyCFunction)(void (*)(void))kvcf_fill_i32, METH_FASTCALL,
      "fill_i32(dst, a, b, n): dst[0:n) = (a + b)[0:n) as int32"},
     {"memcpy", (PyCFunction)(void (*)(void))kvcf_memcpy, METH_FASTCALL, "memcpy(dst, src, nbytes) of host memory"},

@@ -214,6 +214,27 @@ class RadixCache:
         self._reqs[ctypes.addressof(req)] = (rr, arr, buf)
         return rr
 
+    def _bind_borrowed(self, req, tokens, keep, n, ns=0, priority=0):
+        """bind() for one cache call that never matches (kvcache.sglang's
+        cache_finished_req / cache_unfinished_req, unbind() right after): tokens is a
+        POINTER(c_int32) to n token ids that the caller (keep: their buffer) leaves
+        unchanged until unbind(); nothing is copied, no prefix buffer is made (NULL: only
+        a match uses it), and one RadixReq of the tree is reused, so the binding is the
+        only one made this way at a time."""
+        rr = self._borrowed_rr
+        if rr is None:
+            rr = self._borrowed_rr = RadixReq()
+        else:
+            ctypes.memset(ctypes.addressof(rr), 0, ctypes.sizeof(rr))
+        rr.tokens = tokens
+        rr.num_tokens = rr.prompt_len = n
+        rr.ns = ns
+        rr.priority = priority
+        self._reqs[ctypes.addressof(req)] = (rr, keep, None)
+        return rr
+
+    _borrowed_rr = None
+
     def move(self, src, dst):
         """Moves a binding to a copy of the request (RequestBatch.add / remove copy the
         ReqState into or out of the batch; the cache finds a request by its address)."""

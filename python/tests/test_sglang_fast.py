@@ -379,7 +379,7 @@ def test_chunk_cache_release_fused_matches_the_general_path(ps):
         pool, alloc = world(ps=ps, rows=8, width=64, size=512)
         cache = S.ChunkCache(pool, alloc, ps)
         if general:
-            cache._kvc_rel = False
+            cache._kvc_release = False
         reqs = [S.Req(fill_ids=list(range(n))) for n in (13, 9, 20)]
         b = S.ScheduleBatch(reqs, pool, cache)
         b.prepare_for_extend()
@@ -477,7 +477,7 @@ def test_chunk_cache_release_refused_changes_nothing(ps):
     S.ScheduleBatch([other], pool, cache).prepare_for_extend()
     got, row = alloc.available_size(), other.req_pool_idx
     assert T.lib.kvc_req_to_token_pool_free(pool._h, row) == 0
-    _, ah, fh, ph, _ = common._release_plan(cache)
+    _, (ah, fh, ph, _) = common._release_plan(cache)
     assert T.fast.release_row(ah, fh, ph, row, 5, 5, 5, alloc._scratch(8)) != 0
     assert alloc.available_size() == got
 
@@ -532,3 +532,175 @@ def test_match_prefix_entry_off_for_a_subclass_with_its_own_namespace():
 
     pool, alloc = world(1, size=64)
     assert Own(pool, alloc, 1)._mc is None
+
+
+def _new_batch(pool, cache, lens, reqs=None):
+    reqs = reqs or [S.Req(fill_ids=list(range(n))) for n in lens]
+    b = S.ScheduleBatch(reqs, pool, cache)
+    b.prefix_lens = [0] * len(reqs)
+    b.extend_num_tokens = sum(lens)
+    b.seq_lens_cpu = b.seq_lens = T.host_array(list(lens))
+    return b, reqs
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_extend_new_matches_the_step_by_step_path(ps, monkeypatch):
+    """alloc_for_extend of new requests through _kvcfast.extend_new (rows, req_pool_idx,
+    the extend and the int64 rows in one call) hands out the same slots, rows and table
+    entries as the steps one by one (the entry switched off), over a sequence of batches
+    with releases in between, a batch with a kept row (the general path) included."""
+    from kvcache.sglang import common
+
+    def run(fused):
+        if not fused:
+            monkeypatch.setattr(common, "_EXTEND_NEW", None)
+        pool, alloc = world(ps=ps, rows=6, width=64, size=256)
+        cache = S.ChunkCache(pool, alloc, ps)
+        got = []
+        live = []
+        for lens in ((5, 9, 3), (12,), (7, 1)):
+            b, reqs = _new_batch(pool, cache, lens)
+            out, rows_dev, rows_cpu = S.alloc_for_extend(b)
+            assert L(rows_dev) == L(rows_cpu) == [q.req_pool_idx for q in reqs]
+            assert rows_cpu.dtype == T.I64
+            got.append((L(out), L(rows_cpu),
+                        [L(pool.row_host(q.req_pool_idx, 0, n)) for q, n in zip(reqs, lens)]))
+            for q, n in zip(reqs, lens):
+                q.kv_committed_len = q.kv_allocated_len = n
+            live += reqs
+            S.release_kv_cache(live.pop(0), cache)
+        kept = live[0]  # a chunked continuation: its row is kept
+        kept.is_chunked = 1
+        b, reqs = _new_batch(pool, cache, (4,))
+        b.reqs = [kept] + reqs
+        n0 = kept.kv_committed_len
+        kept.prefix_indices = pool.row_host(kept.req_pool_idx, 0, n0)
+        kept.fill_ids = list(range(n0 + 2))
+        b.prefix_lens = [n0, 0]
+        b.extend_num_tokens = 6
+        b.seq_lens_cpu = b.seq_lens = T.host_array([n0 + 2, 4])
+        out, _, rows_cpu = S.alloc_for_extend(b)
+        got.append((L(out), L(rows_cpu), L(pool.row_host(kept.req_pool_idx, 0, n0 + 2))))
+        return got, alloc.available_size(), pool.available_size()
+
+    assert run(True) == run(False)
+
+
+def test_extend_new_failures_change_nothing_or_keep_the_rows():
+    """The fused extend's failures as SGLang's steps leave them: rows short -> RuntimeError,
+    nothing taken; KV short -> RuntimeError, the rows stay with the requests; a prefix
+    shorter than its length -> ValueError after the rows are taken (as the general path);
+    a request refusing its req_pool_idx -> its error (fused: the rows given back)."""
+    pool, alloc = world(ps=1, rows=2, width=32, size=16)
+    cache = S.ChunkCache(pool, alloc, 1)
+    b, reqs = _new_batch(pool, cache, (2, 2, 2))
+    with pytest.raises(RuntimeError, match="alloc_req_slots"):
+        S.alloc_for_extend(b)
+    assert all(q.req_pool_idx is None for q in reqs)
+    assert pool.available_size() == 2 and alloc.available_size() == 16
+    b, reqs = _new_batch(pool, cache, (10, 10))
+    with pytest.raises(RuntimeError, match="Prefill out of memory"):
+        S.alloc_for_extend(b)
+    assert [q.req_pool_idx for q in reqs] == [1, 2] and pool.available_size() == 0
+    assert alloc.available_size() == 16
+    for q in reqs:
+        pool.free(q)
+    b, reqs = _new_batch(pool, cache, (3, 4))
+    b.prefix_lens = [0, 2]  # prefix_indices of reqs[1] is empty
+    with pytest.raises(ValueError, match="prefix_indices"):
+        S.alloc_for_extend(b)
+    assert reqs[1].req_pool_idx is not None and pool.available_size() == 0
+    for q in reqs:
+        pool.free(q)
+
+    class Refusing(S.Req):
+        def __setattr__(self, name, value):
+            if name == "req_pool_idx" and value is not None:
+                raise AttributeError("no row for me")
+            object.__setattr__(self, name, value)
+
+    good = S.Req(fill_ids=[1, 2])
+    b, reqs = _new_batch(pool, cache, (2, 2), reqs=[good, Refusing(fill_ids=[1, 2])])
+    with pytest.raises(AttributeError, match="no row for me"):
+        S.alloc_for_extend(b)
+    assert alloc.available_size() == 16
+    if T.fast is not None and hasattr(T.fast, "extend_new"):  # (the steps keep good's row)
+        assert good.req_pool_idx is None and pool.available_size() == 2
+        with pytest.raises(TypeError):
+            T.fast.extend_new(False, alloc._h, pool._h, [], None, None, None, None, None, None,
+                              None)
+
+
+class _Plain:
+    """A request with the lengths and no pop methods (a duck-typed Req)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_release_req_reads_what_the_python_path_reads(ps):
+    """The fused ChunkCache release (_kvcfast.release_req) takes the lengths from the pop
+    methods when the request has them and from kv_committed_len / kv_allocated_len
+    otherwise, accepts any 2-sequence from pop_overallocated_kv_cache, and frees what the
+    general path frees; on the fused path a bad pop result raises with nothing freed."""
+    def run(general):
+        pool, alloc = world(ps=ps, rows=4, width=64, size=256)
+        cache = S.ChunkCache(pool, alloc, ps)
+        if general:
+            cache._kvc_release = False
+        reqs = [S.Req(fill_ids=list(range(n))) for n in (13, 20, 6)]
+        S.ScheduleBatch(reqs, pool, cache).prepare_for_extend()
+        plain = _Plain(req_pool_idx=reqs[0].req_pool_idx, kv_committed_len=10,
+                       kv_allocated_len=13)
+        S.release_kv_cache(plain, cache)
+        assert plain.req_pool_idx is None
+        listed = reqs[1]
+        listed.pop_overallocated_kv_cache = lambda: [6, 20]
+        listed.kv_committed_len = 6
+        bad = reqs[2]
+        held = (alloc.available_size(), pool.available_size(), bad.req_pool_idx)
+        if not general and T.fast is not None:  # (the general path frees committed first)
+            for res, msg in (((1, 2, 3), "too many values"), ((1,), "not enough values")):
+                bad.pop_overallocated_kv_cache = lambda: res
+                with pytest.raises(ValueError, match=msg):
+                    S.release_kv_cache(bad, cache)
+                assert (alloc.available_size(), pool.available_size(),
+                        bad.req_pool_idx) == held
+        bad.pop_overallocated_kv_cache = lambda: (6, 6)
+        S.release_kv_cache(bad, cache)
+        S.release_kv_cache(listed, cache)
+        return held, L(alloc.alloc(alloc.available_size())), pool.available_size()
+
+    fused, general = run(False), run(True)
+    assert fused == general
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_radix_bind_from_the_token_scratch_matches_the_copying_bind(ps):
+    """cache_finished_req / cache_unfinished_req bind the tokens from the cache's reused
+    int32 scratch (lists with _kvcfast: nothing copied, the scratch grown for a longer
+    request) and give the same tree as the copying bind of an array('i')."""
+    from kvcache.sglang import _cache
+
+    def run(copying):
+        pool, alloc = world(ps, rows=4, width=128, size=512)
+        cache = S.RadixCache(pool, alloc, ps)
+        if copying:
+            cache._tokens = _cache._tokens_i32
+        for n, base in ((9, 0), (40, 0), (1200 // 16, 1000), (23, 5000)):
+            toks = list(range(base, base + n))
+            r = S.Req(origin_input_ids=toks[:n - 3], fill_ids=list(toks[:n - 3]))
+            S.ScheduleBatch([r], pool, cache).prepare_for_extend()
+            cache.cache_unfinished_req(r)
+            r.output_ids = toks[n - 3:]
+            r.kv_committed_len = n - 3
+            S.release_kv_cache(r, cache)
+        keys = [S.MatchPrefixParams(S.RadixKey(list(range(b, b + k))))
+                for b, k in ((0, 40), (1000, 75), (5000, 23), (7, 3))]
+        got = [L(cache.match_prefix(k).device_indices) for k in keys]
+        return got, cache.total_size(), alloc.available_size()
+
+    fused = run(False)
+    assert [len(g) for g in fused[0]] == [(k - 3) // ps * ps for k in (40, 75, 23)] + [0]
+    assert fused == run(True)

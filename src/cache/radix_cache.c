@@ -148,23 +148,14 @@ kvc_status kvc_radix_cache_match_req(kvc_radix_cache *rc, kvc_req_state *req, kv
 /* --- Insert ------------------------------------------------------------------------------------ */
 
 /* Row `src->row`'s slots of [start, end) into out, widened. kvc_flow_row_slots does the
- * same through the public entry (its API bookkeeping and checks, and a scalar loop that
- * may not assume out and the row apart): a chunked prefill's 2048-token checkpoint read
- * its row at ~1 ns a slot that way. The checkpoints validated the row (held) and the range
- * (within the committed length, itself within the row width) before this is called. */
-typedef int32_t rx_i32x8 __attribute__((vector_size(32)));
-typedef int64_t rx_i64x8 __attribute__((vector_size(64)));
+ * same through the public entry (its API bookkeeping and checks); a chunked prefill's
+ * 2048-token checkpoint reads its row here without them. The checkpoints validated the row
+ * (held) and the range (within the committed length, itself within the row width) before
+ * this is called. */
 static kvc_status row_read(const rx_row_src *src, int64_t start, int64_t end, int64_t *restrict out) {
   const int32_t *restrict m = kvc_req_to_token_pool_row(src->flow->cfg.req_pool, src->row);
   if (!m || start < 0 || end > src->flow->width) return kvc_flow_row_slots(src->flow, src->row, start, end, out);
-  int64_t i = start;
-  for (; i + 8 <= end; i += 8) { /* vector types: GCC -O2 does not vectorise a loop with a tail */
-    rx_i32x8 v;
-    memcpy(&v, m + i, sizeof v);
-    const rx_i64x8 w = __builtin_convertvector(v, rx_i64x8);
-    memcpy(out + (i - start), &w, sizeof w);
-  }
-  for (; i < end; i++) out[i - start] = m[i];
+  if (end > start) kvc__widen_i32(out, m + start, (size_t)(end - start));
   return KVC_OK;
 }
 

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* --- Options (read once per context, from the environment) ------------------------- */
 
@@ -224,6 +225,25 @@ static inline bool kvc__add_i32(int32_t a, int32_t b, int32_t *out) { return !__
 /** True when [start, start + n) lies inside [0, limit), computed without wrapping. */
 static inline bool kvc__range_fits(uint64_t start, uint64_t n, uint64_t limit) {
   return start <= limit && n <= limit - start;
+}
+
+/* --- Widening --------------------------------------------------------------------- */
+
+/* out[0:n) = in[0:n) as int64 (request rows of the int32 host mirror as slot lists). Eight
+ * at a time through vector types: GCC -O2 (its very-cheap cost model) leaves a plain loop
+ * with a tail scalar, about 0.5 ns a slot; this halves it (4096 slots, host: 2.3 -> 1.2 us).
+ * The two do not overlap (restrict). */
+typedef int32_t kvc__i32x8 __attribute__((vector_size(32)));
+typedef int64_t kvc__i64x8 __attribute__((vector_size(64)));
+static inline void kvc__widen_i32(int64_t *restrict out, const int32_t *restrict in, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    kvc__i32x8 v;
+    memcpy(&v, in + i, sizeof v);
+    const kvc__i64x8 w = __builtin_convertvector(v, kvc__i64x8);
+    memcpy(out + i, &w, sizeof w);
+  }
+  for (; i < n; i++) out[i] = in[i];
 }
 
 /* --- Versioned structs ------------------------------------------------------------- */

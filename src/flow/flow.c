@@ -162,7 +162,7 @@ kvc_status kvc_flow_row_slots(const kvc_flow *f, int32_t row, int64_t start, int
                 "range [%lld, %lld) outside the row width %d", (long long)start, (long long)end, f->width);
   const int32_t *m = kvc_req_to_token_pool_row(f->cfg.req_pool, row);
   KVC_RETURN_IF(!m, f->ctx, KVC_ERR_INVALID_ARGUMENT, "row %d out of range", row);
-  for (int64_t i = start; i < end; i++) out[i - start] = m[i];
+  if (end > start) kvc__widen_i32(out, m + start, (size_t)(end - start));
   return KVC_OK;
 }
 

@@ -349,7 +349,29 @@ class RadixCache(_PrefixCacheBase):
 
     # --- caching requests ---------------------------------------------------------------
 
+    _tok_cap = 0
+    _tok_buf = _tok_ptr = None
+
+    def _tokens(self, a, b, n):
+        """(a + b)[:n] for _bind: with _kvcfast and lists, converted into the cache's reused
+        int32 scratch and given as their count (the bind then copies nothing: a 4096-token
+        release saves about 6 us of buffers), else an array('i') (_tokens_i32)."""
+        fast = T.fast
+        if fast is None or type(a) is not list or (b is not None and type(b) is not list):
+            return _tokens_i32(a, b, n)
+        m = max(min(n, len(a) + (len(b) if b is not None else 0)), 0)
+        if self._tok_cap < m:
+            cap = max(m, 2 * self._tok_cap, 1024)
+            self._tok_buf = (ctypes.c_int32 * cap)()
+            self._tok_ptr = ctypes.cast(self._tok_buf, ctypes.POINTER(ctypes.c_int32))
+            self._tok_cap = cap
+        if m:
+            fast.fill_i32(self._tok_buf, a, b, m)
+        return m
+
     def _bind(self, req, tokens, committed):
+        """Binds the reused ReqState for one cache call (unbind after it): tokens an
+        array('i') or, from _tokens, the count of those in the scratch."""
         st = self._state
         ctypes.memset(ctypes.addressof(st), 0, ctypes.sizeof(st))
         st.req_row = req.req_pool_idx
@@ -358,15 +380,19 @@ class RadixCache(_PrefixCacheBase):
         st.kv_allocated_len = committed
         st.cache_protected_len = getattr(req, "cache_protected_len", 0) or 0
         st.cache_node = req.last_node
-        self._tree.bind(st, tokens, ns=self._ns(getattr(req, "extra_key", None)),
-                        priority=getattr(req, "priority", 0) or 0)
+        ns = self._ns(getattr(req, "extra_key", None))
+        priority = getattr(req, "priority", 0) or 0
+        if type(tokens) is int:
+            self._tree._bind_borrowed(st, self._tok_ptr, self._tok_buf, tokens, ns, priority)
+        else:
+            self._tree.bind(st, tokens, ns=ns, priority=priority)
         return st
 
     def cache_finished_req(self, req, is_insert: bool = True):
         """Inserts [0, committed) floored to pages (duplicates and the unaligned tail
         freed; without is_insert frees [cache_protected_len, committed)), unlocks."""
         committed = _pop_committed(req)
-        tokens = _tokens_i32(req.origin_input_ids, req.output_ids, committed)
+        tokens = self._tokens(req.origin_input_ids, req.output_ids, committed)
         st = self._bind(req, tokens, committed)
         try:
             self._tree._check(lib.kvc_radix_cache_cache_finished_req(
@@ -379,7 +405,7 @@ class RadixCache(_PrefixCacheBase):
         """Inserts the filled tokens (page-floored), moves the lock to the new node and
         sets prefix_indices / cache_protected_len / last_node."""
         n = len(req.fill_ids)
-        tokens = _tokens_i32(req.fill_ids, None, n)
+        tokens = self._tokens(req.fill_ids, None, n)
         st = self._bind(req, tokens, n)
         try:
             self._tree._check(lib.kvc_radix_cache_cache_unfinished_req(

@@ -1,7 +1,8 @@
 """The scheduler functions of SGLang's mem_cache/common.py over kvcache.
 
 Hot paths (alloc_for_decode, alloc_for_extend, release_kv_cache) make one library call for
-the allocation AND the req_to_token writes (SGLang: several kernels plus Python loops),
+the allocation AND the req_to_token writes (SGLang: several kernels plus Python loops; with
+_kvcfast, alloc_for_extend of new requests takes their rows in the same extension call),
 with preallocated outputs: the out_cache_loc returned by alloc_for_extend /
 alloc_for_decode is a view of one of 8 rotating buffers per allocator and call kind,
 valid until 7 more calls of that kind (clone it to keep it longer).
@@ -23,7 +24,7 @@ import ctypes
 from . import _ops as T
 from ._alloc import (PagedTokenToKVPoolAllocator, SWATokenToKVPoolAllocator,
                      TokenToKVPoolAllocator)
-from ._cache import ChunkCache, EvictParams, _pop_committed
+from ._cache import ChunkCache, EvictParams
 from ._reqpool import HybridReqToTokenPool, ReqToTokenPool
 
 lib = T.lib
@@ -76,17 +77,26 @@ def available_and_evictable_str(tree_cache) -> str:
     return tree_cache.available_and_evictable_str()
 
 
-def evict_from_tree_cache(tree_cache, num_tokens: int):
+def _evict_params(tree_cache, num_tokens):
+    """What evict_from_tree_cache(tree_cache, num_tokens) passes to tree_cache.evict, None
+    when it evicts nothing (it only reads sizes)."""
     if tree_cache is None or tree_cache.is_chunk_cache():
-        return
+        return None
     allocator = tree_cache.token_to_kv_pool_allocator
     if isinstance(allocator, SWATokenToKVPoolAllocator):
         full, swa = allocator.full_available_size(), allocator.swa_available_size()
         if full < num_tokens or swa < num_tokens:
-            tree_cache.evict(EvictParams(num_tokens=max(0, num_tokens - full),
-                                         swa_num_tokens=max(0, num_tokens - swa)))
+            return EvictParams(num_tokens=max(0, num_tokens - full),
+                               swa_num_tokens=max(0, num_tokens - swa))
     elif allocator.available_size() < num_tokens:
-        tree_cache.evict(EvictParams(num_tokens=num_tokens))
+        return EvictParams(num_tokens=num_tokens)
+    return None
+
+
+def evict_from_tree_cache(tree_cache, num_tokens: int):
+    params = _evict_params(tree_cache, num_tokens)
+    if params is not None:
+        tree_cache.evict(params)
 
 
 def _oom(kind, num_tokens, tree_cache):
@@ -145,10 +155,14 @@ def alloc_req_slots(req_to_token_pool, reqs, tree_cache):
             tree_cache.evict(EvictParams(num_tokens=0, mamba_num=need - avail))
     rows = req_to_token_pool.alloc(reqs)
     if rows is None:
-        raise RuntimeError("alloc_req_slots runs out of memory. Please set a smaller number "
-                           "for `--max-running-requests`. available_size=%d, num_reqs=%d" %
-                           (req_to_token_pool.available_size(), num_reqs))
+        _rows_oom(req_to_token_pool, num_reqs)
     return rows
+
+
+def _rows_oom(req_to_token_pool, num_reqs):
+    raise RuntimeError("alloc_req_slots runs out of memory. Please set a smaller number "
+                       "for `--max-running-requests`. available_size=%d, num_reqs=%d" %
+                       (req_to_token_pool.available_size(), num_reqs))
 
 
 # --- the fused hot paths --------------------------------------------------------------------
@@ -295,34 +309,10 @@ def _prefix_ptr(req, n):
     return T.ptr(h)
 
 
-def alloc_for_extend(batch):
-    """Rows for new requests, KV slots for the extend tokens, and the req_to_token rows
-    (prefix + new slots) in one library call. Returns (out_cache_loc,
-    req_pool_indices_device, req_pool_indices_cpu); RuntimeError when out of memory (the
-    rows taken stay with the requests, as in SGLang)."""
-    ev = getattr(batch, "maybe_evict_swa", None)
-    if ev is not None:
-        ev()
-    reqs = batch.reqs
-    bs = len(reqs)
-    tree = batch.tree_cache
-    allocator = tree.token_to_kv_pool_allocator
-    pool = batch.req_to_token_pool
-    hot = _hot(allocator)
-    fast = T.fast
-    if fast is not None:  # the fast call takes buffer objects as they are, and a list
-        pl = batch.prefix_lens
-        pre_keep = pre_ptr = pl if type(pl) is list else T.host_i64_arg(pl)
-        seq_keep = seq_ptr = T.host_i64_arg(batch.seq_lens_cpu)
-    if fast is None or pre_ptr is None or seq_ptr is None:
-        fast = None
-        pre_keep, pre_ptr = T.host_i64_ptr(batch.prefix_lens)
-        seq_keep, seq_ptr = T.host_i64_ptr(batch.seq_lens_cpu)
-    rows = alloc_req_slots(pool, reqs, tree)
-    n = batch.extend_num_tokens
-    evict_from_tree_cache(tree, n if tree.page_size == 1 else n + bs * tree.page_size)
-    prefix = None  # NULL unless some request brings prefix slots (same as all-NULL)
-    pl = batch.prefix_lens
+def _prefix_array(reqs, pl, bs):
+    """The prefix slot pointers of alloc_extend (a ctypes array of bs addresses), None
+    when no request brings prefix slots (the same as all-NULL)."""
+    prefix = None
     # any() of a list runs in C: a batch without cached prefixes skips the Python loop
     for i, p in (enumerate(pl) if type(pl) is not list or any(pl) else ()):
         if p > 0:
@@ -331,13 +321,84 @@ def alloc_for_extend(batch):
                 if prefix is None:
                     prefix = (ctypes.c_void_p * max(bs, 1))()
                 prefix[i] = a
+    return prefix
+
+
+_EXTEND_NEW = getattr(T.fast, "extend_new", None)
+
+
+def alloc_for_extend(batch):
+    """Rows for new requests, KV slots for the extend tokens, and the req_to_token rows
+    (prefix + new slots) in one library call. Returns (out_cache_loc,
+    req_pool_indices_device, req_pool_indices_cpu); RuntimeError when out of memory (the
+    rows taken stay with the requests, as in SGLang).
+    A batch of new requests on a plain ReqToTokenPool, with nothing to evict, takes one
+    _kvcfast call (extend_new: the rows, req.req_pool_idx, the extend and the int64 rows);
+    the others (kept rows, a hybrid pool, an eviction first, no extension) take the steps
+    one by one, in SGLang's order."""
+    ev = getattr(batch, "maybe_evict_swa", None)
+    if ev is not None:
+        ev()
+    reqs = batch.reqs
+    bs = len(reqs)
+    tree = batch.tree_cache
+    allocator = tree.token_to_kv_pool_allocator
+    pool = batch.req_to_token_pool
+    hot = allocator.__dict__.get("_kvc_hot") or _hot(allocator)
+    fast = T.fast
+    pl = batch.prefix_lens
+    if fast is not None:  # the fast call takes buffer objects as they are, and a list
+        pre_keep = pre_ptr = pl if type(pl) is list else T.host_i64_arg(pl)
+        seq_keep = seq_ptr = T.host_i64_arg(batch.seq_lens_cpu)
+    if fast is None or pre_ptr is None or seq_ptr is None:
+        fast = None
+        pre_keep, pre_ptr = T.host_i64_ptr(pl)
+        seq_keep, seq_ptr = T.host_i64_ptr(batch.seq_lens_cpu)
+    n = batch.extend_num_tokens
+    need = n if tree.page_size == 1 else n + bs * tree.page_size
+    out = rows_dev = rdptr = None
+    slab = hot.rows_slab
+    if fast is not None and _EXTEND_NEW is not None and bs and type(reqs) is list \
+            and type(pool) is ReqToTokenPool and _evict_params(tree, need) is None:
+        # Nothing would be evicted between the rows and the extend: one call. The prefix
+        # pointers come first here; an error there is raised below, after the rows are
+        # taken, as on the general path.
+        if type(pl) is list and not any(pl):  # (no call for the common batch)
+            prefix = None
+        else:
+            try:
+                prefix = _prefix_array(reqs, pl, bs)
+            except Exception:
+                prefix = False
+        if prefix is not False:
+            dev, dptr, hptr = hot.ring_ext.next_out(n)  # as _out(): one buffer on the host
+            if not hot.cuda:
+                hptr, dptr = dptr, None
+            out = dev, hptr, dptr
+            if slab is not None:  # req_pool_indices (device) written by the same launch
+                rows_dev, rdptr = slab.take(bs)
+            r = _EXTEND_NEW(hot.swa, allocator._h, pool._h, reqs, pre_ptr, seq_ptr, prefix,
+                            hptr, dptr, T.stream(hot.cuda), rdptr)
+            if r is not None:  # None: a request has its row (the general path below)
+                if type(r) is tuple:
+                    if r[0] == 0:  # the rows: nothing changed
+                        if r[1] == 2:
+                            _rows_oom(pool, bs)
+                        pool._ctx._check(r[1], "ReqToTokenPool.alloc")
+                    if r[1] == 2:
+                        _oom("Prefill out of memory", n, tree)
+                    allocator._ctx._check(r[1], "alloc_for_extend")
+                return _extend_result(hot, pool, dev, rows_dev, T.host_from_bytes(r))
+    rows = alloc_req_slots(pool, reqs, tree)
+    evict_from_tree_cache(tree, need)
+    prefix = _prefix_array(reqs, pl, bs)
     rows32 = pool.__dict__.pop("_last_rows", None)  # what alloc() just filled
     if rows32 is None:
         rows32 = (ctypes.c_int32 * max(bs, 1))(*rows)
-    dev, hptr, dptr = _out(hot.ring_ext, n, hot.cuda)
-    slab = hot.rows_slab
+    dev, hptr, dptr = out if out is not None else _out(hot.ring_ext, n, hot.cuda)
     if slab is not None:  # req_pool_indices (device) written by the same launch
-        rows_dev, rdptr = slab.take(bs)
+        if rdptr is None:
+            rows_dev, rdptr = slab.take(bs)
         if fast is not None:
             st = fast.alloc_extend(hot.swa, allocator._h, bs, pre_ptr, seq_ptr, None, pool._h,
                                    rows32, prefix, hptr, dptr, T.stream(hot.cuda), rdptr)
@@ -355,12 +416,16 @@ def alloc_for_extend(batch):
             _oom("Prefill out of memory", n, tree)
         allocator._ctx._check(st, "alloc_for_extend")
     # req_pool_indices_cpu: a fresh int64 vector (the batch keeps it; widened from the
-    # int32 rows in one C call, about 1 us instead of torch.tensor(list)'s 4). Its device
-    # twin came from the launch above (slab; the host backend has none: one vector). The
-    # device tensor carries the host one (_kvc_host), so later steps never read the
-    # device.
-    rows_cpu = T.rows_i64(rows32, bs)
-    if slab is not None:
+    # int32 rows in one C call, about 1 us instead of torch.tensor(list)'s 4).
+    return _extend_result(hot, pool, dev, rows_dev, T.rows_i64(rows32, bs))
+
+
+def _extend_result(hot, pool, dev, rows_dev, rows_cpu):
+    """alloc_for_extend's (out_cache_loc, req_pool_indices, req_pool_indices_cpu). The
+    device rows came from the launch (slab; the host backend has none: one vector); the
+    device tensor carries the host one (_kvc_host), so later steps never read the
+    device."""
+    if rows_dev is not None:
         if T.torch is not None:  # (NumPy: host backend only, where only tests use a slab)
             rows_dev._kvc_host = rows_cpu
     elif hot.cuda:  # (no slab: only where a caller replaced it)
@@ -392,37 +457,30 @@ def _release_plan(tree_cache):
     plan = False
     alloc = tree_cache.token_to_kv_pool_allocator
     pool = tree_cache.req_to_token_pool
-    if T.fast is not None and hasattr(T.fast, "release_row") and type(tree_cache) is ChunkCache \
+    if T.fast is not None and hasattr(T.fast, "release_req") and type(tree_cache) is ChunkCache \
             and type(pool) is ReqToTokenPool \
             and type(alloc) in (TokenToKVPoolAllocator, PagedTokenToKVPoolAllocator):
-        plan = (alloc, alloc._h, alloc._row_flow(pool)[0], pool._h, tree_cache.page_size)
+        plan = (alloc, (alloc._h, alloc._row_flow(pool)[0], pool._h, tree_cache.page_size))
     try:
-        tree_cache._kvc_rel = plan
+        tree_cache._kvc_release = plan
     except AttributeError:
         pass
     return plan
 
 
 def release_kv_cache(req, tree_cache, is_insert: bool = True):
-    rel = tree_cache.__dict__.get("_kvc_rel") if hasattr(tree_cache, "__dict__") else None
+    rel = tree_cache.__dict__.get("_kvc_release") if hasattr(tree_cache, "__dict__") else None
     if rel is None:
         rel = _release_plan(tree_cache)
-    row = req.req_pool_idx
-    if rel and row is not None:
-        # ChunkCache over a plain allocator: cache_finished_req's free, the tail free and
-        # the row release in one extension call (the steps and their order as below).
-        alloc, ah, fh, ph, ps = rel
-        committed = _pop_committed(req)
-        pop = getattr(req, "pop_overallocated_kv_cache", None)
-        start, end = pop() if pop is not None else (req.kv_committed_len, req.kv_allocated_len)
-        if ps > 1:
-            start = -(-start // ps) * ps
-        buf = alloc._scratch(max(committed, end - start, 1))
-        st = T.fast.release_row(ah, fh, ph, row, committed, start, end, buf)
-        if st:
-            alloc._ctx._check(st, "release_kv_cache")
-        req.req_pool_idx = None
-        return
+    if rel:
+        # ChunkCache over a plain allocator: the request's pops, cache_finished_req's
+        # free, the tail free and the row release in one extension call (the steps and
+        # their order as below); None when the request has no row.
+        st = T.fast.release_req(rel[1], req)
+        if st is not None:
+            if st:
+                rel[0]._ctx._check(st, "release_kv_cache")
+            return
     pool = tree_cache.req_to_token_pool
     if req.req_pool_idx is None:
         assert tree_cache.supports_mamba(), "Only MambaRadixCache allow freeing before alloc"
