@@ -7,13 +7,13 @@
 /* Snapshot of every buffer of the pool. */
 typedef struct snap {
   int nb;
-  uint8_t *buf[64];
-  kvc_buffer_desc d[64];
+  uint8_t *buf[160];
+  kvc_buffer_desc d[160];
 } snap;
 
 static void take(kvc_kv_pool *p, snap *s) {
   s->nb = kvc_kv_pool_num_buffers(p);
-  assert_true(s->nb <= 64);
+  assert_true(s->nb <= 160);
   for (int i = 0; i < s->nb; i++) {
     memset(&s->d[i], 0, sizeof s->d[i]);
     s->d[i].struct_size = sizeof s->d[i];
@@ -193,6 +193,40 @@ static void test_move_pipelined_many_tiles(void **state) {
   free(s);
 }
 
+/* Two to three tiles per CTA at N < 8 chunks, where the launcher takes the fused variant:
+ * 64 layers of 2048-byte K rows (16-byte accesses) and 2040-byte V rows (8-byte), 1024
+ * tiles of 256 bytes against at most 3 x 132 resident CTAs on an H200 (fewer SMs: more
+ * tiles each). A CTA's next tile is read while its current one is written, within a chunk
+ * and from the last tile of chunk c to the first of chunk c + 1; K and V tiles alternate
+ * along a CTA, so the access widths differ between neighbours (the barrier path). The
+ * pairs: a cycle over 1..520 (3 chunks, each reading what the previous ones wrote), then
+ * a reversed overlapping range, then a swap of two 300-slot halves (two chunks, the
+ * second undoing what it can of the first). CUDA only: the host twin has no tiles, and
+ * this pool is 280 MB. */
+static void test_move_fused_across_chunks(void **state) {
+  (void)state;
+  kvt_require_cuda();
+  kvt_rng r = {kvt_seed()};
+  kvc_kv_pool *p = kvt_mha_pool(KVC_KV_MHA, KVC_DTYPE_BF16, 1, 1024, 1020, 1100, 64, 1);
+  int64_t t[600], s[600];
+  for (int i = 0; i < 520; i++) {
+    s[i] = 1 + i;
+    t[i] = 1 + (i + 13) % 520;
+  }
+  run_move(p, t, s, 520, KVC_INDEX_I32, 1, &r);
+  for (int i = 0; i < 520; i++) {
+    s[i] = 300 + i;
+    t[i] = 560 + (519 - i);
+  }
+  run_move(p, t, s, 520, KVC_INDEX_I64, 1, &r);
+  for (int i = 0; i < 600; i++) {
+    s[i] = 1 + i;
+    t[i] = 1 + (i + 300) % 600;
+  }
+  run_move(p, t, s, 600, KVC_INDEX_I64, 1, &r);
+  kvc_kv_pool_destroy(p);
+}
+
 /* n pairs of 2n distinct slots from [1, rows) (rows: the pool's row count), with every
  * 97th pair out of range on one side and every 89th pair a self copy (tgt == src): no
  * target is another pair's source and no target repeats, so the result is defined. */
@@ -302,6 +336,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_move_fp4_and_odd_rows),
     cmocka_unit_test(test_move_nsa_index_pages),
     cmocka_unit_test(test_move_pipelined_many_tiles),
+    cmocka_unit_test(test_move_fused_across_chunks),
 };
 
 KVT_MAIN("kv_move", tests)
