@@ -1927,11 +1927,12 @@ KVC_API kvc_status kvc_swa_allocator_free_group_end(kvc_swa_allocator *alloc);
  *  with per-call data, so it is not capturable (as the frees are not); begin is host only.
  *  Failure rule: queueing cannot fail (when its host queue cannot grow, that free
  *  launches its zero at once, after the queued ones, as outside a scope; a failure of
- *  that launch refuses the free, changing nothing, as always). End's launch is the only step that can fail after frees
- *  were done: it returns the launch's status (KVC_ERR_CUDA) with kvc_last_error() saying
- *  the frees are done and the zero stays queued; the scope is closed, the host state is
- *  final and correct, and the next device-mapping write (or a later outermost end)
- *  retries the queue first; that call fails, changing nothing, if the retry fails too.
+ *  that launch refuses the free, changing nothing, as always). End's launch is the only
+ *  step that can fail after frees were done: it returns the launch's status
+ *  (KVC_ERR_CUDA) with kvc_last_error() saying the frees are done and the zero stays
+ *  queued; the scope is closed, the host state is final and correct, and the next
+ *  device-mapping write (or a later outermost end) retries the queue first; that call
+ *  fails, changing nothing, if the retry fails too.
  *  kvc_swa_allocator_zero_pending() : the queued runs (0 when the device mapping is
  *  current; -1 for a dead handle).
  *  @return begin: KVC_ERR_MISUSE at 2^32 - 1 nested scopes; end: KVC_ERR_MISUSE without
