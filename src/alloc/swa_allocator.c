@@ -238,10 +238,11 @@ kvc_status kvc__swa_map_set(kvc_swa_allocator *a, const int64_t *f, const int64_
  *
  * The failure rule: queueing cannot fail (a queue that cannot grow makes that free
  * launch its zero at once, after the queued ones, as outside a scope: a launch failure
- * there refuses that free, changing nothing, as always). The end's launch is the only step that can fail once frees are done; then
- * the frees stay done (the host state is final and correct), the runs stay queued, and
- * the next device-map write or end retries them first (and fails, changing nothing, if
- * the launch fails again). The status says so in kvc_last_error(). */
+ * there refuses that free, changing nothing, as always). The end's launch is the only
+ * step that can fail once frees are done; then the frees stay done (the host state is
+ * final and correct), the runs stay queued, and the next device-map write or end retries
+ * them first (and fails, changing nothing, if the launch fails again). The status says
+ * so in kvc_last_error(). */
 
 kvc_status kvc__swa_zero_flush(kvc_swa_allocator *a, const char *fn, kvc_stream stream) {
   if (!a->pz_items) return KVC_OK;

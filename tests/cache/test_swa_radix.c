@@ -7,6 +7,7 @@
  * with conservation per component.
  */
 #include "../flow/flow_util.h"
+#include "../pool/alloc_test_util.h"
 #include "core/fault.h"
 
 /* Frees the cache makes without a flow: full slots and SWA sides, in order. */
@@ -633,18 +634,6 @@ static void zworld_free(zworld *w) {
   swa_pools_free(w->pool, w->a, w->c);
 }
 
-/* The device mapping equals the host one. */
-static void expect_mapping_synced(const kvc_swa_allocator *a) {
-  const int64_t n = kvc_swa_allocator_mapping_length(a);
-  int64_t *d = malloc((size_t)n * 8);
-  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
-  kvt_d2h(d, kvc_swa_allocator_mapping_device(a), (size_t)n * 8);
-  const int32_t *h = kvc_swa_allocator_mapping_host(a);
-  for (int64_t i = 0; i < n; i++)
-    if (d[i] != h[i]) fail_msg("device mapping[%lld] = %lld, host %d", (long long)i, (long long)d[i], h[i]);
-  free(d);
-}
-
 /* An evict call of several victims (SWA ones, then full leaves; through the hooks, then
  * through the flow) zeroes the device mapping with one launch, and conserves both
  * components. Before the scope there was one launch per victim's free. */
@@ -664,7 +653,7 @@ static void test_evict_zeroes_the_mapping_once(void **state) {
     assert_true(ev >= s.cached / 2 && ev < s.cached);
     if (!via_flow) assert_true(w.frees >= 2);
     assert_int_equal(kvc_swa_allocator_zero_pending(w.a), 0);
-    expect_mapping_synced(w.a);
+    kvt_expect_swa_mapping_synced(w.a);
     conserve(w.flow, NULL, w.a, w.c, 0, 0);
     s = sizes(w.c);
     assert_true(s.swa_cached > 0);
@@ -674,7 +663,7 @@ static void test_evict_zeroes_the_mapping_once(void **state) {
     assert_int_equal(kvc__fault_calls(kvt_ctx, KVC__FAULT_LAUNCH), 1);
     assert_int_equal(swa_ev, s.swa_cached);
     if (!via_flow) assert_true(w.frees >= 2);
-    expect_mapping_synced(w.a);
+    kvt_expect_swa_mapping_synced(w.a);
     conserve(w.flow, NULL, w.a, w.c, 0, 0);
     assert_int_equal(sizes(w.c).cached, 0);
     zworld_free(&w);
@@ -710,7 +699,7 @@ static void test_evict_deferred_zero_failure(void **state) {
   kvc_req_state *one[] = {&e.st};
   KVT_OK(kvc_flow_alloc_for_extend(w.flow, one, 1, w.out, NULL));
   assert_int_equal(kvc_swa_allocator_zero_pending(w.a), 0);
-  expect_mapping_synced(w.a);
+  kvt_expect_swa_mapping_synced(w.a);
   e.st.kv_committed_len = e.st.seq_len;
   KVT_OK(kvc_flow_release(w.flow, one, 1, 1, NULL));
   conserve(w.flow, NULL, w.a, w.c, 0, 0);

@@ -43,4 +43,16 @@ static inline kvc_allocator *kvt_allocator(kvc_allocator_kind kind, int64_t size
   return kvt_allocator_on(kvt_ctx, kind, size, ps, flags);
 }
 
+/* The SWA allocator's device full->SWA mapping equals its host one (synchronizes). */
+static inline void kvt_expect_swa_mapping_synced(const kvc_swa_allocator *a) {
+  const int64_t n = kvc_swa_allocator_mapping_length(a);
+  int64_t *d = malloc((size_t)n * 8);
+  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
+  kvt_d2h(d, kvc_swa_allocator_mapping_device(a), (size_t)n * 8);
+  const int32_t *h = kvc_swa_allocator_mapping_host(a);
+  for (int64_t i = 0; i < n; i++)
+    if (d[i] != h[i]) fail_msg("device mapping[%lld] = %lld, host %d", (long long)i, (long long)d[i], h[i]);
+  free(d);
+}
+
 #endif

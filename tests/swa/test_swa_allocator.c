@@ -15,18 +15,6 @@ static kvc_swa_allocator *make_swa(int64_t full, int64_t swa, int32_t ps, uint32
   return a;
 }
 
-/* The device mapping equals the host one. */
-static void expect_device_mapping(const kvc_swa_allocator *a) {
-  const int64_t n = kvc_swa_allocator_mapping_length(a);
-  int64_t *d = malloc((size_t)n * 8);
-  KVT_OK(kvc_stream_synchronize(kvt_ctx, NULL));
-  kvt_d2h(d, kvc_swa_allocator_mapping_device(a), (size_t)n * 8);
-  const int32_t *h = kvc_swa_allocator_mapping_host(a);
-  for (int64_t i = 0; i < n; i++)
-    if (d[i] != h[i]) fail_msg("device mapping[%lld] = %lld, host %d", (long long)i, (long long)d[i], h[i]);
-  free(d);
-}
-
 typedef struct snap {
   int64_t len, favail, savail;
   int32_t *map;
@@ -53,7 +41,7 @@ static void expect_same(const kvc_swa_allocator *a, snap *s) {
   assert_int_equal(s->savail, t.savail);
   assert_memory_equal(&s->fs, &t.fs, sizeof s->fs);
   assert_memory_equal(&s->ss, &t.ss, sizeof s->ss);
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   KVT_OK(kvc_swa_allocator_check(a));
   free(t.map);
   free(s->map);
@@ -103,7 +91,7 @@ static void test_create_and_sizes(void **state) {
   assert_int_equal(kvc_swa_allocator_mapping_host(a)[68], -1);
   assert_true(kvc_swa_allocator_new_pages_available(a, 16, 4));
   assert_false(kvc_swa_allocator_new_pages_available(a, 16, 5));
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   kvc_swa_allocator_destroy(a);
   kvc_swa_allocator_destroy(NULL);
 }
@@ -133,7 +121,7 @@ static void test_token_alloc_mapping_and_translate(void **state) {
   assert_int_equal(m[5], 5);
   assert_int_equal(m[8], 8);
   assert_int_equal(m[9], 2); /* SWA slot 2 came back at the end of the SWA FIFO */
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   /* translate on the device: -1 -> -1, out-of-range -> -1, int32 out */
   const int64_t q[5] = {-1, 9, 2, 1, 1000};
   int64_t *dq = kvt_dev_alloc(sizeof q);
@@ -230,7 +218,7 @@ static void test_one_pass_free_refusals_and_order_page1(void **state) {
   KVT_OK(kvc_swa_allocator_free(a, good, 3, NULL)); /* full ..., 6, 5, 2, 4; SWA the same */
   const int32_t *m = kvc_swa_allocator_mapping_host(a);
   for (int k = 0; k < 3; k++) assert_int_equal(m[good[k]], 0);
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   int64_t g[16];
   KVT_OK(kvc_swa_allocator_alloc(a, 14, g, NULL, NULL)); /* full 7..20; SWA 7..18, 6, 5 */
   assert_int_equal(m[19], 6);
@@ -268,7 +256,7 @@ static void test_one_pass_free_refusals_and_order_paged(void **state) {
   assert_int_equal(kvc_swa_allocator_swa_available_size(t.a), w0 + 8);
   const int32_t *m = kvc_swa_allocator_mapping_host(t.a);
   for (int k = 0; k < 8; k++) assert_int_equal(m[o[k]], 0);
-  expect_device_mapping(t.a);
+  kvt_expect_swa_mapping_synced(t.a);
   /* pages 2 then 1 were listed: sorted, so page 1 comes back first on both sides */
   const int64_t pre[1] = {0}, seq[1] = {4};
   int64_t out[4];
@@ -350,7 +338,7 @@ static void test_extend_rollback_and_mapped_partial_pages(void **state) {
   }
   assert_int_equal(out[0], t.out[4] + 1); /* continues request 0's page */
   assert_int_equal(out[6], t.out[7] + 1); /* continues request 1's page */
-  expect_device_mapping(t.a);
+  kvt_expect_swa_mapping_synced(t.a);
   kvt_dev_free(dout);
   two_reqs_close(&t);
 }
@@ -375,7 +363,7 @@ static void test_paged_window_eviction(void **state) {
     assert_int_equal(m[f[i]] % ps, f[i] % ps);
     assert_true(m[f[i]] > 0);
   }
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   /* decode 6 tokens (seq 11..16): last_loc from the req pool mirror */
   for (int64_t seq = 11; seq <= 16; seq++) {
     int64_t o;
@@ -391,7 +379,7 @@ static void test_paged_window_eviction(void **state) {
   assert_int_equal(kvc_swa_allocator_swa_available_size(a), swa_before + 8);
   for (int i = 0; i < 8; i++) assert_int_equal(m[slots[i]], 0);
   for (int i = 8; i < 16; i++) assert_true(m[slots[i]] > 0);
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   /* second free_swa of the same pages (ps > 1): silently skipped, as SGLang */
   KVT_OK(kvc_swa_allocator_free_swa(a, slots, 8, NULL));
   assert_int_equal(kvc_swa_allocator_swa_available_size(a), swa_before + 8);
@@ -418,7 +406,7 @@ static void test_paged_window_eviction(void **state) {
   KVT_OK(kvc_swa_allocator_free(a, rest, 10, NULL));
   assert_int_equal(kvc_swa_allocator_full_available_size(a), 64);
   assert_int_equal(kvc_swa_allocator_swa_available_size(a), 32);
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   KVT_OK(kvc_swa_allocator_check(a));
   kvt_dev_free(dout);
   kvc_req_to_token_pool_destroy(rp);
@@ -455,7 +443,7 @@ static void test_free_group_ordering(void **state) {
   const int32_t *m = kvc_swa_allocator_mapping_host(a);
   assert_int_equal(m[2], 2);
   assert_int_equal(m[8], 8);
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   KVT_OK(kvc_swa_allocator_check(a));
   kvc_swa_allocator_destroy(a);
 }
@@ -475,14 +463,14 @@ static void test_swa_tail(void **state) {
   assert_int_equal(m[f[8]], 5);
   assert_int_equal(m[f[9]], 6);
   assert_int_equal(kvc_swa_allocator_swa_available_size(a), 28);
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   KVT_OK(kvc_swa_allocator_alloc_extend_swa_tail(a, 0, 4, -1, 0, NULL, 0, NULL, f, NULL, NULL));
   assert_int_equal(kvc_swa_allocator_swa_available_size(a), 28);
   KVT_OK(kvc_swa_allocator_check(a));
   KVT_OK(kvc_swa_allocator_clear(a, NULL));
   assert_int_equal(kvc_swa_allocator_available_size(a), 32);
   for (int64_t i = 0; i < kvc_swa_allocator_mapping_length(a) - 1; i++) assert_int_equal(m[i], 0);
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   kvc_swa_allocator_destroy(a);
 }
 
@@ -517,7 +505,7 @@ static void test_ring_and_pure(void **state) {
   KVT_OK(kvc_swa_allocator_translate_host(a, q, 2, t));
   assert_int_equal(t[0], 3);
   assert_int_equal(t[1], -1);
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   int64_t withpad[3] = {0, g[0], g[2]};
   KVT_OK(kvc_swa_allocator_free_full(a, withpad, 3)); /* no-op */
   assert_int_equal(kvc_swa_allocator_available_size(a), 5);
@@ -574,7 +562,7 @@ static void extend_ex_case(int32_t ps, int64_t ring) {
                         (size_t)kvc_swa_allocator_mapping_length(a) * 4);
     for (int i = 0; i < 3; i++)
       assert_memory_equal(kvc_req_to_token_pool_row(rp, ra[i]), kvc_req_to_token_pool_row(rq, rb[i]), 9 * 4);
-    expect_device_mapping(a);
+    kvt_expect_swa_mapping_synced(a);
     KVT_OK(kvc_swa_allocator_check(a));
     kvt_dev_free(dev);
     kvt_dev_free(rows_dev);
@@ -658,7 +646,7 @@ static void defer_case(int32_t ps) {
   KVT_OK(kvc_swa_allocator_defer_zero_end(a, NULL));
   assert_int_equal(launches(), 1);
   assert_int_equal(kvc_swa_allocator_zero_pending(a), 0);
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   int64_t ga[64], gb[64], na, nb;
   drain(a, ps, ga, &na);
   drain(b, ps, gb, &nb);
@@ -666,7 +654,7 @@ static void defer_case(int32_t ps) {
   assert_memory_equal(ga, gb, (size_t)na * 8);
   assert_memory_equal(kvc_swa_allocator_mapping_host(a), kvc_swa_allocator_mapping_host(b),
                       (size_t)kvc_swa_allocator_mapping_length(a) * 4);
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   kvc_swa_allocator_destroy(a);
   kvc_swa_allocator_destroy(b);
 }
@@ -720,7 +708,7 @@ static void test_deferred_zero_failure_rule(void **state) {
   KVT_OK(kvc_swa_allocator_alloc(a, 2, g, NULL, NULL));
   assert_int_equal(launches(), 2); /* the queued zero, then the new pairs */
   assert_int_equal(kvc_swa_allocator_zero_pending(a), 0);
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   /* nested: the inner end launches nothing */
   KVT_OK(kvc_swa_allocator_defer_zero_begin(a));
   KVT_OK(kvc_swa_allocator_defer_zero_begin(a));
@@ -731,7 +719,7 @@ static void test_deferred_zero_failure_rule(void **state) {
   assert_int_equal(kvc_swa_allocator_zero_pending(a), 1);
   KVT_OK(kvc_swa_allocator_defer_zero_end(a, NULL));
   assert_int_equal(launches(), 1);
-  expect_device_mapping(a);
+  kvt_expect_swa_mapping_synced(a);
   kvc__fault_reset(kvt_ctx);
   KVT_OK(kvc_swa_allocator_check(a));
   kvc_swa_allocator_destroy(a);
@@ -756,12 +744,12 @@ static void test_deferred_zero_queue_oom_launches_instead(void **state) {
     else assert_int_equal(st, KVC_ERR_HOST_OOM), expect_same(a, &s);
     if (st == KVC_OK && pending == 0) { /* the queue's allocation failed: launched at once */
       assert_int_equal(n_launch, 1);
-      expect_device_mapping(a);
+      kvt_expect_swa_mapping_synced(a);
       launched++;
     }
     if (st == KVC_OK && pending == 1) assert_int_equal(n_launch, 0);
     KVT_OK(kvc_swa_allocator_defer_zero_end(a, NULL));
-    expect_device_mapping(a);
+    kvt_expect_swa_mapping_synced(a);
     kvc_swa_allocator_destroy(a);
     if (st == KVC_OK && pending == 1) break; /* no fault left to hit */
   }
