@@ -13,7 +13,8 @@
  * Cases (those issue 14 item 7 and issue 20 name): alloc_extend 16 x 512 and 64 x 256 at
  * page 16 (one planned launch writing the table and a device out), alloc_decode at batch
  * 256 and 1024 (page 16 and 64), the paged free of 4096 slots (page 16), the token free
- * of 4096 slots, the decode channel's host half at 256 and 1024. Only entry points whose
+ * of 4096 slots, the decode channel's host half at 256 and 1024, and kvc_flow_release of one
+ * 4096-token request (chunk cache, page 1 and 16). Only entry points whose
  * signatures are unchanged since 0.1 are used.
  *
  *   usage: kvc_bench_ab LIB_A LIB_B [--reps N] [--host] [--only NAME-PART]
@@ -36,6 +37,7 @@ typedef struct lib {
   kvc_status (*pool_create)(kvc_context *, const kvc_req_to_token_pool_config *, kvc_req_to_token_pool **);
   void (*pool_destroy)(kvc_req_to_token_pool *);
   kvc_status (*pool_alloc)(kvc_req_to_token_pool *, size_t, int32_t *);
+  kvc_status (*pool_free_row)(kvc_req_to_token_pool *, int32_t);
   kvc_status (*alloc_create)(kvc_context *, const kvc_allocator_config *, kvc_allocator **);
   void (*alloc_destroy)(kvc_allocator *);
   kvc_status (*alloc)(kvc_allocator *, int64_t, int64_t *);
@@ -55,6 +57,10 @@ typedef struct lib {
   void (*ch_destroy)(kvc_decode_channel *);
   kvc_status (*ch_alloc)(kvc_decode_channel *, size_t, const int64_t *, const int64_t *, const int32_t *, int64_t *);
   kvc_status (*ch_enqueue)(kvc_decode_channel *, kvc_stream);
+  kvc_status (*flow_create)(kvc_context *, const kvc_flow_config *, kvc_flow **);
+  void (*flow_destroy)(kvc_flow *);
+  kvc_status (*flow_extend)(kvc_flow *, kvc_req_state *const *, size_t, int64_t *, kvc_stream);
+  kvc_status (*flow_release)(kvc_flow *, kvc_req_state *const *, size_t, int, kvc_stream);
 } lib;
 
 static void die(const char *what, const lib *l, kvc_status st) {
@@ -93,6 +99,7 @@ static void lib_open(lib *l, const char *path, int host) {
   BIND(l, pool_create, "kvc_req_to_token_pool_create");
   BIND(l, pool_destroy, "kvc_req_to_token_pool_destroy");
   BIND(l, pool_alloc, "kvc_req_to_token_pool_alloc");
+  BIND(l, pool_free_row, "kvc_req_to_token_pool_free");
   BIND(l, alloc_create, "kvc_allocator_create");
   BIND(l, alloc_destroy, "kvc_allocator_destroy");
   BIND(l, alloc, "kvc_allocator_alloc");
@@ -109,6 +116,10 @@ static void lib_open(lib *l, const char *path, int host) {
   BIND(l, ch_destroy, "kvc_decode_channel_destroy");
   BIND(l, ch_alloc, "kvc_decode_channel_alloc");
   BIND(l, ch_enqueue, "kvc_decode_channel_enqueue");
+  BIND(l, flow_create, "kvc_flow_create");
+  BIND(l, flow_destroy, "kvc_flow_destroy");
+  BIND(l, flow_extend, "kvc_flow_alloc_for_extend");
+  BIND(l, flow_release, "kvc_flow_release");
   kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
   cfg.backend = host ? KVC_BACKEND_HOST : KVC_BACKEND_AUTO;
   CALL(l, l->context_create(&cfg, &l->ctx));
@@ -138,10 +149,11 @@ typedef struct world {
   int64_t *pre, *seq, *out, *slots, *cp;
   int64_t *dev_out;
   kvc_decode_channel *ch;
+  kvc_flow *flow;
   int steps;
 } world;
 
-enum { EXTEND, DECODE, CHANNEL, FREE_PAGED, FREE_TOKEN };
+enum { EXTEND, DECODE, CHANNEL, FREE_PAGED, FREE_TOKEN, FLOW_RELEASE };
 
 typedef struct bench_case {
   const char *name;
@@ -150,7 +162,7 @@ typedef struct bench_case {
 
 static void world_make(lib *l, world *w, const bench_case *c) {
   memset(w, 0, sizeof *w);
-  const int bs = c->bs, width = c->kind == EXTEND ? c->len : 1024;
+  const int bs = c->bs, width = c->kind == EXTEND || c->kind == FLOW_RELEASE ? c->len : 1024;
   kvc_req_to_token_pool_config pc = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
   pc.size = bs;
   pc.max_context_len = width;
@@ -159,7 +171,9 @@ static void world_make(lib *l, world *w, const bench_case *c) {
   /* page size 1 is the TOKEN kind, as SGLang's TokenToKVPoolAllocator */
   ac.kind = c->kind == FREE_TOKEN || c->ps == 1 ? KVC_ALLOCATOR_TOKEN : KVC_ALLOCATOR_PAGED;
   ac.page_size = c->kind == FREE_TOKEN ? 1 : c->ps;
-  ac.size = c->kind >= FREE_PAGED ? 1 << 20 : (int64_t)bs * width * 2 + 64 * c->ps;
+  ac.size = c->kind == FLOW_RELEASE ? (int64_t)width + 2 * c->ps
+            : c->kind >= FREE_PAGED ? 1 << 20
+                                    : (int64_t)bs * width * 2 + 64 * c->ps;
   CALL(l, l->alloc_create(l->ctx, &ac, &w->a));
   w->rows = calloc((size_t)bs, 4);
   w->pre = calloc((size_t)bs, 8);
@@ -177,6 +191,13 @@ static void world_make(lib *l, world *w, const bench_case *c) {
     CALL(l, l->extend(w->a, (size_t)bs, w->pre, w->seq, NULL, w->pool, w->rows, NULL, NULL, NULL, NULL));
     for (int i = 0; i < bs; i++) w->seq[i] += 1;
     if (c->kind == CHANNEL) CALL(l, l->ch_create(w->a, w->pool, (size_t)bs, 64, w->dev_out, &w->ch));
+  } else if (c->kind == FLOW_RELEASE) {
+    CALL(l, l->pool_free_row(w->pool, w->rows[0])); /* the flow takes the row itself */
+    kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
+    fc.page_size = c->ps;
+    fc.req_pool = w->pool;
+    fc.allocator = w->a;
+    CALL(l, l->flow_create(l->ctx, &fc, &w->flow));
   } else {
     int64_t junk[8 * 16];
     const int jn = c->kind == FREE_TOKEN ? 8 : 8 * c->ps;
@@ -189,6 +210,7 @@ static void world_make(lib *l, world *w, const bench_case *c) {
 static void world_free(lib *l, world *w) {
   CALL(l, l->sync(l->ctx, NULL));
   if (w->ch) l->ch_destroy(w->ch);
+  if (w->flow) l->flow_destroy(w->flow);
   l->mem_free(l->ctx, w->dev_out);
   free(w->rows), free(w->pre), free(w->seq), free(w->out), free(w->slots), free(w->cp);
   l->alloc_destroy(w->a);
@@ -220,6 +242,16 @@ static double run_once(lib *l, world *w, const bench_case *c) {
     CALL(l, l->restore(w->a, &s));
     return t1 - t0;
   }
+  if (c->kind == FLOW_RELEASE) { /* kvc_flow_release of one request (chunk cache); its extend untimed */
+    kvc_req_state q, *qp = &q;
+    memset(&q, 0, sizeof q);
+    q.seq_len = c->len;
+    CALL(l, l->flow_extend(w->flow, &qp, 1, w->dev_out, NULL)); /* device memory on CUDA */
+    t0 = now_us();
+    CALL(l, l->flow_release(w->flow, &qp, 1, 1, NULL));
+    t1 = now_us();
+    return t1 - t0;
+  }
   /* free of 4096 slots, pages listed in descending order (as bench_alloc does) */
   const int ps = c->kind == FREE_TOKEN ? 1 : c->ps, np = 4096 / ps;
   for (int j = 0; j < np; j++) memcpy(w->cp + (size_t)j * ps, w->slots + (size_t)(np - 1 - j) * ps, (size_t)ps * 8);
@@ -249,12 +281,19 @@ int main(int argc, char **argv) {
   lib_open(&libs[0], paths[0], host);
   lib_open(&libs[1], paths[1], host);
   static const bench_case cases[] = {
-      {"alloc_extend 16 x 512", EXTEND, 16, 512, 16}, {"alloc_extend 64 x 256", EXTEND, 64, 256, 16},
-      {"alloc_extend 16 x 512", EXTEND, 16, 512, 1},  {"alloc_decode", DECODE, 256, 0, 16},
-      {"alloc_decode", DECODE, 1024, 0, 16},          {"alloc_decode", DECODE, 1024, 0, 64},
-      {"channel host half", CHANNEL, 256, 0, 16},     {"channel host half", CHANNEL, 1024, 0, 16},
-      {"channel host half", CHANNEL, 1024, 0, 64},    {"free 4096 (paged)", FREE_PAGED, 1, 0, 16},
+      {"alloc_extend 16 x 512", EXTEND, 16, 512, 16},
+      {"alloc_extend 64 x 256", EXTEND, 64, 256, 16},
+      {"alloc_extend 16 x 512", EXTEND, 16, 512, 1},
+      {"alloc_decode", DECODE, 256, 0, 16},
+      {"alloc_decode", DECODE, 1024, 0, 16},
+      {"alloc_decode", DECODE, 1024, 0, 64},
+      {"channel host half", CHANNEL, 256, 0, 16},
+      {"channel host half", CHANNEL, 1024, 0, 16},
+      {"channel host half", CHANNEL, 1024, 0, 64},
+      {"free 4096 (paged)", FREE_PAGED, 1, 0, 16},
       {"free 4096 (token)", FREE_TOKEN, 1, 0, 1},
+      {"flow release 4096", FLOW_RELEASE, 1, 4096, 1},
+      {"flow release 4096", FLOW_RELEASE, 1, 4096, 16},
   };
   const int warm = reps / 10;
   double *t[2] = {malloc(sizeof(double) * (size_t)reps), malloc(sizeof(double) * (size_t)reps)};

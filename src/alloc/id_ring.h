@@ -37,6 +37,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct kvc__ring {
   uint32_t *buf;
@@ -90,13 +91,24 @@ static inline uint32_t kvc__ring_pop_front(kvc__ring *r, uint8_t *state, uint8_t
   return id;
 }
 
-/** Appends ids[0:n) in order (FIFO frees), their state bytes set to `to`. */
+/** Appends ids[0:n) in order (FIFO frees), their state bytes set to `to`. ids must not
+ *  point into the ring's own buffer (they are copied with memcpy). */
 static inline void kvc__ring_push_back(kvc__ring *r, const uint32_t *ids, int64_t n, uint8_t *state, uint8_t to) {
   uint32_t *const buf = r->buf;
   const uint64_t mask = r->mask, tail = r->head + (uint64_t)r->count;
-  for (int64_t i = 0; i < n; i++) {
-    state[ids[i]] = to;
-    buf[(tail + (uint64_t)i) & mask] = ids[i];
+  if (n >= 16) {
+    /* The states in one pass, the ids in (at most two) copies up to and past the wrap:
+     * the fused loop was ~9 instructions an id, the index masked for every store. */
+    for (int64_t i = 0; i < n; i++) state[ids[i]] = to;
+    const uint64_t at = tail & mask, room = mask + 1 - at;
+    const size_t first = (uint64_t)n < room ? (size_t)n : (size_t)room;
+    memcpy(buf + at, ids, first * sizeof *buf);
+    memcpy(buf, ids + first, ((size_t)n - first) * sizeof *buf);
+  } else {
+    for (int64_t i = 0; i < n; i++) {
+      state[ids[i]] = to;
+      buf[(tail + (uint64_t)i) & mask] = ids[i];
+    }
   }
   r->count += n;
 }

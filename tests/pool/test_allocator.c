@@ -90,6 +90,41 @@ static void test_refused_free_keeps_the_backup_image(void **state) {
   kvc_allocator_destroy(a);
 }
 
+/* A TOKEN free inside a group takes the four-a-step recording pass: a repeat inside a
+ * step, a slot already freed in this group, one out of range or not held, at any
+ * position, fails with the checked loop's status, index and message, and records nothing
+ * (group_pending, the states); the group then releases exactly what was recorded, in call
+ * order. */
+static void test_token_group_free_four_a_step(void **state) {
+  (void)state;
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 64, 1, 0);
+  int64_t out[64];
+  kvc_allocator_stats st;
+  KVT_OK(kvc_allocator_alloc(a, 64, out));
+  KVT_OK(kvc_allocator_free_group_begin(a));
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){10, 11, 12, 13, 14, 15, 16, 17}, 8));
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){20, 21, 22, 23, 24, 12, 26, 27}, 8), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots[5]"));
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "already freed in this group"));
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){20, 21, 20, 23, 24, 25, 26, 27}, 8), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots[2]"));
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "listed twice"));
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){20, 21, 22, 23, 24, 25, 65, 27}, 8), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots[6]"));
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){20, 21, 22, 23, 24, 25, 26, 0, 28}, 9), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots[7]"));
+  KVT_OK(kvc_allocator_get_stats(a, &st));
+  assert_int_equal(st.group_pending, 8); /* the refused frees recorded nothing */
+  KVT_OK(kvc_allocator_check(a));
+  /* The refused slots are still held: a descending run of nine (two steps and one). */
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){28, 27, 26, 25, 24, 23, 22, 21, 20}, 9));
+  assert_int_equal(kvc_allocator_available_size(a), 0);
+  KVT_OK(kvc_allocator_free_group_end(a));
+  KVT_OK(kvc_allocator_check(a));
+  expect_next_alloc(a, (int64_t[]){10, 11, 12, 13, 14, 15, 16, 17, 28, 27, 26, 25, 24, 23, 22, 21, 20}, 17);
+  kvc_allocator_destroy(a);
+}
+
 /* The TOKEN free checks four slots a step: a bad slot anywhere in a step of four (a
  * repeat inside it, one out of range, one not held) is refused with the per-slot loop's
  * status and index and nothing changed, and a free that reaches the ring's wrap point
@@ -1036,6 +1071,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_need_sort_merge_triggers),
     cmocka_unit_test(test_free_groups_paged),
     cmocka_unit_test(test_free_groups_token),
+    cmocka_unit_test(test_token_group_free_four_a_step),
     cmocka_unit_test(test_free_segment_strides),
     cmocka_unit_test(test_backup_restore),
     cmocka_unit_test(test_misuse_changes_nothing),
