@@ -1,4 +1,4 @@
-# Session 10 call 2: the TOKEN group free (4a1a68a) against f4e6232 (.gpu/base) on the
+# Session 10 call 2: the TOKEN group free (aa63d3a) against f4e6232 (.gpu/base) on the
 # CUDA backend: kvc_bench_ab both orders and a control, the adapter bench in turns
 # (its release C(clock) column is kvc_flow_release), and the allocator / flow tests.
 set -uo pipefail

@@ -1,5 +1,5 @@
 # Session 10 call 3: call 2's kvc_bench_ab part again (call 2 wrote too many files and its
-# log did not come back): base f4e6232 against 4a1a68a, both orders, and a control.
+# log did not come back): base f4e6232 against aa63d3a, both orders, and a control.
 set -uo pipefail
 b=build-gpu
 ( cmake -S .gpu/base -B /tmp/bb -DCMAKE_BUILD_TYPE=Release -DKVC_BUILD_TESTS=OFF -DKVC_BUILD_EXAMPLES=OFF \
