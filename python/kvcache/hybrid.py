@@ -3,6 +3,7 @@ allocators and SWA KV pools (SGLang MambaPool, HybridReqToTokenPool,
 SWATokenToKVPoolAllocator, SWAKVPool). Buffer arguments are checked as everywhere in the
 package (python/kvcache/_buf.py); exported from ``kvcache``.
 """
+import contextlib
 import ctypes
 from ctypes import POINTER, Structure, byref, c_int, c_int32, c_int64, c_size_t, c_uint32, \
     c_uint64, c_void_p
@@ -103,6 +104,12 @@ _fn("kvc_swa_allocator_alloc_decode", _st, _P, c_size_t, _P, _P, _P, _P, _P, _P,
 _fn("kvc_swa_allocator_free", _st, _P, _P, c_size_t, _P)
 _fn("kvc_swa_allocator_free_swa", _st, _P, _P, c_size_t, _P)
 _fn("kvc_swa_allocator_check", _st, _P)
+_fn("kvc_swa_allocator_free_group_begin", _st, _P)
+_fn("kvc_swa_allocator_free_group_end", _st, _P)
+_fn("kvc_swa_allocator_defer_zero_begin", _st, _P)
+_fn("kvc_swa_allocator_defer_zero_end", _st, _P, _P)
+_fn("kvc_swa_allocator_zero_pending", c_int64, _P)
+_fn("kvc_swa_allocator_clear", _st, _P, _P)
 _fn("kvc_swa_kv_pool_create", _st, _P, POINTER(SwaKVPoolConfig), POINTER(c_void_p))
 _fn("kvc_swa_kv_pool_destroy", None, _P)
 _fn("kvc_swa_kv_pool_full", _P, _P)
@@ -409,6 +416,52 @@ class SWAAllocator(_Handle):
 
     def check(self):
         self._check(lib.kvc_swa_allocator_check(self.handle))
+
+    def free_group_begin(self):
+        """Opens a free group on both sides (SGLang free_group_begin): the frees until
+        free_group_end are released together. Misuse when one is open."""
+        self._check(lib.kvc_swa_allocator_free_group_begin(self.handle))
+
+    def free_group_end(self):
+        self._check(lib.kvc_swa_allocator_free_group_end(self.handle))
+
+    @contextlib.contextmanager
+    def free_group(self):
+        """with swa.free_group(): frees released together at the end."""
+        self.free_group_begin()
+        try:
+            yield self
+        finally:
+            self.free_group_end()
+
+    def defer_zero_begin(self):
+        """Opens a deferred-zero scope (kvc_swa_allocator_defer_zero_begin): the frees
+        until the outermost defer_zero_end queue their device-mapping zeroes, which end
+        launches as one. Scopes nest."""
+        self._check(lib.kvc_swa_allocator_defer_zero_begin(self.handle))
+
+    def defer_zero_end(self, stream=None):
+        """Closes the scope; the outermost end launches the queue on `stream`. A failed
+        launch raises CudaError with the frees done and the zeroes still queued (the next
+        mapping write retries them)."""
+        self._check(lib.kvc_swa_allocator_defer_zero_end(self.handle, _stream(stream)))
+
+    @contextlib.contextmanager
+    def deferred_zero(self, stream=None):
+        """with swa.deferred_zero(stream): the frees inside make one mapping launch."""
+        self.defer_zero_begin()
+        try:
+            yield self
+        finally:
+            self.defer_zero_end(stream)
+
+    def zero_pending(self):
+        """Queued device-mapping zero runs (0: the device mapping is current)."""
+        return lib.kvc_swa_allocator_zero_pending(self.handle)
+
+    def clear(self, stream=None):
+        """Both sides free again, groups closed, the mapping zeroed (host and device)."""
+        self._check(lib.kvc_swa_allocator_clear(self.handle, _stream(stream)))
 
 
 class _BorrowedKVPool(KVPool):

@@ -242,3 +242,33 @@ def test_device_allocator_hook_is_accepted_on_host():
     with kvc.Context(backend="host", device_allocator=hook) as c:
         kvc.KVPool(c, 16, 1, dtype="float32", head_num=1, head_dim=4).close()
     assert hook.calls == 0
+
+
+def test_swa_allocator_deferred_zero_free_group_and_clear(ctx):
+    swa = kvc.SWAAllocator(ctx, 64, 32)
+    full = swa.alloc(6)
+    peers = swa.translate(full)
+    assert all(p > 0 for p in peers) and swa.zero_pending() == 0
+    with pytest.raises(kvc.Misuse, match="no deferred-zero scope is open"):
+        swa.defer_zero_end()
+    with swa.deferred_zero():
+        swa.free(full[:2])
+        with swa.deferred_zero():  # nested: only the outermost end launches
+            swa.free(full[2:4])
+        queued = swa.zero_pending()
+        assert queued > 0  # the device mapping lags; the host one is zeroed at once
+        assert all(swa.mapping()[s] == 0 for s in full[:4])
+    assert swa.zero_pending() == 0
+    assert swa.full_available_size() == 64 - 2 and swa.swa_available_size() == 32 - 2
+    swa.check()
+    # A free group holds the frees back until its end (SGLang free_group_begin / end).
+    with swa.free_group():
+        swa.free(full[4:])
+        assert swa.full_available_size() == 64 - 2
+    assert swa.full_available_size() == 64 and swa.swa_available_size() == 32
+    with pytest.raises(kvc.Misuse):
+        swa.free_group_end()
+    swa.alloc(5)
+    swa.clear()
+    assert swa.full_available_size() == 64 and swa.swa_available_size() == 32
+    swa.check()
