@@ -103,7 +103,13 @@ struct kvc_allocator {
   int64_t num_pages;
 
   kvc__ring ring;
-  uint8_t *state; /* num_pages + 1 */
+  /* num_pages + 1 states, then RESERVED padding up to state_mask + 1 bytes. TOKEN kind:
+   * state_mask = 2^k - 1 >= num_pages, so that the free's range test of four slots is one
+   * OR and one compare: a slot in (num_pages, state_mask] reads RESERVED, fails the state
+   * test and is re-checked exactly by the per-slot loop (allocator.c, token_free_fast).
+   * PAGED kind: state_mask = num_pages, no padding (that path is TOKEN only). */
+  uint8_t *state;
+  uint64_t state_mask;
   uint32_t *deferred;
   int64_t deferred_count;
 

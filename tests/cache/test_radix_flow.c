@@ -109,6 +109,51 @@ static void reuse_at(int32_t ps) {
   kvc_radix_cache_destroy(rc);
 }
 
+/* The tree's held bytes prove only that the tree holds a victim's slots, not that the
+ * flow's allocator does: a slot freed behind the tree's back (or a flow over another
+ * allocator) must still be refused by the allocator's validated free at eviction. Two
+ * leaves at page 1; the second victim has one slot freed directly: evict frees the first
+ * victim, stops at the second with the allocator's MISUSE (that victim stays, *evicted is
+ * the first's tokens), and a second evict changes nothing. */
+static void test_evict_refuses_a_slot_freed_behind_the_tree(void **state) {
+  (void)state;
+  const int64_t cap = 256;
+  kvc_radix_cache *rc = make_cache(1, cap);
+  kvc_prefix_cache pc = kvc_radix_cache_as_prefix_cache(rc);
+  fixture f;
+  fixture_make(&f, 8, 128, cap, 1, &pc);
+  ereq a, b;
+  ereq_init(&a, 40, 1, 0, 0);
+  ereq_init(&b, 40, 2, 0, 0);
+  admit_and_extend(&f, rc, &a);
+  release(&f, &a, 1);
+  admit_and_extend(&f, rc, &b);
+  int64_t b_slots[40];
+  KVT_OK(kvc_flow_row_slots(f.flow, b.st.req_row, 0, 40, b_slots));
+  release(&f, &b, 1);
+  KVT_OK(kvc_allocator_free(f.alloc, &b_slots[17], 1)); /* misuse: the tree holds it */
+  const int64_t avail = kvc_allocator_available_size(f.alloc);
+  assert_int_equal(avail, cap - 80 + 1);
+  int64_t n = -1, cached;
+  KVT_STATUS(kvc_radix_cache_evict(rc, f.flow, 80, &n), KVC_ERR_MISUSE);
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "slots[17]"));
+  assert_non_null(strstr(kvc_last_error(kvt_ctx), "not held"));
+  assert_int_equal(n, 40); /* a went, b stays */
+  KVT_OK(kvc_radix_cache_sizes(rc, NULL, NULL, &cached));
+  assert_int_equal(cached, 40);
+  assert_int_equal(kvc_allocator_available_size(f.alloc), avail + 40);
+  KVT_OK(kvc_radix_cache_check(rc));
+  KVT_OK(kvc_allocator_check(f.alloc));
+  KVT_STATUS(kvc_radix_cache_evict(rc, f.flow, 40, &n), KVC_ERR_MISUSE);
+  assert_int_equal(n, 0);
+  KVT_OK(kvc_radix_cache_sizes(rc, NULL, NULL, &cached));
+  assert_int_equal(cached, 40);
+  assert_int_equal(kvc_allocator_available_size(f.alloc), avail + 40);
+  KVT_OK(kvc_allocator_check(f.alloc));
+  fixture_free(&f);
+  kvc_radix_cache_destroy(rc);
+}
+
 static void test_reuse_token_allocator(void **state) {
   (void)state;
   reuse_at(1);
@@ -395,6 +440,7 @@ static void test_prompt_split_outputs_go_first(void **state) {
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_reuse_token_allocator),
+    cmocka_unit_test(test_evict_refuses_a_slot_freed_behind_the_tree),
     cmocka_unit_test(test_reuse_paged_allocator),
     cmocka_unit_test(test_allocation_under_pressure_evicts),
     cmocka_unit_test(test_chunked_prefill_and_duplicates),

@@ -157,6 +157,115 @@ static void test_token_free_four_a_step(void **state) {
   kvc_allocator_destroy(a);
 }
 
+/* The TOKEN free's range test of four slots is one OR against 2^k - 1 >= num_pages, the
+ * bytes past num_pages being RESERVED padding: every slot of (num_pages, 2^k - 1] (the
+ * padding, its last byte included), 2^k and up, slot 0 and negative ones must still be
+ * refused in any position of a step, with the index and message of the per-slot check
+ * ("out of range" / "padding page 0"), and nothing changed. Sizes with padding (100: up
+ * to 127), without (127) and a power of two (128: padding up to 255). */
+static void test_token_free_padding_slots_refused(void **state) {
+  (void)state;
+  const int64_t sizes[3] = {100, 127, 128};
+  for (int z = 0; z < 3; z++) {
+    const int64_t np = sizes[z];
+    kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, np, 1, 0);
+    int64_t *all = malloc((size_t)np * sizeof *all);
+    assert_non_null(all);
+    KVT_OK(kvc_allocator_alloc(a, np, all));
+    int64_t mask = 1;
+    while (mask < np) mask = 2 * mask + 1;
+    const int64_t bad[] = {np + 1, mask, mask + 1, 2 * mask + 1, 0, -1, INT64_MIN, INT64_MAX, (int64_t)1 << 32};
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+      if (bad[b] >= 1 && bad[b] <= np) continue; /* mask == np at size 127: no padding */
+      for (int pos = 0; pos < 8; pos++) {
+        int64_t v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        v[pos] = bad[b];
+        KVT_STATUS(kvc_allocator_free(a, v, 8), KVC_ERR_MISUSE);
+        char want[32];
+        snprintf(want, sizeof want, "slots[%d]", pos);
+        assert_non_null(strstr(kvc_last_error(kvt_ctx), want));
+        assert_non_null(strstr(kvc_last_error(kvt_ctx), bad[b] == 0 ? "padding page 0" : "out of range"));
+        assert_int_equal(kvc_allocator_available_size(a), 0);
+      }
+    }
+    KVT_OK(kvc_allocator_check(a));
+    /* The highest slot is still freed by the fast path, and order is kept. */
+    KVT_OK(kvc_allocator_free(a, (int64_t[]){np, 1, np - 1, 2, 3, 4, 5, 6}, 8));
+    expect_next_alloc(a, (int64_t[]){np, 1, np - 1, 2, 3, 4, 5, 6}, 8);
+    free(all);
+    kvc_allocator_destroy(a);
+  }
+}
+
+/* Model test of the TOKEN free's order and refusals: random frees of held slots in
+ * random order, some with one bad slot at a random position (a repeat, a free slot, slot
+ * 0, a padding slot, a negative one); a good free appends in call order, a refused one
+ * changes nothing (the put-back of a failing step of four), which every later alloc
+ * checks against a FIFO model of the ring. */
+static void test_token_free_order_model(void **state) {
+  (void)state;
+  kvt_rng r = {kvt_seed()};
+  const int64_t sizes[4] = {5, 64, 100, 1000};
+  for (int z = 0; z < 4; z++) {
+    const int64_t np = sizes[z];
+    kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, np, 1, 0);
+    int64_t *fifo = malloc((size_t)(4 * np) * sizeof *fifo), *held = malloc((size_t)np * sizeof *held);
+    int64_t *v = malloc((size_t)(np + 1) * sizeof *v), *got = malloc((size_t)np * sizeof *got);
+    assert_true(fifo && held && v && got);
+    int64_t head = 0, tail = 0, nheld = 0; /* model ring: fifo[head, tail) */
+    for (int64_t s = 1; s <= np; s++) fifo[tail++] = s;
+    for (int it = 0; it < 400; it++) {
+      if (tail - head > 0 && (nheld == 0 || kvt_range(&r, 0, 1))) { /* alloc */
+        const int64_t k = kvt_range(&r, 1, tail - head);
+        KVT_OK(kvc_allocator_alloc(a, k, got));
+        for (int64_t j = 0; j < k; j++) {
+          assert_int_equal(got[j], fifo[head + j]);
+          held[nheld++] = got[j];
+        }
+        head += k;
+        if (head > np) { /* keep the model's window small */
+          memmove(fifo, fifo + head, (size_t)(tail - head) * sizeof *fifo);
+          tail -= head, head = 0;
+        }
+        continue;
+      }
+      for (int64_t j = nheld - 1; j > 0; j--) { /* shuffle the held slots */
+        const int64_t q = kvt_range(&r, 0, j), t = held[j];
+        held[j] = held[q], held[q] = t;
+      }
+      const int64_t k = kvt_range(&r, 1, nheld);
+      memcpy(v, held, (size_t)k * sizeof *v);
+      const int kind = (int)kvt_range(&r, 0, 7); /* 0-4: one bad slot, else none */
+      int64_t n = k;
+      if (kind <= 4) {
+        const int64_t pos = kvt_range(&r, 0, k);
+        memmove(v + pos + 1, v + pos, (size_t)(k - pos) * sizeof *v);
+        n = k + 1;
+        int64_t badslot = 0;
+        if (kind == 0) { /* a repeat of one of the k held slots (v[pos] is the gap) */
+          const int64_t q = kvt_range(&r, 0, k - 1);
+          badslot = v[q < pos ? q : q + 1];
+        }
+        if (kind == 1) badslot = tail > head ? fifo[head] : 0;  /* a free slot */
+        if (kind == 3) badslot = np + kvt_range(&r, 1, np + 1); /* padding or past */
+        if (kind == 4) badslot = -kvt_range(&r, 1, 3);
+        v[pos] = badslot;
+        KVT_STATUS(kvc_allocator_free(a, v, (size_t)n), KVC_ERR_MISUSE);
+        KVT_OK(kvc_allocator_check(a));
+        assert_int_equal(kvc_allocator_available_size(a), tail - head);
+        continue;
+      }
+      KVT_OK(kvc_allocator_free(a, v, (size_t)n));
+      for (int64_t j = 0; j < k; j++) fifo[tail++] = v[j];
+      memmove(held, held + k, (size_t)(nheld - k) * sizeof *held);
+      nheld -= k;
+      KVT_OK(kvc_allocator_check(a));
+    }
+    free(fifo), free(held), free(v), free(got);
+    kvc_allocator_destroy(a);
+  }
+}
+
 static void test_paged_free_prepends_sorted_unique(void **state) {
   (void)state;
   kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_PAGED, 40, 4, 0);
@@ -1061,6 +1170,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_token_allocator_reuses_fifo),
     cmocka_unit_test(test_refused_free_keeps_the_backup_image),
     cmocka_unit_test(test_token_free_four_a_step),
+    cmocka_unit_test(test_token_free_padding_slots_refused),
+    cmocka_unit_test(test_token_free_order_model),
     cmocka_unit_test(test_paged_free_prepends_sorted_unique),
     cmocka_unit_test(test_extend_matches_spec_example),
     cmocka_unit_test(test_extend_without_pool),
