@@ -8,8 +8,10 @@
  *
  * free, free_evicted and free_swa (what eviction's victims go through) first try the
  * one-pass form (free_fast): the same checks in one pass that marks the state bytes, then
- * a release of what it checked without the allocators checking it again. A list it does
- * not accept goes to the checked path below, which refuses it as it always has.
+ * a release of what it checked without the allocators checking it again. At page size 1,
+ * when both free lists take plain appends, that pass writes the ids onto both rings
+ * itself and commits at the end (free_direct). A list it does not accept goes to the
+ * checked path below, which refuses it as it always has.
  */
 #include "swa.h"
 
