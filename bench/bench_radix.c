@@ -48,7 +48,10 @@
  * the rows; the trees themselves are host-only). KVB_ONLY=<part> runs one part.
  * KVB_SWA_DEFER=0 runs part 3's SWA evict calls without the deferred-zero scope (one
  * device-mapping launch per victim, as before it existed): the A/B of that scope in one
- * binary, e.g. on a GPU.
+ * binary, e.g. on a GPU. KVB_SWA_SIDE=full gives part 3's SWA allocator an SWA side as
+ * large as its full side (the default is half, rounded down to pages): the SWA cache then
+ * evicts for the same capacity as the full-attention cache, a like-for-like variant of the
+ * rows (issue 17 item 6 asks for "the same tree sizes").
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_util.h"
@@ -62,6 +65,7 @@ static kvc_context *ctx;
 static FILE *csv;
 static int quick;
 static int swa_defer = 1; /* KVB_SWA_DEFER=0: part 3's evict calls without the one-launch scope */
+static int swa_side_full; /* KVB_SWA_SIDE=full: part 3's SWA side as large as the full side */
 
 /* --- Samples ---------------------------------------------------------------------------- */
 
@@ -853,7 +857,7 @@ static void replay_one(int trace, int ps, int64_t cap, int use_swa, swa_run *out
   if (use_swa) {
     kvc_swa_allocator_config ac = KVC_SWA_ALLOCATOR_CONFIG_INIT;
     ac.size_full = cap;
-    ac.size_swa = cap / 2 / ps * ps;
+    ac.size_swa = swa_side_full ? cap : cap / 2 / ps * ps;
     ac.page_size = ps;
     KVB_CHECK(ctx, kvc_swa_allocator_create(ctx, &ac, &sa));
     sh.sa = sa;
@@ -1336,11 +1340,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "KVB_BACKEND=cuda needs KVB_ONLY=swa\n");
     return 2;
   }
+  const char *side = getenv("KVB_SWA_SIDE");
+  if (side && strcmp(side, "half") && strcmp(side, "full")) {
+    fprintf(stderr, "KVB_SWA_SIDE=%s: half (default) or full\n", side);
+    return 2;
+  }
+  swa_side_full = side && !strcmp(side, "full");
   KVB_CHECK(NULL, kvc_context_create(&cfg, &ctx));
   const char *defer = getenv("KVB_SWA_DEFER");
   swa_defer = !defer || strcmp(defer, "0");
-  printf("backend %s, SWA evict scope %s\n", kvc_context_backend(ctx) == KVC_BACKEND_CUDA ? "cuda" : "host",
-         swa_defer ? "on" : "off (KVB_SWA_DEFER=0: a device-mapping launch per victim)");
+  printf("backend %s, SWA evict scope %s, part 3's SWA side %s\n",
+         kvc_context_backend(ctx) == KVC_BACKEND_CUDA ? "cuda" : "host",
+         swa_defer ? "on" : "off (KVB_SWA_DEFER=0: a device-mapping launch per victim)",
+         swa_side_full ? "as large as the full side (KVB_SWA_SIDE=full)" : "half the full side");
   if (csv_path) {
     csv = fopen(csv_path, "w");
     if (!csv) return 1;

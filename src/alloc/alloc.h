@@ -199,6 +199,14 @@ kvc_status kvc__alloc_free_validate(kvc_allocator *a, const char *fn, const char
  *  audit. v is reordered. */
 kvc_status kvc__alloc_release(kvc_allocator *a, const char *fn, uint32_t *v, int64_t k);
 
+/** Whether a live backup still needs the ring's image behind the head and past the tail:
+ *  no free since the backup (its epoch), no merge that saved it. While it does, a free
+ *  may not write ids past the tail before it commits (they would land on entries a
+ *  restore brings back); the fused frees (token_free_fast, the SWA page-1 free) check. */
+static inline bool kvc__alloc_ring_image_live(const kvc_allocator *a) {
+  return a->backup_live && !a->backup_saved && a->epoch == a->b_epoch;
+}
+
 /** Makes the per-batch arrays hold at least n requests (HOST_OOM, nothing changed). */
 kvc_status kvc__alloc_batch_reserve(kvc_allocator *a, const char *fn, size_t n);
 

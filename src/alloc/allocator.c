@@ -307,7 +307,7 @@ static size_t token_free_fast(kvc_allocator *a, const int64_t *slots, size_t n) 
    * wrapped the slots past the tail are those entries, which restore brings back (the
    * fuzzer found a restore after a refused free handing out a slot twice). Then the ids
    * go in only after the whole call validated. */
-  const bool image_live = a->backup_live && !a->backup_saved && a->epoch == a->b_epoch;
+  const bool image_live = kvc__alloc_ring_image_live(a);
   /* Four slots a step, one branch for their range checks and one for their states, the
    * ids written without the ring's wrap mask up to where it wraps: the per-slot loop below
    * is ~14 instructions a slot with two branches, and a radix eviction at page 1 frees

@@ -8,8 +8,10 @@
  *
  * free, free_evicted and free_swa (what eviction's victims go through) first try the
  * one-pass form (free_fast): the same checks in one pass that marks the state bytes, then
- * a release of what it checked without the allocators checking it again. A list it does
- * not accept goes to the checked path below, which refuses it as it always has.
+ * a release of what it checked without the allocators checking it again. At page size 1,
+ * when both free lists take plain appends, that pass writes the ids onto both rings
+ * itself and commits at the end (free_direct). A list it does not accept goes to the
+ * checked path below, which refuses it as it always has.
  */
 #include "swa.h"
 
@@ -251,6 +253,52 @@ static size_t plan_p1(kvc_swa_allocator *a, const int64_t *slots, size_t n, bool
   return i;
 }
 
+/* Whether v[0:n) is x0, x0 + 1, ...: OR of v[j] ^ (x0 + j), zero iff so (uint64, so a
+ * negative slot differs). With n a multiple of 4 in two-lane vectors with two accumulators
+ * (the GNU C vector extension, as allocator.c's chunk_xor): the scalar loop was one
+ * dependent chain of ~6 instructions a slot, a quarter of a page-16 SWA eviction. */
+typedef uint64_t swa_u64x2 __attribute__((vector_size(16)));
+typedef uint32_t swa_u32x4 __attribute__((vector_size(16)));
+
+static inline uint64_t seq_diff64(const int64_t *v, int64_t n, uint64_t x0) {
+  if (n % 4) {
+    uint64_t d = 0;
+    for (int64_t j = 0; j < n; j++) d |= (uint64_t)v[j] ^ (x0 + (uint64_t)j);
+    return d;
+  }
+  const swa_u64x2 four = {4, 4};
+  swa_u64x2 b0 = {x0, x0 + 1}, b1 = {x0 + 2, x0 + 3}, d0 = {0, 0}, d1 = {0, 0};
+  for (int64_t j = 0; j < n; j += 4) {
+    swa_u64x2 x, y;
+    memcpy(&x, v + j, sizeof x); /* the alignment- and aliasing-safe vector load */
+    memcpy(&y, v + j + 2, sizeof y);
+    d0 |= x ^ b0;
+    d1 |= y ^ b1;
+    b0 += four;
+    b1 += four;
+  }
+  d0 |= d1;
+  return d0[0] | d0[1];
+}
+
+/* The same for mapping entries: e[0:n) is w0, w0 + 1, ... (uint32). */
+static inline uint32_t seq_diff32(const int32_t *e, int64_t n, uint32_t w0) {
+  if (n % 4) {
+    uint32_t d = 0;
+    for (int64_t j = 0; j < n; j++) d |= (uint32_t)e[j] ^ (w0 + (uint32_t)j);
+    return d;
+  }
+  const swa_u32x4 four = {4, 4, 4, 4};
+  swa_u32x4 b = {w0, w0 + 1, w0 + 2, w0 + 3}, d = {0, 0, 0, 0};
+  for (int64_t j = 0; j < n; j += 4) {
+    swa_u32x4 x;
+    memcpy(&x, e + j, sizeof x);
+    d |= x ^ b;
+    b += four;
+  }
+  return d[0] | d[1] | d[2] | d[3];
+}
+
 /* The same for page size > 1, per page: the tree's values are runs of whole pages, so
  * each page is looked at once (a page listed again later is released once, as the paged
  * allocator's free does), and every entry of the mapping on it names an SWA page that is
@@ -281,18 +329,14 @@ static size_t plan_pages(kvc_swa_allocator *a, const int64_t *slots, size_t n, s
      * rest of this page (one compare loop proves it), they are skipped, as each of them
      * would be by `pg == last` (in range: they lie on this page). */
     size_t rest = 0;
-    if (x == pg * ps && n - i >= (size_t)ps) {
-      uint64_t d = 0;
-      for (int64_t j = 1; j < ps; j++) d |= (uint64_t)slots[i + (size_t)j] ^ (uint64_t)(x + j);
-      if (d == 0) rest = (size_t)ps - 1;
-    }
+    if (x == pg * ps && n - i >= (size_t)ps && seq_diff64(slots + i, ps, (uint64_t)x) == 0) rest = (size_t)ps - 1;
     /* The common case: extend and decode map a full page onto one SWA page at the same
      * offsets, which one compare loop without branches proves; the SWA page is then
      * checked once (the loop below would find it ps times). */
     const int32_t *const e = map + pg * ps, w0 = e[0];
     const int64_t wp0 = w0 > 0 ? kvc__pg_div(a->swa, w0) : 0;
     uint32_t off = w0 > 0 ? (uint32_t)(w0 - wp0 * ps) : 1; /* w0 starts its SWA page */
-    for (int64_t j = 1; j < ps; j++) off |= (uint32_t)e[j] ^ ((uint32_t)w0 + (uint32_t)j);
+    off |= seq_diff32(e, ps, (uint32_t)w0);
     bool bad = false;
     if (off == 0) {
       const int64_t wp = wp0;
@@ -328,6 +372,180 @@ static size_t plan_pages(kvc_swa_allocator *a, const int64_t *slots, size_t n, s
   return i;
 }
 
+/* --- Page size 1: validate and release straight onto both free lists -------------- */
+
+/* Whether a side's free of validated slots is a plain append to its ring (kvc__alloc_release
+ * of a TOKEN allocator: no open group, no need_sort side list) and ids may be written past
+ * its tail before the call commits (no live backup image there). */
+static bool direct_ok(const kvc_allocator *al) {
+  return al->kind == KVC_ALLOCATOR_TOKEN && !al->need_sort && !al->in_group && !kvc__alloc_ring_image_live(al);
+}
+
+/* Where the direct pass wrote: the ids past each ring's tail (uncommitted until the
+ * counts move), the zeroed runs in a->words. */
+typedef struct p1_direct {
+  size_t done, nw, items;
+} p1_direct;
+
+#if defined(__GNUC__)
+#  define KVC__SWA_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#  define KVC__SWA_ALWAYS_INLINE static inline
+#endif
+
+/* The id slot past a ring's tail, and the ring's end (where the next id wraps to buf). */
+static inline uint32_t *ring_tail(const kvc__ring *rg) {
+  return rg->buf + ((rg->head + (uint64_t)rg->count) & rg->mask);
+}
+static inline uint32_t *ring_end(const kvc__ring *rg) { return rg->buf + rg->mask + 1; }
+
+/*
+ * One pass over page-1 slots that does the whole free but for the commit: each slot in
+ * range and exactly HELD (set FREE as it passes, so a slot listed twice stops at its
+ * second look; free_swa leaves the full side alone and a repeat finds its entry zeroed),
+ * its peer in range and exactly HELD (set FREE: a mapping naming one SWA slot twice stops
+ * too), the peer appended past the SWA ring's tail, the host entry zeroed, the full slot
+ * past the full ring's tail, the zeroed entries' runs gathered. These are the checks of
+ * plan_p1 and the stores of kvc__fl_release's push_back in one loop: until this pass the
+ * ids went to a->rel and each free list's release read them back, and the entries were
+ * zeroed by a second loop over the runs. The tails are pointers that wrap at the ring's
+ * end (few values, so they stay in registers: with ring indices and masks the loop
+ * spilled). The runs come in two builds with the same result: a branch per slot ("does x
+ * extend the run?"), or without one (every mapped slot rewrites the current pair, a
+ * slot that does not extend it moves to the next pair first; ~10 more instructions a
+ * slot). Which pays depends on the runs: the trees' page-1 victims at 10^4 tokens have
+ * runs of ~2 entries, where the branch was mispredicted on ~30% of the slots (750 k of
+ * a trace's 1.34 M mispredictions, callgrind --branch-sim), and at 10^5-10^6 runs of
+ * 16-250, where it is predicted and the extra instructions cost 10-20%. The caller picks
+ * by the head of the list (short_runs_ahead). Stops at the first slot that
+ * does not pass, with that slot untouched; undo_direct then puts back what the pass
+ * changed. Inlined with `full_too` and `short_runs` constant (four loops).
+ */
+KVC__SWA_ALWAYS_INLINE p1_direct pass_direct(kvc_swa_allocator *a, const int64_t *slots, size_t n, bool unmapped_ok,
+                                             bool full_too, bool short_runs) {
+  uint8_t *const fst = a->full->state, *const sst = a->swa->state;
+  int32_t *const map = a->map;
+  uint32_t *const wp = a->words;
+  uint32_t *fo = full_too ? ring_tail(&a->full->ring) : NULL, *so = ring_tail(&a->swa->ring);
+  uint32_t *const fe = full_too ? ring_end(&a->full->ring) : NULL, *const se = ring_end(&a->swa->ring);
+  /* state[0] is RESERVED, so "x in [1, num_pages]" is "x <= num_pages" and HELD. */
+  const uint64_t npf = (uint64_t)kvc__alloc_num_pages(a->full), nps = (uint64_t)kvc__alloc_num_pages(a->swa);
+  size_t i = 0, nw = 0, it = short_runs ? SIZE_MAX : 0; /* it: the current run's pair */
+  uint32_t rs = 0, re = 0; /* the open run [rs, re) of zeroed entries; re 0: none (slots are >= 1) */
+  for (; i < n; i++) {
+    const uint64_t x = (uint64_t)slots[i];
+    if (x > npf || fst[x] != KVC__PG_HELD) break; /* padding, negative, past the end, not held, repeated */
+    const int32_t w = map[x];
+    if (w > 0) {
+      if ((uint64_t)w > nps || sst[w] != KVC__PG_HELD) break;
+      sst[w] = KVC__PG_FREE;
+      *so++ = (uint32_t)w;
+      if (so == se) so = a->swa->ring.buf;
+      nw++;
+      map[x] = 0;
+      if (short_runs) { /* the current pair rewritten, a new one when x does not extend it */
+        const bool next = (uint32_t)x != re;
+        it += next;
+        rs ^= (rs ^ (uint32_t)x) & (0u - (uint32_t)next); /* x when next, without a branch */
+        re = (uint32_t)x + 1;
+        wp[2 * it] = rs;
+        wp[2 * it + 1] = re - rs;
+      } else {
+        if ((uint32_t)x != re) {
+          if (re) {
+            wp[2 * it] = rs;
+            wp[2 * it + 1] = re - rs;
+          }
+          it += re != 0;
+          rs = (uint32_t)x;
+        }
+        re = (uint32_t)x + 1;
+      }
+    } else if (!unmapped_ok) {
+      break; /* no peer (or, in free_swa, listed again): the checked path says which */
+    }
+    if (full_too) {
+      fst[x] = KVC__PG_FREE;
+      *fo++ = (uint32_t)x;
+      if (fo == fe) fo = a->full->ring.buf;
+    }
+  }
+  if (!short_runs && re) {
+    wp[2 * it] = rs;
+    wp[2 * it + 1] = re - rs;
+  }
+  return (p1_direct){i, nw, re ? it + 1 : 0};
+}
+
+/* Puts back what pass_direct changed for its first r->done slots: every byte it set FREE
+ * was exactly HELD, and the k-th zeroed entry in run order (the pass's order) held the
+ * k-th SWA id it appended. The rings' counts never moved, so the ids past their tails are
+ * junk that the next append overwrites. */
+static void undo_direct(kvc_swa_allocator *a, const int64_t *slots, const p1_direct *r, bool full_too) {
+  uint8_t *const fst = a->full->state, *const sst = a->swa->state;
+  const kvc__ring *const sr = &a->swa->ring;
+  const uint64_t stl = sr->head + (uint64_t)sr->count;
+  if (full_too)
+    for (size_t i = 0; i < r->done; i++) fst[slots[i]] = KVC__PG_HELD;
+  size_t k = 0;
+  for (size_t it = 0; it < r->items; it++)
+    for (uint32_t j = 0; j < a->words[2 * it + 1]; j++)
+      a->map[a->words[2 * it] + j] = (int32_t)sr->buf[(stl + k++) & sr->mask];
+  for (k = 0; k < r->nw; k++) sst[sr->buf[(stl + k) & sr->mask]] = KVC__PG_HELD;
+}
+
+/* Whether the runs of slots[0:n) look short (below 4 entries on average over the first
+ * 32): pass_direct's choice of loop (either gives the same runs). A free's slots are one
+ * victim's or one request's, so their head is a fair sample. */
+static bool short_runs_ahead(const int64_t *slots, size_t n) {
+  const size_t k = KVC__MIN(n, (size_t)32);
+  size_t breaks = 1;
+  for (size_t i = 1; i < k; i++) breaks += slots[i] != slots[i - 1] + 1;
+  return 4 * breaks > k;
+}
+
+/* free / free_evicted / free_swa of n > 0 page-1 slots when both sides' releases are
+ * plain appends (direct_ok): pass_direct, then the
+ * device zero launch or its queueing (the only step that can fail: undo_direct, nothing
+ * changed), then the commit: the rings' counts and epochs as kvc__alloc_release moves
+ * them, SWA side first. The same ids in the same order on each free list as the release
+ * of a->rel below, the same states. *taken false (nothing changed) when a slot does not
+ * pass: the checked path then refuses it. */
+static kvc_status free_direct(kvc_swa_allocator *a, const char *fn, const int64_t *slots, size_t n, bool unmapped_ok,
+                              bool full_too, kvc_stream stream, bool *taken) {
+  KVC_FORWARD(kvc__swa_ensure_tok(a, fn, n)); /* the runs: 2 words per slot at most */
+  p1_direct r;
+  if (short_runs_ahead(slots, n))
+    r = full_too ? pass_direct(a, slots, n, unmapped_ok, true, true)
+                 : pass_direct(a, slots, n, unmapped_ok, false, true);
+  else
+    r = full_too ? pass_direct(a, slots, n, unmapped_ok, true, false)
+                 : pass_direct(a, slots, n, unmapped_ok, false, false);
+  if (r.done < n) {
+    undo_direct(a, slots, &r, full_too);
+    return KVC_OK; /* refused: the checked path says why */
+  }
+  *taken = true;
+  kvc_status st = kvc__swa_zero_runs(a, fn, a->words, r.items, stream);
+  if (st != KVC_OK) {
+    undo_direct(a, slots, &r, full_too);
+    return st;
+  }
+  if (r.nw) {
+    a->swa->epoch++;
+    a->swa->ring.count += (int64_t)r.nw;
+    st = kvc__alloc_finish(a->swa, "kvc_allocator_free", KVC_OK);
+  }
+  if (!full_too) return kvc__swa_finish(a, st);
+  if (st != KVC_OK) { /* a failed SWA-side audit (check mode) stops before the full side, as it always has */
+    for (size_t i = 0; i < n; i++) a->full->state[slots[i]] = KVC__PG_HELD;
+    return st;
+  }
+  a->full->epoch++;
+  a->full->ring.count += (int64_t)n;
+  return kvc__swa_finish(a, kvc__alloc_finish(a->full, "kvc_allocator_free", KVC_OK));
+}
+
 /*
  * free / free_evicted (`full_too`) or free_swa of n > 0 slots (not pure, not ring) in one
  * validating pass. Until issue 17's last pass each eviction victim was checked by
@@ -349,6 +567,8 @@ static kvc_status free_fast(kvc_swa_allocator *a, const char *fn, const int64_t 
                             bool full_too, kvc_stream stream, bool *taken) {
   *taken = false;
   if (a->full->in_group || a->swa->in_group) return KVC_OK;
+  if (a->ps == 1 && direct_ok(a->swa) && (!full_too || direct_ok(a->full)))
+    return free_direct(a, fn, slots, n, unmapped_ok, full_too, stream, taken);
   /* SWA ids: at most one per slot with ps 1; with ps > 1 one per mapped entry of the
    * listed pages, and distinct, so at most the SWA side's pages. */
   size_t nw_cap = n;

@@ -725,6 +725,97 @@ static void test_deferred_zero_failure_rule(void **state) {
   kvc_swa_allocator_destroy(a);
 }
 
+/* A FIFO model of both page-1 free lists and the mapping, for the direct free below. */
+typedef struct fifo_model {
+  int64_t q[2][256];
+  size_t head[2], tail[2];
+  int32_t map[64];
+} fifo_model;
+
+static void fm_push(fifo_model *m, int side, int64_t id) { m->q[side][m->tail[side]++ % 256] = id; }
+static int64_t fm_pop(fifo_model *m, int side) { return m->q[side][m->head[side]++ % 256]; }
+
+/* The page-1 free that validates and appends to both free lists in one pass (swa17c),
+ * checked against the FIFO model while the two rings' tails wrap many times (20 full
+ * slots in a ring of 32, 12 SWA slots in a ring of 16): every free puts its full slots
+ * and its peers at the back in call order; a list refused after good slots (a repeat, a
+ * slot not held, a peer freed by free_swa), a free whose zero launch fails outside a
+ * scope (KVC_ERR_CUDA) and one inside a scope whose queue launches at the end change
+ * nothing (mapping, both lists, device mapping) or are as documented; free_swa of a
+ * peer then free_full keeps the order too. */
+static void test_direct_free_page1_rings_wrap(void **state) {
+  (void)state;
+  kvc_swa_allocator *a = make_swa(20, 12, 1, 0);
+  fifo_model m;
+  memset(&m, 0, sizeof m);
+  for (int64_t k = 1; k <= 20; k++) fm_push(&m, 0, k);
+  for (int64_t k = 1; k <= 12; k++) fm_push(&m, 1, k);
+  const int32_t *map = kvc_swa_allocator_mapping_host(a);
+  uint64_t rng = 0x5eed;
+  for (int round = 0; round < 60; round++) {
+    const int64_t n = 3 + round % 7; /* up to 9 of the 12 SWA slots */
+    int64_t f[16];
+    KVT_OK(kvc_swa_allocator_alloc(a, n + 1, f, NULL, NULL));
+    for (int64_t i = 0; i <= n; i++) {
+      assert_int_equal(f[i], fm_pop(&m, 0));
+      m.map[f[i]] = (int32_t)fm_pop(&m, 1);
+      assert_int_equal(map[f[i]], m.map[f[i]]);
+    }
+    /* alloc leaves both sides' internal backups live until a free (their ring images
+     * past the tails), and the direct free does not run then: this one goes first */
+    KVT_OK(kvc_swa_allocator_free(a, f + n, 1, NULL));
+    fm_push(&m, 0, f[n]);
+    fm_push(&m, 1, m.map[f[n]]);
+    m.map[f[n]] = 0;
+    for (int64_t i = n - 1; i > 0; i--) { /* a free in scrambled order */
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      const int64_t j = (int64_t)((rng >> 33) % (uint64_t)(i + 1)), t = f[i];
+      f[i] = f[j], f[j] = t;
+    }
+    snap s = take(a);
+    int64_t bad[17];
+    memcpy(bad, f, (size_t)n * sizeof *f);
+    bad[n] = f[round % n]; /* listed twice, after n good slots */
+    KVT_STATUS(kvc_swa_allocator_free(a, bad, (size_t)n + 1, NULL), KVC_ERR_MISUSE);
+    expect_same(a, &s);
+    s = take(a);
+    bad[n] = 21; /* past the end */
+    KVT_STATUS(kvc_swa_allocator_free_swa(a, bad, (size_t)n + 1, NULL), KVC_ERR_MISUSE);
+    expect_same(a, &s);
+    s = take(a);
+    kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0); /* outside a scope: the zero launches now, and fails */
+    KVT_STATUS(kvc_swa_allocator_free(a, f, (size_t)n, NULL), KVC_ERR_CUDA);
+    kvc__fault_reset(kvt_ctx);
+    expect_same(a, &s);
+    if (round % 3 == 0) { /* the first slot's peer goes first (window eviction), then the rest */
+      KVT_OK(kvc_swa_allocator_free_swa(a, f, 1, NULL));
+      fm_push(&m, 1, m.map[f[0]]);
+      m.map[f[0]] = 0;
+      s = take(a);
+      KVT_STATUS(kvc_swa_allocator_free(a, f, (size_t)n, NULL), KVC_ERR_MISUSE); /* f[0] has no peer */
+      expect_same(a, &s);
+      KVT_OK(kvc_swa_allocator_free_full(a, f, 1));
+      fm_push(&m, 0, f[0]);
+    }
+    const int64_t *rest = round % 3 == 0 ? f + 1 : f;
+    const size_t nr = (size_t)(round % 3 == 0 ? n - 1 : n);
+    if (round % 2) KVT_OK(kvc_swa_allocator_defer_zero_begin(a));
+    KVT_OK(kvc_swa_allocator_free(a, rest, nr, NULL));
+    if (round % 2) KVT_OK(kvc_swa_allocator_defer_zero_end(a, NULL));
+    for (size_t i = 0; i < nr; i++) {
+      fm_push(&m, 0, rest[i]);
+      fm_push(&m, 1, m.map[rest[i]]);
+      m.map[rest[i]] = 0;
+      assert_int_equal(map[rest[i]], 0);
+    }
+    kvt_expect_swa_mapping_synced(a);
+    KVT_OK(kvc_swa_allocator_check(a));
+    assert_int_equal(kvc_swa_allocator_full_available_size(a), 20);
+    assert_int_equal(kvc_swa_allocator_swa_available_size(a), 12);
+  }
+  kvc_swa_allocator_destroy(a);
+}
+
 /* Queueing needs host memory: a failed allocation of the work space refuses the free
  * (HOST_OOM, nothing changed), one of the queue makes that free launch its own zero. */
 static void test_deferred_zero_queue_oom_launches_instead(void **state) {
@@ -773,5 +864,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_deferred_zero_one_launch_same_order),
     cmocka_unit_test(test_deferred_zero_failure_rule),
     cmocka_unit_test(test_deferred_zero_queue_oom_launches_instead),
+    cmocka_unit_test(test_direct_free_page1_rings_wrap),
 };
 KVT_MAIN("swa_allocator", tests)

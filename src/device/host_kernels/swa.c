@@ -9,9 +9,28 @@
  * that a zeroed run (a free's, and a deferred scope's many) is one memset: the host
  * backend stands in for device work that costs a GPU's host nothing, and a per-entry
  * loop with two bounds checks was a fifth of an SWA eviction's instructions. */
+/* The zero mode (every SWA free's runs, a deferred scope's many) in a loop of its own:
+ * the mode and the destination's width are tested once per launch, not per item (a
+ * page-1 SWA eviction's runs are ~2 entries each, so the per-item tests were most of
+ * the twin). Each run is one memset (GCC makes one of a short loop anyway). */
+#define KVC_SWA_ZERO_RUNS(T)                                         \
+  do {                                                               \
+    T *const d = KVC_HPTR(T *, p->dst);                              \
+    for (int64_t item = 0; item < p->count; item++) {                \
+      const int64_t lo = w[2 * item], end = lo + w[2 * item + 1];    \
+      const int64_t hi = end < p->dst_len ? end : p->dst_len;        \
+      if (lo < hi) memset(d + lo, 0, (size_t)(hi - lo) * sizeof *d); \
+    }                                                                \
+  } while (0)
+
 void kvc_host_swa_map_write(const void *params) {
   const kvc_p_swa_map_write *p = params;
   const uint32_t *w = p->staged ? KVC_HPTR(const uint32_t *, p->staged) : KVC_INLINE_PAYLOAD(p);
+  if (p->mode != KVC_SWA_MAP_PAIRS && p->mode != KVC_SWA_MAP_RUNS) {
+    if (p->dst_i64) KVC_SWA_ZERO_RUNS(int64_t);
+    else KVC_SWA_ZERO_RUNS(int32_t);
+    return;
+  }
   for (int64_t item = 0; item < p->count; item++) {
     int64_t idx, val, len, step;
     if (p->mode == KVC_SWA_MAP_PAIRS) {
