@@ -500,7 +500,8 @@ static void undo_direct(kvc_swa_allocator *a, const int64_t *slots, const p1_dir
 static bool short_runs_ahead(const int64_t *slots, size_t n) {
   const size_t k = KVC__MIN(n, (size_t)32);
   size_t breaks = 1;
-  for (size_t i = 1; i < k; i++) breaks += slots[i] != slots[i - 1] + 1;
+  /* Unsigned: the slots are not validated yet (INT64_MAX + 1 would overflow). */
+  for (size_t i = 1; i < k; i++) breaks += (uint64_t)slots[i] != (uint64_t)slots[i - 1] + 1;
   return 4 * breaks > k;
 }
 

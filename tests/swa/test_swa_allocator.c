@@ -783,6 +783,12 @@ static void test_direct_free_page1_rings_wrap(void **state) {
     KVT_STATUS(kvc_swa_allocator_free_swa(a, bad, (size_t)n + 1, NULL), KVC_ERR_MISUSE);
     expect_same(a, &s);
     s = take(a);
+    /* Extreme ids before the checks: the head's run sample must not overflow (the
+     * fuzzer found INT64_MAX followed by anything: UBSan in fuzz_flow). */
+    const int64_t extreme[3] = {INT64_MAX, INT64_MAX, INT64_MIN};
+    KVT_STATUS(kvc_swa_allocator_free(a, extreme, 3, NULL), KVC_ERR_MISUSE);
+    expect_same(a, &s);
+    s = take(a);
     kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0); /* outside a scope: the zero launches now, and fails */
     KVT_STATUS(kvc_swa_allocator_free(a, f, (size_t)n, NULL), KVC_ERR_CUDA);
     kvc__fault_reset(kvt_ctx);
