@@ -123,6 +123,20 @@ static void test_token_group_free_four_a_step(void **state) {
   KVT_OK(kvc_allocator_check(a));
   expect_next_alloc(a, (int64_t[]){10, 11, 12, 13, 14, 15, 16, 17, 28, 27, 26, 25, 24, 23, 22, 21, 20}, 17);
   kvc_allocator_destroy(a);
+  /* need_sort: the group's end sends the recorded slots to the side list (their GFREE bit
+   * cleared by that write: the audit checks every state), and the next alloc merges them
+   * sorted after what was free before. */
+  a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 16, 1, KVC_ALLOCATOR_NEED_SORT);
+  KVT_OK(kvc_allocator_alloc(a, 14, out));
+  KVT_OK(kvc_allocator_free_group_begin(a));
+  KVT_OK(kvc_allocator_free(a, (int64_t[]){9, 3, 7, 1, 12}, 5));
+  KVT_STATUS(kvc_allocator_free(a, (int64_t[]){2, 4, 6, 7}, 4), KVC_ERR_MISUSE); /* 7: freed in this group */
+  KVT_OK(kvc_allocator_free_group_end(a));
+  KVT_OK(kvc_allocator_check(a));
+  assert_int_equal(kvc_allocator_available_size(a), 2 + 5);
+  expect_next_alloc(a, (int64_t[]){1, 3, 7, 9, 12, 15, 16}, 7);
+  KVT_OK(kvc_allocator_check(a));
+  kvc_allocator_destroy(a);
 }
 
 /* The TOKEN free checks four slots a step: a bad slot anywhere in a step of four (a
