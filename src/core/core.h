@@ -30,12 +30,29 @@ typedef struct kvc__options {
   bool no_disk_cache;       /* KVC_NO_DISK_CACHE */
   int backend;              /* KVC_BACKEND: auto|host|cuda, -1 = not set */
   int64_t staging_bytes;    /* KVC_STAGING_BYTES (default 8M) */
+  bool simd;                /* KVC_SIMD: vector paths where the CPU has them (default on) */
   int64_t inline_max_words; /* KVC_INLINE_MAX_WORDS: largest payload carried in kernel
                                parameters (default 8000 = 32 KB; smaller goes staged) */
   char cache_dir[512];      /* KVC_CACHE_DIR or derived default */
   char nvrtc_lib[256];      /* KVC_NVRTC_LIB */
   char cuda_lib[256];       /* KVC_CUDA_LIB */
 } kvc__options;
+
+/* --- CPU features ------------------------------------------------------------------ */
+
+/* AVX-512 paths (F, BW, CD, DQ, VL) are compiled into x86-64 GCC/Clang builds only;
+ * a function holding one is marked KVC__TARGET_AVX512 and runs only where
+ * kvc__simd_avx512() says so. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KVC_NO_AVX512)
+#  define KVC__HAVE_AVX512 1
+#  define KVC__TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512cd,avx512dq,avx512vl")))
+#else
+#  define KVC__HAVE_AVX512 0
+#  define KVC__TARGET_AVX512
+#endif
+
+/** True when this CPU and OS run the AVX-512 paths (cached by the CPU probe). */
+bool kvc__cpu_avx512(void);
 
 /** Fills `o` from the environment (then defaults). Warns on bad values. */
 void kvc__options_load(kvc__options *o);
@@ -91,6 +108,12 @@ typedef struct kvc__core {
 #define KVC__CONTEXT_MAGIC 0x6b76632d63747821ull /* "kvc-ctx!" */
 
 static inline kvc__core *kvc__core_of(const kvc_context *ctx) { return (kvc__core *)(void *)ctx; }
+
+/** True when the context's objects may take their AVX-512 paths: KVC_SIMD on (the
+ *  default) and kvc__cpu_avx512(). Objects read it once, at create. */
+static inline bool kvc__simd_avx512(const kvc_context *ctx) {
+  return kvc__core_of(ctx)->options.simd && kvc__cpu_avx512();
+}
 
 /** Initialises the core part in place (id, allocator, options, error slots) and
  *  reserves the calling thread's error slot. KVC_ERR_HOST_OOM when that fails (nothing
