@@ -35,6 +35,14 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_extend(const __grid_c
   const int r = blockIdx.x;
   if (r >= p.h.n) return;
   const int32_t *d = reinterpret_cast<const int32_t *>(w + (size_t)r * KVC_PLAN_EXTEND_DESC_WORDS);
+  /* A staged payload may be read in place from pinned host memory (kvc__plan_begin_mapped):
+   * the descriptor once per block, not once per warp and word over the bus. */
+  __shared__ int32_t desc[KVC_PLAN_EXTEND_DESC_WORDS];
+  if (p.h.staged) {
+    if (threadIdx.x < KVC_PLAN_EXTEND_DESC_WORDS) desc[threadIdx.x] = d[threadIdx.x];
+    __syncthreads();
+    d = desc;
+  }
   const int32_t row = d[0], pre = d[1], seq = d[2], last = d[3], o = d[4], pb = d[5], psrc = d[6], wlast = d[7];
   const int64_t ps = KVC_PAGE_SIZE;
   const int64_t ceil_pre = KVC_EXTEND_CEIL_PRE(pre, ps);

@@ -212,7 +212,7 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
     const size_t desc_words = (size_t)bs * KVC_PLAN_EXTEND_DESC_WORDS;
     const size_t words = desc_words + (size_t)total_pages * (m ? 2 : 1) + (size_t)prefix_words;
     kvc__plan plan;
-    KVC_FORWARD(kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_extend), words));
+    KVC_FORWARD(kvc__plan_begin_mapped(ctx, &plan, a->scratch, sizeof(kvc_p_plan_extend), words));
     uint32_t *w = plan.payload;
     uint32_t *pages = w + desc_words;
     int32_t *pre_area = (int32_t *)(void *)(pages + total_pages);
@@ -647,7 +647,7 @@ static kvc_status alloc_decode_impl(kvc_allocator *a, const char *fn, size_t bs,
   const size_t stride = map ? 4 : table_len ? 2 : 3;
   if (!a->k_decode[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_plan_decode, NULL, a->k_decode));
   kvc__plan plan;
-  KVC_FORWARD(kvc__plan_begin(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode), stride * bs));
+  KVC_FORWARD(kvc__plan_begin_mapped(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode), stride * bs));
   kvc_status st = decode_plan(a, fn, bs, seq_lens, last_locs, rp, req_rows, plan.payload, stride, &need);
   if (st != KVC_OK) {
     kvc__plan_cancel(ctx, &plan);

@@ -30,6 +30,7 @@ typedef struct kvc__options {
   bool no_disk_cache;       /* KVC_NO_DISK_CACHE */
   int backend;              /* KVC_BACKEND: auto|host|cuda, -1 = not set */
   int64_t staging_bytes;    /* KVC_STAGING_BYTES (default 8M) */
+  bool staging_mapped;      /* KVC_STAGING_MAPPED: read-once payloads read in place (default on) */
   bool simd;                /* KVC_SIMD: vector paths where the CPU has them (default on) */
   int64_t inline_max_words; /* KVC_INLINE_MAX_WORDS: largest payload carried in kernel
                                parameters (default 8000 = 32 KB; smaller goes staged) */

@@ -29,6 +29,7 @@ static const opt_desc options[] = {
     OPT("NO_DISK_CACHE", OPT_BOOL, no_disk_cache, 0),
     OPT("BACKEND", OPT_BACKEND, backend, 0),
     OPT("STAGING_BYTES", OPT_SIZE, staging_bytes, 0),
+    OPT("STAGING_MAPPED", OPT_BOOL, staging_mapped, 0),
     OPT("SIMD", OPT_BOOL, simd, 0),
     OPT("INLINE_MAX_WORDS", OPT_SIZE, inline_max_words, 0),
     OPT("CACHE_DIR", OPT_STRING, cache_dir, sizeof(((kvc__options *)0)->cache_dir)),
@@ -84,6 +85,7 @@ void kvc__options_load(kvc__options *o) {
   o->staging_bytes = 8 << 20;
   o->inline_max_words = 8000;
   o->simd = true;
+  o->staging_mapped = true;
   set_default_cache_dir(o);
   for (size_t i = 0; i < KVC__ARRAY_LEN(options); i++) {
     char env[64];
@@ -121,7 +123,8 @@ void kvc__options_print(const kvc__options *o, int level) {
   if (level < KVC_LOG_INFO) return;
   fprintf(stderr,
           "kvcache: options: log=%d check=%d dump_kernels=%d no_disk_cache=%d backend=%d "
-          "staging_bytes=%lld inline_max_words=%lld simd=%d cache_dir='%s' nvrtc_lib='%s' cuda_lib='%s'\n",
+          "staging_bytes=%lld staging_mapped=%d inline_max_words=%lld simd=%d cache_dir='%s' nvrtc_lib='%s' "
+          "cuda_lib='%s'\n",
           o->log_level, o->check, o->dump_kernels, o->no_disk_cache, o->backend, (long long)o->staging_bytes,
-          (long long)o->inline_max_words, o->simd, o->cache_dir, o->nvrtc_lib, o->cuda_lib);
+          o->staging_mapped, (long long)o->inline_max_words, o->simd, o->cache_dir, o->nvrtc_lib, o->cuda_lib);
 }

@@ -21,6 +21,7 @@ typedef struct kvc__staging_fence_rec {
 typedef struct kvc__staging {
   unsigned char *host; /* pinned */
   unsigned char *dev;
+  unsigned char *mapped; /* device address of `host` itself (kernels read it over the bus) */
   size_t capacity;
   size_t head;           /* next free offset */
   size_t reserved_begin; /* current reservation */

@@ -410,7 +410,9 @@ kvc_status kvc__cuda_staging_init(kvc_context *ctx, size_t bytes) {
   KVC_FORWARD(cu_enter(ctx, &pushed, "kvc__staging"));
   void *host = NULL;
   CUdeviceptr dev = 0;
+  CUdeviceptr mapped = 0;
   CU_CALL(ctx, cu.cuMemAllocHost(&host, bytes), fail);
+  CU_CALL(ctx, cu.cuMemHostGetDevicePointer(&mapped, host, 0), fail);
   CU_CALL(ctx, cu.cuMemAlloc(&dev, bytes), fail);
   for (int i = 0; i < (int)KVC__ARRAY_LEN(sg->fences); i++) {
     if (sg->fences[i].event) continue;
@@ -420,6 +422,7 @@ kvc_status kvc__cuda_staging_init(kvc_context *ctx, size_t bytes) {
   }
   sg->host = host;
   sg->dev = (unsigned char *)(uintptr_t)dev;
+  sg->mapped = (unsigned char *)(uintptr_t)mapped;
   sg->capacity = bytes;
   sg->head = 0;
   sg->fence_first = sg->fence_count = 0;

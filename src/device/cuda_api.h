@@ -134,6 +134,7 @@
   X(cuMemFree, 3020, (CUdeviceptr dptr))                                                                               \
   X(cuMemAllocHost, 3020, (void **pp, size_t bytesize))                                                                \
   X(cuMemFreeHost, 2000, (void *p))                                                                                    \
+  X(cuMemHostGetDevicePointer, 3020, (CUdeviceptr * pdptr, void *p, unsigned int Flags))                               \
   X(cuMemcpyHtoDAsync, 3020, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream))         \
   X(cuMemcpyDtoHAsync, 3020, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream))               \
   X(cuMemcpyDtoDAsync, 3020, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream))       \

@@ -120,6 +120,11 @@ void kvc__smem_limits(kvc_context *ctx, int64_t *per_block, int64_t *per_sm);
  *  context's staging lock (separate from the kernel-cache lock, so kernel lookups may
  *  happen while a reservation is held); pairs must not nest on one thread. */
 kvc_status kvc__staging_reserve(kvc_context *ctx, size_t bytes, void **host, void **dev);
+/** The device address of the current reservation's pinned host bytes themselves: a
+ *  kernel that reads its payload about once reads it there, over the bus, and the
+ *  caller skips kvc__staging_upload (one driver call less; the fence is still needed).
+ *  Valid from kvc__staging_reserve to the fence. Host backend: the host address. */
+void *kvc__staging_mapped(const kvc_context *ctx);
 kvc_status kvc__staging_upload(kvc_context *ctx, kvc_stream stream);
 kvc_status kvc__staging_fence(kvc_context *ctx, kvc_stream stream);
 /** Gives up a reservation before anything was queued on it (error paths). */

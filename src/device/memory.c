@@ -122,7 +122,7 @@ kvc_status kvc__dev_enable_peer_access(kvc_context *dst_ctx, kvc_context *src_ct
 kvc_status kvc__host_staging_init(kvc_context *ctx, size_t bytes) {
   ctx->staging.host = malloc(bytes);
   if (!ctx->staging.host) return kvc__error(ctx, KVC_ERR_HOST_OOM, "kvc_context_create", "staging");
-  ctx->staging.dev = ctx->staging.host;
+  ctx->staging.dev = ctx->staging.mapped = ctx->staging.host;
   ctx->staging.capacity = bytes;
   return KVC_OK;
 }
@@ -142,13 +142,16 @@ kvc_status kvc__staging_reserve(kvc_context *ctx, size_t bytes, void **host, voi
     if (bytes > ctx->staging.capacity) {
       void *p = realloc(ctx->staging.host, bytes);
       if (!p) st = kvc__error(ctx, KVC_ERR_HOST_OOM, "kvc__staging_reserve", "%zu bytes", bytes);
-      else ctx->staging.host = ctx->staging.dev = p, ctx->staging.capacity = bytes;
+      else ctx->staging.host = ctx->staging.dev = ctx->staging.mapped = p, ctx->staging.capacity = bytes;
     }
+    ctx->staging.reserved_begin = 0;
     *host = *dev = ctx->staging.host;
   }
   if (st != KVC_OK) pthread_mutex_unlock(&ctx->staging_lock);
   return st;
 }
+
+void *kvc__staging_mapped(const kvc_context *ctx) { return ctx->staging.mapped + ctx->staging.reserved_begin; }
 
 kvc_status kvc__staging_upload(kvc_context *ctx, kvc_stream stream) {
   return on_cuda(ctx) ? kvc__cuda_staging_upload(ctx, stream) : KVC_OK;

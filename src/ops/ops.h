@@ -65,6 +65,7 @@ typedef struct kvc__plan {
   int variant;         /* 0 small, 1 medium, 2 wide, 3 large inline; KVC__PLAN_STAGED */
   uint32_t *payload;   /* where the caller writes the payload */
   uint64_t staged_dev; /* device address of the payload when staged, else 0 */
+  bool mapped;         /* staged and read in place from pinned memory: no upload */
 } kvc__plan;
 
 /** Chooses inline (small/large) or staged for `words` payload words after a header of
@@ -72,6 +73,12 @@ typedef struct kvc__plan {
  *  the context's staging lock is held until kvc__plan_launch or kvc__plan_cancel. */
 kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch, size_t header_bytes,
                            size_t words);
+/** kvc__plan_begin for a kernel that reads each payload word about once (a few threads of
+ *  one warp at most): a staged payload is then read by the kernel in place, from the
+ *  pinned ring over the bus, instead of being copied to device memory first, which saves
+ *  the copy's driver call (KVC_STAGING_MAPPED=0 keeps the copy). */
+kvc_status kvc__plan_begin_mapped(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch, size_t header_bytes,
+                                  size_t words);
 /** Copies `header` (its `staged` field already set from plan->staged_dev) in front of the
  *  payload and launches `def` with the variant's spec (plus extra defines), then fences
  *  the staging region. `kcache` (3 entries per extra-spec value, may be NULL) memoises

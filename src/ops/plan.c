@@ -4,8 +4,10 @@
  * Small payloads travel inside the kernel's parameter block (no upload: one driver call,
  * ~3-4 us of host time on an H200), in one of three compiled capacities (4, 8, 32 KB) so a
  * 2-request step does not copy 32 KB of parameters (the driver copies the whole block:
- * ~3 us more at 32 KB than at 4 KB). Larger payloads go through the pinned staging ring
- * (one async H2D copy + the launch + an event). CUDA graphs would freeze inline
+ * ~3 us more at 32 KB than at 4 KB). Larger payloads go through the pinned staging ring:
+ * one async H2D copy + the launch + an event, or, for kernels that read each word about
+ * once (kvc__plan_begin_mapped), the launch + an event, the kernel reading the ring in
+ * place over the bus. CUDA graphs would freeze inline
  * parameters, which is why these launches are documented as not capturable.
  */
 #include "ops.h"
@@ -17,8 +19,8 @@
 static const size_t variant_words[KVC__PLAN_INLINE_VARIANTS] = {KVC_INLINE_SMALL, KVC_INLINE_MEDIUM, KVC_INLINE_WIDE,
                                                                 KVC_INLINE_LARGE};
 
-kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch, size_t header_bytes,
-                           size_t words) {
+static kvc_status plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch, size_t header_bytes,
+                             size_t words, bool read_once) {
   memset(plan, 0, sizeof *plan);
   plan->scratch = scratch;
   plan->header_bytes = header_bytes;
@@ -40,8 +42,19 @@ kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scr
                 KVC_ERR_INVALID_ARGUMENT, "a payload of %zu words is too large", words);
   KVC_FORWARD(kvc__staging_reserve(ctx, payload_bytes, &host, &dev));
   plan->payload = host;
-  plan->staged_dev = (uint64_t)(uintptr_t)dev;
+  plan->mapped = read_once && kvc__core_of(ctx)->options.staging_mapped;
+  plan->staged_dev = (uint64_t)(uintptr_t)(plan->mapped ? kvc__staging_mapped(ctx) : dev);
   return KVC_OK;
+}
+
+kvc_status kvc__plan_begin(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch, size_t header_bytes,
+                           size_t words) {
+  return plan_begin(ctx, plan, scratch, header_bytes, words, false);
+}
+
+kvc_status kvc__plan_begin_mapped(kvc_context *ctx, kvc__plan *plan, unsigned char *scratch, size_t header_bytes,
+                                  size_t words) {
+  return plan_begin(ctx, plan, scratch, header_bytes, words, true);
 }
 
 void kvc__plan_cancel(kvc_context *ctx, kvc__plan *plan) {
@@ -85,7 +98,7 @@ kvc_status kvc__plan_launch_smem(kvc_context *ctx, kvc__plan *plan, const kvc__k
     if (kcache) kcache[v] = f;
   }
   memcpy(plan->scratch, header, plan->header_bytes);
-  if (plan->variant == KVC__PLAN_STAGED) KVC_CHECK_GOTO(kvc__staging_upload(ctx, stream), st, done);
+  if (plan->variant == KVC__PLAN_STAGED && !plan->mapped) KVC_CHECK_GOTO(kvc__staging_upload(ctx, stream), st, done);
   /* The host twin reads the staged payload directly; CUDA copies the whole block. */
   size_t bytes = plan->header_bytes + 4 * variant_words[v];
   st = kvc__kernel_launch(ctx, f, grid, block, smem_bytes, stream, plan->scratch, bytes);
@@ -99,7 +112,7 @@ kvc_status kvc__row_write(kvc_context *ctx, unsigned char *scratch, const kvc__k
                           int64_t offset, const int32_t *slots, size_t n, kvc_stream stream) {
   if (!n) return KVC_OK;
   kvc__plan plan;
-  KVC_FORWARD(kvc__plan_begin(ctx, &plan, scratch, sizeof(kvc_p_row_write), n));
+  KVC_FORWARD(kvc__plan_begin_mapped(ctx, &plan, scratch, sizeof(kvc_p_row_write), n));
   memcpy(plan.payload, slots, n * 4);
   kvc_p_row_write h = {(uint64_t)(uintptr_t)table, plan.staged_dev, offset, (int32_t)n, 0};
   return kvc__plan_launch(ctx, &plan, &kvc__k_row_write, NULL, kcache, kvc__dim((unsigned)((n + 255) / 256), 1, 1),
