@@ -329,8 +329,7 @@ class OutRing:
     keeps one step's out_cache_loc while the next is allocated). Each grows (doubling)
     only when a call needs more."""
 
-    __slots__ = ("device", "depth", "bufs", "ptrs", "i", "caps", "host", "host_ptr",
-                 "host_cap", "views", "view_n")
+    __slots__ = ("device", "depth", "bufs", "ptrs", "i", "caps", "views", "view_n")
 
     def __init__(self, device, depth=8):
         self.device, self.depth = device, depth
@@ -338,15 +337,13 @@ class OutRing:
         self.ptrs = [0] * depth
         self.caps = [0] * depth
         self.i = 0
-        self.host = None
-        self.host_ptr = 0
-        self.host_cap = 0
         self.views = [None] * depth
         self.view_n = [-1] * depth
 
     def next_out(self, n):
-        """(device tensor of n elements, its address, address of a host scratch of n):
-        next() without the host view. The view of a buffer is reused while n repeats
+        """(device tensor of n elements, its address). No host copy of the slots is
+        asked of the library: nothing reads one (on the host backend the device tensor is
+        host memory). The view of a buffer is reused while n repeats
         (a decode batch keeps its size for many steps; slicing a torch tensor costs about
         a microsecond)."""
         i = self.i
@@ -357,14 +354,10 @@ class OutRing:
             self.ptrs[i] = ptr(self.bufs[i])
             self.caps[i] = cap
             self.view_n[i] = -1
-        if self.host_cap < n:
-            self.host_cap = max(n, 2 * self.host_cap, 256)
-            self.host = empty(self.host_cap, I64, "cpu")
-            self.host_ptr = ptr(self.host)
         if self.view_n[i] != n:
             self.views[i] = self.bufs[i][:n]
             self.view_n[i] = n
-        return self.views[i], self.ptrs[i], self.host_ptr
+        return self.views[i], self.ptrs[i]
 
 
 class Slab:

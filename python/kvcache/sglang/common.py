@@ -232,10 +232,13 @@ def _rows_host(batch, reqs):
 
 
 def _out(ring, n, cuda):
-    dev, dptr, hptr = ring.next_out(n)
-    if not cuda:  # host backend: one buffer, written as the host output
+    """(out tensor, out_host address, out_device address) for a library call: the device
+    output only (nothing reads a host copy; writing 8 bytes a slot into one cost the call
+    time), or, on the host backend, the one buffer as the host output."""
+    dev, dptr = ring.next_out(n)
+    if not cuda:
         return dev, dptr, None
-    return dev, hptr, dptr
+    return dev, None, dptr
 
 
 def alloc_for_decode(batch, token_per_req: int):
@@ -371,10 +374,7 @@ def alloc_for_extend(batch):
             except Exception:
                 prefix = False
         if prefix is not False:
-            dev, dptr, hptr = hot.ring_ext.next_out(n)  # as _out(): one buffer on the host
-            if not hot.cuda:
-                hptr, dptr = dptr, None
-            out = dev, hptr, dptr
+            out = dev, hptr, dptr = _out(hot.ring_ext, n, hot.cuda)
             if slab is not None:  # req_pool_indices (device) written by the same launch
                 rows_dev, rdptr = slab.take(bs)
             r = _EXTEND_NEW(hot.swa, allocator._h, pool._h, reqs, pre_ptr, seq_ptr, prefix,
