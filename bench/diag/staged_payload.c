@@ -41,7 +41,7 @@ typedef struct world {
 
 typedef struct shape {
   const char *name;
-  int decode; /* 0: extend of bs x len; 1: decode of bs requests */
+  int decode; /* 0: extend of bs x len; 1: decode of bs requests; 2: extend, host only */
   int bs, len, ps;
 } shape;
 
@@ -86,7 +86,7 @@ static void world_make(world *w, int mode, const shape *s) {
   w->out = malloc(sizeof(int64_t) * n);
   CHECK(kvc_memory_alloc(w->ctx, sizeof(int64_t) * n, (void **)&w->dev_out));
   CHECK(kvc_memory_alloc(w->ctx, sizeof(int64_t) * (size_t)s->bs, (void **)&w->dev_rows));
-  if (s->decode) { /* the requests' prompts, untimed */
+  if (s->decode == 1) { /* the requests' prompts, untimed */
     int64_t pre[MAX_BS] = {0}, seq[MAX_BS];
     for (int i = 0; i < s->bs; i++) seq[i] = s->len;
     kvc_extend_args x;
@@ -112,7 +112,7 @@ static double step(world *w, const shape *s, int sync) {
   kvc_allocator_state st;
   CHECK(kvc_allocator_backup_state(w->a, &st));
   double t0, t;
-  if (s->decode) {
+  if (s->decode == 1) {
     for (int i = 0; i < s->bs; i++) seq[i] = s->len + 1;
     t0 = now_us();
     CHECK(kvc_allocator_alloc_decode(w->a, (size_t)s->bs, seq, NULL, w->pool, w->rows, w->out, w->dev_out, NULL));
@@ -122,6 +122,8 @@ static double step(world *w, const shape *s, int sync) {
     memset(&x, 0, sizeof x);
     x.batch_size = (size_t)s->bs, x.prefix_lens = pre, x.seq_lens = seq, x.req_pool = w->pool;
     x.req_rows = w->rows, x.out_host = w->out, x.out_device = w->dev_out, x.rows_device = w->dev_rows;
+    if (s->decode == 2) /* no req pool, no device output: no launch, the host's part alone */
+      x.req_pool = NULL, x.req_rows = NULL, x.out_device = NULL, x.rows_device = NULL;
     t0 = now_us();
     CHECK(kvc_allocator_alloc_extend_ex(w->a, &x));
   }
@@ -134,6 +136,7 @@ static double step(world *w, const shape *s, int sync) {
 
 /* Checks that every mode wrote the same device slots as the base (mode 0). */
 static void compare_out(world *ws, const shape *s) {
+  if (s->decode == 2) return; /* nothing on the device */
   const size_t n = s->decode ? (size_t)s->bs : (size_t)s->bs * (size_t)s->len;
   int64_t *ref = malloc(sizeof(int64_t) * n), *got = malloc(sizeof(int64_t) * n);
   for (int m = 0; m < MODES; m++) {
@@ -151,12 +154,19 @@ static void compare_out(world *ws, const shape *s) {
 
 int main(int argc, char **argv) {
   const int reps = argc > 1 ? atoi(argv[1]) : 1000;
+  /* clang-format off */
   static const shape shapes[] = {
-      {"extend 16 x 512, ps 1 (8320 words)", 0, 16, 512, 1},   {"extend 32 x 512, ps 1 (16640 words)", 0, 32, 512, 1},
-      {"extend 16 x 256, ps 1 (4224 words)", 0, 16, 256, 1},   {"extend 16 x 512, ps 16 (640 words)", 0, 16, 512, 16},
-      {"extend 64 x 256, ps 16 (1536 words)", 0, 64, 256, 16}, {"decode 1024, ps 16 (2048 words)", 1, 1024, 100, 16},
+      {"extend 16 x 512, ps 1 (8320 words)", 0, 16, 512, 1},
+      {"extend 16 x 512, ps 1, no launch", 2, 16, 512, 1},
+      {"extend 32 x 512, ps 1 (16640 words)", 0, 32, 512, 1},
+      {"extend 16 x 256, ps 1 (4224 words)", 0, 16, 256, 1},
+      {"extend 16 x 512, ps 16 (640 words)", 0, 16, 512, 16},
+      {"extend 16 x 512, ps 16, no launch", 2, 16, 512, 16},
+      {"extend 64 x 256, ps 16 (1536 words)", 0, 64, 256, 16},
+      {"decode 1024, ps 16 (2048 words)", 1, 1024, 100, 16},
       {"decode 512, ps 1 (1024 words)", 1, 512, 100, 1},
   };
+  /* clang-format on */
   double *t = malloc(sizeof(double) * (size_t)reps * MODES * 2);
   printf("%d repetitions per mode and measure, modes in turns; median (p10) us\n", reps);
   printf("%-38s %-22s %16s %16s\n", "shape", "mode", "host", "trip");
