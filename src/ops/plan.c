@@ -2,7 +2,7 @@
  * plan.c — launches whose per-call data is a payload of uint32 words.
  *
  * Small payloads travel inside the kernel's parameter block (no upload: one driver call,
- * ~3-4 us of host time on an H200), in one of three compiled capacities (4, 8, 32 KB) so a
+ * ~3-4 us of host time on an H200), in one of four compiled capacities (4, 8, 16, 32 KB) so a
  * 2-request step does not copy 32 KB of parameters (the driver copies the whole block:
  * ~3 us more at 32 KB than at 4 KB). Larger payloads go through the pinned staging ring:
  * one async H2D copy + the launch + an event, or, for kernels that read each word about
