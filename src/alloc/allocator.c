@@ -300,41 +300,44 @@ static size_t free_whole_pages(kvc_allocator *a, const int64_t *slots, size_t n,
 _Static_assert(KVC__PG_FREE == 0 && KVC__PG_HELD != 0, "token_free_fast: HELD ^ HELD must be FREE");
 
 #if KVC__HAVE_AVX512
-/* Sixteen slots a step for both TOKEN frees, where the CPU has AVX-512 (a->simd). A step
- * is written only when all sixteen pass: each slot is in [0, state_mask] (one unsigned
- * compare per vector; the padding reads RESERVED and slot 0 page 0's state, neither
- * HELD), no id repeats inside the step (vpconflictd), and every state is exactly HELD.
- * Then the narrowed ids go to out[] in one store and each state becomes `to`. A repeat
- * across steps reads the `to` an earlier step wrote, which is not HELD. The first step
- * that fails is left as it was, for the caller's scalar loops to re-run from there (and,
- * for a bad slot, for the checked loop to report): the states, the ids written and the
- * count consumed are those the scalar loops would have had.
+/* Eight slots a step for both TOKEN frees, where the CPU has AVX-512 (a->simd). A step is
+ * written only when all eight pass: each slot is in [0, state_mask] (one unsigned compare
+ * of the vector; the padding reads RESERVED and slot 0 page 0's state, neither HELD), no
+ * slot repeats inside the step (vpconflictq), and every state is exactly HELD. Then the
+ * narrowed ids go to out[] in one store and each state becomes `to`. A repeat across
+ * steps reads the `to` an earlier step wrote, which is not HELD. The first step that
+ * fails is left as it was, for the caller's scalar loops to re-run from there (and, for a
+ * bad slot, for the checked loop to report): the states, the ids written and the count
+ * consumed are those the scalar loops would have had.
  *
- * Why the states are read with scalar loads, all sixteen before any store: the scalar
- * step stores each state before it loads the next, to see a repeat, and the conflict
- * test makes that order unneeded; a 16-lane dword gather of the states (the array padded
- * by 3 bytes for it) was 72-77% slower on free 4096 (token) on a Zen 5 host: its 4-byte
- * windows overlap the previous step's byte stores whenever slots descend, and
- * it waits for them (windows below the slot fixed that case and were then no faster
- * than the scalar step). bench/RESULTS.md, session 11. Returns the slots consumed, a
- * multiple of 16. */
-KVC__TARGET_AVX512 static size_t token_step16(uint8_t *state, uint32_t *out, const int64_t *slots, size_t m,
-                                              uint64_t lim, uint8_t to) {
+ * Why this shape: the scalar step must store each state before it loads the next, to see
+ * a repeat; the conflict test makes that order unneeded, so the eight loads go first and
+ * the slots stay in registers for the stores (about 5 instructions a slot against 10).
+ * Measured on a Zen 5 host (bench/RESULTS.md, session 11): a 16-lane dword gather of the
+ * states made free 4096 (token) 70-75% slower, its 4-byte windows waiting on the previous
+ * step's byte stores when slots descend (windows below the slot fixed that case and were
+ * then no faster than the scalar step); against the scalar loops, sixteen a step with
+ * scalar loads was 8-20% faster (medians), this one 11-25%. Returns the slots consumed, a
+ * multiple of 8. */
+KVC__TARGET_AVX512 static size_t token_step8(uint8_t *state, uint32_t *out, const int64_t *slots, size_t m,
+                                             uint64_t lim, uint8_t to) {
   const __m512i vlim = _mm512_set1_epi64((long long)lim);
   size_t i = 0;
-  for (; i + 16 <= m; i += 16) {
-    const __m512i a = _mm512_loadu_si512(slots + i), b = _mm512_loadu_si512(slots + i + 8);
-    if (_mm512_cmpgt_epu64_mask(a, vlim) | _mm512_cmpgt_epu64_mask(b, vlim)) break; /* negative or past it */
-    const __m512i id =
-        _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(a)), _mm512_cvtepi64_epi32(b), 1);
-    const __m512i rep = _mm512_conflict_epi32(id);
-    unsigned bad = 0;
-#  pragma GCC unroll 16
-    for (int k = 0; k < 16; k++) bad |= state[slots[i + (size_t)k]] ^ KVC__PG_HELD;
-    if (bad | _mm512_test_epi32_mask(rep, rep)) break;
-    _mm512_storeu_si512(out + i, id);
-#  pragma GCC unroll 16
-    for (int k = 0; k < 16; k++) state[slots[i + (size_t)k]] = to;
+  for (; i + 8 <= m; i += 8) {
+    const __m512i v = _mm512_loadu_si512(slots + i);
+    if (_mm512_cmpgt_epu64_mask(v, vlim)) break; /* negative or past the padding */
+    const __m512i rep = _mm512_conflict_epi64(v);
+    const uint64_t s0 = (uint64_t)slots[i], s1 = (uint64_t)slots[i + 1], s2 = (uint64_t)slots[i + 2];
+    const uint64_t s3 = (uint64_t)slots[i + 3], s4 = (uint64_t)slots[i + 4], s5 = (uint64_t)slots[i + 5];
+    const uint64_t s6 = (uint64_t)slots[i + 6], s7 = (uint64_t)slots[i + 7];
+    const unsigned bad = (((state[s0] ^ KVC__PG_HELD) | (state[s1] ^ KVC__PG_HELD)) |
+                          ((state[s2] ^ KVC__PG_HELD) | (state[s3] ^ KVC__PG_HELD))) |
+                         (((state[s4] ^ KVC__PG_HELD) | (state[s5] ^ KVC__PG_HELD)) |
+                          ((state[s6] ^ KVC__PG_HELD) | (state[s7] ^ KVC__PG_HELD)));
+    if (bad | _mm512_test_epi64_mask(rep, rep)) break;
+    _mm256_storeu_si256((__m256i *)(void *)(out + i), _mm512_cvtepi64_epi32(v));
+    state[s0] = to, state[s1] = to, state[s2] = to, state[s3] = to;
+    state[s4] = to, state[s5] = to, state[s6] = to, state[s7] = to;
   }
   return i;
 }
@@ -376,7 +379,7 @@ static size_t token_free_fast(kvc_allocator *a, const int64_t *slots, size_t n) 
     const size_t m = n < room ? n : (size_t)room;
     uint32_t *const w = buf + at;
 #if KVC__HAVE_AVX512
-    if (a->simd) i = token_step16(state, w, slots, m, lim, KVC__PG_FREE);
+    if (a->simd) i = token_step8(state, w, slots, m, lim, KVC__PG_FREE);
 #endif
     for (; i + 4 <= m; i += 4) {
       const uint64_t s0 = (uint64_t)slots[i], s1 = (uint64_t)slots[i + 1];
@@ -444,7 +447,7 @@ static size_t token_group_free_fast(kvc_allocator *a, const int64_t *slots, size
   const unsigned rec = KVC__PG_HELD | KVC__PG_GFREE;
   size_t i = 0;
 #if KVC__HAVE_AVX512
-  if (a->simd) i = token_step16(state, g, slots, n, a->state_mask, (uint8_t)rec);
+  if (a->simd) i = token_step8(state, g, slots, n, a->state_mask, (uint8_t)rec);
 #endif
   /* Four slots a step, as token_free_fast: a repeat inside the four reads the state its
    * earlier copy wrote; a failing step puts its bytes back in reverse order. The step is

@@ -81,8 +81,8 @@ static void both_alloc(twin *t, int64_t k, int64_t *out, int64_t *tmp) {
       fail_msg("alloc %lld: vector side %lld, scalar side %lld", (long long)j, (long long)out[j], (long long)tmp[j]);
 }
 
-/* Every bad slot kind at every position of frees of 1..33 slots (so at every lane of one,
- * two and three steps of 16, and in the tails), the good slots a shuffled set of held
+/* Every bad slot kind at every position of frees of 1..33 slots (so at every lane of up to
+ * four vector steps of eight, and in the tails), the good slots a shuffled set of held
  * ones: each call is refused on both sides alike and changes nothing, which the good free
  * of the same slots after it, and the allocs that hand them out again, check. Sizes with
  * padding past num_pages (100) and without (127), with the ring's tail moved each round
@@ -121,8 +121,8 @@ static void test_every_bad_slot_at_every_lane(void **state) {
           if (b < nbad) {
             if (bad[b] >= 1 && bad[b] <= np && b < nbad - 1) continue; /* no padding at 127 */
             v[pos] = bad[b];
-          } else if (pos > 0) { /* a repeat: of the slot before, of one in the same step, of one steps back */
-            const int64_t q = b == nbad ? pos - 1 : b == nbad + 1 ? (pos / 16) * 16 : kvt_range(&r, 0, pos - 1);
+          } else if (pos > 0) { /* a repeat: of the slot before, of the first of its step of 8, of any before */
+            const int64_t q = b == nbad ? pos - 1 : b == nbad + 1 ? (pos / 8) * 8 : kvt_range(&r, 0, pos - 1);
             if (q >= pos) continue;
             v[pos] = v[q];
           } else {
@@ -146,7 +146,7 @@ static void test_every_bad_slot_at_every_lane(void **state) {
 }
 
 /* Random frees against a FIFO model on both sides, the ring wrapping many times: lengths
- * up to 80 (several steps of 16 and a tail), one bad slot of a random kind at a random
+ * up to 80 (up to ten vector steps and a tail), one bad slot of a random kind at a random
  * position in half of them; every alloc is compared with the model. */
 static void test_random_frees_match_the_model(void **state) {
   (void)state;
