@@ -100,6 +100,7 @@ struct kvc_allocator {
   int ps_shift; /* log2(ps) when ps is a power of two (divisions on the free path), else -1 */
   bool need_sort;
   bool check; /* audit after every mutating call */
+  bool simd;  /* the decode step's AVX-512 path (kvc__simd_avx512 at create) */
   int64_t num_pages;
 
   kvc__ring ring;
