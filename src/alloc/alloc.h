@@ -100,7 +100,8 @@ struct kvc_allocator {
   int ps_shift; /* log2(ps) when ps is a power of two (divisions on the free path), else -1 */
   bool need_sort;
   bool check; /* audit after every mutating call */
-  bool simd;  /* TOKEN: the frees' AVX-512 step (kvc__simd_avx512 at create) */
+  bool simd;      /* AVX-512 paths allowed (kvc__simd_avx512 at create): the decode step */
+  bool simd_free; /* TOKEN and simd: the frees' AVX-512 step */
   int64_t num_pages;
 
   kvc__ring ring;

@@ -95,7 +95,8 @@ kvc_status kvc_allocator_create(kvc_context *ctx, const kvc_allocator_config *co
   a->ps = c.page_size;
   a->need_sort = (c.flags & KVC_ALLOCATOR_NEED_SORT) != 0;
   a->check = kvc_context_check_mode(ctx) != 0;
-  a->simd = c.kind == KVC_ALLOCATOR_TOKEN && kvc__simd_avx512(ctx);
+  a->simd = kvc__simd_avx512(ctx);
+  a->simd_free = c.kind == KVC_ALLOCATOR_TOKEN && a->simd;
   a->num_pages = c.size / c.page_size;
   a->ps_shift = (c.page_size & (c.page_size - 1)) ? -1 : __builtin_ctz((unsigned)c.page_size);
   KVC_CHECK_GOTO(kvc__ring_init(ctx, __func__, &a->ring, a->num_pages), st, fail);
@@ -300,7 +301,7 @@ static size_t free_whole_pages(kvc_allocator *a, const int64_t *slots, size_t n,
 _Static_assert(KVC__PG_FREE == 0 && KVC__PG_HELD != 0, "token_free_fast: HELD ^ HELD must be FREE");
 
 #if KVC__HAVE_AVX512
-/* Eight slots a step for both TOKEN frees, where the CPU has AVX-512 (a->simd). A step is
+/* Eight slots a step for both TOKEN frees, where the CPU has AVX-512 (a->simd_free). A step is
  * written only when all eight pass: each slot is in [0, state_mask] (one unsigned compare
  * of the vector; the padding reads RESERVED and slot 0 page 0's state, neither HELD), no
  * slot repeats inside the step (vpconflictq), and every state is exactly HELD. Then the
@@ -379,7 +380,7 @@ static size_t token_free_fast(kvc_allocator *a, const int64_t *slots, size_t n) 
     const size_t m = n < room ? n : (size_t)room;
     uint32_t *const w = buf + at;
 #if KVC__HAVE_AVX512
-    if (a->simd) i = token_step8(state, w, slots, m, lim, KVC__PG_FREE);
+    if (a->simd_free) i = token_step8(state, w, slots, m, lim, KVC__PG_FREE);
 #endif
     for (; i + 4 <= m; i += 4) {
       const uint64_t s0 = (uint64_t)slots[i], s1 = (uint64_t)slots[i + 1];
@@ -447,7 +448,7 @@ static size_t token_group_free_fast(kvc_allocator *a, const int64_t *slots, size
   const unsigned rec = KVC__PG_HELD | KVC__PG_GFREE;
   size_t i = 0;
 #if KVC__HAVE_AVX512
-  if (a->simd) i = token_step8(state, g, slots, n, a->state_mask, (uint8_t)rec);
+  if (a->simd_free) i = token_step8(state, g, slots, n, a->state_mask, (uint8_t)rec);
 #endif
   /* Four slots a step, as token_free_fast: a repeat inside the four reads the state its
    * earlier copy wrote; a failing step puts its bytes back in reverse order. The step is

@@ -25,6 +25,9 @@
 #include "alloc.h"
 
 #include <string.h>
+#if KVC__HAVE_AVX512
+#  include <immintrin.h>
+#endif
 
 #define TOKENS_PER_BLOCK 1024
 
@@ -448,11 +451,12 @@ static kvc_status decode_plan_one_pass(kvc_allocator *a, const char *fn, size_t 
  *     (bench/RESULTS.md, issue 20), the out-of-order window overlapping those misses.
  * Returns the requests done; on a failure at i, rows [0, i) are marked (row i is not:
  * it is marked only once all of its checks passed) and their mirror entries written, as
- * decode_plan_one_pass leaves them. `stride` is a constant (0: no payload) at each call. */
+ * decode_plan_one_pass leaves them. `stride` is a constant (0: no payload) at each call.
+ * It starts at request i0 with k0 pages taken (decode_avx512 did [0, i0)). */
 static inline __attribute__((always_inline)) size_t
 decode_fused(kvc_allocator *a, size_t bs, const int64_t *seq_lens, const int64_t *last_locs, kvc_req_to_token_pool *rp,
              const int32_t *req_rows, uint32_t *w, const bool has_rp, const bool has_last, const size_t stride,
-             const int shift, const uint32_t *next_pages, int64_t *need_out) {
+             const int shift, const uint32_t *next_pages, const size_t i0, const uint64_t k0, int64_t *need_out) {
   uint8_t *const flag = has_rp ? rp->rowflag : NULL;
   int32_t *const mirror = has_rp ? rp->mirror : NULL;
   const uint64_t width = has_rp ? (uint64_t)rp->width : INT32_MAX;
@@ -461,8 +465,8 @@ decode_fused(kvc_allocator *a, size_t bs, const int64_t *seq_lens, const int64_t
   const uint64_t np = (uint64_t)a->num_pages;
   const uint64_t pmask = ((uint64_t)1 << shift) - 1;
   int64_t *const b_last = a->b_last, *const b_old = a->b_pages;
-  uint64_t k = 0; /* next_pages[k]: the page the next fresh request takes */
-  size_t i = 0;
+  uint64_t k = k0; /* next_pages[k]: the page the next fresh request takes */
+  size_t i = i0;
   for (; i < bs; i++) {
     const uint64_t p = (uint64_t)seq_lens[i] - 1; /* the new token's position */
     if (p >= width) break;                        /* seq_len in [1, width] */
@@ -513,6 +517,161 @@ decode_fused(kvc_allocator *a, size_t bs, const int64_t *seq_lens, const int64_t
   return i;
 }
 
+#if KVC__HAVE_AVX512
+/* A failed step's marks, put back: a row is marked iff requests [0, i) list it (rows
+ * repeated in [i, i + 8) were marked twice; a failure path, so the re-marking is O(i)). */
+static void unmark_step(uint8_t *flag, const int32_t *req_rows, size_t i) {
+  for (size_t j = i; j < i + 8; j++) flag[req_rows[j]] &= (uint8_t)~KVC__ROW_MARK;
+  for (size_t j = 0; j < i; j++) flag[req_rows[j]] |= KVC__ROW_MARK;
+}
+
+/* Step i's positions, rows, mirror offsets and mirror pairs (m[-1], m) for the lanes
+ * whose seq_len and row are in range (the mask returned; 0 past the batch). The step is
+ * read while the one before it is being done, before that one has written its mirror
+ * entries: a pair that it changes is a row listed in both steps, which fails step i's
+ * mark test, and decode_fused reads it again; or, at a row's last position, the next
+ * row's m[-1] read for a request at position 0, which opens a page and does not use it. */
+static inline __attribute__((always_inline)) KVC__TARGET_AVX512 __mmask8
+decode_avx512_read(const int64_t *seq_lens, const int32_t *req_rows, const int32_t *mirror, __m512i width,
+                   __m256i nrows, size_t i, size_t bs, __m512i *p, __m256i *row, __m512i *at, __m512i *pair) {
+  if (i + 8 > bs) {
+    *p = *at = *pair = _mm512_setzero_si512();
+    *row = _mm256_setzero_si256();
+    return 0;
+  }
+  const __m512i one = _mm512_set1_epi64(1);
+  *p = _mm512_sub_epi64(_mm512_loadu_si512(seq_lens + i), one);
+  *row = _mm256_loadu_si256((const __m256i *)(const void *)(req_rows + i));
+  const __mmask8 in =
+      _mm512_cmplt_epu64_mask(*p, width) & _mm256_cmplt_epu32_mask(_mm256_sub_epi32(*row, _mm256_set1_epi32(1)), nrows);
+  /* row and width < 2^31: the 32 x 32 -> 64-bit multiply is exact. */
+  *at = _mm512_add_epi64(_mm512_mul_epu32(_mm512_cvtepu32_epi64(*row), width), *p);
+  /* One 8-byte gather at m - 1 (row >= 1: at - 1 >= width - 1 >= 0, in the mirror) brings
+   * m[-1], the last_loc when the mirror supplies it, and m, the undo copy. */
+  *pair = _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), in, _mm512_sub_epi64(*at, one), mirror, 4);
+  return in;
+}
+
+/* decode_fused for eight requests a step (issue 20 item 1: the scalar loop runs ~65
+ * instructions a request and is bound by their throughput). A step is taken only when
+ * all eight requests pass every check of decode_fused; otherwise the loop stops at the
+ * step's first request, having changed nothing for it, and decode_fused goes on from
+ * there request by request, so that where it stops and what it leaves are its own.
+ *   - the range tests come first (unsigned compares, as in decode_fused): every later
+ *     read is in bounds once they pass;
+ *   - the step's reads are made one step ahead (decode_avx512_read): in the same step,
+ *     the gather's L2 latency held up the step;
+ *   - the row flags are tested and marked one request after another by scalar code: a
+ *     row listed twice, in the step or before it, is seen marked (no conflict test);
+ *   - the fresh requests take the next pages in lane order: an expanding load.
+ * The page states are eight byte inserts and the mirror entries eight scalar stores: on
+ * the development VM's AMD EPYC (Zen 4), a gather of the states and a scatter of the
+ * entries made the step slower than the scalar loop (kvc_bench_ab, bench/RESULTS.md
+ * session 11). Only rp != NULL, a payload of 2 or 3 words and a power-of-two page
+ * (decode_plan_fast checks). */
+static inline __attribute__((always_inline)) KVC__TARGET_AVX512 size_t
+decode_avx512_body(kvc_allocator *a, size_t bs, const int64_t *seq_lens, const int64_t *last_locs,
+                   kvc_req_to_token_pool *rp, const int32_t *req_rows, uint32_t *w, const bool has_last,
+                   const size_t stride, const uint32_t *next_pages, int64_t *need_out) {
+  uint8_t *const flag = rp->rowflag;
+  int32_t *const mirror = rp->mirror;
+  const uint8_t *const pstate = a->state;
+  int64_t *const b_last = a->b_last, *const b_old = a->b_pages;
+  const __m512i width = _mm512_set1_epi64(rp->width);
+  const __m256i nrows = _mm256_set1_epi32(rp->size);
+  const __m512i np = _mm512_set1_epi64(a->num_pages);
+  const __m128i shift = _mm_cvtsi32_si128(a->ps_shift);
+  const __m512i pmask = _mm512_set1_epi64(((int64_t)1 << a->ps_shift) - 1);
+  const __m512i one = _mm512_set1_epi64(1);
+  const __m128i pg_bits = _mm_set1_epi8(KVC__PG_STATE | KVC__PG_GFREE | KVC__PG_GSEG);
+  const __m128i pg_held = _mm_set1_epi8(KVC__PG_HELD);
+  /* Stride 3: dword t of the step's 24 is (row, position, slot)[t % 3] of request t / 3,
+   * taken from [rows | positions] (0-15) and [slots] (16-23). */
+  const __m512i lay0 = _mm512_setr_epi32(0, 8, 16, 1, 9, 17, 2, 10, 18, 3, 11, 19, 4, 12, 20, 5);
+  const __m512i lay1 = _mm512_setr_epi32(13, 21, 6, 14, 22, 7, 15, 23, 0, 0, 0, 0, 0, 0, 0, 0);
+  uint64_t k = 0;
+  size_t i = 0;
+  __m512i p, at, pair;
+  __m256i row;
+  __mmask8 in = decode_avx512_read(seq_lens, req_rows, mirror, width, nrows, 0, bs, &p, &row, &at, &pair);
+  for (; i + 8 <= bs && in == 0xFF; i += 8) {
+    __m512i p1, at1, pair1;
+    __m256i row1;
+    const __mmask8 in1 =
+        decode_avx512_read(seq_lens, req_rows, mirror, width, nrows, i + 8, bs, &p1, &row1, &at1, &pair1);
+    unsigned all = 0xFF, any = 0;
+    for (size_t j = 0; j < 8; j++) {
+      uint8_t *const f = flag + req_rows[i + j];
+      const unsigned x = *f;
+      *f = (uint8_t)(x | KVC__ROW_MARK);
+      all &= x;
+      any |= x;
+    }
+    const __m512i old = _mm512_srai_epi64(pair, 32);
+    const __m512i last =
+        has_last ? _mm512_loadu_si512(last_locs + i) : _mm512_srai_epi64(_mm512_slli_epi64(pair, 32), 32);
+    const __mmask8 fresh = _mm512_testn_epi64_mask(p, pmask);
+    const __m512i page = _mm512_srl_epi64(last, shift);
+    __mmask8 cont = _mm512_mask_cmplt_epu64_mask((__mmask8)~fresh, _mm512_sub_epi64(page, one), np);
+    cont = _mm512_mask_testn_epi64_mask(cont, _mm512_xor_si512(last, _mm512_sub_epi64(p, one)), pmask);
+    /* Page 0 (RESERVED, in bounds) for the lanes that need no state: masked off below. */
+    uint64_t pg[8];
+    _mm512_storeu_si512(pg, _mm512_maskz_mov_epi64(cont, page));
+    __m128i st = _mm_cvtsi32_si128(pstate[pg[0]]);
+    st = _mm_insert_epi8(st, pstate[pg[1]], 1);
+    st = _mm_insert_epi8(st, pstate[pg[2]], 2);
+    st = _mm_insert_epi8(st, pstate[pg[3]], 3);
+    st = _mm_insert_epi8(st, pstate[pg[4]], 4);
+    st = _mm_insert_epi8(st, pstate[pg[5]], 5);
+    st = _mm_insert_epi8(st, pstate[pg[6]], 6);
+    st = _mm_insert_epi8(st, pstate[pg[7]], 7);
+    const __mmask8 held = (__mmask8)_mm_mask_cmpeq_epi8_mask(cont, _mm_and_si128(st, pg_bits), pg_held);
+    if (!(all & KVC__ROW_HELD) || (any & KVC__ROW_MARK) || (__mmask8)(fresh | held) != 0xFF) {
+      unmark_step(flag, req_rows, i);
+      break;
+    }
+    /* k + popcount(fresh) <= i + 8 <= bs: the expanding load reads only entries that
+     * exist (next_pages has bs); its masked-off lanes read nothing. */
+    const __m512i next = _mm512_cvtepu32_epi64(_mm256_maskz_expandloadu_epi32(fresh, next_pages + k));
+    const __m512i slot = _mm512_mask_blend_epi64(fresh, _mm512_add_epi64(last, one), _mm512_sll_epi64(next, shift));
+    k += (uint64_t)__builtin_popcount(fresh);
+    _mm512_storeu_si512(b_last + i, slot);
+    _mm512_storeu_si512(b_old + i, old);
+    const __m256i slot32 = _mm512_cvtepi64_epi32(slot);
+    if (stride == 2) { /* (table offset, slot): the offset in the even dwords, the slot in the odd */
+      _mm512_storeu_si512(w + 2 * i, _mm512_mask_blend_epi32(0xAAAA, at, _mm512_slli_epi64(slot, 32)));
+    } else {
+      const __m512i rp32 = _mm512_inserti64x4(_mm512_castsi256_si512(row), _mm512_cvtepi64_epi32(p), 1);
+      const __m512i s32 = _mm512_castsi256_si512(slot32);
+      _mm512_storeu_si512(w + 3 * i, _mm512_permutex2var_epi32(rp32, lay0, s32));
+      _mm256_storeu_si256((__m256i *)(void *)(w + 3 * i + 16),
+                          _mm512_castsi512_si256(_mm512_permutex2var_epi32(rp32, lay1, s32)));
+    }
+    uint64_t ats[8];
+    uint32_t sl[8];
+    _mm512_storeu_si512(ats, at);
+    _mm256_storeu_si256((__m256i *)(void *)sl, slot32);
+    for (size_t j = 0; j < 8; j++) mirror[ats[j]] = (int32_t)sl[j];
+    p = p1, row = row1, at = at1, pair = pair1, in = in1;
+  }
+  *need_out = (int64_t)k;
+  return i;
+}
+
+/* One body per form (last_locs or the mirror, 2 or 3 words): the flags become constants. */
+static KVC__TARGET_AVX512 size_t decode_avx512(kvc_allocator *a, size_t bs, const int64_t *seq_lens,
+                                               const int64_t *last_locs, kvc_req_to_token_pool *rp,
+                                               const int32_t *req_rows, uint32_t *w, size_t stride,
+                                               const uint32_t *next_pages, int64_t *need_out) {
+  if (!last_locs && stride == 2)
+    return decode_avx512_body(a, bs, seq_lens, NULL, rp, req_rows, w, false, 2, next_pages, need_out);
+  if (!last_locs) return decode_avx512_body(a, bs, seq_lens, NULL, rp, req_rows, w, false, 3, next_pages, need_out);
+  if (stride == 2)
+    return decode_avx512_body(a, bs, seq_lens, last_locs, rp, req_rows, w, true, 2, next_pages, need_out);
+  return decode_avx512_body(a, bs, seq_lens, last_locs, rp, req_rows, w, true, 3, next_pages, need_out);
+}
+#endif
+
 /* decode_plan_one_pass through decode_fused where it applies. A failure there is undone
  * and the batch re-run by decode_plan_one_pass, which then fails the same way with its
  * precise message (the fused checks are exactly its checks), or, were they ever
@@ -533,27 +692,38 @@ static kvc_status decode_plan_fast(kvc_allocator *a, const char *fn, size_t bs, 
     kvc__ring_copy(r, 0, (int64_t)bs, a->tmp_a);
     next = a->tmp_a;
   }
+  /* Whole steps of eight through the vector path where the allocator took it at create;
+   * decode_fused goes on from the first request it did not do (in its generic copy: the
+   * specialised ones below keep i0 = k0 = 0 constant, the scalar path's code unchanged). */
+  size_t i0 = 0;
+#if KVC__HAVE_AVX512
+  if (a->simd && rp && w && (stride == 2 || stride == 3) && bs >= 8)
+    i0 = decode_avx512(a, bs, seq_lens, last_locs, rp, req_rows, w, stride, next, &k);
+#endif
   /* Constant flags for an engine's step (a req pool, last_locs from its mirror, a payload
    * of 2, 3 or 4 words, page 16 or 64): fewer live values, so the loop's locals stay in
    * registers. */
   const int sh = a->ps_shift;
-  if (rp && !last_locs && w && stride == 2 && sh == 4)
-    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 2, 4, next, &k);
+  if (i0) /* the vector path's last requests (fewer than 8), or the step it refused */
+    done = decode_fused(a, bs, seq_lens, last_locs, rp, req_rows, w, true, last_locs != NULL, stride, sh, next, i0,
+                        (uint64_t)k, &k);
+  else if (rp && !last_locs && w && stride == 2 && sh == 4)
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 2, 4, next, 0, 0, &k);
   else if (rp && !last_locs && w && stride == 2 && sh == 6)
-    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 2, 6, next, &k);
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 2, 6, next, 0, 0, &k);
   else if (rp && !last_locs && w && stride == 2)
-    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 2, sh, next, &k);
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 2, sh, next, 0, 0, &k);
   else if (rp && !last_locs && w && stride == 3 && sh == 4)
-    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 3, 4, next, &k);
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 3, 4, next, 0, 0, &k);
   else if (rp && !last_locs && w && stride == 3 && sh == 6)
-    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 3, 6, next, &k);
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 3, 6, next, 0, 0, &k);
   else if (rp && !last_locs && w && stride == 3)
-    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 3, sh, next, &k);
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 3, sh, next, 0, 0, &k);
   else if (rp && !last_locs && w && stride == 4)
-    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 4, sh, next, &k);
+    done = decode_fused(a, bs, seq_lens, NULL, rp, req_rows, w, true, false, 4, sh, next, 0, 0, &k);
   else
     done = decode_fused(a, bs, seq_lens, last_locs, rp, req_rows, w, rp != NULL, last_locs != NULL, w ? stride : 0, sh,
-                        next, &k);
+                        next, 0, 0, &k);
   if (done == bs) {
     if (rp) unmark_rows(rp, req_rows, bs);
     *need_out = k;

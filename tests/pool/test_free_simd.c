@@ -43,11 +43,11 @@ static void twin_make(twin *t, int64_t size) {
   }
   /* The scalar side never takes the vector step; the other one does exactly where the
    * CPU and the run's KVC_SIMD allow it. */
-  assert_false(t->a[1]->simd);
+  assert_false(t->a[1]->simd_free);
   const char *env = getenv("KVC_SIMD");
   const bool off = env && (!strcmp(env, "0") || !strcasecmp(env, "off") || !strcasecmp(env, "false") ||
                            !strcasecmp(env, "no") || !*env);
-  assert_int_equal(t->a[0]->simd, kvc__cpu_avx512() && !off);
+  assert_int_equal(t->a[0]->simd_free, kvc__cpu_avx512() && !off);
 }
 
 static void twin_free(twin *t) {
