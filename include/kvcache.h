@@ -1241,6 +1241,8 @@ KVC_API kvc_status kvc_swa_radix_cache_check(const kvc_swa_radix_cache *cache);
  *     unlocked leaves in the policy's order, their states with them; MAMBA takes
  *     MAMBA-unlocked states in LRU order (last match, insert or attach): an unlocked
  *     childless node is deleted whole, any other node keeps its KV and loses its state.
+ *     A deleted node's unlocked childless ancestors without a state go with it, their KV
+ *     counted (SGLang's _iteratively_delete_tombstone_leaf: no leaf is left stateless).
  * Conservation, per component: full free + held by requests + cached == full capacity;
  * Mamba pool available + slots held by requests + mamba_cached == pool size.
  *   - Between chunks (cache_unfinished_req) a copy of the state is inserted; match_req
