@@ -4,7 +4,7 @@ sglang). See docs/sglang.md.
 Classes: ReqToTokenPool, HybridReqToTokenPool, MambaPool, TokenToKVPoolAllocator,
 PagedTokenToKVPoolAllocator, SWATokenToKVPoolAllocator, MHATokenToKVPool,
 MLATokenToKVPool, NSATokenToKVPool, HybridLinearKVPool, SWAKVPool, ChunkCache,
-RadixCache, SWARadixCache. Scheduler functions (mem_cache/common.py): alloc_for_extend,
+RadixCache, SWARadixCache, MambaRadixCache. Scheduler functions (mem_cache/common.py): alloc_for_extend,
 alloc_for_decode, release_kv_cache, evict_from_tree_cache, maybe_cache_unfinished_req and
 their helpers, in ``kvcache.sglang.common`` and re-exported here.
 
@@ -31,6 +31,7 @@ from ._kvpool import (HybridLinearKVPool, MHATokenToKVPool, MLATokenToKVPool,
                       NSATokenToKVPool, SWAKVPool)
 from ._ops import get_context, set_context
 from ._swa_cache import SWARadixCache
+from ._mamba_cache import MambaRadixCache
 from ._reqpool import (HybridReqToTokenPool, Mamba2StateDType, Mamba2StateShape,
                        MambaCacheParams, MambaPool, ReqToTokenPool)
 from .common import (alloc_for_decode, alloc_for_extend, alloc_paged_token_slots_decode,
@@ -45,7 +46,8 @@ __all__ = [
     "Mamba2StateShape", "Mamba2StateDType", "TokenToKVPoolAllocator",
     "PagedTokenToKVPoolAllocator", "SWATokenToKVPoolAllocator", "get_num_new_pages",
     "MHATokenToKVPool", "MLATokenToKVPool", "NSATokenToKVPool", "HybridLinearKVPool",
-    "SWAKVPool", "ChunkCache", "RadixCache", "SWARadixCache", "CacheInitParams", "EvictParams",
+    "SWAKVPool", "ChunkCache", "RadixCache", "SWARadixCache", "MambaRadixCache",
+    "CacheInitParams", "EvictParams",
     "EvictResult", "IncLockRefResult", "DecLockRefParams", "DecLockRefResult", "InsertParams",
     "InsertResult",
     "MatchPrefixParams", "MatchResult", "RadixKey", "get_context", "set_context",

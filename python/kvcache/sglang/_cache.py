@@ -56,6 +56,8 @@ class RadixKey:
 @dataclass
 class MatchPrefixParams:
     key: Any
+    cow_mamba: bool = False  # MambaRadixCache: copy the matched state into req's own slot
+    req: Any = None
 
 
 @dataclass
@@ -79,11 +81,14 @@ class InsertParams:
     value: Any = None
     prev_prefix_len: int = 0
     swa_evicted_seqlen: int = 0
+    mamba_value: Any = None
+    chunked: bool = False
 
 
 @dataclass
 class InsertResult:
     prefix_len: int = 0
+    mamba_exist: bool = False
 
 
 @dataclass
@@ -96,6 +101,7 @@ class CacheInitParams:
     eviction_policy: str = "lru"
     sliding_window_size: Optional[int] = None
     is_eagle: bool = False
+    enable_mamba_extra_buffer: bool = False
 
 
 def _pop_committed(req):
