@@ -997,19 +997,27 @@ KVC_API kvc_status kvc_radix_block_hash_xxh3(void *user, uint64_t parent, int ha
  * Rules (SGLang 0.5.23 unified_cache/components/swa.py):
  *   - Match: the result ends at the deepest node of the matched path where the live SWA
  *     tokens since the last tombstone reach sliding_window; a path with no tombstone is
- *     valid at every node. The walk still splits and stamps as kvc_radix_cache_match_prefix.
+ *     valid at every node. The walk splits as kvc_radix_cache_match_prefix; it stamps
+ *     the path from the root down to the valid end with increasing access ticks (the
+ *     nodes past it keep theirs; the lower part of a node split at the end is stamped
+ *     after its new upper part), so on a path a node is always more recently used than
+ *     its parent, as in SGLang's LRU lists: SWA eviction tombstones the nodes nearest the
+ *     root first.
  *   - Insert: the part of the new leaf below the request's swa_evicted_seqlen (its SWA
  *     KV already freed by window eviction) becomes a tombstone node; its live part is
- *     capped at one page-aligned window (split: an SWA lock then pins one window).
+ *     capped at one page-aligned window (split: an SWA lock then pins one window; the
+ *     leaf stays the more recently used part). The walk stamps the path going down with
+ *     increasing ticks, the new leaf last.
  *   - Locks: FULL locks the node and every ancestor; SWA only the nodes covering the last
  *     sliding_window tokens. The SWA part comes back as a receipt (kvc_radix_req.swa_lock
  *     for requests) and can be released early (kvc_swa_radix_cache_unlock_swa).
  *   - Eviction, per component with its own sizes: FULL evicts unlocked leaves in the
- *     policy's order (their SWA side goes with them); SWA takes SWA-unlocked live nodes
- *     in LRU order (a separate SWA LRU, cost proportional to the victims): an inner or
- *     full-locked node becomes a tombstone (SWA side released through the allocator's
- *     window free), an unlocked leaf is deleted, and so are its childless unlocked
- *     tombstone ancestors.
+ *     policy's order (their SWA side goes with them), each victim's childless unlocked
+ *     tombstone ancestors deleted with it and counted (no leaf is left a tombstone);
+ *     SWA takes SWA-unlocked live nodes in LRU order (a separate SWA LRU, cost
+ *     proportional to the victims): an inner or full-locked node becomes a tombstone
+ *     (SWA side released through the allocator's window free), an unlocked leaf is
+ *     deleted, and so are its childless unlocked tombstone ancestors.
  * Conservation, per component: full free + held by requests + cached == full capacity;
  * SWA free + held + swa_cached == SWA capacity (kvc_swa_radix_cache_sizes).
  * Chunked prefill and revival: kvc_swa_radix_cache_cache_unfinished_req checkpoints a
@@ -1233,6 +1241,8 @@ KVC_API kvc_status kvc_swa_radix_cache_check(const kvc_swa_radix_cache *cache);
  *     unlocked leaves in the policy's order, their states with them; MAMBA takes
  *     MAMBA-unlocked states in LRU order (last match, insert or attach): an unlocked
  *     childless node is deleted whole, any other node keeps its KV and loses its state.
+ *     A deleted node's unlocked childless ancestors without a state go with it, their KV
+ *     counted (SGLang's _iteratively_delete_tombstone_leaf: no leaf is left stateless).
  * Conservation, per component: full free + held by requests + cached == full capacity;
  * Mamba pool available + slots held by requests + mamba_cached == pool size.
  *   - Between chunks (cache_unfinished_req) a copy of the state is inserted; match_req

@@ -36,6 +36,7 @@ __all__ = [
     "Tensor", "ReqState", "RequestBatch", "Flow", "SessionCache", "DecodeChannel", "live_exports",
     "REQ_CHUNKED", "REQ_SKIP_CACHE_INSERT", "MambaPool", "HybridReqToTokenPool", "HybridKVPool",
     "SWAAllocator", "SWAKVPool", "PrefixCache", "DeviceAllocator", "TorchDeviceAllocator",
+    "RadixCache", "SWARadixCache", "MambaRadixCache",
 ]
 
 VERSION_NUMBER = lib.kvc_version_number()
@@ -1546,3 +1547,7 @@ class Flow(_Handle):
 from .hybrid import (HybridKVPool, HybridReqToTokenPool, MambaPool, SWAAllocator,  # noqa: E402
                      SWAKVPool)
 from .prefix import DeviceAllocator, PrefixCache, TorchDeviceAllocator  # noqa: E402
+# The radix prefix caches (modules kvcache.radix, kvcache.swa_radix, kvcache.mamba_radix).
+from .radix import RadixCache  # noqa: E402
+from .swa_radix import SWARadixCache  # noqa: E402
+from .mamba_radix import MambaRadixCache  # noqa: E402

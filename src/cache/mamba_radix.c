@@ -258,8 +258,41 @@ static kvc_status free_full(kvc_mamba_radix_cache *c, kvc_flow *flow, int32_t x)
   return kvc__rx_free_through(&fp, rx_vals(&c->rc->nodes[x]), (size_t)c->rc->hot[x].len);
 }
 
+/* Deletes the unlocked childless nodes without a state from x upward (SGLang's
+ * _iteratively_delete_tombstone_leaf after every leaf eviction: no leaf is left without a
+ * state), their KV counted in *full_done. */
+static kvc_status drop_stateless_chain(kvc_mamba_radix_cache *c, kvc_flow *flow, int32_t x, int64_t *full_done) {
+  kvc_radix_cache *rc = c->rc;
+  while (x > 0 && !rc->nodes[x].mamba_slot && rc->hot[x].nchild == 0 && rc->hot[x].lock_ref == 0) {
+    const int32_t parent = rc->hot[x].parent, len = rc->hot[x].len;
+    KVC_FORWARD(free_full(c, flow, x));
+    kvc__rx_delete_leaf(rc, x);
+    *full_done += len;
+    x = parent;
+  }
+  return KVC_OK;
+}
+
+/* FULL eviction: unlocked leaves in the policy's order (the radix heap) until n tokens
+ * are freed, each with its state and its stateless childless ancestors. */
+static kvc_status full_evict(kvc_mamba_radix_cache *c, kvc_flow *flow, int64_t n, int64_t *full_done) {
+  kvc_radix_cache *rc = c->rc;
+  rx_free_path fp = {rc, flow};
+  kvc_status st = KVC_OK;
+  while (*full_done < n && rc->heap_len > 0 && st == KVC_OK) {
+    const int32_t x = rc->heap[0], len = rc->hot[x].len, parent = rc->hot[x].parent;
+    st = kvc__rx_free_through(&fp, rx_vals(&rc->nodes[x]), (size_t)len);
+    if (st != KVC_OK) break; /* the victim stays: its free changed nothing */
+    *full_done += len;
+    kvc__rx_delete_leaf(rc, x); /* the hook frees the state */
+    st = drop_stateless_chain(c, flow, parent, full_done);
+  }
+  return st;
+}
+
 /* MAMBA eviction: MAMBA-unlocked states from the LRU end until *mamba_done >= need. An
- * unlocked childless node goes whole, any other node keeps its KV. */
+ * unlocked childless node goes whole (and its stateless childless ancestors with it), any
+ * other node keeps its KV. */
 static kvc_status mamba_evict(kvc_mamba_radix_cache *c, kvc_flow *flow, int64_t need, int64_t *mamba_done,
                               int64_t *full_done) {
   kvc_radix_cache *rc = c->rc;
@@ -271,9 +304,14 @@ static kvc_status mamba_evict(kvc_mamba_radix_cache *c, kvc_flow *flow, int64_t 
     }
     const int32_t len = rc->hot[x].len;
     if (rc->hot[x].nchild == 0 && rc->hot[x].lock_ref == 0) {
+      const int32_t parent = rc->hot[x].parent;
       KVC_FORWARD(free_full(c, flow, x)); /* the victim stays: its free changed nothing */
       kvc__rx_delete_leaf(rc, x);         /* the hook frees the state */
       *full_done += len;
+      ++*mamba_done;
+      KVC_FORWARD(drop_stateless_chain(c, flow, parent, full_done));
+      s = before; /* no node of the chain has a state: the list is as it was */
+      continue;
     } else {
       int32_t slot = detach(c, x);
       kvc_status st = kvc_mamba_pool_free(c->pool, &slot, 1);
@@ -303,9 +341,8 @@ static kvc_status evict(kvc_mamba_radix_cache *c, kvc_flow *flow, int64_t num, i
   int64_t full_done = 0, mamba_done = 0;
   kvc_status st = KVC_OK;
   if (num > 0) {
-    rx_free_path fp = {rc, flow};
     const int64_t states0 = c->states;
-    st = kvc__rx_evict(rc, num, kvc__rx_free_through, &fp, &full_done);
+    st = full_evict(c, flow, num, &full_done);
     mamba_done = states0 - c->states;
   }
   if (st == KVC_OK && mamba_done < mamba_num) st = mamba_evict(c, flow, mamba_num, &mamba_done, &full_done);

@@ -140,6 +140,62 @@ static void lru_note_path(kvc_swa_radix_cache *c, size_t depth, int32_t extra) {
   if (extra > 0) lru_note(c, extra);
 }
 
+/* --- LRU order on a path -------------------------------------------------------------- */
+/*
+ * SGLang's SWA tree (swa_radix_cache.py: reset_node_and_parents_mru, the insert walk, and
+ * 0.5.23's unified core: a new tick per node going down, a match stamping upwards from its
+ * valid end with decreasing ticks, a split's lower part stamped after its new upper part)
+ * keeps every node more recently used than its parent, so SWA eviction tombstones the
+ * nodes nearest the root first and the valid ends deep in a path last. The radix core
+ * stamps all the nodes of a call with one tick (RadixCache's rule, where only leaves are
+ * victims); the HYBRID tree restamps what a call touched in SGLang's order.
+ */
+
+static void stamp(kvc_radix_cache *rc, int32_t x) {
+  rc->nodes[x].access = ++rc->clock;
+  kvc__rx_heap_fix(rc, x);
+}
+
+/* After an insert whose walk started past tick t0: rc->path[0:depth) (the new leaf last)
+ * with increasing ticks going down, the lower part of a node the walk split right after
+ * its new upper part. */
+static void stamp_insert(kvc_swa_radix_cache *c, size_t depth, uint64_t t0) {
+  kvc_radix_cache *rc = c->rc;
+  if (!kvc__swa_rx_has_swa(c)) return;
+  for (size_t i = 0; i < depth; i++) {
+    const int32_t x = rc->path[i];
+    stamp(rc, x);
+    if (i + 1 < depth && rc->nodes[x].creation > t0) /* an upper part split off this call */
+      for (int32_t ch = rc->nodes[x].first_child; ch != RX_NONE; ch = rc->nodes[ch].next_sib)
+        if (ch != rc->path[i + 1] && rc->nodes[ch].access > t0) stamp(rc, ch);
+  }
+}
+
+/* Before a match's walk: the access ticks of the nodes it will enter (c->aside, free
+ * outside an eviction; lru_reserve sized it), *pd of them. */
+static void stamp_snap(kvc_swa_radix_cache *c, uint64_t ns, const int32_t *tokens, int64_t n, size_t *pd) {
+  kvc_radix_cache *rc = c->rc;
+  *pd = 0;
+  if (!kvc__swa_rx_has_swa(c)) return;
+  kvc__rx_probe_path(rc, ns, tokens, n, pd);
+  for (size_t i = 0; i < *pd; i++) c->aside[i] = (struct swa_cand){rc->nodes[rc->path[i]].access, rc->path[i]};
+}
+
+/* After the walk (rc->path[0:depth), valid end d): the nodes past the valid end keep the
+ * ticks they had, the lower part of a node split at the end is stamped after its new
+ * upper part, then path[0:d) with increasing ticks going down. */
+static void stamp_match(kvc_swa_radix_cache *c, size_t pd, size_t depth, size_t d) {
+  kvc_radix_cache *rc = c->rc;
+  if (!kvc__swa_rx_has_swa(c)) return;
+  for (size_t i = d; i < depth && i < pd; i++)
+    if (c->aside[i].id == rc->path[i]) {
+      rc->nodes[rc->path[i]].access = c->aside[i].access;
+      kvc__rx_heap_fix(rc, rc->path[i]);
+    }
+  if (depth && depth <= pd && c->aside[depth - 1].id != rc->path[depth - 1]) stamp(rc, (int32_t)c->aside[depth - 1].id);
+  for (size_t i = 0; i < d; i++) stamp(rc, rc->path[i]);
+}
+
 /* --- Create / destroy ------------------------------------------------------------------- */
 
 kvc_status kvc_swa_radix_cache_create(kvc_context *ctx, const kvc_swa_radix_cache_config *config,
@@ -222,9 +278,12 @@ static kvc_status match(kvc_swa_radix_cache *c, const char *fn, uint64_t ns, con
   int64_t matched, len;
   int32_t node;
   size_t depth;
+  size_t pd;
+  stamp_snap(c, ns, tokens, n, &pd);
   KVC_FORWARD(kvc__rx_match(rc, ns, tokens, n, &matched, &node, &depth));
   lru_note_path(c, depth, 0); /* a split upper node is new */
   const size_t d = valid_depth(c, depth, &len);
+  stamp_match(c, pd, depth, d);
   int copied = 0;
   out->len = len;
   out->slots = len ? kvc__rx_path_values(rc, d, len, buf, &copied) : NULL;
@@ -290,6 +349,9 @@ static void tombstone_leaf(kvc_swa_radix_cache *c, int32_t node, int64_t prefix,
   const int64_t tail = kvc__ceil_align(c->window, rc->ps), len = rc->hot[node].len;
   if (len > tail && rc->nodes[node].swa_lock == 0) {
     const int32_t upper = kvc__rx_split(rc, node, (int32_t)(len - tail));
+    /* The split stamped the new upper node; SGLang's _split_node (SWA) stamps the child
+     * after it, so the leaf stays the more recently used (the SWA LRU's order). */
+    rc->nodes[node].access = ++rc->clock;
     lru_note(c, upper);
   }
 }
@@ -517,8 +579,10 @@ kvc_status kvc_swa_radix_cache_insert(kvc_swa_radix_cache *c, kvc_flow *flow, ui
     int64_t revived;
     bool applied;
     const ins_src in = {slots, 0, ns, tokens, swa_evicted_seqlen, 0, n, 0, 0};
+    const uint64_t t0 = rc->clock;
     kvc_status st = insert_rev(c, flow, &in, __func__, &prefix, &node, &nd, &depth, &revived, &applied);
     if (!applied) return st;
+    stamp_insert(c, depth, t0);
     tombstone_leaf(c, node, prefix, n, swa_evicted_seqlen);
     lru_note_path(c, depth, node);
     KVC_FORWARD(st); /* the old slots of revived tombstones: the free was refused */
@@ -619,12 +683,14 @@ static kvc_status finished_req(kvc_swa_radix_cache *c, kvc_flow *flow, kvc_req_s
     int32_t node;
     size_t depth, nd;
     bool applied;
+    const uint64_t t0 = rc->clock;
     st = insert_req(c, flow, req, rr, KVC__MIN(req->cache_protected_len, key_len), key_len, fn, &prefix, &node, &nd,
                     &depth, &revived, &applied);
     if (!applied) {
       req_relock(c, old, rr);
       return st;
     }
+    stamp_insert(c, depth, t0);
     tombstone_leaf(c, node, prefix, key_len, req->swa_evicted_seqlen);
     lru_note_path(c, depth, node);
     if (st != KVC_OK) { /* the flow refused the revived tombstones' old slots: reported late */
@@ -690,16 +756,23 @@ kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_
     int64_t prefix, revived, matched;
     size_t depth, nd = 0;
     bool applied;
+    const uint64_t t0 = rc->clock;
     st = insert_req(c, flow, req, rr, from, key_len, fn, &prefix, &node, &nd, &depth, &revived, &applied);
     if (!applied) return st;
+    stamp_insert(c, depth, t0);
     tombstone_leaf(c, node, prefix, key_len, req->swa_evicted_seqlen);
     lru_note_path(c, depth, node);
     rr->inserted_len = KVC__MAX(rr->inserted_len, key_len);
     /* SGLang re-matches the key (stamping it) and writes the tree's slots into the row
      * where the request's duplicates were; the scratch for key_len is reserved, so the
      * walk cannot fail, and it ends at key_len (just inserted). */
+    size_t pd, vd;
+    int64_t vlen;
+    stamp_snap(c, rr->ns, rr->tokens, key_len, &pd);
     kvc__rx_match(rc, rr->ns, rr->tokens, key_len, &matched, &node, &depth);
     lru_note_path(c, depth, 0);
+    vd = valid_depth(c, depth, &vlen);
+    stamp_match(c, pd, depth, vd);
     if (st == KVC_OK && nd) st = kvc__rx_write_path(rc, flow, req, depth, from, key_len);
   }
   /* The new locks, then the old ones released (a shared path never drops to zero). */

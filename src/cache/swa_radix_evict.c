@@ -162,6 +162,25 @@ static kvc_status drop_tomb_chain(kvc_swa_radix_cache *c, kvc_flow *flow, int32_
   return KVC_OK;
 }
 
+/* FULL eviction: unlocked leaves in the policy's order (kvc__rx_evict's heap) until n full
+ * tokens are freed, each victim's childless unlocked tombstone ancestors deleted right
+ * after it and counted (SGLang's _iteratively_delete_tombstone_leaf: no leaf is left a
+ * tombstone, and a later SWA eviction finds those nodes gone, not inner). */
+static kvc_status full_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t n, int64_t *full_done) {
+  kvc_radix_cache *rc = c->rc;
+  rx_free_path fp = {rc, flow};
+  kvc_status st = KVC_OK;
+  while (*full_done < n && rc->heap_len > 0 && st == KVC_OK) {
+    const int32_t x = rc->heap[0], len = rc->hot[x].len, parent = rc->hot[x].parent;
+    st = kvc__rx_free_through(&fp, rx_vals(&rc->nodes[x]), (size_t)len);
+    if (st != KVC_OK) break; /* the victim stays: its free changed nothing */
+    *full_done += len;
+    kvc__rx_delete_leaf(rc, x);
+    st = drop_tomb_chain(c, flow, parent, full_done);
+  }
+  return st;
+}
+
 /* Releases the SWA sides gathered in ebuf (one free through the flow or the hook). */
 static kvc_status ebuf_flush(kvc_swa_radix_cache *c, kvc_flow *flow) {
   if (!c->ebuf_len) return KVC_OK;
@@ -289,9 +308,8 @@ kvc_status kvc_swa_radix_cache_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int
   kvc_swa_allocator *const za = kvc__swa_rx_zero_open(c, flow);
   kvc_status st = KVC_OK;
   if (num_tokens > 0) {
-    rx_free_path fp = {rc, flow};
     const int64_t live0 = rc->swa_live;
-    st = kvc__rx_evict(rc, num_tokens, kvc__rx_free_through, &fp, &full_done);
+    st = full_evict(c, flow, num_tokens, &full_done);
     swa_done = live0 - rc->swa_live;
   }
   if (st == KVC_OK && swa_done < swa_num_tokens) st = swa_evict(c, flow, swa_num_tokens, &swa_done, &full_done);

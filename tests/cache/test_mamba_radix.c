@@ -243,6 +243,38 @@ static void test_locks_and_both_evictions(void **state) {
   world_free(&w);
 }
 
+/* [1..8] A, then [1..4, 90, 91] B: [1..4] (no state) above A's [5..8] and B's [90,91].
+ * Either eviction deleting a leaf deletes the ancestors left childless without a state
+ * (SGLang's _iteratively_delete_tombstone_leaf), their KV counted: no stateless leaf. */
+static void test_evictions_drop_stateless_ancestors(void **state) {
+  (void)state;
+  const int32_t u[] = {1, 2, 3, 4, 90, 91};
+  for (int mamba = 0; mamba < 2; mamba++) {
+    world w;
+    world_make(&w, 8, 0, 1, 0);
+    const int32_t A = slot_new(&w), B = slot_new(&w);
+    assert_int_equal(put(&w, T, 8, 101, A), 1);
+    assert_int_equal(put(&w, u, 6, 201, B), 1);
+    assert_int_equal(sizes(&w).cached, 10);
+    int64_t ev = -1, mev = -1;
+    /* A's leaf first (LRU); [1..4] still has B below it. */
+    KVT_OK(kvc_mamba_radix_cache_evict(w.c, NULL, mamba ? 0 : 1, mamba ? 1 : 0, &ev, &mev));
+    assert_int_equal(ev, 4);
+    assert_int_equal(mev, 1);
+    assert_int_equal(sizes(&w).cached, 6);
+    /* B's leaf, then [1..4], childless and stateless now. */
+    KVT_OK(kvc_mamba_radix_cache_evict(w.c, NULL, mamba ? 0 : 1, mamba ? 1 : 0, &ev, &mev));
+    assert_int_equal(ev, 6);
+    assert_int_equal(mev, 1);
+    kvc_mamba_radix_sizes z = sizes(&w);
+    assert_int_equal(z.cached + z.mamba_cached, 0);
+    assert_int_equal(w.nfreed, 4 + 10); /* u's 4 duplicates, then every cached token */
+    assert_int_equal(kvc_mamba_pool_available(w.mp), 8);
+    KVT_OK(kvc_mamba_radix_cache_check(w.c));
+    world_free(&w);
+  }
+}
+
 /* Bad input: clear statuses, nothing changed. */
 static void test_bad_input_changes_nothing(void **state) {
   (void)state;
@@ -948,6 +980,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_split_keeps_the_state_on_the_lower_node),
     cmocka_unit_test(test_match_ends_at_the_deepest_state_and_insert_attaches),
     cmocka_unit_test(test_locks_and_both_evictions),
+    cmocka_unit_test(test_evictions_drop_stateless_ancestors),
     cmocka_unit_test(test_bad_input_changes_nothing),
     cmocka_unit_test(test_match_req_copies_the_state),
     cmocka_unit_test(test_flow_donates_the_running_state),

@@ -236,8 +236,9 @@ static void test_swa_eviction_tombstones_and_cascades(void **state) {
   kvc_swa_radix_cache_destroy(c);
 }
 
-/* Full eviction frees leaves whole, counting their live SWA side; a tombstone leaf frees
- * full tokens only. */
+/* Full eviction frees leaves whole, counting their live SWA side; the childless
+ * tombstones above a victim go with it, full tokens only, in the same call (SGLang's
+ * _iteratively_delete_tombstone_leaf: no leaf is left a tombstone), whatever was asked. */
 static void test_full_eviction_counts_both_components(void **state) {
   (void)state;
   swalog log = {0};
@@ -245,14 +246,32 @@ static void test_full_eviction_counts_both_components(void **state) {
   put(c, T, 8, 101, 4); /* tomb [1..4], live [5..8] */
   int64_t ev, sev;
   KVT_OK(kvc_swa_radix_cache_evict(c, NULL, 1, 0, &ev, &sev));
-  assert_int_equal(ev, 4);
+  assert_int_equal(ev, 8);
   assert_int_equal(sev, 4);
   assert_int_equal((int)log.nswa, 0); /* the SWA side goes with the full free */
+  assert_int_equal((int)log.nfull, 8);
+  assert_int_equal(log.full[0], 105); /* the leaf, then the tombstone */
+  assert_int_equal(log.full[4], 101);
+  assert_int_equal(sizes(c).cached, 0);
+  KVT_STATUS(kvc_swa_radix_cache_evict(c, NULL, 1, 1, &ev, &sev), KVC_ERR_OUT_OF_SLOTS);
+  /* A locked tombstone stays: [1..4] tomb with [5..8] and [20..23] below it; [20..23]
+   * locked, so evicting [5..8] leaves the tombstone (it has a child). */
+  put(c, T, 8, 201, 4);
+  const int32_t y[] = {1, 2, 3, 4, 20, 21, 22, 23};
+  int64_t ys[8] = {401, 402, 403, 404, 301, 302, 303, 304}, prefix; /* 401..: duplicates */
+  KVT_OK(kvc_swa_radix_cache_insert(c, NULL, 0, y, ys, 8, 4, &prefix));
+  kvc_radix_match m = get(c, y, 8);
+  assert_int_equal(m.len, 8);
+  uint64_t r;
+  KVT_OK(kvc_swa_radix_cache_lock(c, m.node, &r));
   KVT_OK(kvc_swa_radix_cache_evict(c, NULL, 1, 0, &ev, &sev));
   assert_int_equal(ev, 4);
-  assert_int_equal(sev, 0);
-  assert_int_equal((int)log.nfull, 8);
-  KVT_STATUS(kvc_swa_radix_cache_evict(c, NULL, 1, 1, &ev, &sev), KVC_ERR_OUT_OF_SLOTS);
+  assert_int_equal(sizes(c).cached, 8);
+  KVT_OK(kvc_swa_radix_cache_unlock(c, m.node, r));
+  KVT_OK(kvc_swa_radix_cache_evict(c, NULL, 1, 0, &ev, &sev));
+  assert_int_equal(ev, 8);
+  assert_int_equal(sizes(c).cached, 0);
+  KVT_OK(kvc_swa_radix_cache_check(c));
   kvc_swa_radix_cache_destroy(c);
 }
 

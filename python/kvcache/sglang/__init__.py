@@ -4,7 +4,7 @@ sglang). See docs/sglang.md.
 Classes: ReqToTokenPool, HybridReqToTokenPool, MambaPool, TokenToKVPoolAllocator,
 PagedTokenToKVPoolAllocator, SWATokenToKVPoolAllocator, MHATokenToKVPool,
 MLATokenToKVPool, NSATokenToKVPool, HybridLinearKVPool, SWAKVPool, ChunkCache,
-RadixCache. Scheduler functions (mem_cache/common.py): alloc_for_extend,
+RadixCache, SWARadixCache, MambaRadixCache. Scheduler functions (mem_cache/common.py): alloc_for_extend,
 alloc_for_decode, release_kv_cache, evict_from_tree_cache, maybe_cache_unfinished_req and
 their helpers, in ``kvcache.sglang.common`` and re-exported here.
 
@@ -24,11 +24,14 @@ from typing import Any, List, Optional
 from . import _ops as _T
 from ._alloc import (PagedTokenToKVPoolAllocator, SWATokenToKVPoolAllocator,
                      TokenToKVPoolAllocator, get_num_new_pages)
-from ._cache import (CacheInitParams, ChunkCache, EvictParams, EvictResult, MatchPrefixParams,
+from ._cache import (CacheInitParams, ChunkCache, DecLockRefParams, DecLockRefResult, EvictParams,
+                     EvictResult, IncLockRefResult, InsertParams, InsertResult, MatchPrefixParams,
                      MatchResult, RadixCache, RadixKey)
 from ._kvpool import (HybridLinearKVPool, MHATokenToKVPool, MLATokenToKVPool,
                       NSATokenToKVPool, SWAKVPool)
 from ._ops import get_context, set_context
+from ._swa_cache import SWARadixCache
+from ._mamba_cache import MambaRadixCache
 from ._reqpool import (HybridReqToTokenPool, Mamba2StateDType, Mamba2StateShape,
                        MambaCacheParams, MambaPool, ReqToTokenPool)
 from .common import (alloc_for_decode, alloc_for_extend, alloc_paged_token_slots_decode,
@@ -43,7 +46,10 @@ __all__ = [
     "Mamba2StateShape", "Mamba2StateDType", "TokenToKVPoolAllocator",
     "PagedTokenToKVPoolAllocator", "SWATokenToKVPoolAllocator", "get_num_new_pages",
     "MHATokenToKVPool", "MLATokenToKVPool", "NSATokenToKVPool", "HybridLinearKVPool",
-    "SWAKVPool", "ChunkCache", "RadixCache", "CacheInitParams", "EvictParams", "EvictResult",
+    "SWAKVPool", "ChunkCache", "RadixCache", "SWARadixCache", "MambaRadixCache",
+    "CacheInitParams", "EvictParams",
+    "EvictResult", "IncLockRefResult", "DecLockRefParams", "DecLockRefResult", "InsertParams",
+    "InsertResult",
     "MatchPrefixParams", "MatchResult", "RadixKey", "get_context", "set_context",
     "alloc_for_extend", "alloc_for_decode", "release_kv_cache", "evict_from_tree_cache",
     "maybe_cache_unfinished_req", "alloc_req_slots", "alloc_token_slots",
@@ -72,6 +78,8 @@ class Req:
     last_node: Any = None
     swa_evicted_seqlen: int = 0
     swa_evict_floor: int = 0
+    swa_uuid_for_lock: Optional[int] = None
+    swa_prefix_lock_released: bool = False
     mamba_pool_idx: Any = None
     mamba_ping_pong_track_buffer: Any = None
     mamba_next_track_idx: int = 0

@@ -56,6 +56,39 @@ class RadixKey:
 @dataclass
 class MatchPrefixParams:
     key: Any
+    cow_mamba: bool = False  # MambaRadixCache: copy the matched state into req's own slot
+    req: Any = None
+
+
+@dataclass
+class IncLockRefResult:
+    swa_uuid_for_lock: Optional[int] = None
+
+
+@dataclass
+class DecLockRefParams:
+    swa_uuid_for_lock: Optional[int] = None
+
+
+@dataclass
+class DecLockRefResult:
+    pass
+
+
+@dataclass
+class InsertParams:
+    key: Any
+    value: Any = None
+    prev_prefix_len: int = 0
+    swa_evicted_seqlen: int = 0
+    mamba_value: Any = None
+    chunked: bool = False
+
+
+@dataclass
+class InsertResult:
+    prefix_len: int = 0
+    mamba_exist: bool = False
 
 
 @dataclass
@@ -66,6 +99,9 @@ class CacheInitParams:
     page_size: int = 1
     disable: bool = False
     eviction_policy: str = "lru"
+    sliding_window_size: Optional[int] = None
+    is_eagle: bool = False
+    enable_mamba_extra_buffer: bool = False
 
 
 def _pop_committed(req):
@@ -196,8 +232,8 @@ class RadixCache(_PrefixCacheBase):
         if disable:
             raise NotImplementedError("disable=True: use ChunkCache")
         if not hasattr(alloc, "_a") or not isinstance(alloc._a, _kvc.Allocator):
-            raise NotImplementedError("RadixCache over an SWA allocator (SGLang's SWA radix "
-                                      "cache) is not provided: use ChunkCache")
+            raise NotImplementedError("RadixCache over an SWA allocator: use SWARadixCache "
+                                      "(SGLang's SWA radix cache) or ChunkCache")
         self._setup(pool, alloc, ps)
         ctx = pool._ctx
         self._tree = _radix.RadixCache(ctx, alloc.size, ps, policy)
