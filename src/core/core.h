@@ -54,6 +54,8 @@ typedef struct kvc__options {
 
 /** True when this CPU and OS run the AVX-512 paths (cached by the CPU probe). */
 bool kvc__cpu_avx512(void);
+/** True on an AMD CPU: a vector path measured faster there only is taken there only. */
+bool kvc__cpu_amd(void);
 
 /** Fills `o` from the environment (then defaults). Warns on bad values. */
 void kvc__options_load(kvc__options *o);

@@ -19,3 +19,12 @@ bool kvc__cpu_avx512(void) {
   return false;
 #endif
 }
+
+bool kvc__cpu_amd(void) {
+#if KVC__HAVE_AVX512
+  __builtin_cpu_init();
+  return __builtin_cpu_is("amd");
+#else
+  return false;
+#endif
+}
