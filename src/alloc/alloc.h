@@ -99,7 +99,7 @@ struct kvc_allocator {
   int32_t ps;
   int ps_shift; /* log2(ps) when ps is a power of two (divisions on the free path), else -1 */
   bool need_sort;
-  bool check; /* audit after every mutating call */
+  bool check;     /* audit after every mutating call */
   bool simd;      /* AVX-512 paths allowed (kvc__simd_avx512 at create): the decode step */
   bool simd_free; /* TOKEN and simd: the frees' AVX-512 step */
   int64_t num_pages;
