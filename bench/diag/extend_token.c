@@ -7,6 +7,8 @@
  * method), so every call hands out the same 8192 slots. Prints the median host time. */
 #include "kvcache.h"
 
+#include "../bench_util.h" /* kvb_now_us, kvb_cmp_double */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,17 +22,6 @@
       exit(1);                                                                           \
     }                                                                                    \
   } while (0)
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmpd(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
   const int reps = argc > 1 ? atoi(argv[1]) : 2000, bs = 16, len = 512;
@@ -68,14 +59,14 @@ int main(int argc, char **argv) {
   for (int r = 0; r < reps; r++) {
     kvc_allocator_state s;
     CHECK(kvc_allocator_backup_state(a, &s));
-    const double t0 = now_us();
+    const double t0 = kvb_now_us();
     CHECK(kvc_allocator_alloc_extend_ex(a, &x));
-    t[r] = now_us() - t0;
+    t[r] = kvb_now_us() - t0;
     sum += (uint64_t)out[r % (bs * len)];
     CHECK(kvc_allocator_restore_state(a, &s));
   }
   CHECK(kvc_stream_synchronize(ctx, NULL));
-  qsort(t, (size_t)reps, sizeof *t, cmpd);
+  qsort(t, (size_t)reps, sizeof *t, kvb_cmp_double);
   printf("alloc_extend_ex 16 x 512 TOKEN: median %.2f us, p10 %.2f, p90 %.2f (%d reps; backend %s; check %llu)\n",
          t[reps / 2], t[reps / 10], t[reps * 9 / 10], reps,
          kvc_context_backend(ctx) == KVC_BACKEND_CUDA ? "cuda" : "host", (unsigned long long)sum);

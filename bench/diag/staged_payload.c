@@ -14,6 +14,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "kvcache.h"
 
+#include "../bench_util.h" /* kvb_now_us, kvb_cmp_double */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,17 +46,6 @@ typedef struct shape {
   int decode; /* 0: extend of bs x len; 1: decode of bs requests; 2: extend, host only */
   int bs, len, ps;
 } shape;
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmpd(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static void world_make(world *w, int mode, const shape *s) {
   memset(w, 0, sizeof *w);
@@ -114,7 +105,7 @@ static double step(world *w, const shape *s, int sync) {
   double t0, t;
   if (s->decode == 1) {
     for (int i = 0; i < s->bs; i++) seq[i] = s->len + 1;
-    t0 = now_us();
+    t0 = kvb_now_us();
     CHECK(kvc_allocator_alloc_decode(w->a, (size_t)s->bs, seq, NULL, w->pool, w->rows, w->out, w->dev_out, NULL));
   } else {
     for (int i = 0; i < s->bs; i++) seq[i] = s->len;
@@ -124,11 +115,11 @@ static double step(world *w, const shape *s, int sync) {
     x.req_rows = w->rows, x.out_host = w->out, x.out_device = w->dev_out, x.rows_device = w->dev_rows;
     if (s->decode == 2) /* no req pool, no device output: no launch, the host's part alone */
       x.req_pool = NULL, x.req_rows = NULL, x.out_device = NULL, x.rows_device = NULL;
-    t0 = now_us();
+    t0 = kvb_now_us();
     CHECK(kvc_allocator_alloc_extend_ex(w->a, &x));
   }
   if (sync) CHECK(kvc_stream_synchronize(w->ctx, NULL));
-  t = now_us() - t0;
+  t = kvb_now_us() - t0;
   if (!sync) CHECK(kvc_stream_synchronize(w->ctx, NULL)); /* untimed: no queue build-up */
   CHECK(kvc_allocator_restore_state(w->a, &st));
   return t;
@@ -185,8 +176,8 @@ int main(int argc, char **argv) {
       }
     for (int m = 0; m < MODES; m++) {
       double *h = t + ((size_t)m * 2 + 0) * (size_t)reps, *g = t + ((size_t)m * 2 + 1) * (size_t)reps;
-      qsort(h, (size_t)reps, sizeof *h, cmpd);
-      qsort(g, (size_t)reps, sizeof *g, cmpd);
+      qsort(h, (size_t)reps, sizeof *h, kvb_cmp_double);
+      qsort(g, (size_t)reps, sizeof *g, kvb_cmp_double);
       printf("%-38s %-22s %8.2f (%5.2f) %8.2f (%5.2f)\n", m ? "" : s->name, mode_names[m], h[reps / 2], h[reps / 10],
              g[reps / 2], g[reps / 10]);
     }
