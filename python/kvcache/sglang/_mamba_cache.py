@@ -8,7 +8,7 @@ from kvcache import mamba_radix as _mamba_radix
 from . import _ops as T
 from ._cache import (DecLockRefResult, EvictParams, EvictResult, IncLockRefResult, InsertResult,
                      _HybridTreeCache, _named_args)
-from ._reqpool import HybridReqToTokenPool
+from ._reqpool import HybridReqToTokenPool, clear_track_fields
 
 lib = T.lib
 T.proto("kvc_mamba_radix_cache_cache_finished_req", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
@@ -38,7 +38,15 @@ class MambaRadixCache(_HybridTreeCache):
     """SGLang MambaRadixCache (hybrid linear-attention / Mamba + full-attention models) over
     kvcache's Mamba radix tree, with the adapter's HybridReqToTokenPool and a token or paged
     allocator. A node holds at most one Mamba state slot (the state after exactly the
-    tokens up to its end); a match ends at the deepest node with a state."""
+    tokens up to its end); a match ends at the deepest node with a state.
+
+    Without the extra buffer (page size 1) a request caches its running state, for all its
+    committed tokens. With it (enable_mamba_extra_buffer, the pool built with it too; any
+    page size) a request caches a checkpoint from its ping-pong track slots: the scheduler
+    sets req.mamba_last_track_seqlen (and with two track slots mamba_prev_track_seqlen) to
+    the page-aligned tokens the newest (previous) checkpoint covers when a forward writes
+    one, and the tree takes the newest that fits the committed tokens, caching that many
+    tokens (SGLang's cache_len; the KV past it is freed at release)."""
 
     def __init__(self, *args, **kwargs):
         v = _named_args(args, kwargs, _NAMES)
@@ -51,14 +59,19 @@ class MambaRadixCache(_HybridTreeCache):
                                        "PagedTokenToKVPoolAllocator")
         if v["disable"]:
             raise NotImplementedError("disable=True: use ChunkCache")
-        if v["enable_mamba_extra_buffer"] or pool.enable_mamba_extra_buffer:
-            raise NotImplementedError("enable_mamba_extra_buffer (track / ping-pong checkpoints) is "
-                                      "not provided by kvcache.sglang's MambaRadixCache")
-        if ps != 1:
+        extra = v["enable_mamba_extra_buffer"]
+        extra = bool(pool.enable_mamba_extra_buffer) if extra is None else bool(extra)
+        if extra != bool(pool.enable_mamba_extra_buffer):
+            # The checkpoints live in the pool's track slots: both sides must agree.
+            raise _kvc.InvalidArgument(1, "enable_mamba_extra_buffer=%s, but the HybridReqToTokenPool "
+                                       "was built with %s" % (extra, not extra))
+        if not extra and ps != 1:
             raise _kvc.InvalidArgument(1, "page size must be 1 for MambaRadixCache without the "
                                        "extra buffer, got %d" % ps)
+        if ps != getattr(alloc, "page_size", 1):
+            raise _kvc.InvalidArgument(1, "page_size %d, the allocator's is %d" % (ps, alloc.page_size))
         self.disable = False
-        self.enable_mamba_extra_buffer = False
+        self.enable_mamba_extra_buffer = extra
         ctx = pool._ctx
         tree = _mamba_radix.MambaRadixCache(ctx, pool._hyb, alloc.size, ps)
         self._attach(pool, alloc, ps, tree, _kvc.Flow(ctx, pool._pool, alloc._a, cache=tree,
@@ -123,18 +136,62 @@ class MambaRadixCache(_HybridTreeCache):
     # --- caching requests ------------------------------------------------------------------
 
     def _bind(self, req, tokens, committed):
+        """The base binding with the request's Mamba slot and, with the extra buffer, its
+        checkpoints (_bind_track)."""
         st, rr = _HybridTreeCache._bind(self, req, tokens, committed)
         st.mamba_slot = _slot(req.mamba_pool_idx)
+        if self.enable_mamba_extra_buffer:
+            self._bind_track(st, req)
         return st, rr
+
+    def _bind_track(self, st, req):
+        """st.mamba_track_seqlen[k] = the tokens the state in the request's track slot k
+        covers (0: none): mamba_last_track_seqlen at the keep index (the pool's
+        get_mamba_ping_pong_keep_idx: where the newest checkpoint was written) and, with two
+        track slots, mamba_prev_track_seqlen at the other one. The tree checks that they are
+        page-aligned (InvalidArgument otherwise)."""
+        last = getattr(req, "mamba_last_track_seqlen", None)
+        prev = getattr(req, "mamba_prev_track_seqlen", None)
+        if last is None and prev is None:
+            return
+        pool = self.req_to_token_pool
+        keep = pool.get_mamba_ping_pong_keep_idx(req)
+        pp = pool.mamba_ping_pong_track_buffer_size
+        if keep not in range(pp):
+            raise _kvc.InvalidArgument(1, "the request's track index %r is outside [0, %d)" % (keep, pp))
+        if last is not None:
+            st.mamba_track_seqlen[keep] = int(last)
+        if prev is not None and pp == 2:
+            st.mamba_track_seqlen[1 - keep] = int(prev)
 
     def cache_finished_req(self, req, is_insert: bool = True):
         """Inserts [0, committed) with the request's running state donated to the node at
         its end (when that node has a state already the request's slot is freed instead),
         frees the duplicates, releases the lock and every other Mamba slot of the request
-        (req.mamba_pool_idx = None). Without is_insert (abort) frees [cache_protected_len,
-        committed) and the request's Mamba slot."""
+        (req.mamba_pool_idx = None). With the extra buffer the donated state is the newest
+        checkpoint within the committed tokens (mamba_last_track_seqlen, else
+        mamba_prev_track_seqlen; none: nothing is inserted), the key its tokens, the KV past
+        them freed; the request's track fields are cleared (its slots went to the tree or
+        back to the pool). Without is_insert (abort, retraction) frees [cache_protected_len,
+        committed) and every Mamba slot of the request."""
         _HybridTreeCache.cache_finished_req(self, req, is_insert)
         req.mamba_pool_idx = None
+        if self.enable_mamba_extra_buffer:
+            clear_track_fields(req)
+
+    def cache_unfinished_req(self, req, chunked=False):
+        """Checkpoints a chunked request: a copy of its state goes into a new slot and is
+        inserted with the tokens it covers, the tree's slots are written into the row where
+        duplicates were, the lock moves to the new node; sets prefix_indices (the filled
+        tokens' row) / cache_protected_len / last_node. The state is the running one for
+        all filled tokens, or with the extra buffer the newest checkpoint (none: nothing is
+        inserted); SGLang then forgets the checkpoints (mamba_last / prev_track_seqlen =
+        None), and so does this."""
+        _HybridTreeCache.cache_unfinished_req(self, req, chunked)
+        if self.enable_mamba_extra_buffer:
+            req.mamba_last_track_seqlen = None
+            if hasattr(req, "mamba_prev_track_seqlen"):
+                req.mamba_prev_track_seqlen = None
 
     def insert(self, params=None, value=None, mamba_value=None, prev_prefix_len=0, key=None):
         """insert(InsertParams(key, value, mamba_value, prev_prefix_len=0)):
