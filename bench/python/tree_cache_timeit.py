@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Host cost of kvcache.sglang's three radix adapters on the scheduler's per-request calls:
 match_prefix (a 512-token hit), inc_lock_ref + dec_lock_ref, and cache_finished_req of a
-request whose 511-token prefix is cached (one new token inserted). Host backend (NumPy);
+request whose 511-token prefix is cached (one new token inserted). "mamba_extra" is the Mamba adapter with the extra buffer
+(page 16, two track slots, the request's checkpoint at 496 tokens); it runs only when
+CACHES names it (the tree before this session refused the extra buffer). Host backend;
 KVCACHE_LIB names the library, PYTHONPATH (or KVC_PYTHON_DIR) the package tree to time, so
 two trees can be compared on one library in alternated rounds. Prints one CSV line per
 (cache, op): median and minimum microseconds over REPS timings of N calls each."""
@@ -46,6 +48,16 @@ def mamba():
     return pool, S.MambaRadixCache(S.CacheInitParams(pool, alloc, 1)), {}
 
 
+def mamba_extra():
+    pool = S.HybridReqToTokenPool(size=8, mamba_size=64, mamba_spec_state_size=0,
+                                  max_context_len=2 * LEN, device="cpu", enable_memory_saver=False,
+                                  cache_params=mamba_params(), mamba_layer_ids=[0, 2],
+                                  enable_mamba_extra_buffer=True)
+    alloc = S.PagedTokenToKVPoolAllocator(1 << 16, 16, "float32", "cpu", None, False)
+    return pool, S.MambaRadixCache(S.CacheInitParams(pool, alloc, 16, enable_mamba_extra_buffer=True)), \
+        {"track": LEN - 16}
+
+
 def admit(cache, req, cow):
     key = (req.origin_input_ids + req.output_ids)[:-1]
     p = S.MatchPrefixParams(key=S.RadixKey(key), cow_mamba=True, req=req) if cow else \
@@ -61,13 +73,18 @@ def admit(cache, req, cow):
 def prepared(pool, cache, kw, tokens, cow):
     req = S.Req(origin_input_ids=list(tokens), output_ids=[])
     admit(cache, req, cow)
+    kw = dict(kw)
+    track = kw.pop("track", None)
     S.ScheduleBatch([req], pool, cache, **kw).prepare_for_extend()
+    if track is not None:  # the forward's checkpoint, as SGLang's scheduler records it
+        req.mamba_last_track_seqlen, req.mamba_last_track_idx = track, 0
+        req.mamba_next_track_idx = 1
     return req
 
 
 def run(name, make):
     pool, cache, kw = make()
-    cow = name == "mamba"
+    cow = name.startswith("mamba")
     base = list(range(1, LEN + 1))
     S.release_kv_cache(prepared(pool, cache, kw, base, cow), cache)
     key = S.MatchPrefixParams(key=S.RadixKey(base))
@@ -105,5 +122,6 @@ def run(name, make):
 
 if __name__ == "__main__":
     print("cache,op,median_us,min_us")
-    for name, make in (("radix", radix), ("swa", swa), ("mamba", mamba)):
-        run(name, make)
+    makers = {"radix": radix, "swa": swa, "mamba": mamba, "mamba_extra": mamba_extra}
+    for name in os.environ.get("CACHES", "radix,swa,mamba").split(","):
+        run(name, makers[name])
