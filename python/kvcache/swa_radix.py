@@ -17,8 +17,8 @@ import ctypes
 from ctypes import POINTER, Structure, byref, c_int, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 
 from . import _ffi
-from .radix import POLICIES, RadixCache, RadixReq, _Config, _Match, _Stats, _handle, _hold, _i32, _i64, _release, \
-    _REQ_OF, _FREE_FN
+from ._tree_ffi import FREE_FN, Config, Match, RadixReq, Stats, fn, handle, i32, i64, slots
+from .radix import RadixCache
 
 __all__ = ["SWARadixCache", "KINDS"]
 
@@ -31,7 +31,7 @@ KINDS = {"hybrid": 0, "pure": 1, "ring": 2}
 class _SwaConfig(Structure):
     """kvc_swa_radix_cache_config, field for field."""
     _fields_ = [("struct_size", c_size_t), ("version", c_uint32), ("sliding_window", c_int32),
-                ("radix", _Config), ("free_swa_slots", _FREE_FN), ("free_swa_user", c_void_p),
+                ("radix", Config), ("free_swa_slots", FREE_FN), ("free_swa_user", c_void_p),
                 ("kind", c_int32), ("reserved_i32_", c_int32), ("swa_allocator", c_void_p),
                 ("swa_stream", c_void_p), ("reserved_", c_uint64 * 5)]
 
@@ -43,31 +43,24 @@ class _Sizes(Structure):
                 ("reserved_", c_int64 * 4)]
 
 
-def _fn(name, restype, *argtypes):
-    f = getattr(lib, name)
-    f.restype = restype
-    f.argtypes = list(argtypes)
-    return f
-
-
 _P, _st = c_void_p, c_int
-_fn("kvc_swa_radix_cache_create", _st, _P, POINTER(_SwaConfig), POINTER(c_void_p))
-_fn("kvc_swa_radix_cache_destroy", None, _P)
-_fn("kvc_swa_radix_cache_as_prefix_cache", _ffi.PrefixCache, _P)
-_fn("kvc_swa_radix_cache_match_prefix", _st, _P, c_uint64, POINTER(c_int32), c_int64, POINTER(_Match))
-_fn("kvc_swa_radix_cache_match_req", _st, _P, _P, POINTER(RadixReq))
-_fn("kvc_swa_radix_cache_insert", _st, _P, _P, c_uint64, POINTER(c_int32), POINTER(c_int64), c_int64, c_int64,
+fn("kvc_swa_radix_cache_create", _st, _P, POINTER(_SwaConfig), POINTER(c_void_p))
+fn("kvc_swa_radix_cache_destroy", None, _P)
+fn("kvc_swa_radix_cache_as_prefix_cache", _ffi.PrefixCache, _P)
+fn("kvc_swa_radix_cache_match_prefix", _st, _P, c_uint64, POINTER(c_int32), c_int64, POINTER(Match))
+fn("kvc_swa_radix_cache_match_req", _st, _P, _P, POINTER(RadixReq))
+fn("kvc_swa_radix_cache_insert", _st, _P, _P, c_uint64, POINTER(c_int32), POINTER(c_int64), c_int64, c_int64,
     POINTER(c_int64))
-_fn("kvc_swa_radix_cache_cache_finished_req", _st, _P, _P, _P, c_int)
-_fn("kvc_swa_radix_cache_cache_unfinished_req", _st, _P, _P, _P)
-_fn("kvc_swa_radix_cache_lock", _st, _P, _P, POINTER(c_uint64))
-_fn("kvc_swa_radix_cache_unlock_swa", _st, _P, _P, POINTER(c_uint64))
-_fn("kvc_swa_radix_cache_unlock", _st, _P, _P, c_uint64)
-_fn("kvc_swa_radix_cache_evict", _st, _P, _P, c_int64, c_int64, POINTER(c_int64), POINTER(c_int64))
-_fn("kvc_swa_radix_cache_reset", _st, _P)
-_fn("kvc_swa_radix_cache_sizes", _st, _P, POINTER(_Sizes))
-_fn("kvc_swa_radix_cache_stats", _st, _P, POINTER(_Stats))
-_fn("kvc_swa_radix_cache_check", _st, _P)
+fn("kvc_swa_radix_cache_cache_finished_req", _st, _P, _P, _P, c_int)
+fn("kvc_swa_radix_cache_cache_unfinished_req", _st, _P, _P, _P)
+fn("kvc_swa_radix_cache_lock", _st, _P, _P, POINTER(c_uint64))
+fn("kvc_swa_radix_cache_unlock_swa", _st, _P, _P, POINTER(c_uint64))
+fn("kvc_swa_radix_cache_unlock", _st, _P, _P, c_uint64)
+fn("kvc_swa_radix_cache_evict", _st, _P, _P, c_int64, c_int64, POINTER(c_int64), POINTER(c_int64))
+fn("kvc_swa_radix_cache_reset", _st, _P)
+fn("kvc_swa_radix_cache_sizes", _st, _P, POINTER(_Sizes))
+fn("kvc_swa_radix_cache_stats", _st, _P, POINTER(Stats))
+fn("kvc_swa_radix_cache_check", _st, _P)
 
 
 class SWARadixCache(RadixCache):
@@ -80,45 +73,25 @@ class SWARadixCache(RadixCache):
     (ring_size > 0), the allocator's kind (kvc_swa_radix_kind says what caching means for
     each)."""
 
+    _create_fn = lib.kvc_swa_radix_cache_create
+    _destroy_fn = lib.kvc_swa_radix_cache_destroy
+    _as_prefix_fn = lib.kvc_swa_radix_cache_as_prefix_cache
+    _reset_fn = lib.kvc_swa_radix_cache_reset
+    _stats_fn = lib.kvc_swa_radix_cache_stats
+    _check_fn = lib.kvc_swa_radix_cache_check
+
     def __init__(self, ctx, num_slots, sliding_window, page_size=1, policy="lru", slru_threshold=0,
                  kind="hybrid"):
-        if policy not in POLICIES:
-            raise ValueError("policy must be one of %s" % ", ".join(POLICIES))
         if kind not in KINDS:
             raise ValueError("kind must be one of %s" % ", ".join(KINDS))
-        self._ctx = ctx
-        self._reqs = {}
-        self._req_of_cb = _REQ_OF(self._req_of)
         cfg = _SwaConfig()
         cfg.struct_size = ctypes.sizeof(cfg)
         cfg.version = lib.kvc_version_number()
         cfg.sliding_window = sliding_window
         cfg.kind = KINDS[kind]
-        cfg.radix.struct_size = ctypes.sizeof(_Config)
-        cfg.radix.version = cfg.version
-        cfg.radix.page_size = page_size
-        cfg.radix.policy = POLICIES[policy]
-        cfg.radix.slru_threshold = slru_threshold
-        cfg.radix.num_slots = num_slots
-        cfg.radix.req_of = self._req_of_cb
-        out = c_void_p()
-        ctx._check(lib.kvc_swa_radix_cache_create(ctx.handle, byref(cfg), byref(out)), "kvc_swa_radix_cache_create")
-        self._ptr = out.value
-        self.page_size = page_size
         self.sliding_window = sliding_window
         self.kind = kind
-        self._users = 0
-        self._closing = False
-        self._deps = _hold(ctx)
-
-    def _prefix_cache(self):
-        return lib.kvc_swa_radix_cache_as_prefix_cache(self.handle)
-
-    def _maybe_destroy(self):
-        if self._closing and self._users == 0 and self._ptr is not None:
-            ptr, self._ptr = self._ptr, None
-            lib.kvc_swa_radix_cache_destroy(ptr)
-            _release(self)
+        self._create(ctx, cfg, cfg.radix, num_slots, page_size, policy, slru_threshold)
 
     def _rr(self, req):
         entry = self._reqs.get(ctypes.addressof(req))
@@ -151,7 +124,7 @@ class SWARadixCache(RadixCache):
         locks, inserts [0, kv_committed_len) floored to pages with its swa_evicted_seqlen
         (tombstones below it), frees what the tree does not take."""
         rr = self._rr(req)[0]
-        self._check(lib.kvc_swa_radix_cache_cache_finished_req(self.handle, _handle(flow), byref(req),
+        self._check(lib.kvc_swa_radix_cache_cache_finished_req(self.handle, handle(flow), byref(req),
                                                                1 if is_insert else 0),
                     "kvc_swa_radix_cache_cache_finished_req")
         return rr.swa_lock
@@ -161,7 +134,7 @@ class SWARadixCache(RadixCache):
         committed tokens, writes the tree's slots into the row where duplicates were, moves
         the locks to the new node. Returns the new SWA receipt (0: none held)."""
         rr = self._rr(req)[0]
-        self._check(lib.kvc_swa_radix_cache_cache_unfinished_req(self.handle, _handle(flow), byref(req)),
+        self._check(lib.kvc_swa_radix_cache_cache_unfinished_req(self.handle, handle(flow), byref(req)),
                     "kvc_swa_radix_cache_cache_unfinished_req")
         return rr.swa_lock
 
@@ -169,21 +142,21 @@ class SWARadixCache(RadixCache):
 
     def match_prefix(self, tokens, ns=0):
         """Match with the window rule (no lock): (matched length, list of slots, node)."""
-        arr, n = _i32(tokens)
-        m = _Match()
+        arr, n = i32(tokens)
+        m = Match()
         self._check(lib.kvc_swa_radix_cache_match_prefix(self.handle, ns, arr, n, byref(m)))
-        return m.len, [m.slots[i] for i in range(m.len)], m.node
+        return m.len, slots(m), m.node
 
     def insert(self, tokens, slots, flow=None, ns=0, swa_evicted_seqlen=0):
         """Insert; the new leaf's part below swa_evicted_seqlen (page aligned) is a
         tombstone, overlapped unlocked tombstones past it are revived from `slots`;
         duplicates are freed through `flow`. Returns the number of tokens already present."""
-        t, n = _i32(tokens)
-        s, n2 = _i64(slots)
+        t, n = i32(tokens)
+        s, n2 = i64(slots)
         if n2 != n:
             raise ValueError("tokens and slots differ in length")
         p = c_int64()
-        self._check(lib.kvc_swa_radix_cache_insert(self.handle, _handle(flow), ns, t, s, n, swa_evicted_seqlen,
+        self._check(lib.kvc_swa_radix_cache_insert(self.handle, handle(flow), ns, t, s, n, swa_evicted_seqlen,
                                                    byref(p)))
         return p.value
 
@@ -207,12 +180,9 @@ class SWARadixCache(RadixCache):
     def evict(self, num_tokens, flow, swa_num_tokens=0):
         """SGLang evict(EvictParams(num_tokens, swa_num_tokens)): (full, SWA) tokens freed."""
         e, s = c_int64(), c_int64()
-        self._check(lib.kvc_swa_radix_cache_evict(self.handle, _handle(flow), num_tokens, swa_num_tokens, byref(e),
+        self._check(lib.kvc_swa_radix_cache_evict(self.handle, handle(flow), num_tokens, swa_num_tokens, byref(e),
                                                   byref(s)))
         return e.value, s.value
-
-    def reset(self):
-        self._check(lib.kvc_swa_radix_cache_reset(self.handle))
 
     def sizes(self):
         s = _Sizes()
@@ -220,13 +190,5 @@ class SWARadixCache(RadixCache):
         return {"evictable": s.evictable, "protected": s.protected_size, "cached": s.cached,
                 "swa_evictable": s.swa_evictable, "swa_protected": s.swa_protected, "swa_cached": s.swa_cached}
 
-    def stats(self):
-        s = _Stats()
-        self._check(lib.kvc_swa_radix_cache_stats(self.handle, byref(s)))
-        return {"nodes": s.nodes, "leaves": s.leaves, "cached_tokens": s.cached_tokens, "bytes": s.bytes}
-
     def dump(self):
         raise NotImplementedError("kvc_swa_radix_cache has no dump")
-
-    def check(self):
-        self._check(lib.kvc_swa_radix_cache_check(self.handle))

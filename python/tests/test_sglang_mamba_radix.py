@@ -119,7 +119,7 @@ def test_interface():
     with pytest.raises(kvcache.InvalidArgument):  # SGLang: page 1 without the extra buffer
         S.MambaRadixCache(S.CacheInitParams(w.pool, S.PagedTokenToKVPoolAllocator(
             64, 2, "float32", "cpu", None, False), 2))
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(kvcache.InvalidArgument):  # the pool has no track buffers
         S.MambaRadixCache(S.CacheInitParams(w.pool, w.alloc, 1, enable_mamba_extra_buffer=True))
     with pytest.raises(NotImplementedError):
         S.MambaRadixCache(S.CacheInitParams(w.pool, w.alloc, 1, disable=True))

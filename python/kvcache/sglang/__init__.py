@@ -83,6 +83,12 @@ class Req:
     mamba_pool_idx: Any = None
     mamba_ping_pong_track_buffer: Any = None
     mamba_next_track_idx: int = 0
+    # The extra buffer's checkpoints (set by the scheduler when a forward wrote a track slot):
+    # tokens the newest (and, with two track slots, the previous) checkpoint covers, and the
+    # track index of the newest (newer SGLang; None: the other index of mamba_next_track_idx).
+    mamba_last_track_seqlen: Optional[int] = None
+    mamba_prev_track_seqlen: Optional[int] = None
+    mamba_last_track_idx: Optional[int] = None
     skip_radix_cache_insert: bool = False
     extra_key: Optional[str] = None
     priority: int = 0

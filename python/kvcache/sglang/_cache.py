@@ -124,18 +124,28 @@ def _tokens_i32(a, b, n):
     return array.array("i", (list(a) + list(b))[:n])
 
 
-def _init_args(args, kwargs):
+def _named_args(args, kwargs, names):
+    """A cache constructor's arguments by name: from CacheInitParams (one argument with a
+    token_to_kv_pool_allocator: its fields, None where it has none) or from SGLang's older
+    positional / keyword form (None where not given)."""
     if len(args) == 1 and not kwargs and hasattr(args[0], "token_to_kv_pool_allocator"):
         p = args[0]
-        return (p.req_to_token_pool, p.token_to_kv_pool_allocator, getattr(p, "page_size", 1),
-                getattr(p, "disable", False), getattr(p, "eviction_policy", "lru"))
-    names = ("req_to_token_pool", "token_to_kv_pool_allocator", "page_size", "disable",
-             "eviction_policy")
+        return {n: getattr(p, n, None) for n in names}
     vals = dict(zip(names, args))
     vals.update({k: v for k, v in kwargs.items() if k in names})
-    return (vals["req_to_token_pool"], vals["token_to_kv_pool_allocator"],
-            vals.get("page_size", 1), vals.get("disable", False),
-            vals.get("eviction_policy", "lru"))
+    return {n: vals.get(n) for n in names}
+
+
+_RADIX_NAMES = ("req_to_token_pool", "token_to_kv_pool_allocator", "page_size", "disable",
+                "eviction_policy")
+
+
+def _init_args(args, kwargs):
+    """(pool, allocator, page_size, disable, eviction_policy) of ChunkCache / RadixCache."""
+    v = _named_args(args, kwargs, _RADIX_NAMES)
+    ps = v["page_size"]
+    return (v["req_to_token_pool"], v["token_to_kv_pool_allocator"], 1 if ps is None else ps,
+            bool(v["disable"]), v["eviction_policy"] or "lru")
 
 
 class _PrefixCacheBase:
@@ -219,10 +229,211 @@ class ChunkCache(_PrefixCacheBase):
         return 0
 
 
+class _TreeCache(_PrefixCacheBase):
+    """What RadixCache, SWARadixCache and MambaRadixCache share over their C trees: the
+    tree, the flow its frees go through, the reused ReqState and match struct, SGLang's
+    key and namespace, the token scratch, the request binding and the two request-caching
+    calls. A subclass sets _finished_fn / _unfinished_fn (its tree's
+    kvc_*_cache_finished_req / _unfinished_req) and _priority (whether the binding
+    carries req.priority), extends _bind with its own ReqState fields, and adds what the
+    request keeps after a call."""
+
+    _finished_fn = _unfinished_fn = None
+    _priority = False
+
+    def _attach(self, pool, alloc, page_size, tree, flow):
+        """The constructor's common tail, over the tree and flow the subclass built."""
+        self._setup(pool, alloc, page_size)
+        self._tree = tree
+        self._flow = flow
+        self._fh = flow.handle
+        self._th = tree.handle
+        self._state = _kvc.ReqState()
+        self._m = _MatchRaw()
+        self._mref = ctypes.byref(self._m)
+        self._maddr = ctypes.addressof(self._m)
+        self._cuda = T.is_cuda(self.device)
+        empty = T.host_empty(0)
+        self._empty_match = T.to_device(empty, self.device) if self._cuda else empty
+
+    @staticmethod
+    def _key(params):
+        key = getattr(params, "key", params)
+        toks = getattr(key, "token_ids", key)
+        extra = getattr(key, "extra_key", None)
+        return toks, extra
+
+    def _ns(self, extra):
+        if extra is None:
+            return 0
+        return hash(extra) & 0xFFFFFFFFFFFFFFFF or 1
+
+    _tok_cap = 0
+    _tok_buf = _tok_ptr = None
+
+    def _tokens(self, a, b, n):
+        """(a + b)[:n] for _bind: with _kvcfast and lists, converted into the cache's reused
+        int32 scratch and given as their count (the bind then copies nothing: a 4096-token
+        release saves about 6 us of buffers), else an array('i') (_tokens_i32)."""
+        fast = T.fast
+        if fast is None or type(a) is not list or (b is not None and type(b) is not list):
+            return _tokens_i32(a, b, n)
+        m = max(min(n, len(a) + (len(b) if b is not None else 0)), 0)
+        if self._tok_cap < m:
+            cap = max(m, 2 * self._tok_cap, 1024)
+            self._tok_buf = (ctypes.c_int32 * cap)()
+            self._tok_ptr = ctypes.cast(self._tok_buf, ctypes.POINTER(ctypes.c_int32))
+            self._tok_cap = cap
+        if m:
+            fast.fill_i32(self._tok_buf, a, b, m)
+        return m
+
+    _match_fn = None  # the tree's kvc_*_match_prefix with raw addresses
+    _match_out = ()  # its output arguments after the kvc_radix_match (a hybrid tree's)
+
+    def _match(self, toks, extra):
+        """(length, address of the slots, node) of a match (no lock). The key's token_ids
+        may be a list, an array('i'), or an int32 NumPy array / torch CPU tensor (read in
+        place)."""
+        if isinstance(toks, list):
+            keep = array.array("i", toks)
+            p, n = keep.buffer_info()
+        elif isinstance(toks, array.array) and toks.typecode == "i":
+            p, n = toks.buffer_info()
+        else:
+            keep = T.host_i32(toks)
+            p, n = T.ptr(keep), T.numel(keep)
+        m = self._m
+        self._tree._check(self._match_fn(self._tree.handle, self._ns(extra), p, n, self._mref,
+                                         *self._match_out))
+        return m.len, m.slots, m.node
+
+    def _bind(self, req, tokens, committed):
+        """Binds the reused ReqState for one cache call (unbind after it): tokens an
+        array('i') or, from _tokens, the count of those in the scratch. Returns the state
+        and the tree's kvc_radix_req for it."""
+        st = self._state
+        ctypes.memset(ctypes.addressof(st), 0, ctypes.sizeof(st))
+        st.req_row = req.req_pool_idx
+        st.seq_len = committed
+        st.kv_committed_len = committed
+        st.kv_allocated_len = committed
+        st.cache_protected_len = getattr(req, "cache_protected_len", 0) or 0
+        st.cache_node = req.last_node
+        ns = self._ns(getattr(req, "extra_key", None))
+        priority = (getattr(req, "priority", 0) or 0) if self._priority else 0
+        if type(tokens) is int:
+            rr = self._tree._bind_borrowed(st, self._tok_ptr, self._tok_buf, tokens, ns, priority)
+        else:
+            rr = self._tree.bind(st, tokens, ns=ns, priority=priority)
+        return st, rr
+
+    def cache_finished_req(self, req, is_insert: bool = True):
+        """Inserts [0, committed) floored to pages (duplicates and the unaligned tail
+        freed; without is_insert frees [cache_protected_len, committed)), unlocks."""
+        committed = _pop_committed(req)
+        tokens = self._tokens(req.origin_input_ids, req.output_ids, committed)
+        st, rr = self._bind(req, tokens, committed)
+        try:
+            self._tree._check(self._finished_fn(self._tree.handle, self._fh, ctypes.addressof(st),
+                                                1 if is_insert else 0))
+        finally:
+            self._tree.unbind(st)
+        req.last_node = None
+
+    def cache_unfinished_req(self, req, chunked=False):
+        """Inserts the filled tokens (page-floored), moves the lock to the new node and
+        sets prefix_indices / cache_protected_len / last_node."""
+        n = len(req.fill_ids)
+        tokens = self._tokens(req.fill_ids, None, n)
+        st, rr = self._bind(req, tokens, n)
+        try:
+            self._tree._check(self._unfinished_fn(self._tree.handle, self._fh, ctypes.addressof(st)))
+        finally:
+            self._tree.unbind(st)
+        req.last_node = st.cache_node
+        req.cache_protected_len = st.cache_protected_len
+        self._row_prefix(req, n)
+
+
+class _HybridTreeCache(_TreeCache):
+    """What SWARadixCache and MambaRadixCache add alike: two components (full attention and
+    _second, "swa" or "mamba"), so sizes come per component; a match that the subclass's
+    C function fills (_match_fn, _match_out its extra output arguments); the root handle;
+    SGLang's EvictParams; the refused single-component sizes."""
+
+    _second = ""
+    _total_name = ""  # the other component's count in SGLang's pretty_print line
+
+    def _root(self):
+        """root_node: the tree's root handle (what a miss returns)."""
+        self._tree._check(self._match_fn(self._tree.handle, 0, None, 0, self._mref, *self._match_out))
+        self.root_node = self._m.node
+
+    def match_prefix(self, params=None, key=None, **kwargs):
+        """MatchResult(device_indices = int64 slots of the longest valid prefix (page-floored),
+        last_device_node = its node). No lock is taken. The key's token_ids may be a list,
+        an array('i'), or an int32 NumPy array / torch CPU tensor."""
+        k = params if params is not None else key
+        k = getattr(k, "key", k)
+        n, addr, node = self._match(getattr(k, "token_ids", k), getattr(k, "extra_key", None))
+        if n == 0:
+            return MatchResult(self._empty_match, node, node)
+        host = T.host_from_bytes(T.copy_bytes(addr, 8 * n))
+        dev = T.to_device(host, self.device) if self._cuda else host
+        return MatchResult(dev, node, node)
+
+    @staticmethod
+    def _evict_counts(params, num_tokens, other, name):
+        """(full tokens, the other component's count) of evict(EvictParams) or
+        evict(num_tokens, other); name: EvictParams' field for the other one."""
+        if params is not None and not isinstance(params, int):
+            return params.num_tokens, getattr(params, name, 0)
+        return (params if params is not None else (num_tokens or 0)), other
+
+    def _evict_status(self, st):
+        if st not in (0, 2):  # 2: nothing evictable (SGLang: evicts what it can)
+            self._tree._check(st, "evict")
+
+    def evictable_size(self):
+        raise NotImplementedError("use full_evictable_size() and %s_evictable_size()" % self._second)
+
+    def protected_size(self):
+        raise NotImplementedError("use full_protected_size() and %s_protected_size()" % self._second)
+
+    def full_evictable_size(self):
+        return self._tree.sizes()["evictable"]
+
+    def full_protected_size(self):
+        return self._tree.sizes()["protected"]
+
+    def total_size(self):
+        """(full tokens cached, the other component's cached count)."""
+        s = self._tree.sizes()
+        return s["cached"], s[self._second + "_cached"]
+
+    def sanity_check(self):
+        """The C tree's audit of both components (kvc_*_radix_cache_check)."""
+        self._tree.check()
+
+    def pretty_print(self):
+        """Prints (and returns) the totals line of SGLang's pretty_print (kvcache's hybrid
+        trees have no node dump)."""
+        full, other = self.total_size()
+        s = "#full_tokens: %d, #%s: %d" % (full, self._total_name, other)
+        print(s)
+        return s
+
+    def reset(self):
+        """Drops every node without freeing slots or states (the pools are being cleared)."""
+        self._tree.reset()
+        self._root()
+
+
 _FAST_MATCH = getattr(T.fast, "match_prefix", None) if T.fast is not None else None
 
 
-class RadixCache(_PrefixCacheBase):
+class RadixCache(_TreeCache):
     """SGLang RadixCache (seed interface: match_prefix, cache_finished_req,
     cache_unfinished_req, evict, inc/dec_lock_ref) over kvcache's C radix tree. Token
     allocators (page_size 1) and paged allocators; nodes are opaque handles."""
@@ -234,20 +445,10 @@ class RadixCache(_PrefixCacheBase):
         if not hasattr(alloc, "_a") or not isinstance(alloc._a, _kvc.Allocator):
             raise NotImplementedError("RadixCache over an SWA allocator: use SWARadixCache "
                                       "(SGLang's SWA radix cache) or ChunkCache")
-        self._setup(pool, alloc, ps)
         ctx = pool._ctx
-        self._tree = _radix.RadixCache(ctx, alloc.size, ps, policy)
-        self._flow = _kvc.Flow(ctx, pool._pool, alloc._a, cache=self._tree)
-        self._fh = self._flow.handle
-        self._state = _kvc.ReqState()
+        tree = _radix.RadixCache(ctx, alloc.size, ps, policy)
+        self._attach(pool, alloc, ps, tree, _kvc.Flow(ctx, pool._pool, alloc._a, cache=tree))
         self.root_node = None
-        self._m = _MatchRaw()
-        self._mref = ctypes.byref(self._m)
-        self._maddr = ctypes.addressof(self._m)
-        self._th = self._tree.handle
-        self._cuda = T.is_cuda(self.device)
-        empty = T.host_empty(0)
-        self._empty_match = T.to_device(empty, self.device) if self._cuda else empty
         if T.fast is not None:
             self._match = self._match_fast
         self._same = T.fast.memeq if T.fast is not None else self._same_ctypes
@@ -263,18 +464,6 @@ class RadixCache(_PrefixCacheBase):
         self._result_tokens = 0
 
     # --- matching ---------------------------------------------------------------------
-
-    @staticmethod
-    def _key(params):
-        key = getattr(params, "key", params)
-        toks = getattr(key, "token_ids", key)
-        extra = getattr(key, "extra_key", None)
-        return toks, extra
-
-    def _ns(self, extra):
-        if extra is None:
-            return 0
-        return hash(extra) & 0xFFFFFFFFFFFFFFFF or 1
 
     def match_prefix(self, params=None, key=None, **kwargs):
         """MatchResult(device_indices = int64 slots of the longest cached prefix (page-
@@ -344,20 +533,6 @@ class RadixCache(_PrefixCacheBase):
         self._results.clear()
         self._result_tokens = 0
 
-    def _match(self, toks, extra):
-        """(length, address of the slots, node) of a match (no lock)."""
-        if isinstance(toks, list):
-            keep = array.array("i", toks)
-            p, n = keep.buffer_info()
-        elif isinstance(toks, array.array) and toks.typecode == "i":
-            p, n = toks.buffer_info()
-        else:
-            keep = T.host_i32(toks)
-            p, n = T.ptr(keep), T.numel(keep)
-        m = self._m
-        self._tree._check(_match_fn(self._tree.handle, self._ns(extra), p, n, self._mref))
-        return m.len, m.slots, m.node
-
     def _match_fast(self, toks, extra):
         """_match through _kvcfast: a list is converted in C (no array('i') built)."""
         ns = 0 if extra is None else self._ns(extra)
@@ -385,72 +560,10 @@ class RadixCache(_PrefixCacheBase):
 
     # --- caching requests ---------------------------------------------------------------
 
-    _tok_cap = 0
-    _tok_buf = _tok_ptr = None
-
-    def _tokens(self, a, b, n):
-        """(a + b)[:n] for _bind: with _kvcfast and lists, converted into the cache's reused
-        int32 scratch and given as their count (the bind then copies nothing: a 4096-token
-        release saves about 6 us of buffers), else an array('i') (_tokens_i32)."""
-        fast = T.fast
-        if fast is None or type(a) is not list or (b is not None and type(b) is not list):
-            return _tokens_i32(a, b, n)
-        m = max(min(n, len(a) + (len(b) if b is not None else 0)), 0)
-        if self._tok_cap < m:
-            cap = max(m, 2 * self._tok_cap, 1024)
-            self._tok_buf = (ctypes.c_int32 * cap)()
-            self._tok_ptr = ctypes.cast(self._tok_buf, ctypes.POINTER(ctypes.c_int32))
-            self._tok_cap = cap
-        if m:
-            fast.fill_i32(self._tok_buf, a, b, m)
-        return m
-
-    def _bind(self, req, tokens, committed):
-        """Binds the reused ReqState for one cache call (unbind after it): tokens an
-        array('i') or, from _tokens, the count of those in the scratch."""
-        st = self._state
-        ctypes.memset(ctypes.addressof(st), 0, ctypes.sizeof(st))
-        st.req_row = req.req_pool_idx
-        st.seq_len = committed
-        st.kv_committed_len = committed
-        st.kv_allocated_len = committed
-        st.cache_protected_len = getattr(req, "cache_protected_len", 0) or 0
-        st.cache_node = req.last_node
-        ns = self._ns(getattr(req, "extra_key", None))
-        priority = getattr(req, "priority", 0) or 0
-        if type(tokens) is int:
-            self._tree._bind_borrowed(st, self._tok_ptr, self._tok_buf, tokens, ns, priority)
-        else:
-            self._tree.bind(st, tokens, ns=ns, priority=priority)
-        return st
-
-    def cache_finished_req(self, req, is_insert: bool = True):
-        """Inserts [0, committed) floored to pages (duplicates and the unaligned tail
-        freed; without is_insert frees [cache_protected_len, committed)), unlocks."""
-        committed = _pop_committed(req)
-        tokens = self._tokens(req.origin_input_ids, req.output_ids, committed)
-        st = self._bind(req, tokens, committed)
-        try:
-            self._tree._check(lib.kvc_radix_cache_cache_finished_req(
-                self._tree.handle, self._fh, ctypes.addressof(st), 1 if is_insert else 0))
-        finally:
-            self._tree.unbind(st)
-        req.last_node = None
-
-    def cache_unfinished_req(self, req, chunked=False):
-        """Inserts the filled tokens (page-floored), moves the lock to the new node and
-        sets prefix_indices / cache_protected_len / last_node."""
-        n = len(req.fill_ids)
-        tokens = self._tokens(req.fill_ids, None, n)
-        st = self._bind(req, tokens, n)
-        try:
-            self._tree._check(lib.kvc_radix_cache_cache_unfinished_req(
-                self._tree.handle, self._fh, ctypes.addressof(st)))
-        finally:
-            self._tree.unbind(st)
-        req.last_node = st.cache_node
-        req.cache_protected_len = st.cache_protected_len
-        self._row_prefix(req, n)
+    _match_fn = _match_fn
+    _finished_fn = lib.kvc_radix_cache_cache_finished_req
+    _unfinished_fn = lib.kvc_radix_cache_cache_unfinished_req
+    _priority = True
 
     def insert(self, key, value=None, priority=0):
         toks, extra = self._key(key)

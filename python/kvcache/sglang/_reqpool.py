@@ -49,6 +49,17 @@ def contiguous_infos(fn, handle):
             [arr[i].bytes_per_page for i in range(n)])
 
 
+def clear_track_fields(req):
+    """Forgets a request's track slots and checkpoints once they are freed or donated (newer
+    SGLang's free_mamba_cache), so that a later alloc of the same request (a retracted one)
+    gives it new track slots instead of naming freed ones."""
+    req.mamba_ping_pong_track_buffer = None
+    req.mamba_next_track_idx = None
+    for name in ("mamba_last_track_idx", "mamba_last_track_seqlen", "mamba_prev_track_seqlen"):
+        if hasattr(req, name):
+            setattr(req, name, None)
+
+
 def _req_row(req):
     r = req.req_pool_idx
     return 0 if r is None else int(r)
@@ -417,6 +428,14 @@ class HybridReqToTokenPool(ReqToTokenPool):
             return 1 - mamba_next_track_idx
         return mamba_next_track_idx
 
+    def get_mamba_ping_pong_keep_idx(self, req) -> int:
+        """The track index holding the request's newest checkpoint: mamba_last_track_idx
+        (newer SGLang) when set, else the other index of mamba_next_track_idx (the seeds)."""
+        last = getattr(req, "mamba_last_track_idx", None)
+        if last is not None:
+            return int(last)
+        return self.get_mamba_ping_pong_other_idx(getattr(req, "mamba_next_track_idx", None) or 0)
+
     def free_mamba_cache(self, req, mamba_ping_pong_track_buffer_to_keep: Optional[int] = None):
         assert req.mamba_pool_idx is not None, "double free? mamba_index is None"
         keep = -1 if mamba_ping_pong_track_buffer_to_keep is None else \
@@ -428,6 +447,8 @@ class HybridReqToTokenPool(ReqToTokenPool):
         self._ctx._check(T.lib.kvc_hybrid_req_pool_free_mamba_cache(
             self._hyb.handle, _req_row(req), keep, T.stream(self._cuda)))
         req.mamba_pool_idx = None
+        if self.enable_mamba_extra_buffer:
+            clear_track_fields(req)
 
     def clear(self):
         self._ctx._check(T.lib.kvc_hybrid_req_pool_clear(self._hyb.handle,
