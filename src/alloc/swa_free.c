@@ -106,9 +106,15 @@ static kvc_status plan_swa_free(kvc_swa_allocator *a, const char *fn, const int6
       else if (!kvc__alloc_page_held(a->swa, w))
         st = kvc__error(a->ctx, KVC_ERR_INTERNAL, fn, "slots[%zu] = %lld maps to SWA slot %d, which is not held", i,
                         (long long)slots[i], w);
+      else if (a->smark[w]) /* a corrupt mapping: the SWA free would refuse it after the zero */
+        st = kvc__error(a->ctx, KVC_ERR_INTERNAL, fn, "slots[%zu] = %lld maps to SWA slot %d, as an earlier slot does",
+                        i, (long long)slots[i], w);
+      if (st != KVC_OK) break;
+      a->smark[w] = 1;
       a->w_buf[w_n++] = w;
       a->pages[p_n++] = slots[i];
     }
+    for (int64_t i = 0; i < w_n; i++) a->smark[a->w_buf[i]] = 0;
   } else {
     int64_t last = -1; /* runs of one page (the tree's values) skip the mark */
     for (size_t i = 0; i < n && st == KVC_OK; i++) {
