@@ -106,9 +106,15 @@ static kvc_status plan_swa_free(kvc_swa_allocator *a, const char *fn, const int6
       else if (!kvc__alloc_page_held(a->swa, w))
         st = kvc__error(a->ctx, KVC_ERR_INTERNAL, fn, "slots[%zu] = %lld maps to SWA slot %d, which is not held", i,
                         (long long)slots[i], w);
+      else if (a->smark[w]) /* a corrupt mapping: the SWA free would refuse it after the zero */
+        st = kvc__error(a->ctx, KVC_ERR_INTERNAL, fn, "slots[%zu] = %lld maps to SWA slot %d, as an earlier slot does",
+                        i, (long long)slots[i], w);
+      if (st != KVC_OK) break;
+      a->smark[w] = 1;
       a->w_buf[w_n++] = w;
       a->pages[p_n++] = slots[i];
     }
+    for (int64_t i = 0; i < w_n; i++) a->smark[a->w_buf[i]] = 0;
   } else {
     int64_t last = -1; /* runs of one page (the tree's values) skip the mark */
     for (size_t i = 0; i < n && st == KVC_OK; i++) {
@@ -432,43 +438,55 @@ KVC__SWA_ALWAYS_INLINE p1_direct pass_direct(kvc_swa_allocator *a, const int64_t
   const uint64_t npf = (uint64_t)kvc__alloc_num_pages(a->full), nps = (uint64_t)kvc__alloc_num_pages(a->swa);
   size_t i = 0, nw = 0, it = short_runs ? SIZE_MAX : 0; /* it: the current run's pair */
   uint32_t rs = 0, re = 0; /* the open run [rs, re) of zeroed entries; re 0: none (slots are >= 1) */
-  for (; i < n; i++) {
-    const uint64_t x = (uint64_t)slots[i];
-    if (x > npf || fst[x] != KVC__PG_HELD) break; /* padding, negative, past the end, not held, repeated */
-    const int32_t w = map[x];
-    if (w > 0) {
-      if ((uint64_t)w > nps || sst[w] != KVC__PG_HELD) break;
-      sst[w] = KVC__PG_FREE;
-      *so++ = (uint32_t)w;
-      if (so == se) so = a->swa->ring.buf;
-      nw++;
-      map[x] = 0;
-      if (short_runs) { /* the current pair rewritten, a new one when x does not extend it */
-        const bool next = (uint32_t)x != re;
-        it += next;
-        rs ^= (rs ^ (uint32_t)x) & (0u - (uint32_t)next); /* x when next, without a branch */
-        re = (uint32_t)x + 1;
-        wp[2 * it] = rs;
-        wp[2 * it + 1] = re - rs;
-      } else {
-        if ((uint32_t)x != re) {
-          if (re) {
-            wp[2 * it] = rs;
-            wp[2 * it + 1] = re - rs;
+  /* In segments that end where a ring wraps (a slot appends at most one id to each
+   * ring), so that the loop has no wrap test: two compares and moves a slot a side, 10 M
+   * of the 149 M instructions of the pressure trace's page-1 SWA evictions at 10^4. */
+  while (i < n) {
+    size_t lim = KVC__MIN(n, i + (size_t)(se - so));
+    if (full_too) lim = KVC__MIN(lim, i + (size_t)(fe - fo));
+    uint32_t *const so0 = so;
+    for (; i < lim; i++) {
+      const uint64_t x = (uint64_t)slots[i];
+      if (x > npf || fst[x] != KVC__PG_HELD) goto stop; /* padding, negative, past the end, not held, repeated */
+      const int32_t w = map[x];
+      if (w > 0) {
+        if ((uint64_t)w > nps || sst[w] != KVC__PG_HELD) goto stop;
+        sst[w] = KVC__PG_FREE;
+        *so++ = (uint32_t)w;
+        map[x] = 0;
+        if (short_runs) { /* the current pair rewritten, a new one when x does not extend it */
+          const bool next = (uint32_t)x != re;
+          it += next;
+          rs ^= (rs ^ (uint32_t)x) & (0u - (uint32_t)next); /* x when next, without a branch */
+          re = (uint32_t)x + 1;
+          wp[2 * it] = rs;
+          wp[2 * it + 1] = re - rs;
+        } else {
+          if ((uint32_t)x != re) {
+            if (re) {
+              wp[2 * it] = rs;
+              wp[2 * it + 1] = re - rs;
+            }
+            it += re != 0;
+            rs = (uint32_t)x;
           }
-          it += re != 0;
-          rs = (uint32_t)x;
+          re = (uint32_t)x + 1;
         }
-        re = (uint32_t)x + 1;
+      } else if (!unmapped_ok) {
+        goto stop; /* no peer (or, in free_swa, listed again): the checked path says which */
       }
-    } else if (!unmapped_ok) {
-      break; /* no peer (or, in free_swa, listed again): the checked path says which */
+      if (full_too) {
+        fst[x] = KVC__PG_FREE;
+        *fo++ = (uint32_t)x;
+      }
     }
-    if (full_too) {
-      fst[x] = KVC__PG_FREE;
-      *fo++ = (uint32_t)x;
-      if (fo == fe) fo = a->full->ring.buf;
-    }
+    nw += (size_t)(so - so0);
+    if (so == se) so = a->swa->ring.buf;
+    if (full_too && fo == fe) fo = a->full->ring.buf;
+    continue;
+  stop:
+    nw += (size_t)(so - so0);
+    break;
   }
   if (!short_runs && re) {
     wp[2 * it] = rs;

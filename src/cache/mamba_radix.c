@@ -253,42 +253,9 @@ kvc_status kvc_mamba_radix_cache_node_state(const kvc_mamba_radix_cache *c, void
 
 /* --- Eviction -------------------------------------------------------------------------------- */
 
-static kvc_status free_full(kvc_mamba_radix_cache *c, kvc_flow *flow, int32_t x) {
-  rx_free_path fp = {c->rc, flow};
-  return kvc__rx_free_through(&fp, rx_vals(&c->rc->nodes[x]), (size_t)c->rc->hot[x].len);
-}
-
-/* Deletes the unlocked childless nodes without a state from x upward (SGLang's
- * _iteratively_delete_tombstone_leaf after every leaf eviction: no leaf is left without a
- * state), their KV counted in *full_done. */
-static kvc_status drop_stateless_chain(kvc_mamba_radix_cache *c, kvc_flow *flow, int32_t x, int64_t *full_done) {
-  kvc_radix_cache *rc = c->rc;
-  while (x > 0 && !rc->nodes[x].mamba_slot && rc->hot[x].nchild == 0 && rc->hot[x].lock_ref == 0) {
-    const int32_t parent = rc->hot[x].parent, len = rc->hot[x].len;
-    KVC_FORWARD(free_full(c, flow, x));
-    kvc__rx_delete_leaf(rc, x);
-    *full_done += len;
-    x = parent;
-  }
-  return KVC_OK;
-}
-
-/* FULL eviction: unlocked leaves in the policy's order (the radix heap) until n tokens
- * are freed, each with its state and its stateless childless ancestors. */
-static kvc_status full_evict(kvc_mamba_radix_cache *c, kvc_flow *flow, int64_t n, int64_t *full_done) {
-  kvc_radix_cache *rc = c->rc;
-  rx_free_path fp = {rc, flow};
-  kvc_status st = KVC_OK;
-  while (*full_done < n && rc->heap_len > 0 && st == KVC_OK) {
-    const int32_t x = rc->heap[0], len = rc->hot[x].len, parent = rc->hot[x].parent;
-    st = kvc__rx_free_through(&fp, rx_vals(&rc->nodes[x]), (size_t)len);
-    if (st != KVC_OK) break; /* the victim stays: its free changed nothing */
-    *full_done += len;
-    kvc__rx_delete_leaf(rc, x); /* the hook frees the state */
-    st = drop_stateless_chain(c, flow, parent, full_done);
-  }
-  return st;
-}
+/* A node without a state goes once childless (SGLang's _iteratively_delete_tombstone_leaf
+ * after every leaf eviction: no leaf is left without a state). */
+static bool stateless(const rx_node *n) { return !n->mamba_slot; }
 
 /* MAMBA eviction: MAMBA-unlocked states from the LRU end until *mamba_done >= need. An
  * unlocked childless node goes whole (and its stateless childless ancestors with it), any
@@ -305,11 +272,11 @@ static kvc_status mamba_evict(kvc_mamba_radix_cache *c, kvc_flow *flow, int64_t 
     const int32_t len = rc->hot[x].len;
     if (rc->hot[x].nchild == 0 && rc->hot[x].lock_ref == 0) {
       const int32_t parent = rc->hot[x].parent;
-      KVC_FORWARD(free_full(c, flow, x)); /* the victim stays: its free changed nothing */
-      kvc__rx_delete_leaf(rc, x);         /* the hook frees the state */
+      KVC_FORWARD(kvc__rx_free_node(rc, flow, x)); /* the victim stays: its free changed nothing */
+      kvc__rx_delete_leaf(rc, x);                  /* the hook frees the state */
       *full_done += len;
       ++*mamba_done;
-      KVC_FORWARD(drop_stateless_chain(c, flow, parent, full_done));
+      KVC_FORWARD(kvc__rx_drop_bare_chain(rc, flow, parent, stateless, full_done));
       s = before; /* no node of the chain has a state: the list is as it was */
       continue;
     } else {
@@ -342,7 +309,7 @@ static kvc_status evict(kvc_mamba_radix_cache *c, kvc_flow *flow, int64_t num, i
   kvc_status st = KVC_OK;
   if (num > 0) {
     const int64_t states0 = c->states;
-    st = full_evict(c, flow, num, &full_done);
+    st = kvc__rx_evict_full_chains(c->rc, flow, num, stateless, &full_done);
     mamba_done = states0 - c->states;
   }
   if (st == KVC_OK && mamba_done < mamba_num) st = mamba_evict(c, flow, mamba_num, &mamba_done, &full_done);
@@ -463,7 +430,7 @@ static void evict_into(kvc_mamba_radix_cache *c, kvc_flow *flow, int32_t v) {
   kvc_radix_cache *rc = c->rc;
   const int32_t x = c->owner[v];
   if (rc->hot[x].nchild == 0 && rc->hot[x].lock_ref == 0) {
-    const kvc_status st = free_full(c, flow, x);
+    const kvc_status st = kvc__rx_free_node(rc, flow, x);
     detach(c, x); /* first: the delete hook would give the slot back to the pool */
     if (st == KVC_OK) {
       kvc__rx_delete_leaf(rc, x);

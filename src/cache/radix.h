@@ -1,8 +1,8 @@
 /*
  * radix.h — internal state of a kvc_radix_cache (SGLang RadixCache), shared by
  * radix_tree.c (the tree: nodes, children, match, insert, split, locks, eviction order),
- * radix_held.c (the held-page bitmap), radix_cache.c (the public calls and the request-level checkpoints) and radix_events.c
- * (KV events and block hashes).
+ * radix_held.c (the held-page bitmap), radix_cache.c (the public calls and the request-level checkpoints), radix_events.c
+ * (KV events and block hashes) and radix_chain.c (the SWA and Mamba caches' full eviction).
  *
  * Layout, chosen for the memory bound (<= 16 bytes per cached token + 128 per node):
  *   - nodes live in one array indexed by int32 id (id 0 is the root), with a free list;
@@ -330,6 +330,21 @@ kvc_radix_req *kvc__rx_req_of(kvc_radix_cache *rc, const kvc_req_state *req, con
 /** Constant callbacks of the kvc_prefix_cache adapters (is_chunk_cache, supports_mamba). */
 int kvc__rx_pc_false(void *self);
 int kvc__rx_pc_true(void *self);
+
+/* --- radix_chain.c (the SWA and Mamba caches' full eviction) ---------------------------- */
+
+/** Frees node x's slots through the flow, else the config's hook (nothing else changes). */
+kvc_status kvc__rx_free_node(kvc_radix_cache *rc, kvc_flow *flow, int32_t x);
+/** A component's test of a node: true when it holds nothing of the component (an SWA
+ *  tombstone, a node without a Mamba state), so that it goes once it is childless. */
+typedef bool (*rx_bare_fn)(const rx_node *n);
+/** Deletes the unlocked childless bare nodes from x upward, their slots freed and their
+ *  tokens added to *full_done; stops at the first free that fails (that node stays). */
+kvc_status kvc__rx_drop_bare_chain(kvc_radix_cache *rc, kvc_flow *flow, int32_t x, rx_bare_fn bare, int64_t *full_done);
+/** Evicts unlocked leaves in the policy's order (the radix heap) until *full_done >= n,
+ *  each with its bare childless ancestors (kvc__rx_drop_bare_chain). */
+kvc_status kvc__rx_evict_full_chains(kvc_radix_cache *rc, kvc_flow *flow, int64_t n, rx_bare_fn bare,
+                                     int64_t *full_done);
 
 /* --- radix_events.c ----------------------------------------------------------------- */
 

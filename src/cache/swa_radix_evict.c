@@ -144,42 +144,10 @@ static kvc_status free_swa_side(kvc_swa_radix_cache *c, kvc_flow *flow, const in
   return c->free_swa(c->free_swa_user, slots, n);
 }
 
-static kvc_status free_full(kvc_swa_radix_cache *c, kvc_flow *flow, int32_t x) {
-  rx_free_path fp = {c->rc, flow};
-  return kvc__rx_free_through(&fp, rx_vals(&c->rc->nodes[x]), (size_t)c->rc->hot[x].len);
-}
-
-/* Deletes unlocked childless tombstones from x upward (SGLang's tombstone-chain cleanup). */
-static kvc_status drop_tomb_chain(kvc_swa_radix_cache *c, kvc_flow *flow, int32_t x, int64_t *full_done) {
-  kvc_radix_cache *rc = c->rc;
-  while (x > 0 && rc->nodes[x].swa_lock == RX_SWA_TOMB && rc->hot[x].nchild == 0 && rc->hot[x].lock_ref == 0) {
-    const int32_t parent = rc->hot[x].parent, len = rc->hot[x].len;
-    KVC_FORWARD(free_full(c, flow, x));
-    kvc__rx_delete_leaf(rc, x);
-    *full_done += len;
-    x = parent;
-  }
-  return KVC_OK;
-}
-
-/* FULL eviction: unlocked leaves in the policy's order (kvc__rx_evict's heap) until n full
- * tokens are freed, each victim's childless unlocked tombstone ancestors deleted right
- * after it and counted (SGLang's _iteratively_delete_tombstone_leaf: no leaf is left a
- * tombstone, and a later SWA eviction finds those nodes gone, not inner). */
-static kvc_status full_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t n, int64_t *full_done) {
-  kvc_radix_cache *rc = c->rc;
-  rx_free_path fp = {rc, flow};
-  kvc_status st = KVC_OK;
-  while (*full_done < n && rc->heap_len > 0 && st == KVC_OK) {
-    const int32_t x = rc->heap[0], len = rc->hot[x].len, parent = rc->hot[x].parent;
-    st = kvc__rx_free_through(&fp, rx_vals(&rc->nodes[x]), (size_t)len);
-    if (st != KVC_OK) break; /* the victim stays: its free changed nothing */
-    *full_done += len;
-    kvc__rx_delete_leaf(rc, x);
-    st = drop_tomb_chain(c, flow, parent, full_done);
-  }
-  return st;
-}
+/* A tombstone goes once childless (SGLang's tombstone-chain cleanup after every leaf
+ * eviction: no leaf is left a tombstone, and a later SWA eviction finds those nodes gone,
+ * not inner). */
+static bool tombstone(const rx_node *n) { return n->swa_lock == RX_SWA_TOMB; }
 
 /* Releases the SWA sides gathered in ebuf (one free through the flow or the hook). */
 static kvc_status ebuf_flush(kvc_swa_radix_cache *c, kvc_flow *flow) {
@@ -238,7 +206,7 @@ static kvc_status swa_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t need
     const int32_t len = rc->hot[x].len, parent = rc->hot[x].parent;
     if (rc->hot[x].nchild == 0 && rc->hot[x].lock_ref == 0) { /* a leaf goes whole */
       st = ebuf_flush(c, flow);
-      if (st == KVC_OK) st = free_full(c, flow, x);
+      if (st == KVC_OK) st = kvc__rx_free_node(rc, flow, x);
       if (st != KVC_OK) {
         c->in_lru[x] = 1; /* nothing changed for x */
         kvc__swa_rx_lru_push(c, e);
@@ -247,7 +215,7 @@ static kvc_status swa_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t need
       kvc__rx_delete_leaf(rc, x);
       *full_done += len;
       *swa_done += len;
-      st = drop_tomb_chain(c, flow, parent, full_done);
+      st = kvc__rx_drop_bare_chain(rc, flow, parent, tombstone, full_done);
     } else {
       if (!ebuf_add(c, rx_vals(n), (size_t)len)) {
         st = ebuf_flush(c, flow);
@@ -309,7 +277,7 @@ kvc_status kvc_swa_radix_cache_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int
   kvc_status st = KVC_OK;
   if (num_tokens > 0) {
     const int64_t live0 = rc->swa_live;
-    st = full_evict(c, flow, num_tokens, &full_done);
+    st = kvc__rx_evict_full_chains(c->rc, flow, num_tokens, tombstone, &full_done);
     swa_done = live0 - rc->swa_live;
   }
   if (st == KVC_OK && swa_done < swa_num_tokens) st = swa_evict(c, flow, swa_num_tokens, &swa_done, &full_done);

@@ -2,6 +2,7 @@
  * (host and device), translation, window eviction, groups, tail allocation, ring and
  * pure modes, and transactional misuse/exhaustion. */
 #include "../pool/alloc_test_util.h"
+#include "alloc/swa.h"
 #include "core/fault.h"
 
 static kvc_swa_allocator *make_swa(int64_t full, int64_t swa, int32_t ps, uint32_t flags) {
@@ -822,6 +823,29 @@ static void test_direct_free_page1_rings_wrap(void **state) {
   kvc_swa_allocator_destroy(a);
 }
 
+/* A corrupt mapping naming one SWA slot for two full slots (page 1): free and free_swa
+ * refuse it before anything changes. The checked path used to zero both entries (host and
+ * device) and only then meet the repeat in the SWA side's own free. */
+static void test_repeated_peer_refused_unchanged(void **state) {
+  (void)state;
+  for (int which = 0; which < 2; which++) {
+    kvc_swa_allocator *a = make_swa(16, 8, 1, 0);
+    int64_t f[4];
+    KVT_OK(kvc_swa_allocator_alloc(a, 4, f, NULL, NULL));
+    KVT_OK(kvc_swa_allocator_free(a, f + 3, 1, NULL)); /* no live backup image: the direct pass runs first */
+    snap s = take(a);
+    const int32_t keep = a->map[f[2]];
+    a->map[f[2]] = a->map[f[0]];
+    const kvc_status st = which ? kvc_swa_allocator_free_swa(a, f, 3, NULL) : kvc_swa_allocator_free(a, f, 3, NULL);
+    assert_int_equal(st, KVC_ERR_INTERNAL);
+    assert_non_null(strstr(kvc_last_error(kvt_ctx), "as an earlier slot does"));
+    a->map[f[2]] = keep;
+    expect_same(a, &s);
+    KVT_OK(kvc_swa_allocator_free(a, f, 3, NULL));
+    kvc_swa_allocator_destroy(a);
+  }
+}
+
 /* Queueing needs host memory: a failed allocation of the work space refuses the free
  * (HOST_OOM, nothing changed), one of the queue makes that free launch its own zero. */
 static void test_deferred_zero_queue_oom_launches_instead(void **state) {
@@ -871,5 +895,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_deferred_zero_failure_rule),
     cmocka_unit_test(test_deferred_zero_queue_oom_launches_instead),
     cmocka_unit_test(test_direct_free_page1_rings_wrap),
+    cmocka_unit_test(test_repeated_peer_refused_unchanged),
 };
 KVT_MAIN("swa_allocator", tests)
