@@ -940,15 +940,48 @@ KVC_API kvc_status kvc_radix_cache_unlock(kvc_radix_cache *cache, void *node);
 /** kvc_radix_cache_evict() : SGLang evict(num_tokens): evicts whole unlocked leaves in the
  *  policy's order (parents become candidates as they become leaves) until at least
  *  num_tokens are freed or nothing is evictable; each victim's slots are freed through flow
- *  (else the free_slots hook) in victim order. *evicted (may be NULL) gets the count.
+ *  (else the free_slots hook) in victim order. A bound cache (kvc_radix_cache_bind_allocator)
+ *  frees them into its allocator in one pass, through flow when given (which must run on
+ *  that allocator), else directly; the hook is not used for evictions then. *evicted (may
+ *  be NULL) gets the count. A victim whose free is refused stays cached (its free changed
+ *  nothing); the victims before it stay evicted.
  *  @return KVC_ERR_OUT_OF_SLOTS when num_tokens > 0 and nothing is evictable (everything
- *  locked or empty; nothing changed), KVC_ERR_UNSUPPORTED without flow or hook. */
+ *  locked or empty; nothing changed), KVC_ERR_UNSUPPORTED without flow or hook (unbound),
+ *  KVC_ERR_MISUSE for a refused free (a slot freed behind the cache's back) or, bound, a
+ *  flow over another allocator (nothing changed). */
 KVC_API kvc_status kvc_radix_cache_evict(kvc_radix_cache *cache, kvc_flow *flow, int64_t num_tokens,
                                          int64_t *evicted);
 
 /** kvc_radix_cache_reset() : SGLang reset: drops every node WITHOUT freeing slots (the
  *  pools are being cleared), emits AllBlocksCleared. Every old handle becomes stale. */
 KVC_API kvc_status kvc_radix_cache_reset(kvc_radix_cache *cache);
+
+/** kvc_radix_cache_bind_allocator() : keeps the cache's "held by the cache" marks in alloc's
+ *  own per-slot state instead of in an array of the cache's, so that an eviction reads and
+ *  writes one byte per freed slot instead of two (at page 1 the marks were a third of a
+ *  large eviction's time). Optional; for a page-1 cache over a TOKEN allocator of exactly
+ *  num_slots slots, on the same context, both empty of cached tokens. Unbound is the
+ *  default and stays valid for everything.
+ *
+ *  Once bound: inserts (and the checkpoints) accept only slots that alloc holds (handed out,
+ *  not cached, not freed inside an open free group), and mark them; every free of alloc
+ *  other than this cache's eviction (kvc_allocator_free, free_segment, free groups,
+ *  kvc_allocator_check_free, kvc_flow_free_slots, the flows' releases) refuses a cached
+ *  slot with KVC_ERR_MISUSE, changing nothing, so a slot the cache holds can no longer be
+ *  freed behind its back; kvc_allocator_clear refuses while the cache holds slots (reset the
+ *  cache first) and kvc_allocator_restore_state refuses when a slot handed out since the
+ *  backup is cached. Evictions free in one pass over the victims' slots (see
+ *  kvc_radix_cache_evict); victims, their order and the allocator's free order are exactly
+ *  the unbound cache's. kvc_radix_cache_reset and kvc_radix_cache_destroy clear the marks
+ *  (the slots stay handed out, as unbound).
+ *
+ *  alloc == NULL unbinds an empty cache. Ownership: alloc is not owned; it must outlive the
+ *  binding (destroy or unbind the cache first). Host only: no stream, no device work, safe
+ *  during graph capture.
+ *  @return KVC_ERR_INVALID_ARGUMENT (alloc not a live allocator, another context, page_size
+ *  != 1, a PAGED allocator, alloc's size != num_slots), KVC_ERR_MISUSE (the cache holds
+ *  tokens, the cache or alloc is bound already). Nothing changes on failure. */
+KVC_API kvc_status kvc_radix_cache_bind_allocator(kvc_radix_cache *cache, kvc_allocator *alloc);
 
 /** kvc_radix_cache_sizes() : evictable, protected (locked) and cached tokens (any pointer
  *  may be NULL); evictable + protected == cached. */

@@ -39,6 +39,7 @@ fn("kvc_radix_cache_lock", _st, _P, _P)
 fn("kvc_radix_cache_unlock", _st, _P, _P)
 fn("kvc_radix_cache_evict", _st, _P, _P, c_int64, POINTER(c_int64))
 fn("kvc_radix_cache_reset", _st, _P)
+fn("kvc_radix_cache_bind_allocator", _st, _P, _P)
 fn("kvc_radix_cache_sizes", _st, _P, POINTER(c_int64), POINTER(c_int64), POINTER(c_int64))
 fn("kvc_radix_cache_stats", _st, _P, POINTER(Stats))
 fn("kvc_radix_cache_dump", _st, _P, c_char_p, c_size_t, POINTER(c_size_t))
@@ -225,6 +226,15 @@ class RadixCache:
     def reset(self):
         """Drops every node without freeing slots (the pools are being cleared)."""
         self._check(self._reset_fn(self.handle))
+
+    def bind_allocator(self, allocator):
+        """kvc_radix_cache_bind_allocator: keeps the tree's held marks in the allocator's own
+        slot states (page 1, a 'token' Allocator of num_slots slots, the tree empty), so an
+        eviction touches one byte per freed slot; every other free of that allocator then
+        refuses a cached slot. The tree holds the allocator until the tree is closed."""
+        self._check(lib.kvc_radix_cache_bind_allocator(self.handle, allocator.handle),
+                    "kvc_radix_cache_bind_allocator")
+        self._deps += hold(allocator)
 
     def sizes(self):
         e, p, c = c_int64(), c_int64(), c_int64()

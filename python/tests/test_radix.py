@@ -62,6 +62,33 @@ def test_flow_reuses_a_shared_prefix(ctx):
     radix.close()
 
 
+def test_bound_allocator_refuses_freeing_a_cached_slot(ctx):
+    pool = kvc.ReqToTokenPool(ctx, 8, 256)
+    alloc = kvc.Allocator(ctx, 256, page_size=1)
+    radix = RadixCache(ctx, num_slots=256, page_size=1)
+    radix.bind_allocator(alloc)
+    with pytest.raises(kvc.KvcacheError):
+        radix.bind_allocator(alloc)  # bound already
+    flow = kvc.Flow(ctx, pool, alloc, cache=radix)
+    a = kvc.ReqState(seq_len=40)
+    radix.bind(a, list(range(40)))
+    radix.match(a)
+    flow.alloc_for_extend([a])
+    slots = flow.row_slots(a.req_row, 0, 40)
+    flow.release([a])
+    assert radix.sizes()["cached"] == 40
+    with pytest.raises(kvc.KvcacheError, match="radix cache"):
+        alloc.free(slots[:1])  # the tree holds it
+    assert alloc.available_size() == 216
+    assert radix.evict(40, flow) == 40
+    assert alloc.available_size() == 256
+    flow.check()
+    radix.unbind(a)
+    flow.close()
+    alloc.close()  # the tree still holds it: destroyed after the tree
+    radix.close()
+
+
 def test_matched_request_moves_into_a_batch(ctx):
     """A radix match's prefix slots survive RequestBatch.add (the batch re-points at them)."""
     pool = kvc.ReqToTokenPool(ctx, 8, 512)

@@ -88,6 +88,9 @@ static inline int32_t *kvc__req_pool_mirror_row(const kvc_req_to_token_pool *p, 
 #define KVC__PG_GFREE 0x4u /* HELD and recorded by free() inside the open group */
 #define KVC__PG_GSEG 0x8u  /* HELD and recorded by free_segment() inside the open group */
 #define KVC__PG_MARK 0x10u /* transient: seen earlier in the current call */
+/* HELD and held by the radix cache bound to this allocator (allocator_cache.c): only
+ * that cache's eviction frees it (0x20 is allocator_check.c's transient mark). */
+#define KVC__PG_CACHED 0x40u
 
 /* The free ring is the id ring of id_ring.h (the req pool's and the Mamba pool's too):
  * pop at the front, PAGED frees at the front, TOKEN frees at the back. */
@@ -99,6 +102,9 @@ struct kvc_allocator {
   int32_t ps;
   int ps_shift; /* log2(ps) when ps is a power of two (divisions on the free path), else -1 */
   bool need_sort;
+  /* The radix cache whose held marks live in the states (KVC__PG_CACHED), NULL none
+   * (kvc_radix_cache_bind_allocator). */
+  const void *cache_owner;
   bool check;     /* audit after every mutating call */
   bool simd;      /* AVX-512 paths allowed (kvc__simd_avx512 at create): the decode step */
   bool simd_free; /* TOKEN and simd: the frees' AVX-512 step */
@@ -278,6 +284,42 @@ static inline bool kvc__alloc_page_held(const kvc_allocator *a, int64_t page) {
   return (s & KVC__PG_STATE) == KVC__PG_HELD && !(s & (KVC__PG_GFREE | KVC__PG_GSEG));
 }
 static inline int64_t kvc__alloc_num_pages(const kvc_allocator *a) { return a->num_pages; }
+
+/* --- allocator_cache.c: a bound radix cache's held marks in the page states ---------- */
+
+/* A radix cache at page 1 bound to a TOKEN allocator (kvc_radix_cache_bind_allocator)
+ * keeps its "held by the cache" mark as KVC__PG_CACHED on the slot's own state byte
+ * instead of in a byte array of its own. An eviction then reads and writes one byte per
+ * slot, not one in each array: the validated free of its victims checks the state is
+ * exactly HELD | CACHED, which says both that the allocator handed the slot out and that
+ * the cache holds it, and its store of FREE clears the cache's mark too. Every other free
+ * refuses a CACHED slot (the fast paths accept exactly HELD only, the checked loop says
+ * why), so a slot the cache holds cannot be freed behind its back. */
+
+/** Binds a TOKEN allocator to `owner` (INVALID_ARGUMENT for a PAGED one, MISUSE when it
+ *  is bound already; nothing changes on failure). */
+kvc_status kvc__alloc_bind_cache(kvc_allocator *a, const void *owner, const char *fn);
+/** Unbinds it from `owner` (no-op when bound to another or to none). No CACHED state may
+ *  be left: the cache unmarks its slots first. */
+void kvc__alloc_unbind_cache(kvc_allocator *a, const void *owner);
+/** Marks slots[0:n) CACHED, in order, while each is exactly HELD (handed out, not CACHED,
+ *  not recorded by an open group) and in [1, num_pages]; a repeat reads the CACHED its
+ *  first listing wrote and stops there. Returns how many were marked (n: all); the caller
+ *  unmarks those on a failure. */
+size_t kvc__alloc_cache_mark(kvc_allocator *a, const int64_t *slots, size_t n);
+/** Clears the CACHED mark of slots[0:n) (all marked): they stay HELD. */
+void kvc__alloc_cache_unmark(kvc_allocator *a, const int64_t *slots, size_t n);
+/** Whether slot s is in [1, num_pages] and CACHED. */
+static inline bool kvc__alloc_slot_cached(const kvc_allocator *a, int64_t s) {
+  return s >= 1 && s <= a->num_pages && (a->state[s] & KVC__PG_CACHED);
+}
+/** Whether any of the ids[0:n) (page ids in [1, num_pages]) is CACHED. */
+bool kvc__alloc_any_cached(const kvc_allocator *a, const uint32_t *ids, int64_t n);
+/** The bound cache's free of its victims' slots (allocator.c): each must be exactly
+ *  HELD | CACHED; they are released as kvc_allocator_free releases HELD slots (same ring
+ *  order, groups, need_sort and live backups honoured), in one pass when no group is open
+ *  and nothing is deferred. MISUSE naming the first bad slot otherwise, nothing changed. */
+kvc_status kvc__alloc_free_cached(kvc_allocator *a, const char *fn, const int64_t *slots, size_t n);
 
 /* Page arithmetic without a division when the page size is a power of two (the hot
  * paths run it per request and per slot). */

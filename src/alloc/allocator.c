@@ -299,7 +299,12 @@ static size_t free_whole_pages(kvc_allocator *a, const int64_t *slots, size_t n,
  * Why: the checked loop marks in one pass and releases in a second one, through a->tmp_a,
  * with the allocator's fields reloaded after every byte store (~40 instructions per slot;
  * the issue 20 free of 4096 slots was 164 k instructions). This loop keeps everything in
- * locals: about 10 instructions per slot. Returns the slots consumed: n on success. */
+ * locals: about 10 instructions per slot. Returns the slots consumed: n on success.
+ *
+ * `expect` is the state a slot must have: HELD for kvc_allocator_free, HELD | CACHED for
+ * a bound radix cache's eviction (kvc__alloc_free_cached), whose check is then the same
+ * one pass, with its cache mark cleared by the same store. Both call sites pass a
+ * constant, and the function is inlined into each, so the plain free's code is as it was. */
 _Static_assert(KVC__PG_FREE == 0 && KVC__PG_HELD != 0, "token_free_fast: HELD ^ HELD must be FREE");
 
 #if KVC__HAVE_AVX512
@@ -323,7 +328,7 @@ _Static_assert(KVC__PG_FREE == 0 && KVC__PG_HELD != 0, "token_free_fast: HELD ^ 
  * scalar loads was 8-20% faster (medians), this one 11-25%. Returns the slots consumed, a
  * multiple of 8. */
 KVC__TARGET_AVX512 static size_t token_step8(uint8_t *state, uint32_t *out, const int64_t *slots, size_t m,
-                                             uint64_t lim, uint8_t to) {
+                                             uint64_t lim, unsigned expect, uint8_t to) {
   const __m512i vlim = _mm512_set1_epi64((long long)lim);
   size_t i = 0;
   for (; i + 8 <= m; i += 8) {
@@ -333,10 +338,9 @@ KVC__TARGET_AVX512 static size_t token_step8(uint8_t *state, uint32_t *out, cons
     const uint64_t s0 = (uint64_t)slots[i], s1 = (uint64_t)slots[i + 1], s2 = (uint64_t)slots[i + 2];
     const uint64_t s3 = (uint64_t)slots[i + 3], s4 = (uint64_t)slots[i + 4], s5 = (uint64_t)slots[i + 5];
     const uint64_t s6 = (uint64_t)slots[i + 6], s7 = (uint64_t)slots[i + 7];
-    const unsigned bad = (((state[s0] ^ KVC__PG_HELD) | (state[s1] ^ KVC__PG_HELD)) |
-                          ((state[s2] ^ KVC__PG_HELD) | (state[s3] ^ KVC__PG_HELD))) |
-                         (((state[s4] ^ KVC__PG_HELD) | (state[s5] ^ KVC__PG_HELD)) |
-                          ((state[s6] ^ KVC__PG_HELD) | (state[s7] ^ KVC__PG_HELD)));
+    const unsigned bad =
+        (((state[s0] ^ expect) | (state[s1] ^ expect)) | ((state[s2] ^ expect) | (state[s3] ^ expect))) |
+        (((state[s4] ^ expect) | (state[s5] ^ expect)) | ((state[s6] ^ expect) | (state[s7] ^ expect)));
     if (bad | _mm512_test_epi64_mask(rep, rep)) break;
     _mm256_storeu_si256((__m256i *)(void *)(out + i), _mm512_cvtepi64_epi32(v));
     state[s0] = to, state[s1] = to, state[s2] = to, state[s3] = to;
@@ -346,7 +350,8 @@ KVC__TARGET_AVX512 static size_t token_step8(uint8_t *state, uint32_t *out, cons
 }
 #endif
 
-static size_t token_free_fast(kvc_allocator *a, const int64_t *slots, size_t n) {
+static inline __attribute__((always_inline)) size_t token_free_fast(kvc_allocator *a, const int64_t *slots, size_t n,
+                                                                    const unsigned expect) {
   uint8_t *const state = a->state;
   uint32_t *const buf = a->ring.buf;
   const uint64_t mask = a->ring.mask, tail = a->ring.head + (uint64_t)a->ring.count;
@@ -382,25 +387,25 @@ static size_t token_free_fast(kvc_allocator *a, const int64_t *slots, size_t n) 
     const size_t m = n < room ? n : (size_t)room;
     uint32_t *const w = buf + at;
 #if KVC__HAVE_AVX512
-    if (a->simd_free) i = token_step8(state, w, slots, m, lim, KVC__PG_FREE);
+    if (a->simd_free) i = token_step8(state, w, slots, m, lim, expect, KVC__PG_FREE);
 #endif
     for (; i + 4 <= m; i += 4) {
       const uint64_t s0 = (uint64_t)slots[i], s1 = (uint64_t)slots[i + 1];
       const uint64_t s2 = (uint64_t)slots[i + 2], s3 = (uint64_t)slots[i + 3];
       if (((s0 | s1) | (s2 | s3)) > lim) break; /* negative or past the padding */
-      const unsigned x0 = state[s0] ^ KVC__PG_HELD;
+      const unsigned x0 = state[s0] ^ expect;
       state[s0] = (uint8_t)x0;
-      const unsigned x1 = state[s1] ^ KVC__PG_HELD;
+      const unsigned x1 = state[s1] ^ expect;
       state[s1] = (uint8_t)x1;
-      const unsigned x2 = state[s2] ^ KVC__PG_HELD;
+      const unsigned x2 = state[s2] ^ expect;
       state[s2] = (uint8_t)x2;
-      const unsigned x3 = state[s3] ^ KVC__PG_HELD;
+      const unsigned x3 = state[s3] ^ expect;
       state[s3] = (uint8_t)x3;
       if ((x0 | x1) | (x2 | x3)) {
-        state[s3] ^= KVC__PG_HELD;
-        state[s2] ^= KVC__PG_HELD;
-        state[s1] ^= KVC__PG_HELD;
-        state[s0] ^= KVC__PG_HELD;
+        state[s3] ^= (uint8_t)expect;
+        state[s2] ^= (uint8_t)expect;
+        state[s1] ^= (uint8_t)expect;
+        state[s0] ^= (uint8_t)expect;
         break;
       }
       w[i] = (uint32_t)s0;
@@ -412,14 +417,14 @@ static size_t token_free_fast(kvc_allocator *a, const int64_t *slots, size_t n) 
   if (!image_live) {
     for (; i < n; i++) {
       const uint64_t slot = (uint64_t)slots[i];
-      if (slot - 1 >= np || state[slot] != KVC__PG_HELD) break; /* slot 0, negative, past the end, not held */
+      if (slot - 1 >= np || state[slot] != expect) break; /* slot 0, negative, past the end, not held */
       state[slot] = KVC__PG_FREE;
       buf[(tail + i) & mask] = (uint32_t)slot;
     }
   } else {
     for (; i < n; i++) {
       const uint64_t slot = (uint64_t)slots[i];
-      if (slot - 1 >= np || state[slot] != KVC__PG_HELD) break;
+      if (slot - 1 >= np || state[slot] != expect) break;
       state[slot] = KVC__PG_FREE;
     }
     if (i == n)
@@ -429,7 +434,7 @@ static size_t token_free_fast(kvc_allocator *a, const int64_t *slots, size_t n) 
     a->ring.count += (int64_t)n;
     return n;
   }
-  for (size_t j = 0; j < i; j++) state[slots[j]] = KVC__PG_HELD;
+  for (size_t j = 0; j < i; j++) state[slots[j]] = (uint8_t)expect;
   return i;
 }
 
@@ -450,7 +455,7 @@ static size_t token_group_free_fast(kvc_allocator *a, const int64_t *slots, size
   const unsigned rec = KVC__PG_HELD | KVC__PG_GFREE;
   size_t i = 0;
 #if KVC__HAVE_AVX512
-  if (a->simd_free) i = token_step8(state, g, slots, n, a->state_mask, (uint8_t)rec);
+  if (a->simd_free) i = token_step8(state, g, slots, n, a->state_mask, KVC__PG_HELD, (uint8_t)rec);
 #endif
   /* Four slots a step, as token_free_fast: a repeat inside the four reads the state its
    * earlier copy wrote; a failing step puts its bytes back in reverse order. The step is
@@ -523,6 +528,12 @@ kvc_status kvc__alloc_free_validate(kvc_allocator *a, const char *fn, const char
       break;
     }
     if (paged && (s & KVC__PG_GFREE)) continue; /* already recorded by this group: dedup */
+    if (s & KVC__PG_CACHED) {
+      st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn,
+                      "%s[%zu] = %lld: slot %u is held by the radix cache bound to this allocator (evict it there)",
+                      what, i, (long long)slots[i], p);
+      break;
+    }
     if ((s & KVC__PG_STATE) != KVC__PG_HELD || (s & (KVC__PG_GFREE | KVC__PG_GSEG))) {
       st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn, "%s[%zu] = %lld: %s %u is %s (double free?)", what, i,
                       (long long)slots[i], paged ? "page" : "slot", p,
@@ -558,7 +569,8 @@ kvc_status kvc__alloc_release(kvc_allocator *a, const char *fn, uint32_t *v, int
 static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slots, size_t n) {
   if (n == 0) return KVC_OK;
   if (!slots) return kvc__error(a->ctx, KVC_ERR_INVALID_ARGUMENT, fn, "slots is NULL for n = %zu", n);
-  if (a->kind == KVC_ALLOCATOR_TOKEN && !a->in_group && !a->need_sort && token_free_fast(a, slots, n) == n) {
+  if (a->kind == KVC_ALLOCATOR_TOKEN && !a->in_group && !a->need_sort &&
+      token_free_fast(a, slots, n, KVC__PG_HELD) == n) {
     a->epoch++;
     return kvc__alloc_finish(a, fn, KVC_OK);
   }
@@ -574,6 +586,39 @@ static kvc_status free_impl(kvc_allocator *a, const char *fn, const int64_t *slo
     return st;
   }
   return kvc__alloc_release(a, fn, v, k);
+}
+
+/* The slots of a bound radix cache's victims (alloc.h). The common case (no open group,
+ * nothing deferred) is token_free_fast expecting HELD | CACHED: one pass that checks, frees
+ * and clears the cache's mark. Otherwise each slot's mark is cleared first (all must be
+ * exactly HELD | CACHED) and free_impl releases them as any free of HELD slots, which keeps
+ * the group's records and the deferred list exactly as kvc_allocator_free would; when that
+ * free fails, the marks are put back. Nothing changes on a failure. */
+kvc_status kvc__alloc_free_cached(kvc_allocator *a, const char *fn, const int64_t *slots, size_t n) {
+  if (n == 0) return KVC_OK;
+  const unsigned cached = KVC__PG_HELD | KVC__PG_CACHED;
+  if (!a->in_group && !a->need_sort && token_free_fast(a, slots, n, cached) == n) {
+    a->epoch++;
+    return kvc__alloc_finish(a, fn, KVC_OK);
+  }
+  uint8_t *const state = a->state;
+  const uint64_t np = (uint64_t)a->num_pages;
+  size_t i = 0;
+  for (; i < n; i++) {
+    const uint64_t slot = (uint64_t)slots[i];
+    if (slot - 1 >= np || state[slot] != cached) break; /* a repeat reads the HELD its first listing left */
+    state[slot] = KVC__PG_HELD;
+  }
+  kvc_status st = KVC_OK;
+  if (i < n)
+    st = kvc__error(a->ctx, KVC_ERR_MISUSE, fn,
+                    "slot %lld (victim slot %zu of %zu) is not held by both this allocator and its bound radix cache "
+                    "(freed behind the cache's back, or listed twice)",
+                    (long long)slots[i], i, n);
+  else st = free_impl(a, fn, slots, n);
+  if (st != KVC_OK)
+    for (size_t j = 0; j < i; j++) state[slots[j]] = (uint8_t)cached;
+  return st;
 }
 
 kvc_status kvc_allocator_free(kvc_allocator *a, const int64_t *slots, size_t n) {
@@ -683,6 +728,14 @@ kvc_status kvc_allocator_merge_and_sort_free(kvc_allocator *a) {
 
 /* --- Backup / restore --------------------------------------------------------------- */
 
+/* Whether an id popped since the backup (ring positions [from, to)) is CACHED. */
+static bool restore_pops_cached(const kvc_allocator *a, uint64_t from, uint64_t to) {
+  if (!a->cache_owner) return false;
+  for (uint64_t h = from; h != to; h++)
+    if (a->state[a->ring.buf[h & a->ring.mask]] & KVC__PG_CACHED) return true;
+  return false;
+}
+
 static uint64_t alloc_tag(const kvc_allocator *a) { return KVC__ALLOCATOR_MAGIC ^ (uint64_t)(uintptr_t)a; }
 
 kvc_status kvc_allocator_backup_state(kvc_allocator *a, kvc_allocator_state *out) {
@@ -713,6 +766,12 @@ kvc_status kvc_allocator_restore_state(kvc_allocator *a, const kvc_allocator_sta
   KVC_RETURN_IF(a->epoch != a->b_epoch, a->ctx, KVC_ERR_MISUSE,
                 "a free, free group or clear happened since the backup; restoring would lose those frees");
   kvc__ring *r = &a->ring;
+  /* A slot handed out since the backup and cached by a bound radix cache would become free
+   * while the cache lists it. */
+  const bool cached =
+      a->backup_saved ? kvc__alloc_any_cached(a, a->saved, a->b_count) : restore_pops_cached(a, a->b_head, r->head);
+  KVC_RETURN_IF(cached, a->ctx, KVC_ERR_MISUSE,
+                "a slot handed out since the backup is held by the bound radix cache: evict or reset it first");
   if (a->backup_saved) {
     /* A merge rewrote the ring: rebuild the backup's lists from the saved image. Pages
      * not in it were held at the backup and still are (no free since). */
@@ -736,6 +795,13 @@ kvc_status kvc_allocator_restore_state(kvc_allocator *a, const kvc_allocator_sta
 kvc_status kvc_allocator_clear(kvc_allocator *a) {
   KVC_API_ENTRY();
   ALLOC_ENTRY(a);
+  /* A bound radix cache's marks would vanish while its nodes still list the slots, which
+   * a later insert could then cache twice. The scan costs what the reset costs anyway. */
+  if (a->cache_owner)
+    for (int64_t p = 1; p <= a->num_pages; p++)
+      KVC_RETURN_IF(a->state[p] & KVC__PG_CACHED, a->ctx, KVC_ERR_MISUSE,
+                    "slot %lld is held by the radix cache bound to this allocator: reset that cache first",
+                    (long long)p);
   kvc__fl_reset(a);
   a->epoch++;
   a->backup_live = false;

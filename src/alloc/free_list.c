@@ -216,6 +216,9 @@ kvc_status kvc__fl_audit(const kvc_allocator *a, const char *fn) {
     if (s & KVC__PG_MARK) return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: page %lld left marked", (long long)p);
     if ((s & (KVC__PG_GFREE | KVC__PG_GSEG)) && ((s & KVC__PG_STATE) != KVC__PG_HELD || !a->in_group))
       return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: page %lld has a stale group mark", (long long)p);
+    if ((s & KVC__PG_CACHED) &&
+        ((s & KVC__PG_STATE) != KVC__PG_HELD || (s & (KVC__PG_GFREE | KVC__PG_GSEG)) || !a->cache_owner))
+      return kvc__error(ctx, KVC_ERR_INTERNAL, fn, "check: page %lld has a stale radix cache mark", (long long)p);
     n_free += (s & KVC__PG_STATE) == KVC__PG_FREE;
     n_def += (s & KVC__PG_STATE) == KVC__PG_DEFERRED;
     n_gfree += (s & KVC__PG_GFREE) != 0;

@@ -102,8 +102,13 @@ struct kvc_radix_cache {
   int64_t evictable, protected_, seg_bytes;
   uint64_t clock;
   /* pages the tree holds: one byte per page id in [0, top_slot / ps] (radix_held.c says
-   * why a byte, not a bit) */
+   * why a byte, not a bit); all zero while `bound` */
   uint8_t *held;
+  /* The TOKEN allocator whose page states carry the held marks instead
+   * (kvc_radix_cache_bind_allocator; page size 1), NULL none: the marks are then one
+   * state bit per slot (alloc.h, KVC__PG_CACHED) and an eviction frees its victims
+   * through kvc__alloc_free_cached, which clears them. */
+  kvc_allocator *bound;
   /* scratch: path node ids, a slot vector, duplicate slots to free */
   int32_t *path;
   size_t path_cap;
@@ -157,6 +162,9 @@ static inline size_t rx_held_bytes(const kvc_radix_cache *rc) { return (size_t)(
 kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad, int64_t *run_first);
 /** Clears the held marks of the pages of slots[0:n) (all marked). */
 void kvc__rx_unmark(kvc_radix_cache *rc, const int64_t *slots, int64_t n);
+/** Clears the held marks of every node's slots (a reset or destroy of a bound cache: the
+ *  slots stay handed out). */
+void kvc__rx_unmark_all(kvc_radix_cache *rc);
 /** Clears the held marks of the pages of the slot run [first_slot, last_slot]. */
 void kvc__rx_clear_pages(kvc_radix_cache *rc, int64_t first_slot, int64_t last_slot);
 /** End of the run of consecutive page ids starting at page k of s (np pages of ps slots;
@@ -231,8 +239,8 @@ bool kvc__rx_from_handle(const kvc_radix_cache *rc, const void *h, int32_t *id);
 
 /** SGLang _split_node at p tokens of node c (a reserved node): returns the new upper node. */
 int32_t kvc__rx_split(kvc_radix_cache *rc, int32_t c, int32_t p);
-/** Deletes unlocked childless node id (its slots already freed): events, held bits,
- *  sizes, and the parent's leaf status. */
+/** Deletes unlocked childless node id (its slots already freed): events, held bits (a
+ *  bound cache's free cleared them already), sizes, and the parent's leaf status. */
 void kvc__rx_delete_leaf(kvc_radix_cache *rc, int32_t id);
 
 /** O(n) audit: sizes, heap, table, held bits. */

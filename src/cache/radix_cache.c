@@ -38,6 +38,15 @@ kvc_status kvc__rx_free_through(void *user, const int64_t *slots, size_t n) {
 
 bool kvc__rx_can_free(const kvc_radix_cache *rc, const kvc_flow *flow) { return flow || rc->cfg.free_slots; }
 
+/* A bound cache's victims: the allocator's one pass over slots that must be HELD | CACHED
+ * (kvc__alloc_free_cached), through the flow when one is given (the caller checked that
+ * it runs on the bound allocator), so that its observer hears of the free. */
+static kvc_status free_bound(void *user, const int64_t *slots, size_t n) {
+  rx_free_path *p = user;
+  if (p->flow) return kvc__flow_free_cached(p->flow, "kvc_radix_cache_evict", slots, n);
+  return kvc__alloc_free_cached(p->rc->bound, "kvc_radix_cache_evict", slots, n);
+}
+
 /* --- Create / destroy ------------------------------------------------------------------------ */
 
 kvc_status kvc_radix_cache_create(kvc_context *ctx, const kvc_radix_cache_config *config, kvc_radix_cache **out) {
@@ -78,6 +87,10 @@ kvc_status kvc_radix_cache_create(kvc_context *ctx, const kvc_radix_cache_config
 void kvc_radix_cache_destroy(kvc_radix_cache *rc) {
   if (!rc || rc->magic != KVC__RADIX_MAGIC) return;
   kvc_context *ctx = rc->ctx;
+  if (rc->bound) { /* the cached slots stay handed out, as unbound; the marks go */
+    kvc__rx_unmark_all(rc);
+    kvc__alloc_unbind_cache(rc->bound, rc);
+  }
   kvc__rx_fini(rc);
   rc->magic = 0;
   kvc__free(ctx, rc);
@@ -451,13 +464,43 @@ kvc_status kvc_radix_cache_evict(kvc_radix_cache *rc, kvc_flow *flow, int64_t nu
   KVC_RETURN_IF(rc->heap_len == 0, rc->ctx, KVC_ERR_OUT_OF_SLOTS,
                 "nothing evictable for %lld tokens (evictable_size=0, protected_size=%lld)", (long long)num_tokens,
                 (long long)rc->protected_);
-  KVC_RETURN_IF(!kvc__rx_can_free(rc, flow), rc->ctx, KVC_ERR_UNSUPPORTED,
+  KVC_RETURN_IF(!rc->bound && !kvc__rx_can_free(rc, flow), rc->ctx, KVC_ERR_UNSUPPORTED,
                 "no flow and no free_slots hook to free through");
+  if (rc->bound && flow) {
+    KVC_FORWARD(kvc__flow_check_handle(flow, __func__));
+    KVC_RETURN_IF(flow->alloc != rc->bound, rc->ctx, KVC_ERR_MISUSE,
+                  "the flow's allocator is not the one this cache is bound to");
+  }
   rx_free_path fp = {rc, flow};
   int64_t done;
-  kvc_status st = kvc__rx_evict(rc, num_tokens, kvc__rx_free_through, &fp, &done);
+  kvc_status st = kvc__rx_evict(rc, num_tokens, rc->bound ? free_bound : kvc__rx_free_through, &fp, &done);
   if (evicted) *evicted = done;
   return post(rc, __func__, st);
+}
+
+kvc_status kvc_radix_cache_bind_allocator(kvc_radix_cache *rc, kvc_allocator *alloc) {
+  KVC_FORWARD(live(rc, __func__));
+  const int64_t cached = rc->evictable + rc->protected_;
+  if (!alloc) {
+    KVC_RETURN_IF(cached, rc->ctx, KVC_ERR_MISUSE, "unbinding a cache that holds %lld tokens (reset it first)",
+                  (long long)cached);
+    if (rc->bound) kvc__alloc_unbind_cache(rc->bound, rc);
+    rc->bound = NULL;
+    return KVC_OK;
+  }
+  KVC_RETURN_IF(alloc->magic != KVC__ALLOCATOR_MAGIC, rc->ctx, KVC_ERR_INVALID_ARGUMENT, "not a live kvc_allocator");
+  KVC_RETURN_IF(alloc->ctx != rc->ctx, rc->ctx, KVC_ERR_INVALID_ARGUMENT, "the allocator belongs to another context");
+  KVC_RETURN_IF(rc->ps != 1, rc->ctx, KVC_ERR_INVALID_ARGUMENT, "page_size %lld: only a page-1 cache can be bound",
+                (long long)rc->ps);
+  KVC_RETURN_IF(alloc->num_pages != rc->cfg.num_slots, rc->ctx, KVC_ERR_INVALID_ARGUMENT,
+                "the allocator has %lld slots, the cache num_slots %lld", (long long)alloc->num_pages,
+                (long long)rc->cfg.num_slots);
+  KVC_RETURN_IF(rc->bound, rc->ctx, KVC_ERR_MISUSE, "the cache is bound to an allocator already");
+  KVC_RETURN_IF(cached, rc->ctx, KVC_ERR_MISUSE, "binding a cache that holds %lld tokens (reset it first)",
+                (long long)cached);
+  KVC_FORWARD(kvc__alloc_bind_cache(alloc, rc, __func__));
+  rc->bound = alloc;
+  return post(rc, __func__, KVC_OK);
 }
 
 kvc_status kvc_radix_cache_reset(kvc_radix_cache *rc) {

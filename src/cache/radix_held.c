@@ -4,6 +4,7 @@
  * anything changes (SGLang would corrupt its allocator silently).
  */
 #include "radix.h"
+#include "../alloc/alloc.h"
 
 #include <string.h>
 
@@ -88,6 +89,24 @@ int64_t kvc__rx_run_end(const int64_t *s, int64_t k, int64_t np, int64_t ps) {
  * consecutive ids) holding the bad slot, found only then: INVALID_ARGUMENT when that run
  * leaves [1, top] (the run path tests its ends before its marks), else MISUSE, *bad its
  * first slot, nothing marked; *run_first is slots[0] only when all n are one run. */
+/* slots[0] when the n > 0 slots are one run of consecutive ids, else -1. */
+static int64_t one_run(const int64_t *slots, int64_t n) {
+  return (uint64_t)slots[n - 1] - (uint64_t)slots[0] == (uint64_t)(n - 1) && kvc__rx_run_end(slots, 0, n, 1) == n
+             ? slots[0]
+             : -1;
+}
+
+/* The page-1 marks' failure at slot k (nothing marked any more): *bad the first slot of the
+ * run of consecutive ids holding slot k; INVALID_ARGUMENT when that run leaves [1, top]
+ * (the run path tests its ends before its marks), else MISUSE. */
+static kvc_status run_failure(const kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t k, int64_t *bad) {
+  int64_t r0 = k, r1 = k + 1;
+  while (r0 > 0 && (uint64_t)slots[r0] - (uint64_t)slots[r0 - 1] == 1) r0--;
+  while (r1 < n && (uint64_t)slots[r1] - (uint64_t)slots[r1 - 1] == 1) r1++;
+  *bad = r0;
+  return slots[r0] < 1 || slots[r1 - 1] > rc->top_slot ? KVC_ERR_INVALID_ARGUMENT : KVC_ERR_MISUSE;
+}
+
 static kvc_status mark_tokens(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad, int64_t *run_first) {
   uint8_t *const h = rc->held;
   const uint64_t top = (uint64_t)rc->top_slot;
@@ -118,22 +137,29 @@ static kvc_status mark_tokens(kvc_radix_cache *rc, const int64_t *slots, int64_t
     h[a] = 1;
   }
   if (k == n) {
-    if (run_first)
-      *run_first =
-          (uint64_t)slots[n - 1] - (uint64_t)slots[0] == (uint64_t)(n - 1) && kvc__rx_run_end(slots, 0, n, 1) == n
-              ? slots[0]
-              : -1;
+    if (run_first) *run_first = one_run(slots, n);
     return KVC_OK;
   }
-  int64_t r0 = k, r1 = k + 1;
-  while (r0 > 0 && (uint64_t)slots[r0] - (uint64_t)slots[r0 - 1] == 1) r0--;
-  while (r1 < n && (uint64_t)slots[r1] - (uint64_t)slots[r1 - 1] == 1) r1++;
   kvc__rx_unmark(rc, slots, k);
-  *bad = r0;
-  return slots[r0] < 1 || slots[r1 - 1] > rc->top_slot ? KVC_ERR_INVALID_ARGUMENT : KVC_ERR_MISUSE;
+  return run_failure(rc, slots, n, k, bad);
+}
+
+/* kvc__rx_mark of a bound cache (page size 1): the marks are the allocator's CACHED bits
+ * (alloc.h), so each slot must be exactly HELD there (handed out, not cached yet, not freed
+ * inside an open group), which also refuses a slot the allocator does not hold. Failures
+ * as mark_tokens reports them, nothing marked. */
+static kvc_status mark_bound(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad, int64_t *run_first) {
+  const size_t k = kvc__alloc_cache_mark(rc->bound, slots, (size_t)n);
+  if (k == (size_t)n) {
+    if (run_first) *run_first = one_run(slots, n);
+    return KVC_OK;
+  }
+  kvc__alloc_cache_unmark(rc->bound, slots, k);
+  return run_failure(rc, slots, n, (int64_t)k, bad);
 }
 
 kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad, int64_t *run_first) {
+  if (rc->bound && n > 0) return mark_bound(rc, slots, n, bad, run_first);
   if (rc->ps == 1 && n > 0) return mark_tokens(rc, slots, n, bad, run_first);
   /* Runs of consecutive slots: each must start and end on a page boundary of the key and
    * start on a page-aligned slot, which makes every page in it one allocator page. */
@@ -163,6 +189,16 @@ kvc_status kvc__rx_mark(kvc_radix_cache *rc, const int64_t *slots, int64_t n, in
 
 kvc_status kvc__rx_check_free(const kvc_radix_cache *rc, const int64_t *slots, int64_t n, int64_t *bad) {
   const int64_t top = rc->top_slot;
+  if (rc->bound) {
+    for (int64_t i = 0; i < n; i++) {
+      const int64_t s = slots[i];
+      if (s < 1 || s > top || kvc__alloc_slot_cached(rc->bound, s)) {
+        *bad = i;
+        return s < 1 || s > top ? KVC_ERR_INVALID_ARGUMENT : KVC_ERR_MISUSE;
+      }
+    }
+    return KVC_OK;
+  }
   for (int64_t i = 0; i < n;) {
     if (lone_slot(1, slots, i, n)) { /* a run of one slot (the run path's checks, for one bit) */
       const int64_t s = slots[i];
@@ -187,6 +223,10 @@ kvc_status kvc__rx_check_free(const kvc_radix_cache *rc, const int64_t *slots, i
 }
 
 void kvc__rx_unmark(kvc_radix_cache *rc, const int64_t *slots, int64_t n) {
+  if (rc->bound) {
+    kvc__alloc_cache_unmark(rc->bound, slots, (size_t)n);
+    return;
+  }
   const int64_t ps = rc->ps, np = n / ps;
   /* Page size 1: nothing to check, so a plain store per slot, four a step. No run
    * detection: the slots are loaded either way, and testing 16 of them for a run, then
@@ -207,6 +247,13 @@ void kvc__rx_unmark(kvc_radix_cache *rc, const int64_t *slots, int64_t n) {
     int64_t j = kvc__rx_run_end(slots, k, np, ps);
     range_set(rc->held, rx_page(rc, slots[k * ps]), rx_page(rc, slots[(j - 1) * ps]), false);
     k = j;
+  }
+}
+
+void kvc__rx_unmark_all(kvc_radix_cache *rc) {
+  for (int32_t i = 1; i < rc->nodes_used; i++) {
+    const rx_node *n = &rc->nodes[i];
+    if (n->seg) kvc__rx_unmark(rc, rx_vals(n), rc->hot[i].len);
   }
 }
 

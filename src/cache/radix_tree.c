@@ -8,6 +8,7 @@
  * changes, so the mutating walks below cannot fail half way: callers reserve first.
  */
 #include "radix.h"
+#include "../alloc/alloc.h"
 
 #include <string.h>
 
@@ -257,6 +258,7 @@ void kvc__rx_fini(kvc_radix_cache *rc) {
 }
 
 kvc_status kvc__rx_clear(kvc_radix_cache *rc) {
+  if (rc->bound) kvc__rx_unmark_all(rc); /* the slots stay handed out, as unbound */
   free_segments(rc);
   for (size_t i = 0; i < rc->table_cap; i++) rc->table[i].child = RX_NONE;
   rc->table_used = 0;
@@ -595,8 +597,12 @@ void kvc__rx_delete_leaf(kvc_radix_cache *rc, int32_t id) {
   if (n->mamba_slot && rc->on_delete_state) rc->on_delete_state(rc->comp_user, id);
   kvc__rx_heap_remove(rc, id);
   if (n->swa_lock != RX_SWA_TOMB) rc->swa_live -= len;
-  if (n->run_first >= 0) kvc__rx_clear_pages(rc, n->run_first, n->run_first + len - 1);
-  else kvc__rx_unmark(rc, rx_vals(n), len);
+  if (rc->bound) { /* the victim's free (kvc__alloc_free_cached) cleared its marks */
+  } else if (n->run_first >= 0) {
+    kvc__rx_clear_pages(rc, n->run_first, n->run_first + len - 1);
+  } else {
+    kvc__rx_unmark(rc, rx_vals(n), len);
+  }
   rc->evictable -= len;
   table_del(rc, id);
   sib_unlink(rc, id);
@@ -606,6 +612,13 @@ void kvc__rx_delete_leaf(kvc_radix_cache *rc, int32_t id) {
 }
 
 /* --- Audit and size ---------------------------------------------------------------------------- */
+
+/* Held by the tree: its own byte, or for a bound cache a slot both the allocator and the
+ * tree hold (exactly HELD | CACHED there). */
+static bool audit_held(const kvc_radix_cache *rc, int64_t s) {
+  if (!rc->bound) return rx_slot_held(rc, s);
+  return s <= rc->bound->num_pages && rc->bound->state[s] == (KVC__PG_HELD | KVC__PG_CACHED);
+}
 
 kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn) {
   int64_t ev = 0, pr = 0, live = 1, leaves = 0;
@@ -636,7 +649,7 @@ kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn) {
       return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d not found in the child index", i);
     const int64_t *v = rx_vals(n);
     for (int32_t k = 0; k < h->len; k++)
-      if (v[k] < 1 || v[k] > rc->top_slot || !rx_slot_held(rc, v[k]) || v[k] - v[k - k % rc->ps] != k % rc->ps ||
+      if (v[k] < 1 || v[k] > rc->top_slot || !audit_held(rc, v[k]) || v[k] - v[k - k % rc->ps] != k % rc->ps ||
           (k % rc->ps == 0 && v[k] % rc->ps))
         return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "node %d slot %lld not a held page", i, (long long)v[k]);
     bool run = n->run_first >= 0;
@@ -648,6 +661,10 @@ kvc_status kvc__rx_audit(const kvc_radix_cache *rc, const char *fn) {
   }
   int64_t bits = 0;
   for (size_t w = 0; w < rx_held_bytes(rc); w++) bits += rc->held[w] != 0;
+  if (rc->bound) { /* its own bytes stay zero; the allocator's marks are the tree's slots */
+    if (bits) return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "%lld held bytes set in a bound cache", (long long)bits);
+    for (int64_t p = 1; p <= rc->bound->num_pages; p++) bits += (rc->bound->state[p] & KVC__PG_CACHED) != 0;
+  }
   if (bits != held)
     return kvc__error(rc->ctx, KVC_ERR_INTERNAL, fn, "%lld held bits for %lld pages (a page twice?)", (long long)bits,
                       (long long)held);

@@ -183,6 +183,17 @@ kvc_status kvc_flow_free_slots(kvc_flow *f, const int64_t *slots, size_t n) {
   return st;
 }
 
+kvc_status kvc__flow_free_cached(kvc_flow *f, const char *fn, const int64_t *slots, size_t n) {
+  if (!n) return KVC_OK;
+  KVC_FORWARD(kvc__alloc_free_cached(f->alloc, fn, slots, n));
+  const kvc_status st = kvc__slot_tell_freed(&f->sa, KVC__SIDE_FULL, NULL, slots, n, f->stream);
+  if (st != KVC_OK && f->releasing) { /* as kvc_flow_free_slots */
+    if (f->release_late == KVC_OK) f->release_late = st;
+    return KVC_OK;
+  }
+  return st;
+}
+
 kvc_status kvc_flow_available(const kvc_flow *f, int64_t *available, int64_t *evictable, int64_t *protected_size,
                               int64_t *cached) {
   KVC_API_ENTRY();

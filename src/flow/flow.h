@@ -64,6 +64,11 @@ kvc_status kvc__flow_evict_windows(kvc_flow *f, kvc_req_state *const *reqs, size
  *  a hybrid pool. */
 kvc_status kvc__flow_free_mamba(kvc_flow *f, kvc_req_state *r);
 
+/** kvc_flow_free_slots for a bound radix cache's victims (kvc__alloc_free_cached: each slot
+ *  HELD | CACHED in the flow's allocator, which the caller checked is the cache's): the
+ *  observer hears of them and a late refill error is deferred inside a release, as for
+ *  any free. */
+kvc_status kvc__flow_free_cached(kvc_flow *f, const char *fn, const int64_t *slots, size_t n);
 /** Grows the per-call arrays to hold n requests. */
 kvc_status kvc__flow_reserve(kvc_flow *flow, const char *fn, size_t n);
 /** Validates a flow handle. */

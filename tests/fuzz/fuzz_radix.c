@@ -1,10 +1,11 @@
 /*
  * fuzz_radix.c — libFuzzer harness: the bytes drive a scheduler over a flow whose prefix
- * cache is a radix cache (token or paged allocator, any policy): new requests matched and
- * admitted, extends, decodes, chunk checkpoints, releases (insert or abort), evictions,
- * locks and unlocks of real, stale and garbage handles, requests whose state the bytes
- * corrupt. Every status must be a known one, and after every step the tree's audit and
- * the flow's conservation check (free + held by live requests + cached == capacity) pass.
+ * cache is a radix cache (token or paged allocator, any policy, at page 1 bound to its
+ * allocator or not): new requests matched and admitted, extends, decodes, chunk
+ * checkpoints, releases (insert or abort), evictions, locks and unlocks of real, stale
+ * and garbage handles, requests whose state the bytes corrupt. Every status must be a
+ * known one, and after every step the tree's audit and the flow's conservation check
+ * (free + held by live requests + cached == capacity) pass.
  */
 #define NREQ 6
 #define MAXT 256
@@ -39,10 +40,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kvc_radix_cache_config rcfg = KVC_RADIX_CACHE_CONFIG_INIT;
   rcfg.page_size = ps;
   rcfg.num_slots = cap;
-  rcfg.policy = (kvc_radix_policy)(fz_u8(&f) % 7);
+  const uint8_t pol = fz_u8(&f);
+  rcfg.policy = (kvc_radix_policy)(pol % 7);
   rcfg.req_of = req_of;
   kvc_radix_cache *rc;
   if (kvc_radix_cache_create(g_ctx, &rcfg, &rc) != KVC_OK) abort();
+  /* The policy byte's top bit at page 1: the held marks in the allocator's states. */
+  if (ps == 1 && (pol & 0x80) && kvc_radix_cache_bind_allocator(rc, alloc) != KVC_OK) abort();
   kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
   fc.page_size = ps;
   fc.allocator = alloc;
