@@ -2,13 +2,18 @@
 # radix15e's eviction, swa17d's SWA free) on the H200 against 8092a3c (.gpu/base): tests
 # (both SIMD settings), staged payloads, digests, memcheck, the allocation path in one
 # process, the radix trace replays and the SWA part (host and CUDA backends) on this
-# Intel host, the adapter, pytest with torch on CUDA.
+# Intel host, the adapter, pytest with torch on CUDA. .gpu/swa512 is a scratch tree: the
+# merged tree plus swa17d's untested AVX-512 step of the SWA free
+# (bench/csv/swa17d/variants/avx512-step8-untested.diff, merged by hand onto the
+# per-stretch loop, enabled on every AVX-512 CPU) - tested and timed here, not in main.
 set -uo pipefail
 b=build-gpu
 T0=$SECONDS
 echo "=== host"; grep -m1 "model name" /proc/cpuinfo; nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 ( cmake -S .gpu/base -B /tmp/bb -DCMAKE_BUILD_TYPE=Release -DKVC_BUILD_TESTS=OFF -DKVC_BUILD_EXAMPLES=OFF \
     -DKVC_BUILD_STATIC=OFF -DKVC_INSTALL=OFF -DKVC_BUILD_PYTHON_EXT=ON -DPython3_EXECUTABLE=$(command -v python3) >/tmp/bb.log 2>&1 && cmake --build /tmp/bb -j 6 >>/tmp/bb.log 2>&1 || echo "base build failed" ) &
+( cmake -S .gpu/swa512 -B /tmp/bs -DCMAKE_BUILD_TYPE=Release -DKVC_BUILD_EXAMPLES=OFF -DKVC_BUILD_STATIC=OFF \
+    -DKVC_INSTALL=OFF >/tmp/bs.log 2>&1 && cmake --build /tmp/bs -j 4 >>/tmp/bs.log 2>&1 || echo "swa512 build failed" ) &
 echo "=== ctest (CUDA + host, with the KVC_SIMD=0 entries)"; timeout 300 ctest --test-dir $b --output-on-failure -j 6 > $OUT/ctest.log 2>&1; echo "ctest rc=$?"; grep -E "tests passed|\(Failed\)|\*\*\*" $OUT/ctest.log | head
 echo "=== staged payloads"; KVC_INLINE_MAX_WORDS=0 timeout 120 ctest --test-dir $b -R "alloc|flow|swa|hybrid|session|decode|radix|ops|req|free" -j 6 2>&1 | grep -E "tests passed|\*\*\*Failed|\(Failed\)"
 KVC_BACKEND=cuda BUILD_DIR=$b timeout 60 bash scripts/test_digest.sh 2>&1 | tail -1
@@ -19,6 +24,8 @@ for n in test_allocator test_flow test_radix_flow test_decode_channel test_swa_r
   KVT_STEPS=300 timeout 100 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $t cuda > /tmp/san-$n.log 2>&1 && echo "memcheck clean: $n" || { echo "memcheck FAILED: $n"; tail -8 /tmp/san-$n.log; }; done
 echo "   [$(( SECONDS - T0 )) s]"
 wait
+echo "=== swa512 scratch: its tests (host, with the KVC_SIMD=0 entries) and the SWA CUDA suites"
+timeout 200 ctest --test-dir /tmp/bs -R "swa|free_simd|free_steps|radix|hybrid" -j 6 2>&1 | grep -E "tests passed|\(Failed\)|\*\*\*Failed"
 cp $b/libkvcache.so.0.1.0 /tmp/newc.so
 AB=$b/bench/kvc_bench_ab
 echo "=== A = base, B = new";   $AB /tmp/bb/libkvcache.so $b/libkvcache.so --reps 3000 2>&1 | tail -n +4
@@ -36,8 +43,8 @@ done
 echo "   [$(( SECONDS - T0 )) s]"
 echo "=== SWA part (issue 17 item 6): base / new, host and CUDA backends, half and full SWA side"
 for r in 1 2 3; do
-  for v in base new; do
-    bin=$b/bench/kvc_bench_radix; [ $v = base ] && bin=/tmp/bb/bench/kvc_bench_radix
+  for v in base new swa512; do
+    bin=$b/bench/kvc_bench_radix; [ $v = base ] && bin=/tmp/bb/bench/kvc_bench_radix; [ $v = swa512 ] && bin=/tmp/bs/bench/kvc_bench_radix
     for be in host cuda; do for side in half full; do
       KVB_BACKEND=$be KVB_SWA_SIDE=$side KVB_ONLY=swa timeout 60 $bin 2>&1 | grep -E "^ratio" | sed "s/^/$v $be $side r$r  /"
     done; done
