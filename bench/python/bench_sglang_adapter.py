@@ -316,7 +316,7 @@ class Bench:
                 req = S.Req(origin_input_ids=toks, fill_ids=list(toks))
                 S.ScheduleBatch([req], pool, cache, device=self.dev).prepare_for_extend()
                 if via_c:
-                    st = cache._bind(req, array.array("i", toks), length)
+                    st, _ = cache._bind(req, array.array("i", toks), length)
                     t0 = _ns()
                     fn(cache._tree.handle, cache._fh, ctypes.addressof(st), 1)
                     cc.append(_ns() - t0)
