@@ -6,6 +6,7 @@ inputs the allocator needs on the host (last_loc, indices to free) are taken fro
 copy kvcache attached to the tensors it produced, else copied once (one sync).
 """
 import ctypes
+import gc
 
 import kvcache as _kvc
 from kvcache import hybrid as _hybrid
@@ -260,7 +261,15 @@ class TokenToKVPoolAllocator(_AllocatorBase):
         self._a.restore_state(state)
 
     def clear(self):
-        self._a.clear()
+        """Every slot free. Refused (Misuse) while a RadixCache bound to this allocator
+        holds slots (reset the cache first, as SGLang's flush_cache does); a bound cache
+        that nothing references any more but a reference cycle (an adapter cache dropped
+        without reset) is collected first, since SGLang lets such a tree go."""
+        try:
+            self._a.clear()
+        except _kvc.Misuse:
+            gc.collect()  # a dropped bound tree's destroy gives its marks up
+            self._a.clear()
 
     def resize(self, config):
         raise NotImplementedError("kvcache allocators have a fixed size: create a new one")

@@ -436,7 +436,17 @@ _FAST_MATCH = getattr(T.fast, "match_prefix", None) if T.fast is not None else N
 class RadixCache(_TreeCache):
     """SGLang RadixCache (seed interface: match_prefix, cache_finished_req,
     cache_unfinished_req, evict, inc/dec_lock_ref) over kvcache's C radix tree. Token
-    allocators (page_size 1) and paged allocators; nodes are opaque handles."""
+    allocators (page_size 1) and paged allocators; nodes are opaque handles.
+
+    At page 1 over a TokenToKVPoolAllocator the fresh tree is bound to the allocator
+    (kvc_radix_cache_bind_allocator, see bind_token_allocator): its evictions free in one
+    checked pass; matches, victims and the free order are the unbound tree's."""
+
+    # Bind a page-1 tree to its 'token' allocator (False: the unbound tree, as before;
+    # the tests build unbound twins with it). Binding also makes every other free of a
+    # slot the tree holds, and clear() / restore_state() under it, raise Misuse (SGLang
+    # would corrupt its free list there); SGLang's valid call sequences never do that.
+    bind_token_allocator = True
 
     def __init__(self, *args, **kwargs):
         pool, alloc, ps, disable, policy = _init_args(args, kwargs)
@@ -447,6 +457,8 @@ class RadixCache(_TreeCache):
                                       "(SGLang's SWA radix cache) or ChunkCache")
         ctx = pool._ctx
         tree = _radix.RadixCache(ctx, alloc.size, ps, policy)
+        self.bound = self.bind_token_allocator and ps == 1 and alloc._a.kind == "token" \
+            and self._bind_tree(tree, alloc._a)
         self._attach(pool, alloc, ps, tree, _kvc.Flow(ctx, pool._pool, alloc._a, cache=tree))
         self.root_node = None
         if T.fast is not None:
@@ -462,6 +474,18 @@ class RadixCache(_TreeCache):
         self._mc = (self._th, self._maddr, self._results, self._empty_match, MatchResult) \
             if fast_ok else None
         self._result_tokens = 0
+
+    @staticmethod
+    def _bind_tree(tree, allocator):
+        """Binds the fresh tree to allocator; False (the tree stays unbound, as before) when
+        the allocator is bound to another tree already (two caches over one allocator: one
+        that was dropped but not yet collected, or a second one on purpose). The tree
+        holds the allocator until it is destroyed, so the allocator outlives the binding."""
+        try:
+            tree.bind_allocator(allocator)
+        except _kvc.Misuse:
+            return False
+        return True
 
     # --- matching ---------------------------------------------------------------------
 
