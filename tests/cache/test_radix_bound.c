@@ -6,39 +6,9 @@
  * of an eviction refused for a victim whose mark is gone (white-box), and a flow trace run
  * side by side with an unbound twin: the same slots, victims and free order.
  */
-#include "../flow/flow_util.h"
+#include "radix_flow_util.h"
+#include "../pool/alloc_test_util.h"
 #include "../../src/alloc/alloc.h"
-
-typedef struct ereq {
-  kvc_req_state st;
-  kvc_radix_req rr;
-  int32_t toks[512];
-} ereq;
-
-static kvc_radix_req *req_of(void *user, const kvc_req_state *r) {
-  (void)user;
-  return &((ereq *)(uintptr_t)r)->rr; /* st is the first member */
-}
-
-static kvc_radix_cache *make_cache(int32_t ps, int64_t slots) {
-  kvc_radix_cache_config c = KVC_RADIX_CACHE_CONFIG_INIT;
-  c.page_size = ps;
-  c.num_slots = slots;
-  c.req_of = req_of;
-  kvc_radix_cache *rc;
-  KVT_OK(kvc_radix_cache_create(kvt_ctx, &c, &rc));
-  return rc;
-}
-
-static kvc_allocator *make_alloc(kvc_allocator_kind kind, int64_t size, int32_t ps) {
-  kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
-  ac.kind = kind;
-  ac.size = size;
-  ac.page_size = ps;
-  kvc_allocator *a;
-  KVT_OK(kvc_allocator_create(kvt_ctx, &ac, &a));
-  return a;
-}
 
 static int64_t cached_of(const kvc_radix_cache *rc) {
   int64_t c;
@@ -52,9 +22,9 @@ static void keys(int32_t *t, int64_t n, int32_t seed) {
 
 static void test_bind_refusals(void **state) {
   (void)state;
-  kvc_allocator *tok = make_alloc(KVC_ALLOCATOR_TOKEN, 64, 1);
-  kvc_allocator *small = make_alloc(KVC_ALLOCATOR_TOKEN, 32, 1);
-  kvc_allocator *paged = make_alloc(KVC_ALLOCATOR_PAGED, 64, 16);
+  kvc_allocator *tok = kvt_allocator(KVC_ALLOCATOR_TOKEN, 64, 1, 0);
+  kvc_allocator *small = kvt_allocator(KVC_ALLOCATOR_TOKEN, 32, 1, 0);
+  kvc_allocator *paged = kvt_allocator(KVC_ALLOCATOR_PAGED, 64, 16, 0);
   kvc_radix_cache *rc = make_cache(1, 64), *rc16 = make_cache(16, 64), *other = make_cache(1, 64);
   KVT_STATUS(kvc_radix_cache_bind_allocator(rc16, paged), KVC_ERR_INVALID_ARGUMENT); /* page 16 */
   KVT_STATUS(kvc_radix_cache_bind_allocator(rc, small), KVC_ERR_INVALID_ARGUMENT);   /* 32 slots, not 64 */
@@ -94,7 +64,7 @@ static void test_bind_refusals(void **state) {
 /* Every other way to free, clear or insert a cached slot is refused, nothing changed. */
 static void test_bound_marks_and_refusals(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_TOKEN, 64, 1);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 64, 1, 0);
   kvc_radix_cache *rc = make_cache(1, 64);
   KVT_OK(kvc_radix_cache_bind_allocator(rc, a));
   int64_t s[8];
@@ -167,7 +137,7 @@ static void test_bound_marks_and_refusals(void **state) {
  * cache. */
 static void test_bound_restore_refused(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_TOKEN, 64, 1);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 64, 1, 0);
   kvc_radix_cache *rc = make_cache(1, 64);
   KVT_OK(kvc_radix_cache_bind_allocator(rc, a));
   kvc_allocator_state b;
@@ -193,7 +163,7 @@ static void test_bound_restore_refused(void **state) {
  * it exactly as it was; once the mark is back it goes. */
 static void test_bound_eviction_refuses_an_unmarked_victim(void **state) {
   (void)state;
-  kvc_allocator *a = make_alloc(KVC_ALLOCATOR_TOKEN, 64, 1);
+  kvc_allocator *a = kvt_allocator(KVC_ALLOCATOR_TOKEN, 64, 1, 0);
   kvc_radix_cache *rc = make_cache(1, 64);
   KVT_OK(kvc_radix_cache_bind_allocator(rc, a));
   int64_t s[16];

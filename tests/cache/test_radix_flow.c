@@ -6,19 +6,7 @@
  * paged / SWA allocators. Conservation (kvc_flow_check with the live requests) after
  * every step; device rows compared with the host mirror.
  */
-#include "../flow/flow_util.h"
-
-/* An engine request: the flows' state, then what the radix cache needs. */
-typedef struct ereq {
-  kvc_req_state st;
-  kvc_radix_req rr;
-  int32_t toks[1024];
-} ereq;
-
-static kvc_radix_req *req_of(void *user, const kvc_req_state *r) {
-  (void)user;
-  return &((ereq *)(uintptr_t)r)->rr; /* st is the first member */
-}
+#include "radix_flow_util.h"
 
 static void ereq_init(ereq *e, int64_t n, int32_t seed, int64_t shared, int32_t shared_seed) {
   memset(e, 0, sizeof *e);
@@ -27,16 +15,6 @@ static void ereq_init(ereq *e, int64_t n, int32_t seed, int64_t shared, int32_t 
   e->rr.num_tokens = n;
   e->rr.prompt_len = n;
   e->st.seq_len = n;
-}
-
-static kvc_radix_cache *make_cache(int32_t ps, int64_t slots) {
-  kvc_radix_cache_config c = KVC_RADIX_CACHE_CONFIG_INIT;
-  c.page_size = ps;
-  c.num_slots = slots;
-  c.req_of = req_of;
-  kvc_radix_cache *rc;
-  KVT_OK(kvc_radix_cache_create(kvt_ctx, &c, &rc));
-  return rc;
 }
 
 static void check(fixture *f, kvc_radix_cache *rc, kvc_req_state **live, size_t n) {
