@@ -180,6 +180,17 @@ kvc_status kvc__rx_reserve(kvc_radix_cache *rc, const char *fn, size_t n);
  *  anything. */
 kvc_status kvc__rx_match(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t *matched,
                          int32_t *node, size_t *depth);
+/** A node the walk entered, as it was before the walk stamped it: its id (where the walk
+ *  split a node, the node split, now the lower part) and its access tick. */
+typedef struct kvc__rx_visit {
+  uint64_t access;
+  int64_t id;
+} kvc__rx_visit;
+/** kvc__rx_match that also fills seen[0:*depth) (room for n / page_size entries): what a
+ *  separate walk before the match would have read, without walking the keys twice (the
+ *  SWA tree restores the ticks of the nodes past its valid end from it). */
+kvc_status kvc__rx_match_seen(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t *matched,
+                              int32_t *node, size_t *depth, kvc__rx_visit *seen);
 /** The values of rc->path[0:depth): a pointer into the tree when they are contiguous,
  *  else copied into buf (or rc->vec when buf is NULL). */
 const int64_t *kvc__rx_path_values(kvc_radix_cache *rc, size_t depth, int64_t total, int64_t *buf, int *copied);

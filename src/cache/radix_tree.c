@@ -383,8 +383,10 @@ static bool adjacent(const kvc_radix_cache *rc, int32_t a, int32_t b) {
   return B->seg == A->seg && B->off == A->off + rc->hot[a].len;
 }
 
-kvc_status kvc__rx_match(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t *matched,
-                         int32_t *node, size_t *depth) {
+/* Inlined into both entries, so the plain match carries no test of `seen`. */
+static inline __attribute__((always_inline)) kvc_status match_walk(kvc_radix_cache *rc, uint64_t ns,
+                                                                   const int32_t *keys, int64_t n, int64_t *matched,
+                                                                   int32_t *node, size_t *depth, kvc__rx_visit *seen) {
   KVC_FORWARD(kvc__rx_reserve_nodes(rc, "kvc_radix_cache_match_prefix", 1));
   const int64_t ps = rc->ps;
   const uint64_t t = ++rc->clock;
@@ -397,6 +399,7 @@ kvc_status kvc__rx_match(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, 
   while (pos < n) {
     int32_t c = lookup_h(rc, cur, ns, keys + pos, h);
     if (c == RX_NONE) break;
+    if (seen) seen[d] = (kvc__rx_visit){rc->nodes[c].access, c};
     touch(rc, c, t);
     const rx_node *C = &rc->nodes[c];
     const int64_t span = KVC__MIN((int64_t)rc->hot[c].len, n - pos);
@@ -422,6 +425,16 @@ kvc_status kvc__rx_match(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, 
   *node = cur;
   *depth = d;
   return KVC_OK;
+}
+
+kvc_status kvc__rx_match(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t *matched,
+                         int32_t *node, size_t *depth) {
+  return match_walk(rc, ns, keys, n, matched, node, depth, NULL);
+}
+
+kvc_status kvc__rx_match_seen(kvc_radix_cache *rc, uint64_t ns, const int32_t *keys, int64_t n, int64_t *matched,
+                              int32_t *node, size_t *depth, kvc__rx_visit *seen) {
+  return match_walk(rc, ns, keys, n, matched, node, depth, seen);
 }
 
 const int64_t *kvc__rx_path_values(kvc_radix_cache *rc, size_t depth, int64_t total, int64_t *buf, int *copied) {

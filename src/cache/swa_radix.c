@@ -66,11 +66,11 @@ kvc_status kvc__swa_rx_check_flow(const kvc_swa_radix_cache *c, const kvc_flow *
 
 /* --- SWA LRU ------------------------------------------------------------------------------- */
 
-static bool cand_less(struct swa_cand a, struct swa_cand b) {
+static bool cand_less(kvc__rx_visit a, kvc__rx_visit b) {
   return a.access != b.access ? a.access < b.access : a.id < b.id;
 }
 
-void kvc__swa_rx_lru_push(kvc_swa_radix_cache *c, struct swa_cand e) {
+void kvc__swa_rx_lru_push(kvc_swa_radix_cache *c, kvc__rx_visit e) {
   size_t i = c->lru_len++;
   while (i > 0) {
     const size_t p = (i - 1) / 2;
@@ -81,8 +81,8 @@ void kvc__swa_rx_lru_push(kvc_swa_radix_cache *c, struct swa_cand e) {
   c->lru[i] = e;
 }
 
-struct swa_cand kvc__swa_rx_lru_pop(kvc_swa_radix_cache *c) {
-  const struct swa_cand top = c->lru[0], e = c->lru[--c->lru_len];
+kvc__rx_visit kvc__swa_rx_lru_pop(kvc_swa_radix_cache *c) {
+  const kvc__rx_visit top = c->lru[0], e = c->lru[--c->lru_len];
   size_t i = 0;
   for (;;) {
     size_t m = 2 * i + 1;
@@ -105,7 +105,7 @@ static kvc_status lru_reserve(kvc_swa_radix_cache *c, const char *fn) {
   if (need <= c->lru_cap) return KVC_OK;
   size_t cap = c->lru_cap ? c->lru_cap : 64;
   while (cap < need) cap *= 2;
-  struct swa_cand *h = kvc__malloc(c->ctx, cap * sizeof *h), *a = kvc__malloc(c->ctx, cap * sizeof *a);
+  kvc__rx_visit *h = kvc__malloc(c->ctx, cap * sizeof *h), *a = kvc__malloc(c->ctx, cap * sizeof *a);
   uint8_t *f = kvc__calloc(c->ctx, cap, 1);
   if (!h || !a || !f) {
     kvc__free(c->ctx, h);
@@ -130,7 +130,7 @@ static void lru_note(kvc_swa_radix_cache *c, int32_t x) {
   const rx_node *n = &c->rc->nodes[x];
   if (x <= 0 || c->in_lru[x] || !n->seg || n->swa_lock == RX_SWA_TOMB) return;
   c->in_lru[x] = 1;
-  kvc__swa_rx_lru_push(c, (struct swa_cand){n->access, x});
+  kvc__swa_rx_lru_push(c, (kvc__rx_visit){n->access, x});
 }
 
 /* Every node of rc->path[0:depth) (and `extra`, 0 = none): what a call touched. */
@@ -171,28 +171,24 @@ static void stamp_insert(kvc_swa_radix_cache *c, size_t depth, uint64_t t0) {
   }
 }
 
-/* Before a match's walk: the access ticks of the nodes it will enter (c->aside, free
- * outside an eviction; lru_reserve sized it), *pd of them. */
-static void stamp_snap(kvc_swa_radix_cache *c, uint64_t ns, const int32_t *tokens, int64_t n, size_t *pd) {
-  kvc_radix_cache *rc = c->rc;
-  *pd = 0;
-  if (!kvc__swa_rx_has_swa(c)) return;
-  kvc__rx_probe_path(rc, ns, tokens, n, pd);
-  for (size_t i = 0; i < *pd; i++) c->aside[i] = (struct swa_cand){rc->nodes[rc->path[i]].access, rc->path[i]};
-}
+/* Where the match's walk records the nodes it enters as they were (c->aside, free outside
+ * an eviction; lru_reserve sized it for every node): NULL for PURE / RING, whose ticks
+ * stay the radix core's. */
+static kvc__rx_visit *seen_log(kvc_swa_radix_cache *c) { return kvc__swa_rx_has_swa(c) ? c->aside : NULL; }
 
-/* After the walk (rc->path[0:depth), valid end d): the nodes past the valid end keep the
- * ticks they had, the lower part of a node split at the end is stamped after its new
- * upper part, then path[0:d) with increasing ticks going down. */
-static void stamp_match(kvc_swa_radix_cache *c, size_t pd, size_t depth, size_t d) {
+/* After the walk (rc->path[0:depth), valid end d; c->aside[0:depth) what it entered): the
+ * nodes past the valid end keep the ticks they had, the lower part of a node split at the
+ * end is stamped after its new upper part, then path[0:d) with increasing ticks going
+ * down. */
+static void stamp_match(kvc_swa_radix_cache *c, size_t depth, size_t d) {
   kvc_radix_cache *rc = c->rc;
   if (!kvc__swa_rx_has_swa(c)) return;
-  for (size_t i = d; i < depth && i < pd; i++)
+  for (size_t i = d; i < depth; i++)
     if (c->aside[i].id == rc->path[i]) {
       rc->nodes[rc->path[i]].access = c->aside[i].access;
       kvc__rx_heap_fix(rc, rc->path[i]);
     }
-  if (depth && depth <= pd && c->aside[depth - 1].id != rc->path[depth - 1]) stamp(rc, (int32_t)c->aside[depth - 1].id);
+  if (depth && c->aside[depth - 1].id != rc->path[depth - 1]) stamp(rc, (int32_t)c->aside[depth - 1].id);
   for (size_t i = 0; i < d; i++) stamp(rc, rc->path[i]);
 }
 
@@ -278,12 +274,10 @@ static kvc_status match(kvc_swa_radix_cache *c, const char *fn, uint64_t ns, con
   int64_t matched, len;
   int32_t node;
   size_t depth;
-  size_t pd;
-  stamp_snap(c, ns, tokens, n, &pd);
-  KVC_FORWARD(kvc__rx_match(rc, ns, tokens, n, &matched, &node, &depth));
+  KVC_FORWARD(kvc__rx_match_seen(rc, ns, tokens, n, &matched, &node, &depth, seen_log(c)));
   lru_note_path(c, depth, 0); /* a split upper node is new */
   const size_t d = valid_depth(c, depth, &len);
-  stamp_match(c, pd, depth, d);
+  stamp_match(c, depth, d);
   int copied = 0;
   out->len = len;
   out->slots = len ? kvc__rx_path_values(rc, d, len, buf, &copied) : NULL;
@@ -766,13 +760,12 @@ kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_
     /* SGLang re-matches the key (stamping it) and writes the tree's slots into the row
      * where the request's duplicates were; the scratch for key_len is reserved, so the
      * walk cannot fail, and it ends at key_len (just inserted). */
-    size_t pd, vd;
+    size_t vd;
     int64_t vlen;
-    stamp_snap(c, rr->ns, rr->tokens, key_len, &pd);
-    kvc__rx_match(rc, rr->ns, rr->tokens, key_len, &matched, &node, &depth);
+    kvc__rx_match_seen(rc, rr->ns, rr->tokens, key_len, &matched, &node, &depth, seen_log(c));
     lru_note_path(c, depth, 0);
     vd = valid_depth(c, depth, &vlen);
-    stamp_match(c, pd, depth, vd);
+    stamp_match(c, depth, vd);
     if (st == KVC_OK && nd) st = kvc__rx_write_path(rc, flow, req, depth, from, key_len);
   }
   /* The new locks, then the old ones released (a shared path never drops to zero). */

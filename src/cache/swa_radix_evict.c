@@ -187,7 +187,7 @@ static kvc_status swa_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t need
   kvc_status st = KVC_OK;
   size_t aside = 0;
   while (*swa_done < need && c->lru_len && st == KVC_OK) {
-    const struct swa_cand e = kvc__swa_rx_lru_pop(c);
+    const kvc__rx_visit e = kvc__swa_rx_lru_pop(c);
     const int32_t x = (int32_t)e.id;
     rx_node *n = &rc->nodes[x];
     if (!n->seg || n->swa_lock == RX_SWA_TOMB) { /* gone, or a tombstone: no entry now */
@@ -195,7 +195,7 @@ static kvc_status swa_evict(kvc_swa_radix_cache *c, kvc_flow *flow, int64_t need
       continue;
     }
     if (e.access != n->access) { /* stamped since: back with its stamp */
-      kvc__swa_rx_lru_push(c, (struct swa_cand){n->access, x});
+      kvc__swa_rx_lru_push(c, (kvc__rx_visit){n->access, x});
       continue;
     }
     if (n->swa_lock > 0) { /* not a candidate now: back after this call */

@@ -29,10 +29,7 @@ struct kvc_swa_radix_cache {
   uint32_t uuid_next;
   /* The SWA LRU: a min-heap of (access, id), in_lru per node id, and scratch for the
    * SWA-locked entries an eviction sets aside; all sized for cap node ids. */
-  struct swa_cand {
-    uint64_t access;
-    int64_t id;
-  } * lru, *aside;
+  kvc__rx_visit *lru, *aside;
   size_t lru_len, lru_cap;
   uint8_t *in_lru;
   /* A request's row as an insert's values (revival substitutes the tree's), and the old
@@ -88,8 +85,8 @@ static inline kvc_status kvc__swa_rx_zero_close(const kvc_swa_radix_cache *c, co
 /* swa_radix.c: the flow's SWA allocator must be of the cache's kind; the SWA LRU heap
  * (eviction pops and pushes back, the request path notes nodes). */
 kvc_status kvc__swa_rx_check_flow(const kvc_swa_radix_cache *c, const kvc_flow *flow, const char *fn);
-void kvc__swa_rx_lru_push(kvc_swa_radix_cache *c, struct swa_cand e);
-struct swa_cand kvc__swa_rx_lru_pop(kvc_swa_radix_cache *c);
+void kvc__swa_rx_lru_push(kvc_swa_radix_cache *c, kvc__rx_visit e);
+kvc__rx_visit kvc__swa_rx_lru_pop(kvc_swa_radix_cache *c);
 
 /* swa_radix_evict.c: the SWA half of a lock (the nodes covering the last window, or a
  * chain lock) and its release; the *able checks change nothing and run first. */

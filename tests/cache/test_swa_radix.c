@@ -98,6 +98,38 @@ static void test_match_needs_a_window_after_the_last_tombstone(void **state) {
   kvc_swa_radix_cache_destroy(c);
 }
 
+/* A match stamps only up to its valid end: the nodes it walks past keep the ticks they
+ * had, so they stay first in the SWA LRU (SGLang 0.5.23's unified core). Window 4: A =
+ * [1..4] live, then [1..10] with swa_evicted_seqlen 8 puts a tombstone B = [5..8] and a
+ * live leaf C = [9, 10] under it; X = [50..54] comes last. A match of [1..10] is valid at
+ * A only: A is stamped, B and C are not, so the first SWA victim is C (older than X),
+ * not X (what it would be had the walk stamped C). */
+static void test_match_keeps_ticks_past_its_valid_end(void **state) {
+  (void)state;
+  swalog log = {0};
+  kvc_swa_radix_cache *c = make(4, 1, &log);
+  assert_int_equal(put(c, T, 4, 101, 0), 0);
+  assert_int_equal(put(c, T, 10, 201, 8), 4); /* [5..8] -> 205.., a tombstone; [9, 10] live */
+  const int32_t x[] = {50, 51, 52, 53, 54};
+  assert_int_equal(put(c, x, 5, 301, 0), 0);
+  assert_int_equal(sizes(c).swa_cached, 4 + 2 + 5);
+  kvc_radix_match m = get(c, T, 10);
+  assert_int_equal(m.len, 4); /* two live tokens after the tombstone: not a window */
+  assert_int_equal(m.slots[3], 104);
+  int64_t ev, sev;
+  const size_t before = log.nfull; /* the insert's duplicates 201..204 */
+  KVT_OK(kvc_swa_radix_cache_evict(c, NULL, 0, 1, &ev, &sev));
+  /* A leaf's SWA eviction frees it whole (both sides through the full hook), and the
+   * tombstone B above it, childless now, goes with it. */
+  assert_int_equal(sev, 2);
+  assert_int_equal(ev, 6);
+  assert_int_equal((int)(log.nfull - before), 6);
+  assert_int_equal(log.full[before], 209); /* C, not X's 301 */
+  assert_int_equal(get(c, x, 5).len, 5);
+  KVT_OK(kvc_swa_radix_cache_check(c));
+  kvc_swa_radix_cache_destroy(c);
+}
+
 /* The out-of-window part of a new leaf is a tombstone; what was present is untouched;
  * evicted past the key makes the whole new part a tombstone. */
 static void test_insert_tombstones_the_out_of_window_part(void **state) {
@@ -728,6 +760,7 @@ static void test_evict_deferred_zero_failure(void **state) {
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_match_needs_a_window_after_the_last_tombstone),
     cmocka_unit_test(test_insert_tombstones_the_out_of_window_part),
+    cmocka_unit_test(test_match_keeps_ticks_past_its_valid_end),
     cmocka_unit_test(test_locks_full_path_swa_last_window),
     cmocka_unit_test(test_swa_eviction_tombstones_and_cascades),
     cmocka_unit_test(test_full_eviction_counts_both_components),
