@@ -40,6 +40,17 @@ PS, KV, STATES, ROWS = 4, 256, 60, 10
 F.get_device = lambda *a, **k: "cpu"
 
 
+def handover(before, after, tree_state):
+    """What a chunk checkpoint did to the request's track buffer, in terms both sides share
+    (their slot numbers need not agree): the indices whose slot changed, whether the
+    tree's state for the checkpoint is the slot that index held before (the hand-over)
+    rather than a copy, and whether the new slot is one the request did not hold."""
+    changed = [k for k in range(len(before)) if before[k] != after[k]]
+    return ("track entries changed", changed,
+            "tree state = former track slot", [tree_state == before[k] for k in changed],
+            "fresh", [after[k] not in before for k in changed])
+
+
 class Sgl:
     """SGLang 0.5.23's tree, its pools, and the requests by name."""
 
@@ -49,6 +60,7 @@ class Sgl:
                           max_num_reqs=ROWS)
         self.cache, self.alloc, self.pool = F.build_fixture(cfg, mamba_cache_chunk_size=chunk)
         self.reqs = {}
+        self.handover = None
 
     def start(self, name, tokens, n):
         req = SReq(rid=name, origin_input_text="", origin_input_ids=array("q", tokens),
@@ -79,7 +91,14 @@ class Sgl:
         req.kv.mamba_next_track_idx = self.pool.get_mamba_ping_pong_other_idx(idx)
 
     def checkpoint(self, name, n):
-        self.cache.checkpoint(self.reqs[name], up_to=n)
+        req = self.reqs[name]
+        before = [int(x) for x in req.kv.mamba_ping_pong_track_buffer.tolist()]
+        seqlen = req.kv.mamba_last_track_seqlen
+        self.cache.checkpoint(req, up_to=n)
+        after = [int(x) for x in req.kv.mamba_ping_pong_track_buffer.tolist()]
+        r = F.match_prefix(self.cache, list(req.origin_input_ids[:seqlen]))
+        st = self.cache.tree_core.get_component_device_value(r.best_match_node, ComponentType.MAMBA)
+        self.handover = handover(before, after, int(st.view(-1)[0]))
 
     def finish(self, name):
         req = self.reqs.pop(name)
@@ -111,6 +130,7 @@ class Kvc:
                                                          enable_mamba_extra_buffer=True,
                                                          mamba_cache_chunk_size=chunk))
         self.reqs = {}
+        self.handover = None
 
     def start(self, name, tokens, n):
         req = S.Req(origin_input_ids=list(tokens))
@@ -138,7 +158,13 @@ class Kvc:
         req.mamba_next_track_idx = self.pool.get_mamba_ping_pong_other_idx(idx)
 
     def checkpoint(self, name, n):
-        self.cache.cache_unfinished_req(self.reqs[name])
+        req = self.reqs[name]
+        before = [int(x) for x in T.tolist(req.mamba_ping_pong_track_buffer)]
+        seqlen = req.mamba_last_track_seqlen
+        self.cache.cache_unfinished_req(req)
+        after = [int(x) for x in T.tolist(req.mamba_ping_pong_track_buffer)]
+        self.cache.match_prefix(S.MatchPrefixParams(key=S.RadixKey(list(req.origin_input_ids[:seqlen]))))
+        self.handover = handover(before, after, self.cache._ms.value)
 
     def finish(self, name):
         S.release_kv_cache(self.reqs.pop(name), self.cache)
@@ -215,6 +241,9 @@ def run(sgl, kvc, seq):
             apply(sgl, op)
             apply(kvc, op)
         vs, vk = sgl.view(keys), kvc.view(keys)
+        if sgl.handover or kvc.handover:  # a chunk checkpoint: the request's side too
+            vs, vk = vs + (sgl.handover,), vk + (kvc.handover,)
+            sgl.handover = kvc.handover = None
         same = vs == vk
         bad += not same
         print("%s | %s | %s | %s" % (title, vs, vk, "yes" if same else "NO"))

@@ -436,3 +436,50 @@ def test_branching_seqlen_default_grid_is_max_of_64_and_page():
     assert _branching_world(48, ps=32, size=1024).cache.mamba_checkpoint_grid == 96  # lcm
     with pytest.raises(kvcache.InvalidArgument):
         _branching_world(0)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("pp", [1, 2])
+def test_chunk_checkpoint_hands_over_the_track_slot(dev, pp):
+    """SGLang 0.5.23's chunk checkpoint (donate_mamba_ping_pong_slot): the tree takes the
+    checkpoint's track slot itself and the request's mamba_ping_pong_track_buffer gets a
+    fresh slot at that index; no state is copied, the pool loses one slot (as with a copy).
+    A second checkpoint ending at a node that has a state already gives the slot back."""
+    w = World(dev, pp=pp)
+    c = w.cache
+    prompt = list(range(2000, 2070))
+    r = S.Req(origin_input_ids=list(prompt), fill_ids=prompt[:32])
+    w.admit(r)
+    b = w.batch([r])
+    b.prepare_for_extend()
+    w.track(r, 32)
+    keep = w.pool.get_mamba_ping_pong_keep_idx(r)
+    before = L(r.mamba_ping_pong_track_buffer)
+    free = w.pool.mamba_pool.available_size()
+    S.maybe_cache_unfinished_req(r, c, chunked=True)
+    after = L(r.mamba_ping_pong_track_buffer)
+    assert [k for k in range(pp) if after[k] != before[k]] == [keep]
+    assert after[keep] not in before and after[keep] != int(T.tolist(T.host_i64(r.mamba_pool_idx))[0])
+    assert w.pool.mamba_pool.available_size() == free - 1
+    assert c.total_size() == (32, 1)
+    c.match_prefix(S.MatchPrefixParams(key=S.RadixKey(prompt[:32])))
+    assert c._ms.value == before[keep]      # the matched node's state: the former track slot
+    assert w.content(before[keep]) == 32.0  # the checkpoint, not a copy of it
+    w.conserve()
+    # A request sharing the chunk sees the checkpoint (copied into its own slot on match).
+    q = S.Req(origin_input_ids=prompt[:32] + [7])
+    assert w.admit(q) == 32 and w.content(q.mamba_pool_idx) == 32.0
+    w.release(q, is_insert=False)
+    # The next chunk's checkpoint hands over the (fresh) slot at the new keep index.
+    r.fill_ids = prompt[:64]
+    b.prepare_for_extend()
+    w.track(r, 64)
+    keep2 = w.pool.get_mamba_ping_pong_keep_idx(r)
+    mid = L(r.mamba_ping_pong_track_buffer)
+    S.maybe_cache_unfinished_req(r, c, chunked=True)
+    assert c.total_size() == (64, 2)
+    c.match_prefix(S.MatchPrefixParams(key=S.RadixKey(prompt[:64])))
+    assert c._ms.value == mid[keep2] and L(r.mamba_ping_pong_track_buffer)[keep2] not in mid
+    w.conserve()
+    w.release(r, is_insert=False)
+    w.conserve()

@@ -16,6 +16,8 @@ T.proto("kvc_mamba_radix_cache_cache_finished_req", ctypes.c_int, ctypes.c_void_
         ctypes.c_void_p, ctypes.c_int)
 T.proto("kvc_mamba_radix_cache_cache_unfinished_req", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
         ctypes.c_void_p)
+T.proto("kvc_mamba_radix_cache_donate_unfinished_req", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+        ctypes.c_void_p)
 _match_fn = getattr(ctypes.CDLL(lib._name), "kvc_mamba_radix_cache_match_prefix")
 _match_fn.restype = ctypes.c_int
 _match_fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
@@ -88,6 +90,8 @@ class MambaRadixCache(_HybridTreeCache):
         self.disable = False
         self.enable_mamba_extra_buffer = extra
         self.mamba_checkpoint_grid = checkpoint_grid(v["mamba_cache_chunk_size"], ps)
+        if extra:  # 0.5.23's chunk checkpoint: the track slot itself goes to the tree
+            self._unfinished_fn = lib.kvc_mamba_radix_cache_donate_unfinished_req
         ctx = pool._ctx
         tree = _mamba_radix.MambaRadixCache(ctx, pool._hyb, alloc.size, ps)
         self._attach(pool, alloc, ps, tree, _kvc.Flow(ctx, pool._pool, alloc._a, cache=tree,
@@ -206,18 +210,35 @@ class MambaRadixCache(_HybridTreeCache):
             clear_track_fields(req)
 
     def cache_unfinished_req(self, req, chunked=False):
-        """Checkpoints a chunked request: a copy of its state goes into a new slot and is
-        inserted with the tokens it covers, the tree's slots are written into the row where
-        duplicates were, the lock moves to the new node; sets prefix_indices (the filled
-        tokens' row) / cache_protected_len / last_node. The state is the running one for
-        all filled tokens, or with the extra buffer the newest checkpoint (none: nothing is
-        inserted); SGLang then forgets the checkpoints (mamba_last / prev_track_seqlen =
-        None), and so does this."""
+        """Checkpoints a chunked request: its state is inserted with the tokens it covers,
+        the tree's slots are written into the row where duplicates were, the lock moves to
+        the new node; sets prefix_indices (the filled tokens' row) / cache_protected_len /
+        last_node. Without the extra buffer the state is a copy of the running one (for all
+        filled tokens) in a new slot. With it, as SGLang 0.5.23's
+        donate_mamba_ping_pong_slot, the newest checkpoint's track slot itself goes to the
+        tree (none: nothing is inserted) and req.mamba_ping_pong_track_buffer gets a fresh
+        slot at that index (when the node already had a state the donated slot is freed);
+        SGLang then forgets the checkpoints (mamba_last / prev_track_seqlen = None), and so
+        does this."""
         _HybridTreeCache.cache_unfinished_req(self, req, chunked)
         if self.enable_mamba_extra_buffer:
+            self._sync_track_buffer(req)
             req.mamba_last_track_seqlen = None
             if hasattr(req, "mamba_prev_track_seqlen"):
                 req.mamba_prev_track_seqlen = None
+
+    def _sync_track_buffer(self, req):
+        """req.mamba_ping_pong_track_buffer[k] = the row's track entry k where the C call
+        handed entry k's slot to the tree (in place, as SGLang's set_mamba_ping_pong_slot)."""
+        buf = getattr(req, "mamba_ping_pong_track_buffer", None)
+        if buf is None:
+            return
+        pool = self.req_to_token_pool
+        row = lib.kvc_hybrid_req_pool_track_slots(pool._hyb.handle, int(req.req_pool_idx))
+        old = T.tolist(T.host_i64(buf))
+        for k in range(pool.mamba_ping_pong_track_buffer_size):
+            if int(row[k]) != int(old[k]):
+                buf[k] = int(row[k])
 
     def insert(self, params=None, value=None, mamba_value=None, prev_prefix_len=0, key=None):
         """insert(InsertParams(key, value, mamba_value, prev_prefix_len=0)):
