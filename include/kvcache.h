@@ -1293,8 +1293,9 @@ KVC_API kvc_status kvc_swa_radix_cache_check(const kvc_swa_radix_cache *cache);
  * with component KVC_RADIX_COMPONENT_MAMBA when a node loses its state but keeps its KV,
  * BlockRemoved with component ALL when a node is deleted.
  * Stream work: match_req's one copy launch, cache_unfinished_req's one fork launch (and
- * its row write) and cache_finished_req's one mapping launch (the hybrid pool's), on the
- * stream given / the flow's; none is capturable. Single
+ * its row write; donate_unfinished_req: a zeroing and a mapping launch instead of the
+ * fork) and cache_finished_req's one mapping launch (the hybrid pool's), on the stream
+ * given / the flow's; none is capturable. Single
  * writer; a failed call changes nothing, except a free during eviction that the flow
  * reports (the victims before it stay evicted) and a failed mapping launch in
  * cache_finished_req after its insert (the KV stays cached; the request keeps every Mamba
@@ -1405,6 +1406,22 @@ KVC_API kvc_status kvc_mamba_radix_cache_cache_finished_req(kvc_mamba_radix_cach
  *  @return as cache_finished_req; KVC_ERR_OUT_OF_SLOTS when no slot can be had. */
 KVC_API kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *cache,
                                                               kvc_flow *flow, kvc_req_state *req);
+
+/** kvc_mamba_radix_cache_donate_unfinished_req() : cache_unfinished_req with SGLang
+ *  0.5.23's hand-over (donate_mamba_ping_pong_slot) instead of a copy; needs the hybrid
+ *  pool's TRACK buffers. The checkpoint's track slot itself (entry k, the newest track
+ *  checkpoint within the committed tokens) is inserted with the tokens it covers, and
+ *  the request's entry k gets a fresh slot (kvc_mamba_pool_alloc: one zeroing launch,
+ *  then the hybrid pool's mapping launch; req->mamba_track[k] is updated; one unlocked
+ *  state is evicted first when the pool is empty). When the node already has a state
+ *  (SGLang mamba_exist) the donated slot goes back to the pool. No state is copied. The
+ *  rest is cache_unfinished_req's (row write, lock move, cache_protected_len,
+ *  prefix_len). A failed call changes nothing (a failed insert puts the donated slot
+ *  back into entry k with one more launch; should that launch fail too, it is logged and
+ *  the request keeps the fresh slot there).
+ *  @return as cache_unfinished_req; KVC_ERR_UNSUPPORTED without TRACK buffers. */
+KVC_API kvc_status kvc_mamba_radix_cache_donate_unfinished_req(kvc_mamba_radix_cache *cache,
+                                                               kvc_flow *flow, kvc_req_state *req);
 
 /** kvc_mamba_radix_cache_lock() / _unlock() : FULL lock of node and its ancestors and
  *  MAMBA lock of the node (NULL = root: nothing).

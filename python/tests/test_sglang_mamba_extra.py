@@ -363,3 +363,123 @@ def test_same_results_as_sglang_0_5_23():
     c.evict(S.EvictParams(num_tokens=8))
     assert view() == (24, 3, 232, 57, [8, 0, 0, 8, 0, 16])
     w.conserve()
+
+
+def _branching_world(chunk, ps=4, size=512, states=20, rows=6):
+    """World with the cache built with mamba_cache_chunk_size=chunk (None: SGLang's
+    default max(64, page))."""
+    w = World(ps=ps, size=size, states=states, rows=rows, ctx_len=512)
+    w.cache = S.MambaRadixCache(S.CacheInitParams(w.pool, w.alloc, ps, enable_mamba_extra_buffer=True,
+                                                  mamba_cache_chunk_size=chunk))
+    return w
+
+
+def _finish_with_checkpoint(w, tokens, seqlen):
+    """A request without a match, KV for all its tokens, one checkpoint, finished."""
+    ps = w.ps
+    req = S.Req(origin_input_ids=list(tokens))
+    w.pool.alloc([req])
+    req.last_node = w.cache.root_node
+    w.cache.inc_lock_ref(req.last_node)
+    n = len(tokens)
+    w.pool.write((req.req_pool_idx, slice(0, -(-n // ps) * ps)), w.alloc.alloc(-(-n // ps) * ps))
+    req.kv_committed_len = req.kv_allocated_len = n
+    req.fill_ids = list(tokens)
+    req.mamba_last_track_seqlen, req.mamba_prev_track_seqlen, req.mamba_last_track_idx = seqlen, None, 0
+    req.mamba_next_track_idx = w.pool.get_mamba_ping_pong_other_idx(0)
+    S.release_kv_cache(req, w.cache)
+
+
+def _match(c, tokens):
+    r = c.match_prefix(S.MatchPrefixParams(key=S.RadixKey(list(tokens))))
+    return T.numel(r.device_indices), r.mamba_branching_seqlen
+
+
+def test_branching_seqlen_as_sglang_0_5_23():
+    """Sequence 2 of bench/python/mamba_extra_vs_sglang.py (mamba_cache_chunk_size 8, page 4:
+    grid 8): the (match, mamba_branching_seqlen) pairs SGLang 0.5.23's UnifiedRadixCache
+    gave. The branching point is the full-attention hit floored to the grid when it lies
+    past the Mamba hit (MambaComponent.finalize_match_result_in_tree_core)."""
+    w = _branching_world(8)
+    c = w.cache
+    a = list(range(1, 17))
+    b = list(range(1, 13)) + list(range(600, 612))
+    cc = list(range(1, 13)) + list(range(700, 712))
+    d = list(range(1, 17)) + list(range(800, 808))
+    _finish_with_checkpoint(w, a, 16)
+    assert _match(c, a) == (16, None)
+    _finish_with_checkpoint(w, b, 24)  # splits A's node at 12: the upper part has no state
+    assert c.total_size() == (28, 2)
+    assert [_match(c, k) for k in (a, b, cc, d)] == [(16, None), (24, None), (0, 8), (16, None)]
+    c.evict(S.EvictParams(num_tokens=0, mamba_num=1))  # B's state: D's match refreshed A's
+    assert c.total_size() == (16, 1)
+    assert [_match(c, k) for k in (a, b, cc, d)] == [(16, None), (0, 8), (0, 8), (16, None)]
+    assert w.alloc.available_size() == 512 - 16
+    assert w.pool.mamba_pool.available_size() == 20 - 1
+    c.sanity_check()
+
+
+def test_branching_seqlen_default_grid_is_max_of_64_and_page():
+    """Without mamba_cache_chunk_size the grid is SGLang's default max(FLA's 64, page): at page
+    4 a 96-token stateless hit branches at 64; at page 128 the grid is the page."""
+    w = _branching_world(None, size=1024)
+    c = w.cache
+    assert c.mamba_checkpoint_grid == 64
+    a = list(range(1, 129))
+    b = list(range(1, 97)) + list(range(900, 932))
+    _finish_with_checkpoint(w, a, 128)
+    _finish_with_checkpoint(w, b, 128)  # A's node splits at 96
+    assert _match(c, list(range(1, 97)) + [5000] * 8) == (0, 64)
+    assert _match(c, list(range(1, 64)) + [5000] * 8) == (0, None)  # a 60-token hit: below the grid
+    assert _match(c, a) == (128, None)
+    assert _branching_world(None, ps=128, size=1024).cache.mamba_checkpoint_grid == 128
+    assert _branching_world(48, ps=32, size=1024).cache.mamba_checkpoint_grid == 96  # lcm
+    with pytest.raises(kvcache.InvalidArgument):
+        _branching_world(0)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("pp", [1, 2])
+def test_chunk_checkpoint_hands_over_the_track_slot(dev, pp):
+    """SGLang 0.5.23's chunk checkpoint (donate_mamba_ping_pong_slot): the tree takes the
+    checkpoint's track slot itself and the request's mamba_ping_pong_track_buffer gets a
+    fresh slot at that index; no state is copied, the pool loses one slot (as with a copy).
+    A second checkpoint ending at a node that has a state already gives the slot back."""
+    w = World(dev, pp=pp)
+    c = w.cache
+    prompt = list(range(2000, 2070))
+    r = S.Req(origin_input_ids=list(prompt), fill_ids=prompt[:32])
+    w.admit(r)
+    b = w.batch([r])
+    b.prepare_for_extend()
+    w.track(r, 32)
+    keep = w.pool.get_mamba_ping_pong_keep_idx(r)
+    before = L(r.mamba_ping_pong_track_buffer)
+    free = w.pool.mamba_pool.available_size()
+    S.maybe_cache_unfinished_req(r, c, chunked=True)
+    after = L(r.mamba_ping_pong_track_buffer)
+    assert [k for k in range(pp) if after[k] != before[k]] == [keep]
+    assert after[keep] not in before and after[keep] != int(T.tolist(T.host_i64(r.mamba_pool_idx))[0])
+    assert w.pool.mamba_pool.available_size() == free - 1
+    assert c.total_size() == (32, 1)
+    c.match_prefix(S.MatchPrefixParams(key=S.RadixKey(prompt[:32])))
+    assert c._ms.value == before[keep]      # the matched node's state: the former track slot
+    assert w.content(before[keep]) == 32.0  # the checkpoint, not a copy of it
+    w.conserve()
+    # A request sharing the chunk sees the checkpoint (copied into its own slot on match).
+    q = S.Req(origin_input_ids=prompt[:32] + [7])
+    assert w.admit(q) == 32 and w.content(q.mamba_pool_idx) == 32.0
+    w.release(q, is_insert=False)
+    # The next chunk's checkpoint hands over the (fresh) slot at the new keep index.
+    r.fill_ids = prompt[:64]
+    b.prepare_for_extend()
+    w.track(r, 64)
+    keep2 = w.pool.get_mamba_ping_pong_keep_idx(r)
+    mid = L(r.mamba_ping_pong_track_buffer)
+    S.maybe_cache_unfinished_req(r, c, chunked=True)
+    assert c.total_size() == (64, 2)
+    c.match_prefix(S.MatchPrefixParams(key=S.RadixKey(prompt[:64])))
+    assert c._ms.value == mid[keep2] and L(r.mamba_ping_pong_track_buffer)[keep2] not in mid
+    w.conserve()
+    w.release(r, is_insert=False)
+    w.conserve()

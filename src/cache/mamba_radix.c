@@ -634,12 +634,54 @@ kvc_status kvc_mamba_radix_cache_cache_finished_req(kvc_mamba_radix_cache *c, kv
   return post(c, KVC_OK);
 }
 
-kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *c, kvc_flow *flow, kvc_req_state *req) {
-  MAMBA_RADIX_ENTRY(c);
-  const char *fn = __func__;
+/* The state slot a chunk checkpoint inserts for src (track entry kept - 1 with donate):
+ * *copy a fork of src (one launch), or with donate a fresh slot for the request's track
+ * entry (one zeroing launch, then the mapping launch of set_track_slot) and *copy = src
+ * itself. One unlocked state is evicted when the pool is empty (SGLang's
+ * _alloc_mamba_slot). Undone by unslot() when the insert fails. */
+static kvc_status slot_for_checkpoint(kvc_mamba_radix_cache *c, kvc_flow *flow, const kvc_req_state *req, bool donate,
+                                      int32_t kept, int32_t src, int32_t *copy, int32_t *fresh) {
+  *copy = *fresh = 0;
+  kvc_status st = donate ? kvc_mamba_pool_alloc(c->pool, 1, fresh, flow->stream)
+                         : kvc_mamba_pool_fork_from(c->pool, src, copy, flow->stream);
+  if (st == KVC_ERR_OUT_OF_SLOTS && c->states > c->protected_states) {
+    int64_t got = 0, full_done = 0; /* the request's node is locked: its path stays */
+    st = mamba_evict(c, flow, 1, &got, &full_done);
+    if (st == KVC_OK)
+      st = donate ? kvc_mamba_pool_alloc(c->pool, 1, fresh, flow->stream)
+                  : kvc_mamba_pool_fork_from(c->pool, src, copy, flow->stream);
+  }
+  KVC_FORWARD(st);
+  if (!donate) return KVC_OK;
+  st = kvc_hybrid_req_pool_set_track_slot(c->hybrid, req->req_row, kept - 1, *fresh, flow->stream);
+  if (st != KVC_OK) {
+    kvc__mamba_pool_unalloc(c->pool, fresh, 1);
+    return st;
+  }
+  *copy = src;
+  return KVC_OK;
+}
+
+static void unslot(kvc_mamba_radix_cache *c, kvc_flow *flow, const kvc_req_state *req, bool donate, int32_t kept,
+                   int32_t copy, int32_t fresh) {
+  if (!donate) {
+    kvc__mamba_pool_unalloc(c->pool, &copy, 1); /* back to the front: the pool as before */
+    return;
+  }
+  /* The track entry back to the donated slot (one more launch; its failure is logged:
+   * the insert's error is the one returned). */
+  if (kvc_hybrid_req_pool_set_track_slot(c->hybrid, req->req_row, kept - 1, copy, flow->stream) != KVC_OK)
+    kvc__log(c->ctx, KVC_LOG_WARN, "kvc_mamba_radix_cache_donate_unfinished_req: track entry %d not restored (%s)",
+             kept - 1, kvc_last_error(c->ctx));
+  else kvc__mamba_pool_unalloc(c->pool, &fresh, 1);
+}
+
+static kvc_status unfinished(kvc_mamba_radix_cache *c, kvc_flow *flow, kvc_req_state *req, bool donate,
+                             const char *fn) {
   kvc_radix_cache *rc = c->rc;
   int32_t old;
   kvc_radix_req *rr;
+  KVC_RETURN_IF(donate && !c->track, c->ctx, KVC_ERR_UNSUPPORTED, "%s: the hybrid pool has no track buffers", fn);
   KVC_FORWARD(req_begin(c, flow, req, fn, &old, &rr));
   kvc_status st = KVC_OK;
   const int64_t committed = req->kv_committed_len;
@@ -653,27 +695,23 @@ kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *c, 
   }
   KVC_FORWARD(kvc__rx_req_key(rc, rr, old, key_len, fn));
   KVC_FORWARD(unlockable(c, old, fn));
-  /* The tree's copy of the state: SGLang alloc + copy_from, one fork launch. */
-  int32_t copy = 0;
-  st = kvc_mamba_pool_fork_from(c->pool, src, &copy, flow->stream);
-  if (st == KVC_ERR_OUT_OF_SLOTS && c->states > c->protected_states) {
-    int64_t got = 0, full_done = 0; /* the request's node is locked: its path stays */
-    st = mamba_evict(c, flow, 1, &got, &full_done);
-    if (st == KVC_OK) st = kvc_mamba_pool_fork_from(c->pool, src, &copy, flow->stream);
-  }
-  KVC_FORWARD(st);
+  /* The tree's state: SGLang alloc + copy_from (a fork), or with donate the track slot
+   * itself (donate_mamba_ping_pong_slot: the request's entry gets a fresh slot). */
+  int32_t copy, fresh;
+  KVC_FORWARD(slot_for_checkpoint(c, flow, req, donate, kept, src, &copy, &fresh));
   int32_t node;
   size_t nd = 0, depth;
   st = kvc__rx_insert_req(rc, flow, fn, req, rr, key_len, 0, &node, &nd, &depth);
   if (st != KVC_OK) {
-    kvc__mamba_pool_unalloc(c->pool, &copy, 1); /* back to the front: the pool as before */
+    unslot(c, flow, req, donate, kept, copy, fresh);
     return st;
   }
+  if (donate) req->mamba_track[kept - 1] = fresh;
   kvc__rx_touch_path(rc, depth); /* SGLang re-matches the key */
   if (!rc->nodes[node].mamba_slot) {
     attach_capped(c, node, copy);
   } else {
-    touch(c, node);
+    touch(c, node); /* SGLang mamba_exist: the copy (or the donated slot) is freed */
     (void)kvc_mamba_pool_free(c->pool, &copy, 1);
   }
   /* The tree's slots go into the row where the request's duplicates were. */
@@ -685,4 +723,14 @@ kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *c, 
   req->prefix_len = committed;
   req->prefix_slots = NULL;
   return post(c, st);
+}
+
+kvc_status kvc_mamba_radix_cache_cache_unfinished_req(kvc_mamba_radix_cache *c, kvc_flow *flow, kvc_req_state *req) {
+  MAMBA_RADIX_ENTRY(c);
+  return unfinished(c, flow, req, false, __func__);
+}
+
+kvc_status kvc_mamba_radix_cache_donate_unfinished_req(kvc_mamba_radix_cache *c, kvc_flow *flow, kvc_req_state *req) {
+  MAMBA_RADIX_ENTRY(c);
+  return unfinished(c, flow, req, true, __func__);
 }

@@ -922,6 +922,74 @@ static void test_flow_donates_a_track_checkpoint(void **state) {
   flow_world_free(&w, flow, out, a);
 }
 
+/* The chunk checkpoint handed over (kvc_mamba_radix_cache_donate_unfinished_req, SGLang
+ * 0.5.23's donate_mamba_ping_pong_slot): the tree takes the checkpoint's track slot itself,
+ * no state is copied, and the request's track entry gets a fresh slot; the Mamba pool
+ * loses one slot, as with the copy. A second chunk ending at the same node (a state there
+ * already) gives the donated slot back. Without track buffers the call is refused. */
+static void test_chunk_checkpoint_hands_over_the_track_slot(void **state) {
+  (void)state;
+  world w;
+  kvc_allocator *a;
+  int64_t *out;
+  kvc_flow *flow = flow_test_make(&w, 12, KVC_HYBRID_TRACK, 4, &a, &out);
+  static ereq e;
+  ereq_counting(&e, 40, 16);
+  e.st.flags = KVC_REQ_CHUNKED;
+  KVT_OK(kvc_mamba_radix_cache_match_req(w.c, flow, &e.st, &e.rr, NULL));
+  kvc_req_state *one[] = {&e.st};
+  KVT_OK(kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+  const int32_t t0 = e.st.mamba_track[0], t1 = e.st.mamba_track[1];
+  unsigned char pat[128], got[128];
+  for (int i = 0; i < 128; i++) pat[i] = (unsigned char)(3 * i + 1);
+  state_rw(&w, t1, pat, 1); /* the forward checkpointed 12 tokens into track 1 */
+  e.st.mamba_track_seqlen[1] = 12;
+  const int64_t avail = kvc_mamba_pool_available(w.mp);
+  e.rr.num_tokens = 16;
+  KVT_OK(kvc_mamba_radix_cache_donate_unfinished_req(w.c, flow, &e.st));
+  assert_int_equal(e.st.cache_protected_len, 12);
+  assert_int_equal(e.st.prefix_len, 16);
+  assert_int_equal(e.st.mamba_track[0], t0);
+  const int32_t fresh = e.st.mamba_track[1];
+  assert_true(fresh > 0 && fresh != t1 && fresh != t0 && fresh != e.st.mamba_slot);
+  assert_int_equal(kvc_hybrid_req_pool_track_slots(w.hp, e.st.req_row)[1], fresh);
+  assert_int_equal(kvc_mamba_pool_available(w.mp), avail - 1);
+  int32_t s;
+  kvc_radix_match m;
+  KVT_OK(kvc_mamba_radix_cache_match_prefix(w.c, 0, e.toks, 16, &m, &s, NULL));
+  assert_int_equal(m.len, 12);
+  assert_int_equal(s, t1); /* the track slot itself, not a copy */
+  state_rw(&w, s, got, 0);
+  assert_memory_equal(got, pat, 128);
+  assert_int_equal(sizes(&w).mamba_protected, 1); /* the lock moved to the new node */
+  conserve(&w, flow, a, &e.st, 16 - 12, 3);
+  /* Nothing new past cache_protected_len: nothing is inserted, no slot changes hands. */
+  KVT_OK(kvc_mamba_radix_cache_donate_unfinished_req(w.c, flow, &e.st));
+  assert_int_equal(e.st.mamba_track[1], fresh);
+  assert_int_equal(kvc_mamba_pool_available(w.mp), avail - 1);
+  /* The release: the running state and both track slots go back (no checkpoint fits). */
+  e.st.mamba_track_seqlen[1] = 0;
+  KVT_OK(kvc_flow_release(flow, one, 1, 1, NULL));
+  conserve(&w, flow, a, NULL, 0, 0);
+  assert_int_equal(sizes(&w).mamba_cached, 1);
+  /* Without track buffers: refused, nothing changed. */
+  world v;
+  kvc_allocator *b;
+  int64_t *out2;
+  kvc_flow *flow2 = flow_test_make(&v, 8, 0, 1, &b, &out2);
+  static ereq f;
+  ereq_counting(&f, 40, 16);
+  f.st.flags = KVC_REQ_CHUNKED;
+  KVT_OK(kvc_mamba_radix_cache_match_req(v.c, flow2, &f.st, &f.rr, NULL));
+  one[0] = &f.st;
+  KVT_OK(kvc_flow_alloc_for_extend(flow2, one, 1, out2, NULL));
+  KVT_STATUS(kvc_mamba_radix_cache_donate_unfinished_req(v.c, flow2, &f.st), KVC_ERR_UNSUPPORTED);
+  assert_int_equal(sizes(&v).mamba_cached, 0);
+  KVT_OK(kvc_flow_release(flow2, one, 1, 0, NULL));
+  flow_world_free(&v, flow2, out2, b);
+  flow_world_free(&w, flow, out, a);
+}
+
 /* A streaming session over the Mamba cache: its first turn matches a cached request
  * (FULL path + MAMBA node locked), the session keeps row, Mamba slot and lock between
  * turns, MAMBA eviction cannot take the locked state, and the release gives all back. */
@@ -985,6 +1053,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_match_req_copies_the_state),
     cmocka_unit_test(test_flow_donates_the_running_state),
     cmocka_unit_test(test_flow_donates_a_track_checkpoint),
+    cmocka_unit_test(test_chunk_checkpoint_hands_over_the_track_slot),
     cmocka_unit_test(test_chunks_cache_a_copy_of_the_state),
     cmocka_unit_test(test_failures_change_nothing),
     cmocka_unit_test(test_path_cap_takes_the_shallowest_state),

@@ -45,6 +45,8 @@ class MatchResult:
     last_device_node: Any
     last_host_node: Any
     host_hit_length: int = 0
+    # MambaRadixCache's results also carry mamba_branching_seqlen (set per instance, so
+    # that RadixCache's results, which _kvcfast builds, keep these four fields).
 
 
 @dataclass
@@ -102,6 +104,10 @@ class CacheInitParams:
     sliding_window_size: Optional[int] = None
     is_eagle: bool = False
     enable_mamba_extra_buffer: bool = False
+    # MambaRadixCache: SGLang's mamba_cache_chunk_size(), which SGLang reads from its server
+    # args (max(the model's mamba_chunk_size, else FLA's 64, page_size)); None: that
+    # default with FLA's 64.
+    mamba_cache_chunk_size: Optional[int] = None
 
 
 def _pop_committed(req):

@@ -1,6 +1,7 @@
 """MambaRadixCache with SGLang's interface (mem_cache/mamba_radix_cache.py, the seeds' era)
 over kvcache's C Mamba radix tree (kvc_mamba_radix_cache, through kvcache.mamba_radix)."""
 import ctypes
+import math
 
 import kvcache as _kvc
 from kvcache import mamba_radix as _mamba_radix
@@ -15,6 +16,8 @@ T.proto("kvc_mamba_radix_cache_cache_finished_req", ctypes.c_int, ctypes.c_void_
         ctypes.c_void_p, ctypes.c_int)
 T.proto("kvc_mamba_radix_cache_cache_unfinished_req", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
         ctypes.c_void_p)
+T.proto("kvc_mamba_radix_cache_donate_unfinished_req", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+        ctypes.c_void_p)
 _match_fn = getattr(ctypes.CDLL(lib._name), "kvc_mamba_radix_cache_match_prefix")
 _match_fn.restype = ctypes.c_int
 _match_fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
@@ -22,7 +25,21 @@ _match_fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.
 
 
 _NAMES = ("req_to_token_pool", "token_to_kv_pool_allocator", "page_size", "disable",
-          "enable_mamba_extra_buffer")
+          "enable_mamba_extra_buffer", "mamba_cache_chunk_size")
+
+# SGLang's fallback for mamba_cache_chunk_size when the model's config has no
+# mamba_chunk_size: sglang.kernels.ops.attention.fla.chunk_delta_h.CHUNK_SIZE.
+FLA_CHUNK_SIZE = 64
+
+
+def checkpoint_grid(mamba_cache_chunk_size, page_size):
+    """SGLang 0.5.23 mamba_checkpoint_grid(page): lcm(mamba_cache_chunk_size, page), the
+    depths a Mamba checkpoint can land on. mamba_cache_chunk_size None: SGLang's default
+    max(FLA_CHUNK_SIZE, page)."""
+    cs = max(FLA_CHUNK_SIZE, page_size) if mamba_cache_chunk_size is None else mamba_cache_chunk_size
+    if not isinstance(cs, int) or cs < 1:
+        raise _kvc.InvalidArgument(1, "mamba_cache_chunk_size must be a positive int, got %r" % (cs,))
+    return math.lcm(cs, page_size)
 
 
 def _slot(x):
@@ -72,12 +89,16 @@ class MambaRadixCache(_HybridTreeCache):
             raise _kvc.InvalidArgument(1, "page_size %d, the allocator's is %d" % (ps, alloc.page_size))
         self.disable = False
         self.enable_mamba_extra_buffer = extra
+        self.mamba_checkpoint_grid = checkpoint_grid(v["mamba_cache_chunk_size"], ps)
+        if extra:  # 0.5.23's chunk checkpoint: the track slot itself goes to the tree
+            self._unfinished_fn = lib.kvc_mamba_radix_cache_donate_unfinished_req
         ctx = pool._ctx
         tree = _mamba_radix.MambaRadixCache(ctx, pool._hyb, alloc.size, ps)
         self._attach(pool, alloc, ps, tree, _kvc.Flow(ctx, pool._pool, alloc._a, cache=tree,
                                                       hybrid_req_pool=pool._hyb))
         self._ms = ctypes.c_int32()  # the matched node's state slot
-        self._match_out = (ctypes.byref(self._ms), None)
+        self._full = ctypes.c_int64()  # the full-attention match (SGLang full_kv_hit_length)
+        self._match_out = (ctypes.byref(self._ms), ctypes.byref(self._full))
         self._root()
 
     _match_fn = _match_fn
@@ -91,11 +112,20 @@ class MambaRadixCache(_HybridTreeCache):
 
     def match_prefix(self, params=None, key=None, **kwargs):
         """MatchResult(device_indices = the slots up to the deepest matched node that holds
-        a Mamba state, last_device_node = that node). No lock is taken. With
-        params.cow_mamba and params.req, that state is copied into the request's own Mamba
-        slot (req.mamba_pool_idx; a new slot when it has none, evicting one unlocked state
-        when the pool is empty, as SGLang)."""
+        a Mamba state, last_device_node = that node, mamba_branching_seqlen). No lock is
+        taken. With params.cow_mamba and params.req, that state is copied into the request's
+        own Mamba slot (req.mamba_pool_idx; a new slot when it has none, evicting one
+        unlocked state when the pool is empty, as SGLang).
+
+        mamba_branching_seqlen is SGLang 0.5.23's (MambaComponent
+        finalize_match_result_in_tree_core): the full-attention hit floored to the
+        checkpoint grid (lcm(mamba_cache_chunk_size, page_size)) when that lies past the
+        Mamba hit, else None; the scheduler tracks a checkpoint there so that the next
+        request sharing the prefix finds a state at the branch point."""
         r = _HybridTreeCache.match_prefix(self, params, key)
+        grid = self.mamba_checkpoint_grid
+        aligned = self._full.value // grid * grid
+        r.mamba_branching_seqlen = aligned if aligned > T.numel(r.device_indices) else None
         req = getattr(params, "req", None) if params is not None else kwargs.get("req")
         cow = getattr(params, "cow_mamba", False) if params is not None else kwargs.get("cow_mamba", False)
         state = self._ms.value
@@ -180,18 +210,35 @@ class MambaRadixCache(_HybridTreeCache):
             clear_track_fields(req)
 
     def cache_unfinished_req(self, req, chunked=False):
-        """Checkpoints a chunked request: a copy of its state goes into a new slot and is
-        inserted with the tokens it covers, the tree's slots are written into the row where
-        duplicates were, the lock moves to the new node; sets prefix_indices (the filled
-        tokens' row) / cache_protected_len / last_node. The state is the running one for
-        all filled tokens, or with the extra buffer the newest checkpoint (none: nothing is
-        inserted); SGLang then forgets the checkpoints (mamba_last / prev_track_seqlen =
-        None), and so does this."""
+        """Checkpoints a chunked request: its state is inserted with the tokens it covers,
+        the tree's slots are written into the row where duplicates were, the lock moves to
+        the new node; sets prefix_indices (the filled tokens' row) / cache_protected_len /
+        last_node. Without the extra buffer the state is a copy of the running one (for all
+        filled tokens) in a new slot. With it, as SGLang 0.5.23's
+        donate_mamba_ping_pong_slot, the newest checkpoint's track slot itself goes to the
+        tree (none: nothing is inserted) and req.mamba_ping_pong_track_buffer gets a fresh
+        slot at that index (when the node already had a state the donated slot is freed);
+        SGLang then forgets the checkpoints (mamba_last / prev_track_seqlen = None), and so
+        does this."""
         _HybridTreeCache.cache_unfinished_req(self, req, chunked)
         if self.enable_mamba_extra_buffer:
+            self._sync_track_buffer(req)
             req.mamba_last_track_seqlen = None
             if hasattr(req, "mamba_prev_track_seqlen"):
                 req.mamba_prev_track_seqlen = None
+
+    def _sync_track_buffer(self, req):
+        """req.mamba_ping_pong_track_buffer[k] = the row's track entry k where the C call
+        handed entry k's slot to the tree (in place, as SGLang's set_mamba_ping_pong_slot)."""
+        buf = getattr(req, "mamba_ping_pong_track_buffer", None)
+        if buf is None:
+            return
+        pool = self.req_to_token_pool
+        row = lib.kvc_hybrid_req_pool_track_slots(pool._hyb.handle, int(req.req_pool_idx))
+        old = T.tolist(T.host_i64(buf))
+        for k in range(pool.mamba_ping_pong_track_buffer_size):
+            if int(row[k]) != int(old[k]):
+                buf[k] = int(row[k])
 
     def insert(self, params=None, value=None, mamba_value=None, prev_prefix_len=0, key=None):
         """insert(InsertParams(key, value, mamba_value, prev_prefix_len=0)):
