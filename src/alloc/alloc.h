@@ -261,6 +261,16 @@ typedef struct kvc__extend_map {
   int64_t *map;
   int64_t map_len;
   const int64_t *swa_slots, *swa_last;
+  /* The SWA allocator's queued zeroes (zero_count (idx, len) runs; 0: none) to carry in the
+   * same launch when no new slot lies on a page marked in zero_pages (one byte per page);
+   * else settle(user, stream) launches them first. *zero_merged is set true when the
+   * launch carried them (the caller then empties its queue). */
+  const uint32_t *zero;
+  size_t zero_count;
+  const uint8_t *zero_pages;
+  kvc_status (*settle)(void *user, kvc_stream stream);
+  void *settle_user;
+  bool *zero_merged;
 } kvc__extend_map;
 kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, const kvc__extend_args *x,
                                     const kvc__extend_map *m);

@@ -131,6 +131,21 @@ static void commit_run_ps1(const kvc__ring *r, int64_t from, int64_t n, int64_t 
   }
 }
 
+/* How many of the SWA allocator's queued zero runs this extend's launch carries: all of
+ * them, unless a new slot lies on a queued page (a zero and a pair of one entry would
+ * race: the caller settles first then) or the payload would pass 2^31 words; 0 then.
+ * The new slots are the first total_pages ring entries' pages and, for a request
+ * continuing a partial page, the page of its last_loc. */
+static size_t zero_to_carry(const kvc_allocator *a, const kvc__extend_map *m, size_t bs, int64_t total_pages,
+                            size_t words0) {
+  if (!m->zero_count || m->zero_count > (size_t)(INT32_MAX / 4) || words0 > (size_t)(INT32_MAX / 2)) return 0;
+  uint8_t hit = 0;
+  for (int64_t k = 0; k < total_pages; k++) hit |= m->zero_pages[kvc__ring_at(&a->ring, k)];
+  for (size_t i = 0; i < bs; i++)
+    if (a->b_last[i] >= 0) hit |= m->zero_pages[a->b_last[i] / a->ps];
+  return hit ? 0 : m->zero_count;
+}
+
 /* alloc_extend, optionally (m) writing the SWA allocator's full->SWA mapping of every new
  * slot in the same launch. */
 static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs, const int64_t *prefix_lens,
@@ -213,7 +228,10 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
     kvc__spec extra = {1, {{"KVC_PAGE_SIZE", ps}}};
     if (!a->k_extend[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_plan_extend, &extra, a->k_extend));
     const size_t desc_words = (size_t)bs * KVC_PLAN_EXTEND_DESC_WORDS;
-    const size_t words = desc_words + (size_t)total_pages * (m ? 2 : 1) + (size_t)prefix_words;
+    const size_t words0 = desc_words + (size_t)total_pages * (m ? 2 : 1) + (size_t)prefix_words;
+    const size_t zc = m ? zero_to_carry(a, m, bs, total_pages, words0) : 0;
+    if (m && m->zero_count && !zc) KVC_FORWARD(m->settle(m->settle_user, stream)); /* alone, first */
+    const size_t words = words0 + 2 * zc;                                          /* zc < 2^30: no overflow */
     kvc__plan plan;
     KVC_FORWARD(kvc__plan_begin_mapped(ctx, &plan, a->scratch, sizeof(kvc_p_plan_extend), words));
     uint32_t *w = plan.payload;
@@ -263,9 +281,17 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
       h.map = (uint64_t)(uintptr_t)m->map;
       h.map_len = m->map_len;
     }
+    if (zc) {
+      memcpy(w + words0, m->zero, zc * 2 * sizeof *w);
+      h.zero_at = (int32_t)words0;
+      h.zero_count = (int32_t)zc;
+    }
     unsigned tiles = (unsigned)ceil_div(max_len, TOKENS_PER_BLOCK);
-    KVC_FORWARD(kvc__plan_launch(ctx, &plan, &kvc__k_plan_extend, &extra, a->k_extend, kvc__dim((unsigned)bs, tiles, 1),
-                                 kvc__dim(256, 1, 1), stream, &h));
+    /* Blocks past the requests zero the carried runs: 8 runs per block (a warp each). */
+    const unsigned zblocks = zc ? (unsigned)KVC__MIN(ceil_div((int64_t)zc, 8), 4096) : 0u;
+    KVC_FORWARD(kvc__plan_launch(ctx, &plan, &kvc__k_plan_extend, &extra, a->k_extend,
+                                 kvc__dim((unsigned)bs + zblocks, tiles, 1), kvc__dim(256, 1, 1), stream, &h));
+    if (zc) *m->zero_merged = true;
   }
 
   /* Commit: the same slots the kernel computes, for out_host and the mirror. */
