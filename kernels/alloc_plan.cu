@@ -82,6 +82,13 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_extend(const __grid_c
     if (dst) dst[pos] = (int32_t)slot;
     if (map && slot >= 0 && slot < p.h.map_len) map[slot] = wslot;
   }
+  /* Carrying queued zeroes (zero_at != 0): the host dropped the new pages from them, so
+   * the unused tail of the request's last new page is zeroed here (0 on the host too). */
+  if (map && p.h.zero_at && blockIdx.y == 0 && seq > ceil_pre && (seq - ceil_pre) % ps) {
+    const int64_t base = (int64_t)pages[(seq - 1 - ceil_pre) / ps] * ps;
+    for (int64_t j = (seq - ceil_pre) % ps + threadIdx.x; j < ps; j += blockDim.x)
+      if (base + j < p.h.map_len) map[base + j] = 0;
+  }
   /* prefix copy: positions t in [0, pre) */
   if (dst && psrc >= 0) {
     const int32_t *src = reinterpret_cast<const int32_t *>(w + p.h.prefix_at + psrc);

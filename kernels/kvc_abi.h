@@ -118,9 +118,10 @@ typedef struct kvc_p_plan_extend {
   int64_t map_len;
   uint64_t rows_out;  /* int64 [n]: descriptor word 0 (the row) of each request, or 0 */
   int32_t zero_at;    /* with a map: payload word index of zero_count (idx, len) runs, */
-  int32_t zero_count; /* map[idx + j] = 0, the SWA allocator's queued frees' zeroes; they
-                         never overlap the new slots (the host checks), so blocks
-                         x >= n apply them in any order with the pairs */
+  int32_t zero_count; /* map[idx + j] = 0, the SWA allocator's queued frees' zeroes minus
+                         the new pages, so blocks x >= n apply them in any order with the
+                         pairs; zero_at != 0 also zeroes each request's last new page's
+                         unused tail (every slot of a new page is then written once) */
 } kvc_p_plan_extend;  /* followed in the parameter block by the inline payload words:
                         n descriptors, the page list, prefix slots[, SWA page list][,
                         zero runs] */

@@ -261,13 +261,14 @@ typedef struct kvc__extend_map {
   int64_t *map;
   int64_t map_len;
   const int64_t *swa_slots, *swa_last;
-  /* The SWA allocator's queued zeroes (zero_count (idx, len) runs; 0: none) to carry in the
-   * same launch when no new slot lies on a page marked in zero_pages (one byte per page);
-   * else settle(user, stream) launches them first. *zero_merged is set true when the
+  /* The SWA allocator's queued zeroes (zero_count (idx, len) runs of whole pages; 0: none)
+   * to carry in the same launch, minus the new pages (whose every slot the launch writes:
+   * its pair, or 0 past the request's end); when a continued partial page is queued,
+   * settle(user, stream) launches them alone first. *zero_merged is set true when the
    * launch carried them (the caller then empties its queue). */
   const uint32_t *zero;
   size_t zero_count;
-  const uint8_t *zero_pages;
+  uint8_t *zero_pages; /* marked 2 for a moment while the new pages are filtered out */
   kvc_status (*settle)(void *user, kvc_stream stream);
   void *settle_user;
   bool *zero_merged;

@@ -77,6 +77,11 @@ void kvc_host_plan_extend(const void *params) {
       if (dst) dst[pos] = (int32_t)slot;
       if (map && slot >= 0 && slot < p->map_len) map[slot] = wslot;
     }
+    if (map && p->zero_at && seq > ceil_pre && (seq - ceil_pre) % ps) { /* the kernel's tail zeroes */
+      const int64_t base = (int64_t)pages[(seq - 1 - ceil_pre) / ps] * ps;
+      for (int64_t j = (seq - ceil_pre) % ps; j < ps; j++)
+        if (base + j < p->map_len) map[base + j] = 0;
+    }
     if (dst && psrc >= 0) {
       const int32_t *src = (const int32_t *)(const void *)(w + p->prefix_at + psrc);
       for (int64_t t = 0; t < pre; t++) dst[t] = src[t];
