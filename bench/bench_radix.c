@@ -66,6 +66,7 @@ static FILE *csv;
 static int quick;
 static int swa_defer = 1; /* KVB_SWA_DEFER=0: part 3's evict calls without the one-launch scope */
 static int swa_side_full; /* KVB_SWA_SIDE=full: part 3's SWA side as large as the full side */
+static int swa_eager;     /* KVB_SWA_EAGER=1: part 3's SWA cache with KVC_SWA_RADIX_EAGER_ZERO */
 
 /* --- Samples ---------------------------------------------------------------------------- */
 
@@ -73,6 +74,10 @@ typedef struct samples {
   double *t;
   int n, cap;
 } samples;
+
+/* When set: run_to_finish times each request's first allocation (the alloc_extend right
+ * after the previous request's cache_finished_req, which carries its queued zeroes). */
+static samples *first_alloc;
 
 static void add(samples *s, double us) {
   if (s->n == s->cap) {
@@ -624,7 +629,10 @@ static void run_to_finish(kvc_flow *flow, ereq *e, int64_t prompt, int64_t outn,
   while (e->st.prefix_len < end) {
     int64_t next = e->st.prefix_len + 2048 < prompt ? (e->st.prefix_len + 2048) / ps * ps : end;
     e->st.seq_len = next;
+    const bool first = e->st.req_row == 0; /* no row yet: the request's first allocation */
+    const double t0 = kvb_now_us();
     KVB_CHECK(ctx, kvc_flow_alloc_for_extend(flow, one, 1, out, NULL));
+    if (first_alloc && first) add(first_alloc, kvb_now_us() - t0);
     if (next < end) KVB_CHECK(ctx, kvc_flow_cache_unfinished(flow, &e->st));
     else e->st.prefix_len = end;
   }
@@ -850,6 +858,7 @@ static int64_t gs_protected(void *self) { return ((gshim *)self)->inner.protecte
 static int64_t gs_cached(void *self) { return ((gshim *)self)->inner.cached_size(((gshim *)self)->inner.self); }
 
 typedef struct swa_run {
+  double first_alloc; /* median us of each request's first alloc_extend */
   double match, ckpt, finished, evict, evict_tree, evict_per_token,
       tree_per_token; /* medians, us; us per token (all, the tree's share) */
   int64_t nodes_sum, cached_sum, samples, hit, prompt;
@@ -905,6 +914,7 @@ static void replay_one(int trace, int ps, int64_t cap, int use_swa, swa_run *out
     c.free_swa_slots = gs_free_swa;
     c.free_swa_user = &sh;
     c.swa_allocator = swa_defer ? sa : NULL; /* the hooks' allocator: each evict call zeroes its mapping once */
+    c.flags = swa_eager ? KVC_SWA_RADIX_EAGER_ZERO : 0u;
     KVB_CHECK(ctx, kvc_swa_radix_cache_create(ctx, &c, &sc));
     sh.inner = kvc_swa_radix_cache_as_prefix_cache(sc);
     sh.sc = sc;
@@ -943,7 +953,8 @@ static void replay_one(int trace, int ps, int64_t cap, int use_swa, swa_run *out
   ereq e;
   e.toks = malloc((MAXLEN + 512) * sizeof *e.toks);
   if (!out_loc || !e.toks) exit(1);
-  samples match = {0};
+  samples match = {0}, first = {0};
+  first_alloc = &first;
   memset(out, 0, sizeof *out);
   const int nreq = quick ? 300 : 3000;
   for (int i = 0; i < nreq; i++) {
@@ -977,6 +988,8 @@ static void replay_one(int trace, int ps, int64_t cap, int use_swa, swa_run *out
   out->evict = median_of(&sh.evict);
   out->evict_tree = median_of(&sh.evict_tree);
   out->evict_per_token = sh.evict_tokens ? sh.evict_us / (double)sh.evict_tokens : 0;
+  first_alloc = NULL;
+  out->first_alloc = median_of(&first);
   out->tree_per_token = sh.evict_tokens ? sh.evict_tree_us / (double)sh.evict_tokens : 0;
   char what[64];
   snprintf(what, sizeof what, "%s %s match_req", trace_name[trace], who);
@@ -989,6 +1002,9 @@ static void replay_one(int trace, int ps, int64_t cap, int use_swa, swa_run *out
   report("swa", what, ps, cap, &sh.evict, hit);
   snprintf(what, sizeof what, "%s %s evict: the rest (tree)", trace_name[trace], who);
   report("swa", what, ps, cap, &sh.evict_tree, hit);
+  snprintf(what, sizeof what, "%s %s first alloc_extend after a finish", trace_name[trace], who);
+  report("swa", what, ps, cap, &first, hit);
+  free(first.t);
   free(match.t), free(sh.finished.t), free(sh.unfinished.t), free(sh.evict.t), free(sh.evict_tree.t);
   free(e.toks);
   kvc_memory_free(ctx, out_loc);
@@ -1000,10 +1016,38 @@ static void replay_one(int trace, int ps, int64_t cap, int use_swa, swa_run *out
   kvc_swa_radix_cache_destroy(sc);
 }
 
+/* The launch floor, measured beside the ratios: median host us of the cheapest launch
+ * through the library's device layer on the same (default) stream, a one-entry
+ * kvc_swa_translate (one gather kernel), without synchronizing. */
+static double launch_floor_us(void) {
+  int64_t *buf = NULL; /* [0, 2): the map, [2]: the loc, [3]: the out */
+  KVB_CHECK(ctx, kvc_memory_alloc(ctx, 4 * sizeof *buf, (void **)&buf));
+  const int64_t zeros[4] = {0};
+  KVB_CHECK(ctx, kvc_memcpy_h2d(ctx, buf, zeros, sizeof zeros, NULL));
+  samples t = {0};
+  for (int i = 0; i < 2000; i++) {
+    const double t0 = kvb_now_us();
+    KVB_CHECK(ctx, kvc_swa_translate(ctx, buf, 2, buf + 2, KVC_INDEX_I64, buf + 3, KVC_INDEX_I64, 1, NULL));
+    add(&t, kvb_now_us() - t0);
+  }
+  KVB_CHECK(ctx, kvc_stream_synchronize(ctx, NULL));
+  const double m = median_of(&t);
+  free(t.t);
+  kvc_memory_free(ctx, buf);
+  return m;
+}
+
 static void replay_swa(int trace, int ps, int64_t cap) {
   swa_run f, w;
   replay_one(trace, ps, cap, 0, &f);
   replay_one(trace, ps, cap, 1, &w);
+  const double floor_us = launch_floor_us();
+  printf("launch    %-9s p%-2d %7lld floor %.2f us (one-entry translate); first alloc_extend after a finish: swa %.2f "
+         "/ full %.2f us (%s)\n",
+         trace_name[trace], ps, (long long)cap, floor_us, w.first_alloc, f.first_alloc, swa_eager ? "eager" : "lazy");
+  if (csv)
+    fprintf(csv, "launch,\"%s floor first_alloc_swa first_alloc_full %s\",%d,%lld,%.4f,%.4f,%.4f\n", trace_name[trace],
+            swa_eager ? "eager" : "lazy", ps, (long long)cap, floor_us, w.first_alloc, f.first_alloc);
   const double q[6][2] = {{w.match, f.match},
                           {w.ckpt, f.ckpt},
                           {w.finished, f.finished},
@@ -1370,8 +1414,11 @@ int main(int argc, char **argv) {
   }
   swa_side_full = side && !strcmp(side, "full");
   KVB_CHECK(NULL, kvc_context_create(&cfg, &ctx));
-  const char *defer = getenv("KVB_SWA_DEFER");
+  const char *defer = getenv("KVB_SWA_DEFER"), *eager = getenv("KVB_SWA_EAGER");
   swa_defer = !defer || strcmp(defer, "0");
+  swa_eager = eager && !strcmp(eager, "1");
+  printf("SWA cache zeroes: %s\n", swa_eager ? "eager (KVB_SWA_EAGER=1: one launch at each call's end)"
+                                             : "lazy (carried by the next allocation's launch)");
   printf("backend %s, SWA evict scope %s, part 3's SWA side %s\n",
          kvc_context_backend(ctx) == KVC_BACKEND_CUDA ? "cuda" : "host",
          swa_defer ? "on" : "off (KVB_SWA_DEFER=0: a device-mapping launch per victim)",

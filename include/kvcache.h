@@ -1106,9 +1106,9 @@ typedef struct kvc_swa_radix_cache_config {
   kvc_radix_free_fn free_swa_slots; /* standalone use (no flow): releases the SWA side of
                                        full slots; NULL = SWA eviction needs a flow */
   void *free_swa_user;
-  int32_t kind; /* kvc_swa_radix_kind, 0 = HYBRID; must match the flow's allocator (calls
+  int32_t kind;   /* kvc_swa_radix_kind, 0 = HYBRID; must match the flow's allocator (calls
                    given a flow over another kind return KVC_ERR_INVALID_ARGUMENT) */
-  int32_t reserved_i32_;
+  uint32_t flags; /* KVC_SWA_RADIX_* below; 0 = defaults (was reserved, always 0) */
   kvc_swa_allocator *swa_allocator; /* standalone use (hooks, no flow), may be NULL: the
                                        allocator the hooks free into; each evict call
                                        then defers its device-mapping zeroes to one
@@ -1116,6 +1116,14 @@ typedef struct kvc_swa_radix_cache_config {
   kvc_stream swa_stream;
   uint64_t reserved_[5];
 } kvc_swa_radix_cache_config;
+
+/** kvc_swa_radix_cache_config.flags: KVC_SWA_RADIX_EAGER_ZERO makes each HYBRID call that
+ *  frees (evict, cache_finished_req, cache_unfinished_req) launch its device-mapping
+ *  zeroes at its end (kvc_swa_allocator_defer_zero_end), the behaviour before session 13.
+ *  Without it (the default) a call makes no launch of its own: the zeroes stay queued in
+ *  the SWA allocator and ride in its next device-mapping write's launch
+ *  (kvc_swa_allocator_zero_flush says when, and how to force them). */
+#define KVC_SWA_RADIX_EAGER_ZERO 0x1u
 
 /* clang-format off */
 #define KVC_SWA_RADIX_CACHE_CONFIG_INIT \
@@ -1208,11 +1216,13 @@ KVC_API kvc_status kvc_swa_radix_cache_unlock(kvc_swa_radix_cache *cache, void *
  *  HYBRID: the call is one deferred-zero scope of the SWA allocator (flow's, else
  *  config.swa_allocator when set; kvc_swa_allocator_defer_zero_begin): its victims'
  *  frees are what they were, one by one in victim order, but the device mapping of all
- *  of them is zeroed by one launch at the end, on the flow's stream (else
- *  config.swa_stream). Not capturable then (the allocator's launches are not).
+ *  of them is zeroed later: by default in the launch of the allocator's next
+ *  device-mapping write (the call itself launches nothing; kvc_swa_allocator_zero_flush),
+ *  with KVC_SWA_RADIX_EAGER_ZERO by one launch at the call's end, on the flow's stream
+ *  (else config.swa_stream). Not capturable then (the allocator's launches are not).
  *  @return KVC_ERR_OUT_OF_SLOTS when nothing is evictable for any requested component
  *  (nothing changed), KVC_ERR_UNSUPPORTED without a flow or hooks; a free's failure
- *  (the victims before it stay evicted). The end's launch failing returns its status
+ *  (the victims before it stay evicted). EAGER_ZERO: the end's launch failing returns its status
  *  (KVC_ERR_CUDA) after the victims were evicted and freed (host state final, sizes and
  *  *evicted as done): the zero stays queued in the allocator and is retried by its next
  *  device-mapping write (kvc_swa_allocator_defer_zero_end's failure rule). */
@@ -1980,7 +1990,11 @@ KVC_API kvc_status kvc_swa_allocator_free_group_end(kvc_swa_allocator *alloc);
  *  alloc_extend_swa_tail, alloc_decode, the decode channel's step) and translate first
  *  launch what is queued, on their own stream, so a queued zero never overwrites a pair
  *  written after it. kvc_swa_allocator_clear drops the queue (its memset covers it).
- *  The SWA radix cache opens a scope around each evict call (kvc_swa_radix_cache_evict).
+ *  The SWA radix cache opens a scope around each evict, cache_finished_req and
+ *  cache_unfinished_req call and, by default, closes it without launching: the queue then
+ *  waits for the next device-mapping write, which carries it in its own launch
+ *  (kvc_swa_allocator_zero_flush; the write's failure changes nothing of that write and
+ *  keeps the queue).
  *  Ownership: the queue is the allocator's (host memory, freed by destroy; an open scope
  *  at destroy is no error). Ring and PURE allocators never queue (their frees write no
  *  mapping). Single writer, like every call of the allocator. Graph capture: end launches
@@ -2000,6 +2014,23 @@ KVC_API kvc_status kvc_swa_allocator_free_group_end(kvc_swa_allocator *alloc);
 KVC_API kvc_status kvc_swa_allocator_defer_zero_begin(kvc_swa_allocator *alloc);
 KVC_API kvc_status kvc_swa_allocator_defer_zero_end(kvc_swa_allocator *alloc, kvc_stream stream);
 KVC_API int64_t kvc_swa_allocator_zero_pending(const kvc_swa_allocator *alloc);
+/** kvc_swa_allocator_zero_flush() : launches the queued device-mapping zeroes now, as ONE
+ *  launch on `stream` (none when nothing is queued), inside or outside a scope.
+ *  Why it exists: the SWA radix cache closes its scopes without launching (unless
+ *  KVC_SWA_RADIX_EAGER_ZERO), so after its evict / cache_finished_req /
+ *  cache_unfinished_req the device mapping may still hold the old nonzero entries of
+ *  freed full slots until the allocator's next device-mapping write. That write carries
+ *  the queue in its own launch (alloc, alloc_extend(_ex), alloc_extend_swa_tail: the
+ *  zero runs and the new pairs are applied by the same kernel; they never overlap, since
+ *  a new slot on a queued page makes the write launch the queue alone first), or launches
+ *  it first (alloc_decode, the decode channel's step, translate). Nothing the library
+ *  runs reads a freed slot's entry; call this before reading the device mapping of freed
+ *  slots yourself (a debugger, a copy of the whole mapping, SGLang's
+ *  full_to_swa_index_mapping tensor). Stream: the queue lands in `stream`'s order; host
+ *  only otherwise. Graph capture: not capturable (per-call data, as the frees).
+ *  @return KVC_ERR_CUDA when the launch fails: nothing changed, the queue is kept (the
+ *  host mapping is already final) and retried by the next write or flush. */
+KVC_API kvc_status kvc_swa_allocator_zero_flush(kvc_swa_allocator *alloc, kvc_stream stream);
 /** kvc_swa_allocator_clear() : both sides free again (ascending), groups closed, mapping
  *  zeroed except its last -1 (host, and one device memset on `stream`). Not capturable. */
 KVC_API kvc_status kvc_swa_allocator_clear(kvc_swa_allocator *alloc, kvc_stream stream);

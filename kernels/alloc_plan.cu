@@ -33,7 +33,19 @@ struct kvc_plan_extend_params {
 extern "C" __global__ void __launch_bounds__(256) kvc_plan_extend(const __grid_constant__ kvc_plan_extend_params p) {
   const uint32_t *w = p.h.staged ? kvc_ptr<const uint32_t *>(p.h.staged) : p.words;
   const int r = blockIdx.x;
-  if (r >= p.h.n) return;
+  if (r >= p.h.n) {
+    /* Blocks past the requests (row y == 0 only) zero the SWA allocator's queued runs,
+     * a warp per run: entries disjoint from every new slot's (the host checks). */
+    if (blockIdx.y != 0) return;
+    const int64_t warps = (int64_t)(gridDim.x - (unsigned)p.h.n) * (blockDim.x >> 5);
+    int64_t *map = kvc_ptr<int64_t *>(p.h.map);
+    for (int64_t it = (int64_t)(r - p.h.n) * (blockDim.x >> 5) + (threadIdx.x >> 5); it < p.h.zero_count; it += warps) {
+      const int64_t idx = w[p.h.zero_at + 2 * it], len = w[p.h.zero_at + 2 * it + 1];
+      for (int64_t j = threadIdx.x & 31u; j < len; j += 32)
+        if (idx + j < p.h.map_len) map[idx + j] = 0;
+    }
+    return;
+  }
   const int32_t *d = reinterpret_cast<const int32_t *>(w + (size_t)r * KVC_PLAN_EXTEND_DESC_WORDS);
   /* A staged payload may be read in place from pinned host memory (kvc__plan_begin_mapped):
    * the descriptor once per block, not once per warp and word over the bus. */
@@ -69,6 +81,13 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_extend(const __grid_c
     if (out) out[o + t] = slot;
     if (dst) dst[pos] = (int32_t)slot;
     if (map && slot >= 0 && slot < p.h.map_len) map[slot] = wslot;
+  }
+  /* Carrying queued zeroes (zero_at != 0): the host dropped the new pages from them, so
+   * the unused tail of the request's last new page is zeroed here (0 on the host too). */
+  if (map && p.h.zero_at && blockIdx.y == 0 && seq > ceil_pre && (seq - ceil_pre) % ps) {
+    const int64_t base = (int64_t)pages[(seq - 1 - ceil_pre) / ps] * ps;
+    for (int64_t j = (seq - ceil_pre) % ps + threadIdx.x; j < ps; j += blockDim.x)
+      if (base + j < p.h.map_len) map[base + j] = 0;
   }
   /* prefix copy: positions t in [0, pre) */
   if (dst && psrc >= 0) {

@@ -116,9 +116,15 @@ typedef struct kvc_p_plan_extend {
                            to the page list (descriptor word 7: the SWA last_loc) */
   uint64_t map;         /* int64 [map_len] full->SWA mapping, or 0 (SWA allocators) */
   int64_t map_len;
-  uint64_t rows_out; /* int64 [n]: descriptor word 0 (the row) of each request, or 0 */
-} kvc_p_plan_extend; /* followed in the parameter block by the inline payload words:
-                        n descriptors, the page list, prefix slots[, SWA page list] */
+  uint64_t rows_out;  /* int64 [n]: descriptor word 0 (the row) of each request, or 0 */
+  int32_t zero_at;    /* with a map: payload word index of zero_count (idx, len) runs, */
+  int32_t zero_count; /* map[idx + j] = 0, the SWA allocator's queued frees' zeroes minus
+                         the new pages, so blocks x >= n apply them in any order with the
+                         pairs; zero_at != 0 also zeroes each request's last new page's
+                         unused tail (every slot of a new page is then written once) */
+} kvc_p_plan_extend;  /* followed in the parameter block by the inline payload words:
+                        n descriptors, the page list, prefix slots[, SWA page list][,
+                        zero runs] */
 
 typedef struct kvc_p_plan_decode {
   uint64_t table;  /* int32, or 0 */
@@ -344,8 +350,11 @@ typedef struct kvc_p_swa_map_write {
   uint64_t dst;    /* int32 or int64 [dst_len] */
   uint64_t staged; /* payload in device memory, or 0 = inline */
   int64_t dst_len;
-  int32_t mode, count; /* count = items */
-  int32_t dst_i64, pad_;
+  int32_t mode, count; /* count = items, zero_count of them first */
+  int32_t dst_i64;
+  int32_t zero_count;  /* leading ZERO items (idx, len) before the count - zero_count items
+                         of `mode`: the SWA allocator's queued zeroes merged into its next
+                         write; they never overlap that write's entries (the host checks) */
 } kvc_p_swa_map_write; /* followed by the inline payload words */
 
 typedef struct kvc_p_swa_gather {

@@ -9,6 +9,8 @@
  *
  * Payload items (uint32 words): PAIRS (idx, val) -> map[idx] = (int32)val;
  * RUNS (idx, val, len) -> map[idx + j] = val + j; ZERO (idx, len) -> map[idx + j] = 0.
+ * zero_count leading ZERO items may precede the mode's items (the SWA allocator's queued
+ * zeroes merged into its next write: disjoint entries, so no order is needed).
  * One warp per item; indices outside [0, dst_len) are skipped.
  */
 #include "common.cuh"
@@ -29,20 +31,28 @@ extern "C" __global__ void __launch_bounds__(256)
   if (item >= p.h.count) return;
   const uint32_t *w = p.h.staged ? kvc_ptr<const uint32_t *>(p.h.staged) : p.words;
   int64_t idx, val, len, step;
-  if (p.h.mode == KVC_SWA_MAP_PAIRS) {
-    idx = w[2 * item];
-    val = (int64_t)(int32_t)w[2 * item + 1];
-    len = 1;
-    step = 0;
-  } else if (p.h.mode == KVC_SWA_MAP_RUNS) {
-    idx = w[3 * item];
-    val = (int64_t)(int32_t)w[3 * item + 1];
-    len = w[3 * item + 2];
-    step = 1;
-  } else {
+  /* The mode's items follow the zero_count leading zeroes (2 words each). */
+  const int64_t k = item - p.h.zero_count;
+  const uint32_t *v = w + 2 * (int64_t)p.h.zero_count;
+  if (k < 0) { /* a queued zero: disjoint from the mode's items (the host checks) */
     idx = w[2 * item];
     val = 0;
     len = w[2 * item + 1];
+    step = 0;
+  } else if (p.h.mode == KVC_SWA_MAP_PAIRS) {
+    idx = v[2 * k];
+    val = (int64_t)(int32_t)v[2 * k + 1];
+    len = 1;
+    step = 0;
+  } else if (p.h.mode == KVC_SWA_MAP_RUNS) {
+    idx = v[3 * k];
+    val = (int64_t)(int32_t)v[3 * k + 1];
+    len = v[3 * k + 2];
+    step = 1;
+  } else {
+    idx = v[2 * k];
+    val = 0;
+    len = v[2 * k + 1];
     step = 0;
   }
   for (int64_t j = lane; j < len; j += 32) {

@@ -109,6 +109,7 @@ _fn("kvc_swa_allocator_free_group_end", _st, _P)
 _fn("kvc_swa_allocator_defer_zero_begin", _st, _P)
 _fn("kvc_swa_allocator_defer_zero_end", _st, _P, _P)
 _fn("kvc_swa_allocator_zero_pending", c_int64, _P)
+_fn("kvc_swa_allocator_zero_flush", _st, _P, _P)
 _fn("kvc_swa_allocator_clear", _st, _P, _P)
 _fn("kvc_swa_kv_pool_create", _st, _P, POINTER(SwaKVPoolConfig), POINTER(c_void_p))
 _fn("kvc_swa_kv_pool_destroy", None, _P)
@@ -454,6 +455,12 @@ class SWAAllocator(_Handle):
             yield self
         finally:
             self.defer_zero_end(stream)
+
+    def zero_flush(self, stream=None):
+        """Launches the queued device-mapping zeroes now (kvc_swa_allocator_zero_flush):
+        call it before reading freed slots' entries of the device mapping, which an SWA
+        radix cache's calls leave queued for the next allocation."""
+        self._check(lib.kvc_swa_allocator_zero_flush(self.handle, _stream(stream)))
 
     def zero_pending(self):
         """Queued device-mapping zero runs (0: the device mapping is current)."""

@@ -32,7 +32,7 @@ class _SwaConfig(Structure):
     """kvc_swa_radix_cache_config, field for field."""
     _fields_ = [("struct_size", c_size_t), ("version", c_uint32), ("sliding_window", c_int32),
                 ("radix", Config), ("free_swa_slots", FREE_FN), ("free_swa_user", c_void_p),
-                ("kind", c_int32), ("reserved_i32_", c_int32), ("swa_allocator", c_void_p),
+                ("kind", c_int32), ("flags", c_uint32), ("swa_allocator", c_void_p),
                 ("swa_stream", c_void_p), ("reserved_", c_uint64 * 5)]
 
 

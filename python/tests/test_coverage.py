@@ -258,6 +258,8 @@ def test_swa_allocator_deferred_zero_free_group_and_clear(ctx):
         queued = swa.zero_pending()
         assert queued > 0  # the device mapping lags; the host one is zeroed at once
         assert all(swa.mapping()[s] == 0 for s in full[:4])
+        swa.zero_flush()  # launched now, inside the scope: nothing left for its end
+        assert swa.zero_pending() == 0
     assert swa.zero_pending() == 0
     assert swa.full_available_size() == 64 - 2 and swa.swa_available_size() == 32 - 2
     swa.check()

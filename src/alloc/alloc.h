@@ -261,6 +261,17 @@ typedef struct kvc__extend_map {
   int64_t *map;
   int64_t map_len;
   const int64_t *swa_slots, *swa_last;
+  /* The SWA allocator's queued zeroes (zero_count (idx, len) runs of whole pages; 0: none)
+   * to carry in the same launch, minus the new pages (whose every slot the launch writes:
+   * its pair, or 0 past the request's end); when a continued partial page is queued,
+   * settle(user, stream) launches them alone first. *zero_merged is set true when the
+   * launch carried them (the caller then empties its queue). */
+  const uint32_t *zero;
+  size_t zero_count;
+  uint8_t *zero_pages; /* marked 2 for a moment while the new pages are filtered out */
+  kvc_status (*settle)(void *user, kvc_stream stream);
+  void *settle_user;
+  bool *zero_merged;
 } kvc__extend_map;
 kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, const kvc__extend_args *x,
                                     const kvc__extend_map *m);

@@ -131,6 +131,57 @@ static void commit_run_ps1(const kvc__ring *r, int64_t from, int64_t n, int64_t 
   }
 }
 
+/* Whether this extend's launch carries the SWA allocator's queued zero runs, and how
+ * many runs it writes: the queue minus the new pages (the first total_pages ring
+ * entries), whose every slot the launch writes itself (the pair, or 0 past the request's
+ * end), so no zero and pair of one entry race. It does not carry (false: the caller
+ * settles first) when a request continues a partial page that is queued (rare: only a
+ * window free of held slots queues a held page) or the payload would pass 2^31 words.
+ * With dst NULL it only counts (*runs); with dst it writes them. */
+static bool zero_carry(const kvc_allocator *a, const kvc__extend_map *m, size_t bs, int64_t total_pages, size_t words0,
+                       uint32_t *dst, size_t *runs) {
+  *runs = 0;
+  if (!m->zero_count || m->zero_count > (size_t)(INT32_MAX / 8) || words0 > (size_t)(INT32_MAX / 2) ||
+      total_pages > INT32_MAX / 8)
+    return false;
+  for (size_t i = 0; i < bs; i++)
+    if (a->b_last[i] >= 0 && m->zero_pages[a->b_last[i] / a->ps]) return false;
+  uint8_t hit = 0;
+  for (int64_t k = 0; k < total_pages; k++) hit |= m->zero_pages[kvc__ring_at(&a->ring, k)];
+  if (!hit) { /* the common case at page 1: the queue as it is */
+    if (dst) memcpy(dst, m->zero, m->zero_count * 2 * sizeof *dst);
+    *runs = m->zero_count;
+    return true;
+  }
+  /* Mark the new pages 2 for the walk, split the runs around them, mark them back. */
+  for (int64_t k = 0; k < total_pages; k++) {
+    uint8_t *z = &m->zero_pages[kvc__ring_at(&a->ring, k)];
+    if (*z) *z = 2;
+  }
+  const int64_t ps = a->ps;
+  size_t n = 0;
+  for (size_t i = 0; i < m->zero_count; i++) {
+    const int64_t p0 = m->zero[2 * i] / ps, p1 = p0 + m->zero[2 * i + 1] / ps; /* whole pages */
+    for (int64_t pg = p0; pg < p1;) {
+      if (m->zero_pages[pg] == 2) {
+        pg++;
+        continue;
+      }
+      int64_t e = pg + 1;
+      while (e < p1 && m->zero_pages[e] != 2) e++;
+      if (dst) dst[2 * n] = (uint32_t)(pg * ps), dst[2 * n + 1] = (uint32_t)((e - pg) * ps);
+      n++;
+      pg = e;
+    }
+  }
+  for (int64_t k = 0; k < total_pages; k++) {
+    uint8_t *z = &m->zero_pages[kvc__ring_at(&a->ring, k)];
+    if (*z) *z = 1;
+  }
+  *runs = n;
+  return true;
+}
+
 /* alloc_extend, optionally (m) writing the SWA allocator's full->SWA mapping of every new
  * slot in the same launch. */
 static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs, const int64_t *prefix_lens,
@@ -213,7 +264,11 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
     kvc__spec extra = {1, {{"KVC_PAGE_SIZE", ps}}};
     if (!a->k_extend[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_plan_extend, &extra, a->k_extend));
     const size_t desc_words = (size_t)bs * KVC_PLAN_EXTEND_DESC_WORDS;
-    const size_t words = desc_words + (size_t)total_pages * (m ? 2 : 1) + (size_t)prefix_words;
+    const size_t words0 = desc_words + (size_t)total_pages * (m ? 2 : 1) + (size_t)prefix_words;
+    size_t zc = 0;
+    const bool carry = m && zero_carry(a, m, bs, total_pages, words0, NULL, &zc);
+    if (m && m->zero_count && !carry) KVC_FORWARD(m->settle(m->settle_user, stream)); /* alone, first */
+    const size_t words = words0 + 2 * zc;                                             /* zc < 2^30: no overflow */
     kvc__plan plan;
     KVC_FORWARD(kvc__plan_begin_mapped(ctx, &plan, a->scratch, sizeof(kvc_p_plan_extend), words));
     uint32_t *w = plan.payload;
@@ -263,9 +318,17 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
       h.map = (uint64_t)(uintptr_t)m->map;
       h.map_len = m->map_len;
     }
+    if (carry) { /* zero_at != 0 also makes the kernel zero the new pages' unused tails */
+      zero_carry(a, m, bs, total_pages, words0, w + words0, &zc);
+      h.zero_at = (int32_t)words0;
+      h.zero_count = (int32_t)zc;
+    }
     unsigned tiles = (unsigned)ceil_div(max_len, TOKENS_PER_BLOCK);
-    KVC_FORWARD(kvc__plan_launch(ctx, &plan, &kvc__k_plan_extend, &extra, a->k_extend, kvc__dim((unsigned)bs, tiles, 1),
-                                 kvc__dim(256, 1, 1), stream, &h));
+    /* Blocks past the requests zero the carried runs: 8 runs per block (a warp each). */
+    const unsigned zblocks = zc ? (unsigned)KVC__MIN(ceil_div((int64_t)zc, 8), 4096) : 0u;
+    KVC_FORWARD(kvc__plan_launch(ctx, &plan, &kvc__k_plan_extend, &extra, a->k_extend,
+                                 kvc__dim((unsigned)bs + zblocks, tiles, 1), kvc__dim(256, 1, 1), stream, &h));
+    if (carry) *m->zero_merged = true;
   }
 
   /* Commit: the same slots the kernel computes, for out_host and the mirror. */

@@ -50,6 +50,10 @@ struct kvc_swa_allocator {
   uint32_t defer;
   uint32_t *pz;
   size_t pz_items, pz_cap;
+  /* Per full page: 1 while a queued run covers it. The next map write checks its new
+   * slots' pages against it (only while the queue is non-empty) to carry the queue in
+   * its own launch: no overlap, so no order is needed between a zero and a new pair. */
+  uint8_t *pz_page;
 };
 
 #define SWA_ENTRY(a) KVC_CHECK_HANDLE(a, KVC__SWA_MAGIC, "alloc", "kvc_swa_allocator")
@@ -87,6 +91,17 @@ kvc_status kvc__swa_zero_flush(kvc_swa_allocator *a, const char *fn, kvc_stream 
 static inline kvc_status kvc__swa_zero_settle(kvc_swa_allocator *a, const char *fn, kvc_stream stream) {
   return a->pz_items ? kvc__swa_zero_flush(a, fn, stream) : KVC_OK;
 }
+/* After a launch that carried the queue (merged or alone): its pages' marks cleared, the
+ * queue emptied. */
+void kvc__swa_zero_done(kvc_swa_allocator *a);
+/* Whether a new slot of this write (full slots f[0:n)) lies on a page of the queue: the
+ * queue cannot ride in that write's launch then (a zero and a pair of one entry would
+ * race), so the caller settles it first. False when nothing is queued. */
+bool kvc__swa_zero_overlaps(const kvc_swa_allocator *a, const int64_t *f, size_t n);
+/* Closes a deferred-zero scope without launching (the SWA radix cache's default): the
+ * queue waits for the allocator's next device-map write, which carries it in its own
+ * launch, or for kvc_swa_allocator_zero_flush. */
+void kvc__swa_defer_zero_leave(kvc_swa_allocator *a);
 /* Zeroes the device map's runs runs[0:2 items): queued when a deferred-zero scope is open
  * (and the queue can grow), else launched now on `stream` after any queued ones. The
  * only step of a free that can fail after its validation (a launch only: nothing

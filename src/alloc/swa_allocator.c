@@ -35,6 +35,7 @@ void kvc_swa_allocator_destroy(kvc_swa_allocator *a) {
   kvc__free(ctx, a->scratch);
   kvc__free(ctx, a->obs_peers);
   kvc__free(ctx, a->pz);
+  kvc__free(ctx, a->pz_page);
   a->magic = KVC__DEAD_MAGIC;
   kvc__free(ctx, a);
 }
@@ -96,8 +97,9 @@ kvc_status kvc_swa_allocator_create(kvc_context *ctx, const kvc_swa_allocator_co
   a->smark = kvc__calloc(ctx, (size_t)spages, 1);
   a->pages = kvc__malloc(ctx, (size_t)fpages * sizeof *a->pages);
   a->scratch = kvc__malloc(ctx, KVC__PARAM_SCRATCH_BYTES);
-  KVC_FAIL_GOTO(!a->map || !a->fmark || !a->smark || !a->pages || !a->scratch, ctx, st, KVC_ERR_HOST_OOM, fail,
-                "mapping / work space");
+  a->pz_page = kvc__calloc(ctx, (size_t)fpages + 1, 1); /* + 1: the map's last page may be partial */
+  KVC_FAIL_GOTO(!a->map || !a->fmark || !a->smark || !a->pages || !a->scratch || !a->pz_page, ctx, st, KVC_ERR_HOST_OOM,
+                fail, "mapping / work space");
   if (pure)
     for (int64_t i = 0; i < a->map_len - 1; i++) a->map[i] = (int32_t)i;
   a->map[a->map_len - 1] = -1;
@@ -211,13 +213,18 @@ kvc_status kvc__swa_ensure_bs(kvc_swa_allocator *a, const char *fn, size_t n) {
   return KVC_OK;
 }
 
-/* Writes the new pairs mapping[f[i]] = w[i] to the device (one launch), then the host. */
+/* Writes the new pairs mapping[f[i]] = w[i] to the device (one launch, which also carries
+ * the queued zeroes unless a new slot lies on a queued page), then the host. */
 kvc_status kvc__swa_map_set(kvc_swa_allocator *a, const int64_t *f, const int64_t *w, size_t n, kvc_stream stream) {
   if (!n) return KVC_OK;
-  KVC_FORWARD(kvc__swa_zero_settle(a, "kvc_swa_allocator", stream)); /* queued zeroes first: f may be among them */
+  /* An overlap would race a zero against a pair: the queue goes first, alone (rare). */
+  if (kvc__swa_zero_overlaps(a, f, n)) KVC_FORWARD(kvc__swa_zero_flush(a, "kvc_swa_allocator", stream));
   const kvc__swa_map_dst d = kvc__swa_dmap_dst(a);
-  const kvc__swa_map_items items = kvc__swa_build_pairs(f, w, n, a->words);
+  kvc__swa_map_items items = kvc__swa_build_pairs(f, w, n, a->words);
+  items.zero = a->pz;
+  items.zero_count = a->pz_items;
   KVC_FORWARD(kvc__swa_map_write(a->ctx, &d, &items, stream));
+  kvc__swa_zero_done(a);
   for (size_t i = 0; i < n; i++) a->map[f[i]] = (int32_t)w[i];
   return KVC_OK;
 }
@@ -244,13 +251,37 @@ kvc_status kvc__swa_map_set(kvc_swa_allocator *a, const int64_t *f, const int64_
  * them first (and fails, changing nothing, if the launch fails again). The status says
  * so in kvc_last_error(). */
 
+void kvc__swa_zero_done(kvc_swa_allocator *a) {
+  const int64_t ps = a->ps;
+  for (size_t i = 0; i < a->pz_items; i++) {
+    const int64_t lo = a->pz[2 * i] / ps, hi = ((int64_t)a->pz[2 * i] + a->pz[2 * i + 1] + ps - 1) / ps;
+    memset(a->pz_page + lo, 0, (size_t)(hi - lo));
+  }
+  a->pz_items = 0;
+}
+
+bool kvc__swa_zero_overlaps(const kvc_swa_allocator *a, const int64_t *f, size_t n) {
+  if (!a->pz_items) return false;
+  const int64_t ps = a->ps;
+  uint8_t hit = 0; /* no early exit: a branch-free OR over a new batch's few pages */
+  if (ps == 1)
+    for (size_t i = 0; i < n; i++) hit |= a->pz_page[f[i]];
+  else
+    for (size_t i = 0; i < n; i++) hit |= a->pz_page[f[i] / ps];
+  return hit != 0;
+}
+
+void kvc__swa_defer_zero_leave(kvc_swa_allocator *a) {
+  if (a->defer) a->defer--;
+}
+
 kvc_status kvc__swa_zero_flush(kvc_swa_allocator *a, const char *fn, kvc_stream stream) {
   if (!a->pz_items) return KVC_OK;
   const kvc__swa_map_dst d = kvc__swa_dmap_dst(a);
-  const kvc__swa_map_items zero = {a->pz, 2 * a->pz_items, (int64_t)a->pz_items, KVC_SWA_MAP_ZERO};
+  const kvc__swa_map_items zero = {a->pz, 2 * a->pz_items, (int64_t)a->pz_items, KVC_SWA_MAP_ZERO, NULL, 0};
   const kvc_status st = kvc__swa_map_write(a->ctx, &d, &zero, stream);
   if (st == KVC_OK) {
-    a->pz_items = 0;
+    kvc__swa_zero_done(a);
     return KVC_OK;
   }
   char why[192]; /* the launcher's message, before this one replaces it */
@@ -286,9 +317,12 @@ kvc_status kvc__swa_zero_runs(kvc_swa_allocator *a, const char *fn, const uint32
   if (!a->defer || !pz_reserve(a, items)) {
     KVC_FORWARD(kvc__swa_zero_settle(a, fn, stream)); /* queued ones first: in launch order */
     const kvc__swa_map_dst d = kvc__swa_dmap_dst(a);
-    const kvc__swa_map_items zero = {runs, 2 * items, (int64_t)items, KVC_SWA_MAP_ZERO};
+    const kvc__swa_map_items zero = {runs, 2 * items, (int64_t)items, KVC_SWA_MAP_ZERO, NULL, 0};
     return kvc__swa_map_write(a->ctx, &d, &zero, stream);
   }
+  const int64_t ps = a->ps;
+  for (size_t r = 0; r < items; r++) /* runs are whole pages (swa_free.c) */
+    memset(a->pz_page + runs[2 * r] / ps, 1, (size_t)((runs[2 * r + 1] + ps - 1) / ps));
   size_t k = a->pz_items, i = 0;
   /* Consecutive victims are often neighbours: their runs join (fewer items to launch). */
   if (k && a->pz[2 * k - 2] + a->pz[2 * k - 1] == runs[0]) a->pz[2 * k - 1] += runs[1], i = 1;
@@ -314,6 +348,12 @@ kvc_status kvc_swa_allocator_defer_zero_end(kvc_swa_allocator *a, kvc_stream str
 }
 
 int64_t kvc_swa_allocator_zero_pending(const kvc_swa_allocator *a) { return live(a) ? (int64_t)a->pz_items : -1; }
+
+kvc_status kvc_swa_allocator_zero_flush(kvc_swa_allocator *a, kvc_stream stream) {
+  KVC_API_ENTRY();
+  SWA_ENTRY(a);
+  return kvc__swa_zero_flush(a, __func__, stream);
+}
 
 /* Out device vector: out_device[i] = f[i] (one launch). */
 kvc_status kvc__swa_write_out(kvc_swa_allocator *a, int64_t *out_device, const int64_t *f, size_t n,
@@ -399,7 +439,7 @@ kvc_status kvc_swa_allocator_clear(kvc_swa_allocator *a, kvc_stream stream) {
   kvc_status st = kvc_allocator_clear(a->full);
   if (kvc__swa_has_side(a)) KVC_CLEANUP_KEEP_FIRST(kvc_allocator_clear(a->swa), st);
   if (!a->pure) memset(a->map, 0, (size_t)(a->map_len - 1) * sizeof *a->map);
-  a->pz_items = 0; /* the device memset zeroed every queued entry too */
+  kvc__swa_zero_done(a); /* the device memset zeroed every queued entry too */
   a->in_group = false;
   return kvc__swa_finish(a, st);
 }
@@ -413,6 +453,16 @@ kvc_status kvc_swa_allocator_check(const kvc_swa_allocator *a) {
                 a->map[a->map_len - 1]);
   if (a->pure || a->ring) return KVC_OK;
   const int64_t ps = a->ps;
+  /* The queue (device entries not zeroed yet): host entries already 0, pages marked. */
+  for (size_t i = 0; i < a->pz_items; i++) {
+    const int64_t lo = a->pz[2 * i], len = a->pz[2 * i + 1];
+    KVC_RETURN_IF(lo < 0 || len < 1 || lo + len > a->map_len - 1, a->ctx, KVC_ERR_INTERNAL,
+                  "queued zero %zu [%lld, +%lld) is outside the mapping", i, (long long)lo, (long long)len);
+    for (int64_t f = lo; f < lo + len; f++)
+      KVC_RETURN_IF(a->map[f] != 0 || !a->pz_page[f / ps], a->ctx, KVC_ERR_INTERNAL,
+                    "queued zero of full slot %lld: host mapping %d, page mark %d", (long long)f, a->map[f],
+                    a->pz_page[f / ps]);
+  }
   uint8_t *seen = kvc__calloc(a->ctx, (size_t)(a->size_swa + ps + 1), 1);
   KVC_RETURN_IF(!seen, a->ctx, KVC_ERR_HOST_OOM, "audit bitmap");
   kvc_status st = KVC_OK;

@@ -66,6 +66,11 @@ static kvc_status two_sided(kvc_swa_allocator *a, side_fn fn, void *args, const 
   return st;
 }
 
+/* The extend's settle of the queue when it cannot carry it (kvc__extend_map). */
+static kvc_status settle_hook(void *user, kvc_stream stream) {
+  return kvc__swa_zero_flush(user, "kvc_swa_allocator_alloc_extend", stream);
+}
+
 /* alloc_extend and alloc_extend_ex: args as kvc_extend_args (rows_device: written by the
  * full side's launch, with the slots and the mapping). */
 static kvc_status swa_extend(kvc_swa_allocator *a, const char *fn, const kvc_extend_args *args) {
@@ -113,12 +118,14 @@ static kvc_status swa_extend(kvc_swa_allocator *a, const char *fn, const kvc_ext
    * the full->SWA mapping of the new slots (as alloc_decode does): one launch where
    * two_sided() takes two. A full-side failure changes nothing there, so only the SWA
    * side is rolled back. */
-  KVC_FORWARD(kvc__swa_zero_settle(a, fn, stream)); /* queued zeroes land before the new pairs */
   kvc_allocator_state bsw;
   KVC_FORWARD(kvc_allocator_backup_state(a->swa, &bsw));
   KVC_FORWARD(kvc_allocator_alloc_extend(a->swa, bs, prefix_lens, seq_lens, a->lastw, NULL, NULL, NULL, a->w_buf, NULL,
                                          stream));
-  const kvc__extend_map m = {a->dmap, a->map_len - 1, a->w_buf, a->lastw};
+  /* The queued zeroes ride in the same launch (or, on a page overlap, go first alone). */
+  bool merged = false;
+  const kvc__extend_map m = {a->dmap,     a->map_len - 1, a->w_buf,    a->lastw, a->pz,
+                             a->pz_items, a->pz_page,     settle_hook, a,        &merged};
   kvc__extend_args x = *args;
   x.out_host = a->f_buf; /* the mapping is written from it below; out_host gets a copy */
   kvc_status st = kvc__alloc_extend_mapped(a->full, "kvc_allocator_alloc_extend", &x, &m);
@@ -126,6 +133,7 @@ static kvc_status swa_extend(kvc_swa_allocator *a, const char *fn, const kvc_ext
     kvc_allocator_restore_state(a->swa, &bsw);
     return st;
   }
+  if (merged) kvc__swa_zero_done(a);
   for (int64_t t = 0; t < tokens; t++) a->map[a->f_buf[t]] = (int32_t)a->w_buf[t];
   if (out_host) memcpy(out_host, a->f_buf, (size_t)tokens * 8);
   return kvc__swa_finish(a, KVC_OK);

@@ -201,6 +201,8 @@ kvc_status kvc_swa_radix_cache_create(kvc_context *ctx, const kvc_swa_radix_cach
   KVC_RETURN_IF(cfg.sliding_window < 1, ctx, KVC_ERR_INVALID_ARGUMENT, "sliding_window %d < 1", cfg.sliding_window);
   KVC_RETURN_IF(cfg.kind < KVC_SWA_RADIX_HYBRID || cfg.kind > KVC_SWA_RADIX_RING, ctx, KVC_ERR_INVALID_ARGUMENT,
                 "kind %d is not a kvc_swa_radix_kind", cfg.kind);
+  KVC_RETURN_IF(cfg.flags & ~KVC_SWA_RADIX_EAGER_ZERO, ctx, KVC_ERR_INVALID_ARGUMENT, "unknown flags 0x%x",
+                (unsigned)cfg.flags);
   kvc_swa_radix_cache *c = kvc__calloc(ctx, 1, sizeof *c);
   KVC_RETURN_IF(!c, ctx, KVC_ERR_HOST_OOM, "SWA radix cache");
   kvc_status st = kvc_radix_cache_create(ctx, &cfg.radix, &c->rc);
@@ -216,6 +218,7 @@ kvc_status kvc_swa_radix_cache_create(kvc_context *ctx, const kvc_swa_radix_cach
   c->free_swa_user = cfg.free_swa_user;
   c->zalloc = cfg.swa_allocator;
   c->zstream = cfg.swa_stream;
+  c->eager_zero = (cfg.flags & KVC_SWA_RADIX_EAGER_ZERO) != 0;
   *out = c;
   return KVC_OK;
 }
@@ -730,10 +733,9 @@ kvc_status kvc_swa_radix_cache_cache_finished_req(kvc_swa_radix_cache *c, kvc_fl
   return kvc__swa_rx_zero_close(c, flow, za, finished_req(c, flow, req, is_insert));
 }
 
-kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_flow *flow, kvc_req_state *req) {
-  SWA_RADIX_ENTRY(c);
+static kvc_status unfinished_req(kvc_swa_radix_cache *c, kvc_flow *flow, kvc_req_state *req) {
   kvc_radix_cache *rc = c->rc;
-  const char *fn = __func__;
+  const char *fn = "kvc_swa_radix_cache_cache_unfinished_req";
   int32_t old;
   kvc_radix_req *rr;
   KVC_FORWARD(req_begin(c, flow, req, fn, &old, &rr));
@@ -782,4 +784,12 @@ kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_
   req->prefix_len = committed;
   req->prefix_slots = NULL;
   return kvc__swa_rx_post(c, fn, st);
+}
+
+/* Its frees (the duplicates and revived tombstones' old slots) in one deferred-zero scope,
+ * as cache_finished_req. */
+kvc_status kvc_swa_radix_cache_cache_unfinished_req(kvc_swa_radix_cache *c, kvc_flow *flow, kvc_req_state *req) {
+  SWA_RADIX_ENTRY(c);
+  kvc_swa_allocator *const za = kvc__swa_rx_zero_open(c, flow);
+  return kvc__swa_rx_zero_close(c, flow, za, unfinished_req(c, flow, req));
 }

@@ -13,6 +13,7 @@
 
 #include "radix.h"
 #include "../flow/flow.h"
+#include "../alloc/swa.h" /* kvc__swa_defer_zero_leave */
 
 #define KVC__SWA_RADIX_MAGIC 0x6b76632d73776178ull /* "kvc-swax" */
 
@@ -26,6 +27,7 @@ struct kvc_swa_radix_cache {
   void *free_swa_user;
   kvc_swa_allocator *zalloc; /* config.swa_allocator: the hooks' allocator, for evict's scope */
   kvc_stream zstream;
+  bool eager_zero; /* KVC_SWA_RADIX_EAGER_ZERO: each call's scope end launches its zeroes */
   uint32_t uuid_next;
   /* The SWA LRU: a min-heap of (access, id), in_lru per node id, and scratch for the
    * SWA-locked entries an eviction sets aside; all sized for cap node ids. */
@@ -73,12 +75,20 @@ static inline kvc_swa_allocator *kvc__swa_rx_zero_open(const kvc_swa_radix_cache
   return kvc_swa_allocator_defer_zero_begin(a) == KVC_OK ? a : NULL; /* MISUSE only nested 2^32 deep */
 }
 
-/* Its end: the one launch, on the flow's stream (else the config's). A failure comes
- * after the call's frees and is reported as the call's status if it had none (the
- * allocator keeps the zero queued; see kvc_swa_allocator_defer_zero_end). */
+/* Its end. By default no launch: the queue stays with the allocator, whose next
+ * device-map write carries it in its own launch (a call of the cache makes no launch of
+ * its own; nothing reads a freed slot's device entry meanwhile). EAGER_ZERO: the one
+ * launch, on the flow's stream (else the config's); a failure comes after the call's frees
+ * and is reported as the call's status if it had none (the allocator keeps the zero
+ * queued; see kvc_swa_allocator_defer_zero_end). */
 static inline kvc_status kvc__swa_rx_zero_close(const kvc_swa_radix_cache *c, const kvc_flow *flow,
                                                 kvc_swa_allocator *a, kvc_status st) {
-  if (a) KVC_CLEANUP_KEEP_FIRST(kvc_swa_allocator_defer_zero_end(a, flow ? flow->stream : c->zstream), st);
+  if (!a) return st;
+  if (!c->eager_zero) {
+    kvc__swa_defer_zero_leave(a);
+    return st;
+  }
+  KVC_CLEANUP_KEEP_FIRST(kvc_swa_allocator_defer_zero_end(a, flow ? flow->stream : c->zstream), st);
   return st;
 }
 

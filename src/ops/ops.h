@@ -211,12 +211,16 @@ typedef struct kvc__swa_map_dst {
   int i64;
 } kvc__swa_map_dst;
 
-/* One write's payload: `count` items of `mode` (KVC_SWA_MAP_*) in `nwords` words. */
+/* One write's payload: `count` items of `mode` (KVC_SWA_MAP_*) in `nwords` words, after
+ * zero_count ZERO runs (idx, len) at `zero` (the SWA allocator's queued zeroes merged into
+ * this launch; they must not overlap the items' entries: no order holds between them). */
 typedef struct kvc__swa_map_items {
   const uint32_t *words;
   size_t nwords;
   int64_t count;
   int mode;
+  const uint32_t *zero;
+  size_t zero_count;
 } kvc__swa_map_items;
 
 /** One planned launch of kvc_swa_map_write applying `items` to `d`. count == 0: no

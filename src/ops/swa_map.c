@@ -11,15 +11,18 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 kvc_status kvc__swa_map_write(kvc_context *ctx, const kvc__swa_map_dst *d, const kvc__swa_map_items *items,
                               kvc_stream stream) {
-  const int64_t count = items->count;
+  const size_t zc = items->zero ? items->zero_count : 0;
+  KVC_RETURN_IF(zc > INT32_MAX || items->count > INT32_MAX - (int64_t)zc, ctx, KVC_ERR_INVALID_ARGUMENT,
+                "%zu zero runs + %lld map items in one call exceed 2^31", zc, (long long)items->count);
+  const int64_t count = (int64_t)zc + (items->count > 0 ? items->count : 0);
   if (count <= 0) return KVC_OK;
-  KVC_RETURN_IF(count > INT32_MAX, ctx, KVC_ERR_INVALID_ARGUMENT, "%lld map items in one call exceed 2^31",
-                (long long)count);
   const kvc__kfunc **const kcache = d->kcache;
   if (!kcache[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_swa_map_write, NULL, kcache));
   kvc__plan plan;
-  KVC_FORWARD(kvc__plan_begin(ctx, &plan, d->scratch, sizeof(kvc_p_swa_map_write), items->nwords));
-  memcpy(plan.payload, items->words, items->nwords * 4);
+  const size_t nwords = items->count > 0 ? items->nwords : 0; /* + 2 zc: below 2^33, no overflow */
+  KVC_FORWARD(kvc__plan_begin(ctx, &plan, d->scratch, sizeof(kvc_p_swa_map_write), 2 * zc + nwords));
+  if (zc) memcpy(plan.payload, items->zero, zc * 2 * 4);
+  if (nwords) memcpy((uint32_t *)plan.payload + 2 * zc, items->words, nwords * 4);
   kvc_p_swa_map_write h;
   memset(&h, 0, sizeof h);
   h.dst = (uint64_t)(uintptr_t)d->dst;
@@ -27,6 +30,7 @@ kvc_status kvc__swa_map_write(kvc_context *ctx, const kvc__swa_map_dst *d, const
   h.dst_len = d->len;
   h.mode = items->mode;
   h.count = (int32_t)count;
+  h.zero_count = (int32_t)zc;
   h.dst_i64 = d->i64;
   const unsigned blocks = (unsigned)ceil_div(count, 8); /* one warp per item */
   return kvc__plan_launch(ctx, &plan, &kvc__k_swa_map_write, NULL, kcache, kvc__dim(blocks, 1, 1), kvc__dim(256, 1, 1),
@@ -51,14 +55,14 @@ kvc__swa_map_items kvc__swa_build_pairs(const int64_t *idx, const int64_t *val, 
       }
       words[3 * (r - 1) + 2]++;
     }
-    const kvc__swa_map_items it = {words, 3 * runs, (int64_t)runs, KVC_SWA_MAP_RUNS};
+    const kvc__swa_map_items it = {words, 3 * runs, (int64_t)runs, KVC_SWA_MAP_RUNS, NULL, 0};
     return it;
   }
   for (size_t i = 0; i < n; i++) {
     words[2 * i] = (uint32_t)(idx ? idx[i] : (int64_t)i);
     words[2 * i + 1] = (uint32_t)val[i];
   }
-  const kvc__swa_map_items it = {words, 2 * n, (int64_t)n, KVC_SWA_MAP_PAIRS};
+  const kvc__swa_map_items it = {words, 2 * n, (int64_t)n, KVC_SWA_MAP_PAIRS, NULL, 0};
   return it;
 }
 

@@ -631,7 +631,7 @@ static kvc_status z_free_swa(void *user, const int64_t *s, size_t n) {
 
 /* Six requests with distinct prompts after a shared 8 tokens (window 8, page 1), each
  * decoded 24 tokens and released into the tree: leaves and tombstones to evict. */
-static void zworld_make(zworld *w) {
+static void zworld_make(zworld *w, uint32_t flags) {
   memset(w, 0, sizeof *w);
   kvc_req_to_token_pool_config rcfg = KVC_REQ_TO_TOKEN_POOL_CONFIG_INIT;
   rcfg.size = 8;
@@ -650,6 +650,7 @@ static void zworld_make(zworld *w) {
   cc.free_swa_slots = z_free_swa;
   cc.free_swa_user = w;
   cc.swa_allocator = w->a;
+  cc.flags = flags;
   KVT_OK(kvc_swa_radix_cache_create(kvt_ctx, &cc, &w->c));
   kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
   fc.page_size = 1;
@@ -685,14 +686,26 @@ static void zworld_free(zworld *w) {
   swa_pools_free(w->pool, w->a, w->c);
 }
 
+/* After an evict call (lazy default): nothing launched, the zeroes queued (host mapping
+ * final); with EAGER_ZERO one launch and nothing queued. Either way a flush leaves the
+ * device mapping equal to the host one. */
+static void expect_after_evict(zworld *w, int eager) {
+  assert_int_equal(kvc__fault_calls(kvt_ctx, KVC__FAULT_LAUNCH), eager ? 1 : 0);
+  assert_int_equal(kvc_swa_allocator_zero_pending(w->a) > 0, !eager);
+  KVT_OK(kvc_swa_allocator_check(w->a)); /* the queue agrees with the host mapping */
+  KVT_OK(kvc_swa_allocator_zero_flush(w->a, NULL));
+  kvt_expect_swa_mapping_synced(w->a);
+}
+
 /* An evict call of several victims (SWA ones, then full leaves; through the hooks, then
- * through the flow) zeroes the device mapping with one launch, and conserves both
- * components. Before the scope there was one launch per victim's free. */
+ * through the flow) launches nothing by default (one launch with EAGER_ZERO, one per
+ * victim's free before the scope existed), and conserves both components. */
 static void test_evict_zeroes_the_mapping_once(void **state) {
   (void)state;
-  for (int via_flow = 0; via_flow < 2; via_flow++) {
+  for (int k = 0; k < 4; k++) {
+    const int via_flow = k & 1, eager = k >> 1;
     zworld w;
-    zworld_make(&w);
+    zworld_make(&w, eager ? KVC_SWA_RADIX_EAGER_ZERO : 0);
     kvc_flow *fl = via_flow ? w.flow : NULL;
     kvc_swa_radix_sizes s = sizes(w.c);
     assert_true(s.cached > 64 && s.swa_cached > 8);
@@ -700,21 +713,18 @@ static void test_evict_zeroes_the_mapping_once(void **state) {
     kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, -1);
     int64_t ev, swa_ev;
     KVT_OK(kvc_swa_radix_cache_evict(w.c, fl, s.cached / 2, 0, &ev, NULL)); /* full leaves, SWA sides too */
-    assert_int_equal(kvc__fault_calls(kvt_ctx, KVC__FAULT_LAUNCH), 1);
     assert_true(ev >= s.cached / 2 && ev < s.cached);
     if (!via_flow) assert_true(w.frees >= 2);
-    assert_int_equal(kvc_swa_allocator_zero_pending(w.a), 0);
-    kvt_expect_swa_mapping_synced(w.a);
+    expect_after_evict(&w, eager);
     conserve(w.flow, NULL, w.a, w.c, 0, 0);
     s = sizes(w.c);
     assert_true(s.swa_cached > 0);
     w.frees = 0;
     kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, -1);
     KVT_OK(kvc_swa_radix_cache_evict(w.c, fl, 0, s.swa_cached, &ev, &swa_ev)); /* SWA eviction of the rest */
-    assert_int_equal(kvc__fault_calls(kvt_ctx, KVC__FAULT_LAUNCH), 1);
     assert_int_equal(swa_ev, s.swa_cached);
     if (!via_flow) assert_true(w.frees >= 2);
-    kvt_expect_swa_mapping_synced(w.a);
+    expect_after_evict(&w, eager);
     conserve(w.flow, NULL, w.a, w.c, 0, 0);
     assert_int_equal(sizes(w.c).cached, 0);
     zworld_free(&w);
@@ -727,7 +737,7 @@ static void test_evict_zeroes_the_mapping_once(void **state) {
 static void test_evict_deferred_zero_failure(void **state) {
   (void)state;
   zworld w;
-  zworld_make(&w);
+  zworld_make(&w, KVC_SWA_RADIX_EAGER_ZERO);
   const kvc_swa_radix_sizes s = sizes(w.c);
   kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0); /* the first launch is the end's */
   int64_t ev = -1, swa_ev = -1;
@@ -757,6 +767,56 @@ static void test_evict_deferred_zero_failure(void **state) {
   zworld_free(&w);
 }
 
+/* The lazy default: an evict queues the zeroes; the next allocation through the flow
+ * carries them in its own launches (as many as without a queue) or, failing, changes
+ * nothing and keeps the queue; the device mapping then equals the host one. */
+static void test_evict_zero_rides_the_next_alloc(void **state) {
+  (void)state;
+  zworld w;
+  zworld_make(&w, 0);
+  static ereq e[2];
+  kvc_req_state *one[2];
+  for (int r = 0; r < 2; r++) {
+    memset(&e[r], 0, sizeof e[r]);
+    for (int k = 0; k < 32; k++) e[r].toks[k] = 9000 + 100 * r + k;
+    e[r].rr.tokens = e[r].toks;
+    e[r].rr.num_tokens = 32;
+    e[r].rr.prompt_len = 32;
+    e[r].st.seq_len = 32;
+    KVT_OK(kvc_swa_radix_cache_match_req(w.c, &e[r].st, &e[r].rr));
+    one[r] = &e[r].st;
+  }
+  /* the launches of one allocation without a queue */
+  kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, -1);
+  KVT_OK(kvc_flow_alloc_for_extend(w.flow, one, 1, w.out, NULL));
+  const int64_t base = kvc__fault_calls(kvt_ctx, KVC__FAULT_LAUNCH);
+  const kvc_swa_radix_sizes s = sizes(w.c);
+  kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, -1);
+  int64_t ev;
+  KVT_OK(kvc_swa_radix_cache_evict(w.c, w.flow, s.cached / 2, 0, &ev, NULL));
+  assert_int_equal(kvc__fault_calls(kvt_ctx, KVC__FAULT_LAUNCH), 0);
+  const int64_t queued = kvc_swa_allocator_zero_pending(w.a);
+  assert_true(queued > 0);
+  const int64_t fav = kvc_swa_allocator_full_available_size(w.a);
+  for (int64_t at = 0; at < base; at++) { /* each launch of the allocation fails once */
+    kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, at);
+    KVT_STATUS(kvc_flow_alloc_for_extend(w.flow, one + 1, 1, w.out, NULL), KVC_ERR_CUDA);
+    assert_int_equal(kvc_swa_allocator_zero_pending(w.a), queued);
+    assert_int_equal(kvc_swa_allocator_full_available_size(w.a), fav);
+    KVT_OK(kvc_swa_allocator_check(w.a));
+  }
+  kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, -1);
+  KVT_OK(kvc_flow_alloc_for_extend(w.flow, one + 1, 1, w.out, NULL));
+  assert_int_equal(kvc__fault_calls(kvt_ctx, KVC__FAULT_LAUNCH), base); /* page 1: no overlap, merged */
+  assert_int_equal(kvc_swa_allocator_zero_pending(w.a), 0);
+  kvt_expect_swa_mapping_synced(w.a);
+  for (int r = 0; r < 2; r++) e[r].st.kv_committed_len = e[r].st.seq_len;
+  KVT_OK(kvc_flow_release(w.flow, one, 2, 1, NULL));
+  conserve(w.flow, NULL, w.a, w.c, 0, 0);
+  kvc__fault_reset(kvt_ctx);
+  zworld_free(&w);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_match_needs_a_window_after_the_last_tombstone),
     cmocka_unit_test(test_insert_tombstones_the_out_of_window_part),
@@ -770,5 +830,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_sessions_over_swa_radix),
     cmocka_unit_test(test_evict_zeroes_the_mapping_once),
     cmocka_unit_test(test_evict_deferred_zero_failure),
+    cmocka_unit_test(test_evict_zero_rides_the_next_alloc),
 };
 KVT_MAIN("swa_radix", tests)

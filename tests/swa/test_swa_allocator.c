@@ -707,7 +707,7 @@ static void test_deferred_zero_failure_rule(void **state) {
   assert_int_equal(kvc_swa_allocator_full_available_size(a), fav);
   count_launches();
   KVT_OK(kvc_swa_allocator_alloc(a, 2, g, NULL, NULL));
-  assert_int_equal(launches(), 2); /* the queued zero, then the new pairs */
+  assert_int_equal(launches(), 1); /* the queued zero rides in the new pairs' launch */
   assert_int_equal(kvc_swa_allocator_zero_pending(a), 0);
   kvt_expect_swa_mapping_synced(a);
   /* nested: the inner end launches nothing */
@@ -724,6 +724,92 @@ static void test_deferred_zero_failure_rule(void **state) {
   kvc__fault_reset(kvt_ctx);
   KVT_OK(kvc_swa_allocator_check(a));
   kvc_swa_allocator_destroy(a);
+}
+
+/* One allocation of `n` tokens (whole pages): alloc(n) (the map_set path, page 1 only) or
+ * alloc_extend (the full side's plan kernel writes the pairs). */
+static kvc_status alloc_n(kvc_swa_allocator *a, int32_t ps, bool extend, int64_t n, int64_t *out) {
+  const int64_t p0 = 0;
+  if (!extend && ps == 1) return kvc_swa_allocator_alloc(a, n, out, NULL, NULL);
+  return kvc_swa_allocator_alloc_extend(a, 1, &p0, &n, NULL, NULL, NULL, NULL, out, NULL, NULL);
+}
+
+/* The queue rides in the next device-map write's launch (alloc(n)'s pair write, and the
+ * plan kernel of alloc_extend), page 1 and 16: one launch with the queue as without it,
+ * the device mapping equal to the host one after it. When the write's new slots are on a
+ * queued page (the freed page comes straight back: both sides drained first), the queue
+ * goes first alone (two launches) and the new pairs win. A failed merged launch changes
+ * nothing (queue, sizes, mapping) and the retry carries it. The host twins apply the
+ * carried zeroes after the pairs, so a missed overlap loses pairs here. */
+static void test_zero_carried_by_next_write(void **state) {
+  (void)state;
+  for (int32_t ps = 1; ps <= 16; ps += 15)
+    for (int extend = 0; extend < 2; extend++) {
+      int64_t f[64], g[64], n;
+      /* page 1: no overlap, the freed slot goes to the back of the token free list (SGLang
+       * appends). Page 16: SGLang's paged free prepends, so the freed page comes straight
+       * back: alloc_extend drops it from the carried runs (one launch). */
+      kvc_swa_allocator *a = make_swa(1024, 1024, ps, 0);
+      KVT_OK(alloc_n(a, ps, extend, 2 * ps, f));
+      KVT_OK(kvc_swa_allocator_defer_zero_begin(a));
+      KVT_OK(kvc_swa_allocator_free(a, f, (size_t)ps, NULL));
+      assert_int_equal(kvc_swa_allocator_zero_pending(a), 1);
+      KVT_OK(kvc_swa_allocator_check(a)); /* queued entries: host 0, pages marked */
+      const int64_t fav = kvc_swa_allocator_full_available_size(a);
+      kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0);
+      KVT_STATUS(alloc_n(a, ps, extend, ps, g), KVC_ERR_CUDA);
+      assert_int_equal(kvc_swa_allocator_zero_pending(a), 1);
+      assert_int_equal(kvc_swa_allocator_full_available_size(a), fav);
+      KVT_OK(kvc_swa_allocator_check(a));
+      count_launches();
+      KVT_OK(alloc_n(a, ps, extend, ps, g));
+      assert_int_equal(launches(), 1);
+      assert_int_equal(kvc_swa_allocator_zero_pending(a), 0);
+      assert_int_equal(g[0] / ps != f[0] / ps, ps == 1);
+      kvt_expect_swa_mapping_synced(a);
+      count_launches();
+      KVT_OK(kvc_swa_allocator_defer_zero_end(a, NULL));
+      assert_int_equal(launches(), 0); /* nothing left to launch */
+      kvc_swa_allocator_destroy(a);
+      /* overlap: every page held, two freed and one allocated again at once, half used at
+       * page 16 (its unused tail must read 0 too). alloc(n) launches the queue alone
+       * first (two launches); alloc_extend drops the page from the carried runs (one). */
+      a = make_swa(64, 64, ps, 0);
+      drain(a, ps, f, &n);
+      KVT_OK(kvc_swa_allocator_defer_zero_begin(a));
+      KVT_OK(kvc_swa_allocator_free(a, f + 3 * ps, (size_t)ps, NULL));
+      KVT_OK(kvc_swa_allocator_free(a, f + ps, (size_t)ps, NULL));
+      assert_int_equal(kvc_swa_allocator_zero_pending(a), 2);
+      const int64_t half = ps == 1 ? 1 : ps / 2;
+      count_launches();
+      KVT_OK(alloc_n(a, ps, extend, half, g));
+      assert_true(g[0] / ps == f[ps] / ps || g[0] / ps == f[3 * ps] / ps); /* a queued page came back */
+      assert_int_equal(launches(), ps == 1 && !extend ? 2 : 1);
+      assert_int_equal(kvc_swa_allocator_zero_pending(a), 0);
+      kvt_expect_swa_mapping_synced(a);
+      KVT_OK(kvc_swa_allocator_check(a));
+      KVT_OK(kvc_swa_allocator_defer_zero_end(a, NULL));
+      /* zero_flush: one launch, then none */
+      KVT_OK(kvc_swa_allocator_defer_zero_begin(a));
+      KVT_OK(kvc_swa_allocator_free(a, g, (size_t)half, NULL));
+      KVT_OK(kvc_swa_allocator_defer_zero_end(a, NULL)); /* launches: the public end is eager */
+      KVT_OK(kvc_swa_allocator_defer_zero_begin(a));
+      KVT_OK(kvc_swa_allocator_free(a, f, (size_t)ps, NULL));
+      count_launches();
+      kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0);
+      KVT_STATUS(kvc_swa_allocator_zero_flush(a, NULL), KVC_ERR_CUDA);
+      assert_int_equal(kvc_swa_allocator_zero_pending(a), 1);
+      count_launches();
+      KVT_OK(kvc_swa_allocator_zero_flush(a, NULL));
+      KVT_OK(kvc_swa_allocator_zero_flush(a, NULL));
+      assert_int_equal(launches(), 1);
+      assert_int_equal(kvc_swa_allocator_zero_pending(a), 0);
+      kvt_expect_swa_mapping_synced(a);
+      KVT_OK(kvc_swa_allocator_defer_zero_end(a, NULL));
+      KVT_OK(kvc_swa_allocator_check(a));
+      kvc_swa_allocator_destroy(a);
+    }
+  kvc__fault_reset(kvt_ctx);
 }
 
 /* A FIFO model of both page-1 free lists and the mapping, for the direct free below. */
@@ -893,6 +979,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_extend_ex_writes_rows_device),
     cmocka_unit_test(test_deferred_zero_one_launch_same_order),
     cmocka_unit_test(test_deferred_zero_failure_rule),
+    cmocka_unit_test(test_zero_carried_by_next_write),
     cmocka_unit_test(test_deferred_zero_queue_oom_launches_instead),
     cmocka_unit_test(test_direct_free_page1_rings_wrap),
     cmocka_unit_test(test_repeated_peer_refused_unchanged),

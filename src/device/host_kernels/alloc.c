@@ -3,6 +3,7 @@
 #include "host_kernels.h"
 
 #include <stdbool.h>
+#include <string.h>
 
 void kvc_host_alloc_extend_fill(const void *params) {
   const kvc_p_extend_fill *p = params;
@@ -76,10 +77,23 @@ void kvc_host_plan_extend(const void *params) {
       if (dst) dst[pos] = (int32_t)slot;
       if (map && slot >= 0 && slot < p->map_len) map[slot] = wslot;
     }
+    if (map && p->zero_at && seq > ceil_pre && (seq - ceil_pre) % ps) { /* the kernel's tail zeroes */
+      const int64_t base = (int64_t)pages[(seq - 1 - ceil_pre) / ps] * ps;
+      for (int64_t j = (seq - ceil_pre) % ps; j < ps; j++)
+        if (base + j < p->map_len) map[base + j] = 0;
+    }
     if (dst && psrc >= 0) {
       const int32_t *src = (const int32_t *)(const void *)(w + p->prefix_at + psrc);
       for (int64_t t = 0; t < pre; t++) dst[t] = src[t];
     }
+  }
+  /* The SWA allocator's queued zeroes (the kernel's blocks past the requests), last: the
+   * kernel gives them no order against the new slots (they must be disjoint), so the twin
+   * takes the order in which an overlap the host failed to see would lose new pairs. */
+  for (int64_t it = 0; it < p->zero_count; it++) {
+    const int64_t lo = w[p->zero_at + 2 * it], end = lo + w[p->zero_at + 2 * it + 1];
+    const int64_t hi = end < p->map_len ? end : p->map_len;
+    if (lo < hi) memset(KVC_HPTR(int64_t *, p->map) + lo, 0, (size_t)(hi - lo) * sizeof(int64_t));
   }
 }
 

@@ -22,16 +22,32 @@ static inline void zero_runs(void *dst, size_t es, const uint32_t *w, int64_t co
   }
 }
 
+static void map_items(const kvc_p_swa_map_write *p, const uint32_t *w, int64_t count);
+
 void kvc_host_swa_map_write(const void *params) {
   const kvc_p_swa_map_write *p = params;
-  const uint32_t *w = p->staged ? KVC_HPTR(const uint32_t *, p->staged) : KVC_INLINE_PAYLOAD(p);
+  const uint32_t *w0 = p->staged ? KVC_HPTR(const uint32_t *, p->staged) : KVC_INLINE_PAYLOAD(p);
+  /* The mode's items, then the leading queued zeroes: the kernel gives them no order (they
+   * must be disjoint), so the twin takes the order in which an overlap the host failed to
+   * see would lose the new pairs, and the tests comparing both mappings would fail. */
+  const int64_t zc = p->zero_count, count = p->count - zc;
+  const uint32_t *const w = w0 + 2 * zc;
   if (p->mode != KVC_SWA_MAP_PAIRS && p->mode != KVC_SWA_MAP_RUNS) {
     /* A constant element size at each call: the inlined copies multiply by 8 or 4. */
-    if (p->dst_i64) zero_runs(KVC_HPTR(void *, p->dst), 8, w, p->count, p->dst_len);
-    else zero_runs(KVC_HPTR(void *, p->dst), 4, w, p->count, p->dst_len);
-    return;
+    if (p->dst_i64) zero_runs(KVC_HPTR(void *, p->dst), 8, w, count, p->dst_len);
+    else zero_runs(KVC_HPTR(void *, p->dst), 4, w, count, p->dst_len);
+  } else {
+    map_items(p, w, count);
   }
-  for (int64_t item = 0; item < p->count; item++) {
+  if (zc) {
+    if (p->dst_i64) zero_runs(KVC_HPTR(void *, p->dst), 8, w0, zc, p->dst_len);
+    else zero_runs(KVC_HPTR(void *, p->dst), 4, w0, zc, p->dst_len);
+  }
+}
+
+/* PAIRS / RUNS items (the per-item loop of kvc_host_swa_map_write). */
+static void map_items(const kvc_p_swa_map_write *p, const uint32_t *w, int64_t count) {
+  for (int64_t item = 0; item < count; item++) {
     int64_t idx, val, len, step;
     if (p->mode == KVC_SWA_MAP_PAIRS) {
       idx = w[2 * item], val = (int64_t)(int32_t)w[2 * item + 1], len = 1, step = 0;
