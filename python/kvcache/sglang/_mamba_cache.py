@@ -236,9 +236,14 @@ class MambaRadixCache(_HybridTreeCache):
         pool = self.req_to_token_pool
         row = lib.kvc_hybrid_req_pool_track_slots(pool._hyb.handle, int(req.req_pool_idx))
         old = T.tolist(T.host_i64(buf))
+        # A CUDA buffer the pool made keeps its host copy (_kvc_host), which host_i64 reads
+        # instead of the device: both get the new slot, or the next call sees the old one.
+        mirror = getattr(buf, "_kvc_host", None)
         for k in range(pool.mamba_ping_pong_track_buffer_size):
             if int(row[k]) != int(old[k]):
                 buf[k] = int(row[k])
+                if mirror is not None:
+                    mirror[k] = int(row[k])
 
     def insert(self, params=None, value=None, mamba_value=None, prev_prefix_len=0, key=None):
         """insert(InsertParams(key, value, mamba_value, prev_prefix_len=0)):

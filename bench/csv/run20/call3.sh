@@ -1,0 +1,22 @@
+# Session 13 call 3: the final tree (80-byte plan header, the adapter's track-buffer host
+# copy kept in step): ctest, pytest with torch on CUDA (with and without _kvcfast), and the
+# SWA part on the CUDA backend, lazy / eager alternated (same binary, full SWA side).
+set -uo pipefail
+b=build-gpu
+T0=$SECONDS
+echo "=== ctest"; timeout 300 ctest --test-dir $b --output-on-failure -j 6 > $OUT/ctest.log 2>&1; echo "ctest rc=$?"; grep -E "tests passed|\(Failed\)|\*\*\*Failed" $OUT/ctest.log | head
+KVC_BACKEND=cuda BUILD_DIR=$b timeout 60 bash scripts/test_digest.sh 2>&1 | tail -1
+t=$(find $b/tests -type f -name test_mamba_radix -print -quit)
+KVT_STEPS=300 timeout 100 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $t cuda > /tmp/san.log 2>&1 && echo "memcheck clean: test_mamba_radix" || { echo "memcheck FAILED"; tail -8 /tmp/san.log; }
+echo "   [$(( SECONDS - T0 )) s]"
+export PYTHONUNBUFFERED=1
+KVCACHE_LIB=$PWD/$b/libkvcache.so timeout 150 python3 -m pytest -q -rf --tb=short -p no:cacheprovider python/tests > $OUT/pytest.txt 2>&1; tail -1 $OUT/pytest.txt; grep -E "^FAILED" $OUT/pytest.txt
+KVCACHE_LIB=$PWD/$b/libkvcache.so KVCACHE_NO_FAST=1 timeout 100 python3 -m pytest -q -rf -p no:cacheprovider python/tests 2>&1 | tail -1
+echo "   [$(( SECONDS - T0 )) s]"
+mkdir -p $OUT/swa; i=0
+for m in lazy eager eager lazy lazy eager; do
+  i=$((i+1)); e=0; [ $m = eager ] && e=1
+  KVB_BACKEND=cuda KVB_SWA_SIDE=full KVB_ONLY=swa KVB_SWA_EAGER=$e timeout 60 $b/bench/kvc_bench_radix > $OUT/swa/cuda-r$i-$m.txt 2>&1
+done
+for f in $OUT/swa/*; do echo "### $(basename $f)"; cat $f; done > $OUT/swa_all.txt; rm -rf $OUT/swa
+echo "   [$(( SECONDS - T0 )) s]"
