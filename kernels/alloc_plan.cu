@@ -9,7 +9,7 @@
  * the page list (swa_pages_at): an SWA slot follows from its page and its request's SWA
  * last_loc (descriptor word 7) exactly as the full slot does.
  * With rows_out, each request's row goes there as int64 too (SGLang's req_pool_indices).
- * Grid: x = request, y = token tile of tokens_per_block.
+ * Grid: x = request, y = token tile of KVC_PLAN_EXTEND_TOKENS_PER_BLOCK.
  * Decode payload: per request (table offset, slot) when the header's table_len > 0 (a
  * req_to_token table below 2^31 entries), else (row, position, slot), plus the slot's
  * full->SWA mapping value when the SWA allocator fuses its mapping write in
@@ -39,8 +39,11 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_extend(const __grid_c
     if (blockIdx.y != 0) return;
     const int64_t warps = (int64_t)(gridDim.x - (unsigned)p.h.n) * (blockDim.x >> 5);
     int64_t *map = kvc_ptr<int64_t *>(p.h.map);
-    for (int64_t it = (int64_t)(r - p.h.n) * (blockDim.x >> 5) + (threadIdx.x >> 5); it < p.h.zero_count; it += warps) {
-      const int64_t idx = w[p.h.zero_at + 2 * it], len = w[p.h.zero_at + 2 * it + 1];
+    if (!p.h.zero_at) return;
+    const uint32_t *z = w + p.h.zero_at;
+    const int64_t runs = z[0];
+    for (int64_t it = (int64_t)(r - p.h.n) * (blockDim.x >> 5) + (threadIdx.x >> 5); it < runs; it += warps) {
+      const int64_t idx = z[1 + 2 * it], len = z[2 + 2 * it];
       for (int64_t j = threadIdx.x & 31u; j < len; j += 32)
         if (idx + j < p.h.map_len) map[idx + j] = 0;
     }
@@ -64,8 +67,8 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_extend(const __grid_c
   int32_t *dst = (p.h.table && row >= 0) ? kvc_ptr<int32_t *>(p.h.table) + (int64_t)row * p.h.row_stride : nullptr;
   int64_t *out = p.h.out ? kvc_ptr<int64_t *>(p.h.out) : nullptr;
   if (p.h.rows_out && blockIdx.y == 0 && threadIdx.x == 0) kvc_ptr<int64_t *>(p.h.rows_out)[r] = row;
-  const int64_t t0 = (int64_t)blockIdx.y * p.h.tokens_per_block;
-  const int64_t t1 = t0 + p.h.tokens_per_block;
+  const int64_t t0 = (int64_t)blockIdx.y * KVC_PLAN_EXTEND_TOKENS_PER_BLOCK;
+  const int64_t t1 = t0 + KVC_PLAN_EXTEND_TOKENS_PER_BLOCK;
   /* new tokens t: positions pre + t */
   for (int64_t t = t0 + threadIdx.x; t < t1 && pre + t < seq; t += blockDim.x) {
     const int64_t pos = pre + t;

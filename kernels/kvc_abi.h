@@ -91,6 +91,8 @@ typedef struct kvc_p_decode_fill {
 /* Payload words live inline in the parameter struct (KVC_PLAN_INLINE_WORDS of them, a
  * compile-time variant) or, when larger, in a staged device buffer at `staged`. */
 #define KVC_PLAN_EXTEND_DESC_WORDS 8
+/* Tokens of one request a block of kvc_plan_extend covers (grid y = token tile). */
+#define KVC_PLAN_EXTEND_TOKENS_PER_BLOCK 1024
 typedef struct kvc_plan_extend_desc {
   int32_t row;        /* req_to_token row, or -1 when no table write */
   int32_t prefix_len; /* p */
@@ -109,22 +111,23 @@ typedef struct kvc_p_plan_extend {
   int64_t row_stride;
   int32_t n; /* requests */
   int32_t page_size;
-  int32_t pages_at;  /* payload word index of the page list */
-  int32_t prefix_at; /* payload word index of prefix slots */
-  int32_t tokens_per_block;
+  int32_t pages_at;     /* payload word index of the page list */
+  int32_t prefix_at;    /* payload word index of prefix slots */
+  int32_t zero_at;      /* with a map: 0, or the payload word index of the zero region:
+                           its word count c, then c (idx, len) runs, map[idx + j] = 0, the
+                           SWA allocator's queued frees' zeroes minus the new pages, which
+                           blocks x >= n apply in any order with the pairs; zero_at != 0
+                           also zeroes each request's last new page's unused tail (every
+                           slot of a new page is then written once) */
   int32_t swa_pages_at; /* with a map: payload word index of the SWA page list, parallel
                            to the page list (descriptor word 7: the SWA last_loc) */
   uint64_t map;         /* int64 [map_len] full->SWA mapping, or 0 (SWA allocators) */
   int64_t map_len;
-  uint64_t rows_out;  /* int64 [n]: descriptor word 0 (the row) of each request, or 0 */
-  int32_t zero_at;    /* with a map: payload word index of zero_count (idx, len) runs, */
-  int32_t zero_count; /* map[idx + j] = 0, the SWA allocator's queued frees' zeroes minus
-                         the new pages, so blocks x >= n apply them in any order with the
-                         pairs; zero_at != 0 also zeroes each request's last new page's
-                         unused tail (every slot of a new page is then written once) */
-} kvc_p_plan_extend;  /* followed in the parameter block by the inline payload words:
+  uint64_t rows_out; /* int64 [n]: descriptor word 0 (the row) of each request, or 0 */
+} kvc_p_plan_extend; /* followed in the parameter block by the inline payload words:
                         n descriptors, the page list, prefix slots[, SWA page list][,
-                        zero runs] */
+                        zero region]. 80 bytes: with 88 the inline variants' launches
+                        took 15-30% more host time on the H200 (bench/RESULTS.md run 20) */
 
 typedef struct kvc_p_plan_decode {
   uint64_t table;  /* int32, or 0 */

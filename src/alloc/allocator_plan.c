@@ -29,8 +29,6 @@
 #  include <immintrin.h>
 #endif
 
-#define TOKENS_PER_BLOCK 1024
-
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 #define ALLOC_ENTRY(a) KVC_CHECK_HANDLE(a, KVC__ALLOCATOR_MAGIC, "alloc", "kvc_allocator")
@@ -268,7 +266,7 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
     size_t zc = 0;
     const bool carry = m && zero_carry(a, m, bs, total_pages, words0, NULL, &zc);
     if (m && m->zero_count && !carry) KVC_FORWARD(m->settle(m->settle_user, stream)); /* alone, first */
-    const size_t words = words0 + 2 * zc;                                             /* zc < 2^30: no overflow */
+    const size_t words = words0 + (carry ? 1 + 2 * zc : 0);                           /* zc < 2^30: no overflow */
     kvc__plan plan;
     KVC_FORWARD(kvc__plan_begin_mapped(ctx, &plan, a->scratch, sizeof(kvc_p_plan_extend), words));
     uint32_t *w = plan.payload;
@@ -311,7 +309,6 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
     h.page_size = (int32_t)ps;
     h.pages_at = (int32_t)desc_words;
     h.prefix_at = (int32_t)(desc_words + (size_t)total_pages);
-    h.tokens_per_block = TOKENS_PER_BLOCK;
     h.rows_out = (uint64_t)(uintptr_t)rows_device;
     if (m) {
       h.swa_pages_at = (int32_t)(desc_words + (size_t)total_pages + (size_t)prefix_words);
@@ -319,11 +316,11 @@ static kvc_status alloc_extend_impl(kvc_allocator *a, const char *fn, size_t bs,
       h.map_len = m->map_len;
     }
     if (carry) { /* zero_at != 0 also makes the kernel zero the new pages' unused tails */
-      zero_carry(a, m, bs, total_pages, words0, w + words0, &zc);
-      h.zero_at = (int32_t)words0;
-      h.zero_count = (int32_t)zc;
+      zero_carry(a, m, bs, total_pages, words0, w + words0 + 1, &zc);
+      w[words0] = (uint32_t)zc;
+      h.zero_at = (int32_t)words0; /* > 0: the descriptors come first */
     }
-    unsigned tiles = (unsigned)ceil_div(max_len, TOKENS_PER_BLOCK);
+    unsigned tiles = (unsigned)ceil_div(max_len, KVC_PLAN_EXTEND_TOKENS_PER_BLOCK);
     /* Blocks past the requests zero the carried runs: 8 runs per block (a warp each). */
     const unsigned zblocks = zc ? (unsigned)KVC__MIN(ceil_div((int64_t)zc, 8), 4096) : 0u;
     KVC_FORWARD(kvc__plan_launch(ctx, &plan, &kvc__k_plan_extend, &extra, a->k_extend,

@@ -9,7 +9,7 @@ KVC_ABI_ASSERT(kvc_p_extend_fill, 72);
 KVC_ABI_ASSERT(kvc_p_decode_fill, 64);
 KVC_ABI_ASSERT(kvc_p_decode_channel, 80);
 KVC_ABI_ASSERT(kvc_plan_extend_desc, 32);
-KVC_ABI_ASSERT(kvc_p_plan_extend, 88);
+KVC_ABI_ASSERT(kvc_p_plan_extend, 80);
 KVC_ABI_ASSERT(kvc_p_plan_decode, 56);
 KVC_ABI_ASSERT(kvc_p_row_write, 32);
 KVC_ABI_ASSERT(kvc_p_kv_rows, 152);
