@@ -134,12 +134,15 @@ static void commit_run_ps1(const kvc__ring *r, int64_t from, int64_t n, int64_t 
  * entries), whose every slot the launch writes itself (the pair, or 0 past the request's
  * end), so no zero and pair of one entry race. It does not carry (false: the caller
  * settles first) when a request continues a partial page that is queued (rare: only a
- * window free of held slots queues a held page) or the payload would pass 2^31 words.
+ * window free of held slots queues a held page), the payload would pass 2^31 words, or
+ * at page size 1: there every new slot is a page to look up and the runs split around
+ * them one by one, which on the H200's host made the flow's next alloc_extend 10-16 us
+ * slower than the separate launch it saves (bench/RESULTS.md run 20, call 3).
  * With dst NULL it only counts (*runs); with dst it writes them. */
 static bool zero_carry(const kvc_allocator *a, const kvc__extend_map *m, size_t bs, int64_t total_pages, size_t words0,
                        uint32_t *dst, size_t *runs) {
   *runs = 0;
-  if (!m->zero_count || m->zero_count > (size_t)(INT32_MAX / 8) || words0 > (size_t)(INT32_MAX / 2) ||
+  if (!m->zero_count || a->ps == 1 || m->zero_count > (size_t)(INT32_MAX / 8) || words0 > (size_t)(INT32_MAX / 2) ||
       total_pages > INT32_MAX / 8)
     return false;
   for (size_t i = 0; i < bs; i++)
