@@ -90,11 +90,12 @@ void kvc_host_plan_extend(const void *params) {
   /* The SWA allocator's queued zeroes (the kernel's blocks past the requests), last: the
    * kernel gives them no order against the new slots (they must be disjoint), so the twin
    * takes the order in which an overlap the host failed to see would lose new pairs. */
-  const uint32_t *z = p->zero_at ? w + p->zero_at : NULL;
+  int64_t *const zmap = p->map ? KVC_HPTR(int64_t *, p->map) : NULL; /* zero runs come with a map only */
+  const uint32_t *z = p->zero_at && zmap ? w + p->zero_at : NULL;
   for (int64_t it = 0; z && it < (int64_t)z[0]; it++) {
     const int64_t lo = z[1 + 2 * it], end = lo + z[2 + 2 * it];
     const int64_t hi = end < p->map_len ? end : p->map_len;
-    if (lo < hi) memset(KVC_HPTR(int64_t *, p->map) + lo, 0, (size_t)(hi - lo) * sizeof(int64_t));
+    if (lo < hi) memset(zmap + lo, 0, (size_t)(hi - lo) * sizeof(int64_t));
   }
 }
 
