@@ -5,7 +5,9 @@
  *   swa_decode : kvc_swa_allocator_alloc_decode, batch 256, page 64 (both sides + the
  *                req_to_token write + ONE mapping launch)  vs  per request: full and SWA
  *                kvc_allocator_alloc_decode (bs 1, each with its own launch) + one
- *                mapping upload per request
+ *                mapping upload per request; and the same step right after a free of
+ *                4 pages inside a deferred-zero scope (an SWA radix cache's eviction or
+ *                finished request leaves such a queue), which the step carries
  *   swa_extend : kvc_swa_allocator_alloc_extend, batch 256 fresh requests of 1..256
  *                tokens, page 64  vs  the same per request
  *   hybrid     : kvc_hybrid_req_pool_alloc of 64 requests (rows + Mamba slots with the
@@ -51,8 +53,10 @@ static void bench_decode(void) {
   const int64_t size = (int64_t)BS * WIDTH + PS;
   kvc_swa_allocator_config c = KVC_SWA_ALLOCATOR_CONFIG_INIT;
   c.size_full = size, c.size_swa = size, c.page_size = PS;
-  kvc_swa_allocator *a;
+  kvc_swa_allocator *a, *q;
   CHECK(kvc_swa_allocator_create(ctx, &c, &a));
+  c.size_full += 4 * PS, c.size_swa += 4 * PS; /* room for the queued free's 4 pages */
+  CHECK(kvc_swa_allocator_create(ctx, &c, &q));
   kvc_allocator_config ac = KVC_ALLOCATOR_CONFIG_INIT;
   ac.kind = KVC_ALLOCATOR_PAGED, ac.size = size, ac.page_size = PS;
   kvc_allocator *nf, *ns;
@@ -61,25 +65,31 @@ static void bench_decode(void) {
   int64_t *nmap_dev;
   CHECK(kvc_memory_alloc(ctx, (size_t)(size + PS + 1) * 8, (void **)&nmap_dev));
   int64_t *nmap_host = calloc((size_t)(size + PS + 1), 8);
-  kvc_req_to_token_pool *rp = make_rp(BS), *rp2 = make_rp(BS);
-  int32_t rows[BS] = {0}, rows2[BS] = {0};
+  kvc_req_to_token_pool *rp = make_rp(BS), *rp2 = make_rp(BS), *rpq = make_rp(BS);
+  int32_t rows[BS] = {0}, rows2[BS] = {0}, rowsq[BS] = {0};
   CHECK(kvc_req_to_token_pool_alloc(rp, BS, rows));
   CHECK(kvc_req_to_token_pool_alloc(rp2, BS, rows2));
+  CHECK(kvc_req_to_token_pool_alloc(rpq, BS, rowsq));
+  int64_t victim[4 * PS];
+  const int64_t vpre = 0, vseq = 4 * PS;
   int64_t *out_dev;
   CHECK(kvc_memory_alloc(ctx, BS * 8, (void **)&out_dev));
   int64_t seq[BS], pre[BS], outh[BS], last_f[BS], last_w[BS];
   const int total = warm + reps;
   double *t1 = malloc(sizeof(double) * (size_t)total), *t2 = malloc(sizeof(double) * (size_t)total);
+  double *t3 = malloc(sizeof(double) * (size_t)total);
   int64_t len = WIDTH; /* forces a setup on the first step */
   for (int it = 0; it < total; it++) {
     if (len + 1 >= WIDTH) { /* untimed re-setup: fresh prompts of 100 tokens */
       CHECK(kvc_swa_allocator_clear(a, NULL));
+      CHECK(kvc_swa_allocator_clear(q, NULL));
       CHECK(kvc_allocator_clear(nf));
       CHECK(kvc_allocator_clear(ns));
       memset(nmap_host, 0, (size_t)(size + PS + 1) * 8);
       len = 100;
       for (int i = 0; i < BS; i++) pre[i] = 0, seq[i] = len;
       CHECK(kvc_swa_allocator_alloc_extend(a, BS, pre, seq, NULL, rp, rows, NULL, NULL, NULL, NULL));
+      CHECK(kvc_swa_allocator_alloc_extend(q, BS, pre, seq, NULL, rpq, rowsq, NULL, NULL, NULL, NULL));
       CHECK(kvc_allocator_alloc_extend(nf, BS, pre, seq, NULL, rp2, rows2, NULL, NULL, NULL, NULL));
       CHECK(kvc_allocator_alloc_extend(ns, BS, pre, seq, NULL, NULL, NULL, NULL, NULL, NULL, NULL));
       for (int i = 0; i < BS; i++) last_w[i] = last_f[i] = kvc_req_to_token_pool_row(rp2, rows2[i])[len - 1];
@@ -98,6 +108,14 @@ static void bench_decode(void) {
       last_f[i] = f, last_w[i] = w;
     }
     double t_2 = now_us();
+    /* untimed: 4 pages handed out and freed in a scope, their mapping zero queued */
+    CHECK(kvc_swa_allocator_alloc_extend(q, 1, &vpre, &vseq, NULL, NULL, NULL, NULL, victim, NULL, NULL));
+    CHECK(kvc_swa_allocator_defer_zero_begin(q));
+    CHECK(kvc_swa_allocator_free(q, victim, 4 * PS, NULL));
+    const double t_3 = now_us();
+    CHECK(kvc_swa_allocator_alloc_decode(q, BS, seq, NULL, rpq, rowsq, outh, out_dev, NULL));
+    t3[it] = now_us() - t_3;
+    CHECK(kvc_swa_allocator_defer_zero_end(q, NULL)); /* launches what the step did not carry */
     t1[it] = t_1 - t0, t2[it] = t_2 - t_1;
     len++;
     if (it % 64 == 0) CHECK(kvc_stream_synchronize(ctx, NULL));
@@ -105,11 +123,12 @@ static void bench_decode(void) {
   CHECK(kvc_stream_synchronize(ctx, NULL));
   report("swa_decode", "kvc_swa_allocator_alloc_decode", BS, PS, t1 + warm, reps);
   report("swa_decode", "naive: per-request calls + uploads", BS, PS, t2 + warm, reps);
-  free(t1), free(t2), free(nmap_host);
+  report("swa_decode", "after a queued free of 4 pages", BS, PS, t3 + warm, reps);
+  free(t1), free(t2), free(t3), free(nmap_host);
   kvc_memory_free(ctx, nmap_dev), kvc_memory_free(ctx, out_dev);
   kvc_allocator_destroy(nf), kvc_allocator_destroy(ns);
-  kvc_req_to_token_pool_destroy(rp), kvc_req_to_token_pool_destroy(rp2);
-  kvc_swa_allocator_destroy(a);
+  kvc_req_to_token_pool_destroy(rp), kvc_req_to_token_pool_destroy(rp2), kvc_req_to_token_pool_destroy(rpq);
+  kvc_swa_allocator_destroy(a), kvc_swa_allocator_destroy(q);
 }
 
 /* --- extend ------------------------------------------------------------------------- */

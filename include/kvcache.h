@@ -2021,10 +2021,12 @@ KVC_API int64_t kvc_swa_allocator_zero_pending(const kvc_swa_allocator *alloc);
  *  cache_unfinished_req the device mapping may still hold the old nonzero entries of
  *  freed full slots until the allocator's next device-mapping write. That write carries
  *  the queue in its own launch (alloc, alloc_extend(_ex) at page size > 1,
- *  alloc_extend_swa_tail: the zero runs and the new pairs are applied by the same kernel;
- *  they never overlap, since a new slot on a queued page makes the write launch the queue
- *  alone first), or launches it first (alloc_extend at page size 1, alloc_decode, the
- *  decode channel's step, translate). Nothing the library
+ *  alloc_extend_swa_tail, alloc_decode: the zero runs and the new pairs are applied by
+ *  the same kernel; they never overlap: alloc_extend and alloc_decode drop their new
+ *  pages from the runs and write those pages whole, and alloc launches the queue alone
+ *  first when a new slot lies on a queued page), or launches it first (alloc_extend at
+ *  page size 1, the decode channel's step, translate; and alloc_decode when its batch
+ *  exceeds the full side's free list, where the step merges it). Nothing the library
  *  runs reads a freed slot's entry; call this before reading the device mapping of freed
  *  slots yourself (a debugger, a copy of the whole mapping, SGLang's
  *  full_to_swa_index_mapping tensor). Stream: the queue lands in `stream`'s order; host

@@ -25,6 +25,19 @@
 #  define KVC_PAGE_SIZE p.h.page_size
 #endif
 
+/* The SWA allocator's carried zero runs z = (count, then (idx, len) pairs): group `unit`
+ * of `units` groups of 32 threads takes runs unit, unit + units, ...; lane = the thread's
+ * place in its group. Entries outside [0, map_len) are skipped. */
+KVC_DEVICE void kvc_zero_runs(int64_t *map, int64_t map_len, const uint32_t *z, int64_t unit, int64_t units,
+                              unsigned lane) {
+  const int64_t runs = z[0];
+  for (int64_t it = unit; it < runs; it += units) {
+    const int64_t idx = z[1 + 2 * it], len = z[2 + 2 * it];
+    for (int64_t j = lane; j < len; j += 32)
+      if (idx + j < map_len) map[idx + j] = 0;
+  }
+}
+
 struct kvc_plan_extend_params {
   kvc_p_plan_extend h;
   uint32_t words[KVC_INLINE_WORDS];
@@ -36,17 +49,10 @@ extern "C" __global__ void __launch_bounds__(256) kvc_plan_extend(const __grid_c
   if (r >= p.h.n) {
     /* Blocks past the requests (row y == 0 only) zero the SWA allocator's queued runs,
      * a warp per run: entries disjoint from every new slot's (the host checks). */
-    if (blockIdx.y != 0) return;
+    if (blockIdx.y != 0 || !p.h.zero_at) return;
     const int64_t warps = (int64_t)(gridDim.x - (unsigned)p.h.n) * (blockDim.x >> 5);
-    int64_t *map = kvc_ptr<int64_t *>(p.h.map);
-    if (!p.h.zero_at) return;
-    const uint32_t *z = w + p.h.zero_at;
-    const int64_t runs = z[0];
-    for (int64_t it = (int64_t)(r - p.h.n) * (blockDim.x >> 5) + (threadIdx.x >> 5); it < runs; it += warps) {
-      const int64_t idx = z[1 + 2 * it], len = z[2 + 2 * it];
-      for (int64_t j = threadIdx.x & 31u; j < len; j += 32)
-        if (idx + j < p.h.map_len) map[idx + j] = 0;
-    }
+    kvc_zero_runs(kvc_ptr<int64_t *>(p.h.map), p.h.map_len, w + p.h.zero_at,
+                  (int64_t)(r - p.h.n) * (blockDim.x >> 5) + (threadIdx.x >> 5), warps, threadIdx.x & 31u);
     return;
   }
   const int32_t *d = reinterpret_cast<const int32_t *>(w + (size_t)r * KVC_PLAN_EXTEND_DESC_WORDS);
@@ -106,9 +112,21 @@ struct kvc_plan_decode_params {
 
 extern "C" __global__ void __launch_bounds__(256) kvc_plan_decode(const __grid_constant__ kvc_plan_decode_params p) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= p.h.n) return;
+  if (i >= p.h.n) {
+    /* The threads past the requests zero the SWA allocator's carried runs, 32 a run: the
+     * host checked that no new slot lies on a queued page, so nothing here races a pair. */
+    if (!p.h.zero_at) return;
+    const uint32_t *w = p.h.staged ? kvc_ptr<const uint32_t *>(p.h.staged) : p.words;
+    const int64_t k = (int64_t)i - p.h.n, units = ((int64_t)gridDim.x * blockDim.x - p.h.n) >> 5;
+    if ((k >> 5) < units)
+      kvc_zero_runs(kvc_ptr<int64_t *>(p.h.map), p.h.map_len, w + p.h.zero_at, k >> 5, units, (unsigned)(k & 31));
+    return;
+  }
   const uint32_t *w = p.h.staged ? kvc_ptr<const uint32_t *>(p.h.staged) : p.words;
   const int stride = KVC_DECODE_ENTRY_WORDS(p.h.map, p.h.table_len);
   kvc_decode_write(w + stride * i, i, kvc_ptr<int64_t *>(p.h.out), kvc_ptr<int32_t *>(p.h.table), p.h.row_stride,
                    p.h.table_len, kvc_ptr<int64_t *>(p.h.map), p.h.map_len);
+  /* Carrying queued zeroes: the host dropped this step's new pages from them, so a
+   * request that opened a page zeroes the page's other slots (0 on the host too). */
+  if (p.h.zero_at) kvc_decode_zero_tail(w + stride * i, w[p.h.zero_at - 1], kvc_ptr<int64_t *>(p.h.map), p.h.map_len);
 }

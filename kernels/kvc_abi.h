@@ -134,14 +134,16 @@ typedef struct kvc_p_plan_decode {
   uint64_t out;    /* int64 [n], or 0 */
   uint64_t staged; /* payload in device memory, or 0 = inline */
   int64_t row_stride;
-  uint64_t map; /* int64 [map_len] full->SWA mapping, or 0 (SWA allocators) */
-  int64_t map_len;
+  uint64_t map;    /* int64 [map_len] full->SWA mapping, or 0 (SWA allocators) */
+  int32_t map_len; /* the SWA allocator's mapping is below 2^31 entries */
+  int32_t zero_at; /* > 0 (with a map): payload word of the SWA allocator's carried zero
+                      runs: a count, then (idx, len) pairs; 0: none */
   int32_t n;
   int32_t table_len; /* > 0: entries (row * row_stride + position, slot), offsets outside
                         [0, table_len) skipped; 0: (row, position, slot), row < 0 skipped */
 } kvc_p_plan_decode; /* followed by the inline payload: per request one entry of
                         KVC_DECODE_ENTRY_WORDS(map, table_len) words (kvc_index.h): 2 or 3,
-                        plus the slot's mapped value with a map */
+                        plus the slot's mapped value with a map; then the zero runs */
 
 /* --- alloc_channel.cu: decode steps published by the host, applied by a kernel that
  * may sit in a CUDA graph (kvc_decode_channel) ------------------------------------- */

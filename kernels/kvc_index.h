@@ -104,6 +104,16 @@ KVC_HD void kvc_decode_write(const uint32_t *e, int i, int64_t *out, int32_t *ta
   if (map && slot >= 0 && slot < map_len) map[slot] = (int32_t)e[two ? 2 : 3];
 }
 
+/* A mapped decode entry e (row, position, slot, value) whose slot opened a page of ps
+ * slots (slot % ps == 0: a continued page's next slot never is) zeroes the page's other
+ * mapping entries, those outside [0, map_len) skipped: the launch that carries the SWA
+ * allocator's queued zeroes writes its new pages whole. */
+KVC_HD void kvc_decode_zero_tail(const uint32_t *e, uint32_t ps, int64_t *map, int64_t map_len) {
+  const int64_t slot = (int32_t)e[2];
+  if (slot < 0 || ps == 0 || slot % ps) return;
+  for (int64_t j = slot + 1; j < slot + ps && j < map_len; j++) map[j] = 0;
+}
+
 /* --- req_to_token ------------------------------------------------------------------ */
 
 /* SGLang get_last_loc for one request: the table entry it reads (the slot of token

@@ -276,15 +276,31 @@ typedef struct kvc__extend_map {
 kvc_status kvc__alloc_extend_mapped(kvc_allocator *a, const char *fn, const kvc__extend_args *x,
                                     const kvc__extend_map *m);
 /* alloc_decode that also writes map[slot] = vals[i] (int64 map, entries outside
- * [0, map_len) skipped) for every new slot in the same launch: the SWA allocator's
- * full->SWA mapping. The host copy of the map is the caller's. */
+ * [0, map_len) skipped, map_len <= INT32_MAX) for every new slot in the same launch: the
+ * SWA allocator's full->SWA mapping. The host copy of the map is the caller's.
+ * With zero_count > 0 the SWA allocator's queued zeroes (runs of whole pages, marked in
+ * zero_pages) ride in the same launch, minus the `need` new pages the step takes (the
+ * kernel writes those whole: the pair, then 0 past it); the caller has checked
+ * kvc__alloc_decode_can_carry and counted need as the step does (seq_lens[i] - 1 a
+ * multiple of the page size). *zero_merged is set true when the launch carried them. */
 typedef struct kvc__decode_map {
   int64_t *map;
   int64_t map_len;
   const int64_t *vals;
+  const uint32_t *zero;
+  size_t zero_count;
+  uint8_t *zero_pages; /* marked 2 for a moment while the new pages are filtered out */
+  int64_t need;
+  bool *zero_merged;
 } kvc__decode_map;
 kvc_status kvc__alloc_decode_mapped(kvc_allocator *a, const char *fn, const kvc__decode_args *x,
                                     const kvc__decode_map *m);
+/* Whether an alloc_decode of bs requests can carry a zero queue of zero_count runs in its
+ * launch: its new pages are then the free ring's first ones (no merge), and the payload's
+ * word offsets stay below 2^31. */
+static inline bool kvc__alloc_decode_can_carry(const kvc_allocator *a, size_t bs, size_t zero_count) {
+  return (int64_t)bs <= a->ring.count && bs <= (size_t)(INT32_MAX / 16) && zero_count <= (size_t)(INT32_MAX / 8);
+}
 void kvc__alloc_decode_undo(kvc_allocator *a, size_t bs, const int64_t *seq_lens, kvc_req_to_token_pool *rp,
                             const int32_t *req_rows);
 kvc_status kvc__alloc_decode_finish(kvc_allocator *a, const char *fn, size_t bs, int64_t *out_host, int64_t need);

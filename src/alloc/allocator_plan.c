@@ -129,16 +129,55 @@ static void commit_run_ps1(const kvc__ring *r, int64_t from, int64_t n, int64_t 
   }
 }
 
+/* The SWA allocator's queued zero runs (zero_count (idx, len) runs of whole pages, their
+ * pages marked 1 in zero_pages) minus the free ring's first `pages` pages, which the
+ * launch takes and writes whole itself (each slot its pair, or 0 past the request's end),
+ * so that no zero and pair of one entry race. Writes them to dst (NULL: counts only) and
+ * returns how many there are: at most zero_count + pages. */
+static size_t zero_runs_minus_new(const kvc_allocator *a, const uint32_t *zero, size_t zero_count, uint8_t *zero_pages,
+                                  int64_t pages, uint32_t *dst) {
+  uint8_t hit = 0;
+  for (int64_t k = 0; k < pages; k++) hit |= zero_pages[kvc__ring_at(&a->ring, k)];
+  if (!hit) { /* the common case: the queue as it is */
+    if (dst) memcpy(dst, zero, zero_count * 2 * sizeof *dst);
+    return zero_count;
+  }
+  /* Mark the new pages 2 for the walk, split the runs around them, mark them back. */
+  for (int64_t k = 0; k < pages; k++) {
+    uint8_t *z = &zero_pages[kvc__ring_at(&a->ring, k)];
+    if (*z) *z = 2;
+  }
+  const int64_t ps = a->ps;
+  size_t n = 0;
+  for (size_t i = 0; i < zero_count; i++) {
+    const int64_t p0 = zero[2 * i] / ps, p1 = p0 + zero[2 * i + 1] / ps; /* whole pages */
+    for (int64_t pg = p0; pg < p1;) {
+      if (zero_pages[pg] == 2) {
+        pg++;
+        continue;
+      }
+      int64_t e = pg + 1;
+      while (e < p1 && zero_pages[e] != 2) e++;
+      if (dst) dst[2 * n] = (uint32_t)(pg * ps), dst[2 * n + 1] = (uint32_t)((e - pg) * ps);
+      n++;
+      pg = e;
+    }
+  }
+  for (int64_t k = 0; k < pages; k++) {
+    uint8_t *z = &zero_pages[kvc__ring_at(&a->ring, k)];
+    if (*z) *z = 1;
+  }
+  return n;
+}
+
 /* Whether this extend's launch carries the SWA allocator's queued zero runs, and how
- * many runs it writes: the queue minus the new pages (the first total_pages ring
- * entries), whose every slot the launch writes itself (the pair, or 0 past the request's
- * end), so no zero and pair of one entry race. It does not carry (false: the caller
- * settles first) when a request continues a partial page that is queued (rare: only a
- * window free of held slots queues a held page), the payload would pass 2^31 words, or
- * at page size 1: there every new slot is a page to look up and the runs split around
- * them one by one, which on the H200's host made the flow's next alloc_extend 10-16 us
- * slower than the separate launch it saves (bench/RESULTS.md run 20, call 3).
- * With dst NULL it only counts (*runs); with dst it writes them. */
+ * many runs it writes (zero_runs_minus_new over the extend's new pages). It does not
+ * carry (false: the caller settles first) when a request continues a partial page that
+ * is queued (rare: only a window free of held slots queues a held page), the payload
+ * would pass 2^31 words, or at page size 1: there every new slot is a page to look up
+ * and the runs split around them one by one, which on the H200's host made the flow's
+ * next alloc_extend 10-16 us slower than the separate launch it saves (bench/RESULTS.md
+ * run 20, call 3). With dst NULL it only counts (*runs); with dst it writes them. */
 static bool zero_carry(const kvc_allocator *a, const kvc__extend_map *m, size_t bs, int64_t total_pages, size_t words0,
                        uint32_t *dst, size_t *runs) {
   *runs = 0;
@@ -147,39 +186,7 @@ static bool zero_carry(const kvc_allocator *a, const kvc__extend_map *m, size_t 
     return false;
   for (size_t i = 0; i < bs; i++)
     if (a->b_last[i] >= 0 && m->zero_pages[a->b_last[i] / a->ps]) return false;
-  uint8_t hit = 0;
-  for (int64_t k = 0; k < total_pages; k++) hit |= m->zero_pages[kvc__ring_at(&a->ring, k)];
-  if (!hit) { /* the common case at page 1: the queue as it is */
-    if (dst) memcpy(dst, m->zero, m->zero_count * 2 * sizeof *dst);
-    *runs = m->zero_count;
-    return true;
-  }
-  /* Mark the new pages 2 for the walk, split the runs around them, mark them back. */
-  for (int64_t k = 0; k < total_pages; k++) {
-    uint8_t *z = &m->zero_pages[kvc__ring_at(&a->ring, k)];
-    if (*z) *z = 2;
-  }
-  const int64_t ps = a->ps;
-  size_t n = 0;
-  for (size_t i = 0; i < m->zero_count; i++) {
-    const int64_t p0 = m->zero[2 * i] / ps, p1 = p0 + m->zero[2 * i + 1] / ps; /* whole pages */
-    for (int64_t pg = p0; pg < p1;) {
-      if (m->zero_pages[pg] == 2) {
-        pg++;
-        continue;
-      }
-      int64_t e = pg + 1;
-      while (e < p1 && m->zero_pages[e] != 2) e++;
-      if (dst) dst[2 * n] = (uint32_t)(pg * ps), dst[2 * n + 1] = (uint32_t)((e - pg) * ps);
-      n++;
-      pg = e;
-    }
-  }
-  for (int64_t k = 0; k < total_pages; k++) {
-    uint8_t *z = &m->zero_pages[kvc__ring_at(&a->ring, k)];
-    if (*z) *z = 1;
-  }
-  *runs = n;
+  *runs = zero_runs_minus_new(a, m->zero, m->zero_count, m->zero_pages, total_pages, dst);
   return true;
 }
 
@@ -866,7 +873,7 @@ kvc_status kvc__alloc_decode_finish(kvc_allocator *a, const char *fn, size_t bs,
 static kvc_status alloc_decode_impl(kvc_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
                                     const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *req_rows,
                                     int64_t *out_host, int64_t *out_device, int64_t *map, int64_t map_len,
-                                    const int64_t *map_vals, kvc_stream stream) {
+                                    const int64_t *map_vals, const kvc__decode_map *mz, kvc_stream stream) {
   kvc_context *ctx = a->ctx;
   int64_t need = 0;
   if (!rp && !out_device && !map) {
@@ -878,16 +885,32 @@ static kvc_status alloc_decode_impl(kvc_allocator *a, const char *fn, size_t bs,
    * slot, value): three words would still need the 16 KB block at batch 1024. */
   const int32_t table_len = map ? 0 : kvc__req_pool_table_len(rp);
   const size_t stride = map ? 4 : table_len ? 2 : 3;
+  /* Carried zeroes (the caller checked kvc__alloc_decode_can_carry): after the entries,
+   * the page size, then the runs minus the step's new pages (count, pairs), whose unused
+   * slots the kernel zeroes itself. The new pages are the ring's first `need`. */
+  const bool carry = mz && mz->zero_count;
+  const size_t zc = carry ? zero_runs_minus_new(a, mz->zero, mz->zero_count, mz->zero_pages, mz->need, NULL) : 0;
   if (!a->k_decode[0]) KVC_FORWARD(kvc__plan_prefetch(ctx, &kvc__k_plan_decode, NULL, a->k_decode));
   kvc__plan plan;
-  KVC_FORWARD(kvc__plan_begin_mapped(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode), stride * bs));
+  KVC_FORWARD(kvc__plan_begin_mapped(ctx, &plan, a->scratch, sizeof(kvc_p_plan_decode),
+                                     stride * bs + (carry ? 2 + 2 * zc : 0)));
   kvc_status st = decode_plan(a, fn, bs, seq_lens, last_locs, rp, req_rows, plan.payload, stride, &need);
+  if (st == KVC_OK && carry && need != mz->need) {
+    kvc__alloc_decode_undo(a, bs, seq_lens, rp, req_rows);
+    st = kvc__error(ctx, KVC_ERR_INTERNAL, fn, "the step takes %lld new pages, its caller counted %lld",
+                    (long long)need, (long long)mz->need);
+  }
   if (st != KVC_OK) {
     kvc__plan_cancel(ctx, &plan);
     return st;
   }
   if (map)
     for (size_t i = 0; i < bs; i++) plan.payload[4 * i + 3] = (uint32_t)map_vals[i];
+  if (carry) {
+    plan.payload[stride * bs] = (uint32_t)a->ps;
+    plan.payload[stride * bs + 1] = (uint32_t)zc;
+    zero_runs_minus_new(a, mz->zero, mz->zero_count, mz->zero_pages, need, plan.payload + stride * bs + 2);
+  }
   kvc_p_plan_decode h;
   memset(&h, 0, sizeof h);
   h.table = rp ? (uint64_t)(uintptr_t)rp->table : 0;
@@ -895,15 +918,19 @@ static kvc_status alloc_decode_impl(kvc_allocator *a, const char *fn, size_t bs,
   h.staged = plan.staged_dev;
   h.row_stride = rp ? rp->width : 0;
   h.map = (uint64_t)(uintptr_t)map;
-  h.map_len = map_len;
+  h.map_len = (int32_t)map_len;
+  h.zero_at = carry ? (int32_t)(stride * bs + 1) : 0; /* > 0: bs > 0 */
   h.n = (int32_t)bs;
   h.table_len = table_len;
+  /* Blocks past the requests zero the carried runs: 8 runs per block (32 threads each). */
+  const unsigned zblocks = zc ? (unsigned)KVC__MIN((zc + 7) / 8, (size_t)4096) : 0u;
   st = kvc__plan_launch(ctx, &plan, &kvc__k_plan_decode, NULL, a->k_decode,
-                        kvc__dim((unsigned)((bs + 255) / 256), 1, 1), kvc__dim(256, 1, 1), stream, &h);
+                        kvc__dim((unsigned)((bs + 255) / 256) + zblocks, 1, 1), kvc__dim(256, 1, 1), stream, &h);
   if (st != KVC_OK) {
     kvc__alloc_decode_undo(a, bs, seq_lens, rp, req_rows);
     return st;
   }
+  if (carry) *mz->zero_merged = true;
   return kvc__alloc_decode_finish(a, fn, bs, out_host, need);
 }
 
@@ -914,12 +941,12 @@ kvc_status kvc_allocator_alloc_decode(kvc_allocator *a, size_t bs, const int64_t
   ALLOC_ENTRY(a);
   if (bs == 0) return KVC_OK;
   return alloc_decode_impl(a, __func__, bs, seq_lens, last_locs, rp, req_rows, out_host, out_device, NULL, 0, NULL,
-                           stream);
+                           NULL, stream);
 }
 
 kvc_status kvc__alloc_decode_mapped(kvc_allocator *a, const char *fn, const kvc__decode_args *x,
                                     const kvc__decode_map *m) {
   if (x->bs == 0) return KVC_OK;
   return alloc_decode_impl(a, fn, x->bs, x->seq_lens, x->last_locs, x->req_pool, x->rows, x->out_host, x->out_device,
-                           m->map, m->map_len, m->vals, x->stream);
+                           m->map, m->map_len, m->vals, m, x->stream);
 }

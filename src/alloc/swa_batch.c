@@ -168,7 +168,8 @@ kvc_status kvc_swa_allocator_alloc_extend_ex(kvc_swa_allocator *a, const kvc_ext
 /* alloc_decode's checks (spec: both sides or none) and, outside ring mode, each request's
  * SWA last_loc (lastw). Nothing changes. */
 static kvc_status decode_prepare(kvc_swa_allocator *a, const char *fn, size_t bs, const int64_t *seq_lens,
-                                 const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *rows) {
+                                 const int64_t *last_locs, kvc_req_to_token_pool *rp, const int32_t *rows,
+                                 int64_t *need_out) {
   kvc_context *ctx = a->ctx;
   if (!seq_lens) return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "seq_lens is NULL");
   const int64_t ps = a->ps;
@@ -178,6 +179,7 @@ static kvc_status decode_prepare(kvc_swa_allocator *a, const char *fn, size_t bs
       return kvc__error(ctx, KVC_ERR_INVALID_ARGUMENT, fn, "seq_lens[%zu] = %lld", i, (long long)seq_lens[i]);
     need += (seq_lens[i] - 1) % ps == 0;
   }
+  if (need_out) *need_out = need;
   if (need > kvc__swa_full_free(a) || (!a->ring && need > kvc__swa_swa_free(a)))
     return kvc__error(ctx, KVC_ERR_OUT_OF_SLOTS, fn, "%lld new pages needed on each side; %lld full and %lld SWA free",
                       (long long)need, (long long)kvc__swa_full_free(a),
@@ -203,26 +205,35 @@ kvc_status kvc_swa_allocator_alloc_decode(kvc_swa_allocator *a, size_t bs, const
   SWA_ENTRY(a);
   KVC_RETURN_IF(a->pure, a->ctx, KVC_ERR_UNSUPPORTED, "the pure-SWA allocator has no alloc_decode (page_size 1)");
   if (bs == 0) return KVC_OK;
-  KVC_FORWARD(decode_prepare(a, __func__, bs, seq_lens, last_locs, rp, rows));
+  int64_t need;
+  KVC_FORWARD(decode_prepare(a, __func__, bs, seq_lens, last_locs, rp, rows, &need));
   if (a->ring)
     return kvc__swa_finish(
         a, kvc_allocator_alloc_decode(a->full, bs, seq_lens, last_locs, rp, rows, out_host, out_device, stream));
   /* The SWA side first (host only: no table, no out_cache_loc), then the full side's one
    * launch, which also writes the full->SWA mapping of the new slots: one launch per step
    * where two_sided() takes two (the plan, then the mapping). */
-  KVC_FORWARD(kvc__swa_zero_settle(a, __func__, stream)); /* queued zeroes land before the new pairs */
+  /* The queued zeroes ride in that launch too, minus the step's new pages (a paged free
+   * puts a page at the front of the free ring: the next page-opening decode takes it),
+   * which the kernel writes whole. A continued page is never queued here: its last
+   * slot's mapping was checked nonzero above, and a queue holds whole pages. */
+  const bool carry = a->pz_items && kvc__alloc_decode_can_carry(a->full, bs, a->pz_items);
+  if (!carry) KVC_FORWARD(kvc__swa_zero_settle(a, __func__, stream)); /* queued zeroes land before the new pairs */
   kvc_allocator_state bsw;
   KVC_FORWARD(kvc_allocator_backup_state(a->swa, &bsw));
   KVC_FORWARD(kvc_allocator_alloc_decode(a->swa, bs, seq_lens, a->lastw, NULL, NULL, a->w_buf, NULL, stream));
   /* A full-side failure changes nothing there (validation, or a launch error that it
-   * undoes itself), so only the SWA side is rolled back. */
+   * undoes itself), so only the SWA side is rolled back; the queue stays. */
+  bool merged = false;
   const kvc__decode_args x = {bs, seq_lens, last_locs, rp, rows, a->f_buf, out_device, stream};
-  const kvc__decode_map m = {a->dmap, a->map_len - 1, a->w_buf};
+  const kvc__decode_map m = {a->dmap,    a->map_len - 1, a->w_buf, a->pz, carry ? a->pz_items : 0,
+                             a->pz_page, need,           &merged};
   kvc_status st = kvc__alloc_decode_mapped(a->full, "kvc_allocator_alloc_decode", &x, &m);
   if (st != KVC_OK) {
     kvc_allocator_restore_state(a->swa, &bsw);
     return st;
   }
+  if (merged) kvc__swa_zero_done(a);
   for (size_t i = 0; i < bs; i++) a->map[a->f_buf[i]] = (int32_t)a->w_buf[i];
   if (out_host) memcpy(out_host, a->f_buf, bs * 8);
   return kvc__swa_finish(a, KVC_OK);
@@ -233,7 +244,7 @@ kvc_status kvc__swa_decode_plan(kvc_swa_allocator *a, const char *fn, const kvc_
   uint32_t *payload = p->payload;
   p->need = 0;
   if (bs == 0) return KVC_OK;
-  KVC_FORWARD(decode_prepare(a, fn, bs, x->seq_lens, x->last_locs, x->req_pool, x->rows));
+  KVC_FORWARD(decode_prepare(a, fn, bs, x->seq_lens, x->last_locs, x->req_pool, x->rows, NULL));
   if (a->ring) return kvc__alloc_decode_plan(a->full, fn, x, payload, 3, &p->need);
   /* The channel's launch writes the new pairs: queued zeroes (only after a failed
    * defer_zero_end or inside an open scope) go before it, on the same stream. */

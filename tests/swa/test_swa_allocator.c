@@ -813,6 +813,74 @@ static void test_zero_carried_by_next_write(void **state) {
   kvc__fault_reset(kvt_ctx);
 }
 
+/* alloc_decode carries the queue in its one launch, at page 1 and 4, with the same slots
+ * and host mapping as a twin that zeroes eagerly. At page 4 SGLang's paged free puts the
+ * freed pages at the front of the free ring, so the request that opens a page takes a
+ * queued one: the launch drops it from the runs and writes it whole (its pair, then 0
+ * over the page's other slots; without that the device keeps their stale entries). At
+ * page 1 the freed slots go to the back. A failed launch changes nothing (queue, sizes,
+ * mapping, the rows' mirror) and the retry carries the queue; then nothing is left. */
+static void test_zero_carried_by_decode(void **state) {
+  (void)state;
+  for (int32_t ps = 1; ps <= 4; ps += 3) {
+    kvc_swa_allocator *a = make_swa(64, 64, ps, 0), *b = make_swa(64, 64, ps, 0);
+    kvc_req_to_token_pool *ra = kvt_req_pool(4, 64), *rb = kvt_req_pool(4, 64);
+    int32_t rows[3] = {0, 0, 0}, rows_b[3] = {0, 0, 0};
+    KVT_OK(kvc_req_to_token_pool_alloc(ra, 3, rows));
+    KVT_OK(kvc_req_to_token_pool_alloc(rb, 3, rows_b));
+    /* request 0 opens a page at its next token, request 1 continues one (ps > 1),
+     * request 2 is the victim: 3 pages */
+    const int64_t pre[3] = {0, 0, 0}, seq[3] = {2 * ps, ps == 1 ? 2 : 2 * ps - 1, 3 * ps};
+    int64_t fa[32], fb[32]; /* 27 slots at page 4 */
+    KVT_OK(kvc_swa_allocator_alloc_extend(a, 3, pre, seq, NULL, ra, rows, NULL, fa, NULL, NULL));
+    KVT_OK(kvc_swa_allocator_alloc_extend(b, 3, pre, seq, NULL, rb, rows_b, NULL, fb, NULL, NULL));
+    const int64_t victim = seq[0] + seq[1];
+    KVT_OK(kvc_swa_allocator_defer_zero_begin(a));
+    KVT_OK(kvc_swa_allocator_free(a, fa + victim, (size_t)seq[2], NULL));
+    KVT_OK(kvc_swa_allocator_free(b, fb + victim, (size_t)seq[2], NULL));
+    assert_true(kvc_swa_allocator_zero_pending(a) > 0);
+    const int64_t step[2] = {seq[0] + 1, seq[1] + 1};
+    const int64_t fav = kvc_swa_allocator_full_available_size(a), sav = kvc_swa_allocator_swa_available_size(a);
+    const int64_t pending = kvc_swa_allocator_zero_pending(a);
+    int32_t mirror[2][16];
+    for (int r = 0; r < 2; r++) memcpy(mirror[r], kvc_req_to_token_pool_row(ra, rows[r]), sizeof mirror[r]);
+    int64_t oa[2], ob[2];
+    kvc__fault_set(kvt_ctx, KVC__FAULT_LAUNCH, 0);
+    KVT_STATUS(kvc_swa_allocator_alloc_decode(a, 2, step, NULL, ra, rows, oa, NULL, NULL), KVC_ERR_CUDA);
+    assert_int_equal(kvc_swa_allocator_zero_pending(a), pending);
+    assert_int_equal(kvc_swa_allocator_full_available_size(a), fav);
+    assert_int_equal(kvc_swa_allocator_swa_available_size(a), sav);
+    for (int r = 0; r < 2; r++)
+      assert_memory_equal(mirror[r], kvc_req_to_token_pool_row(ra, rows[r]), sizeof mirror[r]);
+    KVT_OK(kvc_swa_allocator_check(a));
+    count_launches();
+    KVT_OK(kvc_swa_allocator_alloc_decode(a, 2, step, NULL, ra, rows, oa, NULL, NULL));
+    assert_int_equal(launches(), 1); /* the decode's own launch, carrying the queue */
+    assert_int_equal(kvc_swa_allocator_zero_pending(a), 0);
+    KVT_OK(kvc_swa_allocator_alloc_decode(b, 2, step, NULL, rb, rows_b, ob, NULL, NULL));
+    assert_memory_equal(oa, ob, sizeof oa);
+    assert_int_equal(oa[0] % ps, 0);
+    if (ps > 1) { /* the opened page is one the victim gave back */
+      bool queued = false;
+      for (int64_t t = 0; t < seq[2]; t++) queued |= fa[victim + t] / ps == oa[0] / ps;
+      assert_true(queued);
+    }
+    assert_memory_equal(kvc_swa_allocator_mapping_host(a), kvc_swa_allocator_mapping_host(b),
+                        (size_t)kvc_swa_allocator_mapping_length(a) * 4);
+    kvt_expect_swa_mapping_synced(a);
+    kvt_expect_swa_mapping_synced(b);
+    KVT_OK(kvc_swa_allocator_check(a));
+    count_launches();
+    KVT_OK(kvc_swa_allocator_defer_zero_end(a, NULL));
+    assert_int_equal(launches(), 0); /* nothing left to launch */
+    kvc_req_to_token_pool_destroy(ra);
+    kvc_req_to_token_pool_destroy(rb);
+    kvc_swa_allocator_destroy(a);
+    kvc_swa_allocator_destroy(b);
+  }
+  kvc__fault_reset(kvt_ctx);
+}
+
 /* A FIFO model of both page-1 free lists and the mapping, for the direct free below. */
 typedef struct fifo_model {
   int64_t q[2][256];
@@ -981,6 +1049,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_deferred_zero_one_launch_same_order),
     cmocka_unit_test(test_deferred_zero_failure_rule),
     cmocka_unit_test(test_zero_carried_by_next_write),
+    cmocka_unit_test(test_zero_carried_by_decode),
     cmocka_unit_test(test_deferred_zero_queue_oom_launches_instead),
     cmocka_unit_test(test_direct_free_page1_rings_wrap),
     cmocka_unit_test(test_repeated_peer_refused_unchanged),

@@ -49,6 +49,16 @@ void kvc_host_alloc_decode_fill(const void *params) {
   }
 }
 
+/* The SWA allocator's carried zero runs z = (count, then (idx, len) pairs), entries
+ * outside [0, map_len) skipped: the plan kernels' threads past their requests. */
+static void zero_runs(int64_t *map, int64_t map_len, const uint32_t *z) {
+  for (int64_t it = 0; it < (int64_t)z[0]; it++) {
+    const int64_t lo = z[1 + 2 * it], end = lo + z[2 + 2 * it];
+    const int64_t hi = end < map_len ? end : map_len;
+    if (lo < hi) memset(map + lo, 0, (size_t)(hi - lo) * sizeof(int64_t));
+  }
+}
+
 void kvc_host_plan_extend(const void *params) {
   const kvc_p_plan_extend *p = params;
   const uint32_t *w = p->staged ? KVC_HPTR(const uint32_t *, p->staged) : KVC_INLINE_PAYLOAD(p);
@@ -91,12 +101,7 @@ void kvc_host_plan_extend(const void *params) {
    * kernel gives them no order against the new slots (they must be disjoint), so the twin
    * takes the order in which an overlap the host failed to see would lose new pairs. */
   int64_t *const zmap = p->map ? KVC_HPTR(int64_t *, p->map) : NULL; /* zero runs come with a map only */
-  const uint32_t *z = p->zero_at && zmap ? w + p->zero_at : NULL;
-  for (int64_t it = 0; z && it < (int64_t)z[0]; it++) {
-    const int64_t lo = z[1 + 2 * it], end = lo + z[2 + 2 * it];
-    const int64_t hi = end < p->map_len ? end : p->map_len;
-    if (lo < hi) memset(zmap + lo, 0, (size_t)(hi - lo) * sizeof(int64_t));
-  }
+  if (zmap && p->zero_at) zero_runs(zmap, p->map_len, w + p->zero_at);
 }
 
 void kvc_host_plan_decode(const void *params) {
@@ -113,6 +118,9 @@ void kvc_host_plan_decode(const void *params) {
       kvc_decode_write(w + stride * i, i, out, table, p->row_stride, p->table_len, map, p->map_len);
   else
     for (int i = 0; i < p->n; i++) kvc_decode_write(w + stride * i, i, out, table, p->row_stride, 0, map, p->map_len);
+  if (!map || !p->zero_at) return;
+  for (int i = 0; i < p->n; i++) kvc_decode_zero_tail(w + stride * i, w[p->zero_at - 1], map, p->map_len);
+  zero_runs(map, p->map_len, w + p->zero_at); /* last, as the extend twin */
 }
 
 void kvc_host_decode_channel_apply(const void *params) {
