@@ -14,8 +14,10 @@
  * page 16 (one planned launch writing the table and a device out), alloc_decode at batch
  * 256 and 1024 (page 16 and 64), the paged free of 4096 slots (page 16), the token free
  * of 4096 slots, the decode channel's host half at 256 and 1024, and kvc_flow_release of one
- * 4096-token request (chunk cache, page 1 and 16). Only entry points whose
- * signatures are unchanged since 0.1 are used.
+ * 4096-token request (chunk cache, page 1 and 16), and the SWA allocator's alloc_decode at
+ * batch 256, page 16, alone and right after a free of 4 pages inside a deferred-zero scope
+ * (the queue an SWA radix cache's calls leave; the step carries it, or launches it
+ * first). Only entry points whose signatures are unchanged since 0.1 are used.
  *
  *   usage: kvc_bench_ab LIB_A LIB_B [--reps N] [--host] [--only NAME-PART]
  */
@@ -61,6 +63,17 @@ typedef struct lib {
   void (*flow_destroy)(kvc_flow *);
   kvc_status (*flow_extend)(kvc_flow *, kvc_req_state *const *, size_t, int64_t *, kvc_stream);
   kvc_status (*flow_release)(kvc_flow *, kvc_req_state *const *, size_t, int, kvc_stream);
+  kvc_status (*swa_create)(kvc_context *, const kvc_swa_allocator_config *, kvc_swa_allocator **);
+  void (*swa_destroy)(kvc_swa_allocator *);
+  kvc_status (*swa_extend)(kvc_swa_allocator *, size_t, const int64_t *, const int64_t *, const int64_t *,
+                           kvc_req_to_token_pool *, const int32_t *, const int64_t *const *, int64_t *, int64_t *,
+                           kvc_stream);
+  kvc_status (*swa_decode)(kvc_swa_allocator *, size_t, const int64_t *, const int64_t *, kvc_req_to_token_pool *,
+                           const int32_t *, int64_t *, int64_t *, kvc_stream);
+  kvc_status (*swa_free)(kvc_swa_allocator *, const int64_t *, size_t, kvc_stream);
+  kvc_status (*swa_zero_begin)(kvc_swa_allocator *);
+  kvc_status (*swa_zero_end)(kvc_swa_allocator *, kvc_stream);
+  kvc_status (*swa_clear)(kvc_swa_allocator *, kvc_stream);
 } lib;
 
 static void die(const char *what, const lib *l, kvc_status st) {
@@ -120,6 +133,14 @@ static void lib_open(lib *l, const char *path, int host) {
   BIND(l, flow_destroy, "kvc_flow_destroy");
   BIND(l, flow_extend, "kvc_flow_alloc_for_extend");
   BIND(l, flow_release, "kvc_flow_release");
+  BIND(l, swa_create, "kvc_swa_allocator_create");
+  BIND(l, swa_destroy, "kvc_swa_allocator_destroy");
+  BIND(l, swa_extend, "kvc_swa_allocator_alloc_extend");
+  BIND(l, swa_decode, "kvc_swa_allocator_alloc_decode");
+  BIND(l, swa_free, "kvc_swa_allocator_free");
+  BIND(l, swa_zero_begin, "kvc_swa_allocator_defer_zero_begin");
+  BIND(l, swa_zero_end, "kvc_swa_allocator_defer_zero_end");
+  BIND(l, swa_clear, "kvc_swa_allocator_clear");
   kvc_context_config cfg = KVC_CONTEXT_CONFIG_INIT;
   cfg.backend = host ? KVC_BACKEND_HOST : KVC_BACKEND_AUTO;
   CALL(l, l->context_create(&cfg, &l->ctx));
@@ -150,10 +171,13 @@ typedef struct world {
   int64_t *dev_out;
   kvc_decode_channel *ch;
   kvc_flow *flow;
+  kvc_swa_allocator *swa;
   int steps;
 } world;
 
-enum { EXTEND, DECODE, CHANNEL, FREE_PAGED, FREE_TOKEN, FLOW_RELEASE };
+enum { EXTEND, DECODE, CHANNEL, FREE_PAGED, FREE_TOKEN, FLOW_RELEASE, SWA_DECODE, SWA_DECODE_QUEUED };
+
+#define SWA_VICTIM 64 /* tokens freed before each SWA_DECODE_QUEUED step: 4 pages of 16 */
 
 typedef struct bench_case {
   const char *name;
@@ -175,6 +199,12 @@ static void world_make(lib *l, world *w, const bench_case *c) {
             : c->kind >= FREE_PAGED ? 1 << 20
                                     : (int64_t)bs * width * 2 + 64 * c->ps;
   CALL(l, l->alloc_create(l->ctx, &ac, &w->a));
+  if (c->kind >= SWA_DECODE) {
+    kvc_swa_allocator_config sc = KVC_SWA_ALLOCATOR_CONFIG_INIT;
+    sc.size_full = sc.size_swa = (int64_t)bs * width + SWA_VICTIM + 64 * c->ps;
+    sc.page_size = c->ps;
+    CALL(l, l->swa_create(l->ctx, &sc, &w->swa));
+  }
   w->rows = calloc((size_t)bs, 4);
   w->pre = calloc((size_t)bs, 8);
   w->seq = calloc((size_t)bs, 8);
@@ -191,6 +221,8 @@ static void world_make(lib *l, world *w, const bench_case *c) {
     CALL(l, l->extend(w->a, (size_t)bs, w->pre, w->seq, NULL, w->pool, w->rows, NULL, NULL, NULL, NULL));
     for (int i = 0; i < bs; i++) w->seq[i] += 1;
     if (c->kind == CHANNEL) CALL(l, l->ch_create(w->a, w->pool, (size_t)bs, 64, w->dev_out, &w->ch));
+  } else if (c->kind >= SWA_DECODE) {
+    w->steps = width; /* the first repetition sets the requests up */
   } else if (c->kind == FLOW_RELEASE) {
     CALL(l, l->pool_free_row(w->pool, w->rows[0])); /* the flow takes the row itself */
     kvc_flow_config fc = KVC_FLOW_CONFIG_INIT;
@@ -211,6 +243,7 @@ static void world_free(lib *l, world *w) {
   CALL(l, l->sync(l->ctx, NULL));
   if (w->ch) l->ch_destroy(w->ch);
   if (w->flow) l->flow_destroy(w->flow);
+  if (w->swa) l->swa_destroy(w->swa);
   l->mem_free(l->ctx, w->dev_out);
   free(w->rows), free(w->pre), free(w->seq), free(w->out), free(w->slots), free(w->cp);
   l->alloc_destroy(w->a);
@@ -240,6 +273,30 @@ static double run_once(lib *l, world *w, const bench_case *c) {
     CALL(l, l->ch_enqueue(w->ch, NULL));
     if (++w->steps % 32 == 0) CALL(l, l->sync(l->ctx, NULL)); /* stay well inside the depth of 64 */
     CALL(l, l->restore(w->a, &s));
+    return t1 - t0;
+  }
+  if (c->kind >= SWA_DECODE) { /* no backup for the SWA allocator: the requests grow a token a step */
+    const int width = 1024;
+    if (w->steps + 1 >= width) { /* untimed: fresh requests of 100..499 tokens */
+      CALL(l, l->swa_clear(w->swa, NULL));
+      for (int i = 0; i < c->bs; i++) w->pre[i] = 0, w->seq[i] = 100 + (i * 37) % 400;
+      CALL(l, l->swa_extend(w->swa, (size_t)c->bs, w->pre, w->seq, NULL, w->pool, w->rows, NULL, NULL, NULL, NULL));
+      CALL(l, l->sync(l->ctx, NULL));
+      w->steps = 500;
+    }
+    for (int i = 0; i < c->bs; i++) w->seq[i]++;
+    w->steps++;
+    const int64_t vpre = 0, vseq = SWA_VICTIM;
+    if (c->kind == SWA_DECODE_QUEUED) { /* untimed: 4 pages out and back, their zero queued */
+      CALL(l, l->swa_extend(w->swa, 1, &vpre, &vseq, NULL, NULL, NULL, NULL, w->slots, NULL, NULL));
+      CALL(l, l->swa_zero_begin(w->swa));
+      CALL(l, l->swa_free(w->swa, w->slots, SWA_VICTIM, NULL));
+    }
+    t0 = now_us();
+    CALL(l, l->swa_decode(w->swa, (size_t)c->bs, w->seq, NULL, w->pool, w->rows, w->out, w->dev_out, NULL));
+    t1 = now_us();
+    if (c->kind == SWA_DECODE_QUEUED) CALL(l, l->swa_zero_end(w->swa, NULL));
+    if (w->steps % 32 == 0) CALL(l, l->sync(l->ctx, NULL));
     return t1 - t0;
   }
   if (c->kind == FLOW_RELEASE) { /* kvc_flow_release of one request (chunk cache); its extend untimed */
@@ -294,6 +351,8 @@ int main(int argc, char **argv) {
       {"free 4096 (token)", FREE_TOKEN, 1, 0, 1},
       {"flow release 4096", FLOW_RELEASE, 1, 4096, 1},
       {"flow release 4096", FLOW_RELEASE, 1, 4096, 16},
+      {"swa alloc_decode", SWA_DECODE, 256, 0, 16},
+      {"swa decode, zero queued", SWA_DECODE_QUEUED, 256, 0, 16},
   };
   const int warm = reps / 10;
   double *t[2] = {malloc(sizeof(double) * (size_t)reps), malloc(sizeof(double) * (size_t)reps)};
